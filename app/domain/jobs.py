@@ -1,0 +1,212 @@
+"""Job specifications: validation and first-occurrence maths. Pure; ``now`` is a parameter."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+from urllib.parse import urlsplit
+from uuid import UUID
+
+from app.domain import schedule as cron
+from app.errors import InvalidInput, InvalidSchedule
+
+POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+HTTP_QUEUE = "@http"
+MAX_NAME_LEN = 200
+MAX_URL_LEN = 2048
+MAX_ATTEMPTS = 100
+MAX_BACKOFF_S = 7 * 86400
+MAX_TIMEOUT_S = 86400
+MAX_JITTER_S = 86400
+MAX_DELAY_S = 10 * 366 * 86400
+# A runAt this far in the past is almost surely a mistake (a wrong year, a wrong zone).
+MAX_PAST_S = 86400
+
+Concurrency = Literal["allow", "forbid", "replace"]
+Misfire = Literal["run_once", "catch_up", "skip"]
+
+
+@dataclass(frozen=True)
+class Target:
+    type: Literal["http", "queue"]
+    ref: str
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 5
+    backoff_s: float = 10.0
+    max_backoff_s: float | None = None
+
+    @property
+    def effective_max_backoff_s(self) -> float:
+        return self.max_backoff_s if self.max_backoff_s is not None else max(self.backoff_s, 3600.0)
+
+
+@dataclass(frozen=True)
+class OnceSchedule:
+    run_at: datetime
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job, ready to be stored."""
+
+    job_id: UUID
+    name: str
+    target: Target
+    payload: Any
+    schedule: OnceSchedule | cron.CronSchedule
+    retry: RetryPolicy
+    timeout_s: int
+    concurrency: Concurrency = "allow"
+    misfire: Misfire = "run_once"
+    cron_resolved: str | None = None
+    first: cron.Occurrence | None = field(default=None)
+
+    @property
+    def first_run_at(self) -> datetime:
+        if isinstance(self.schedule, OnceSchedule):
+            return self.schedule.run_at
+        assert self.first is not None
+        return self.first.run_at
+
+    @property
+    def first_nominal_at(self) -> datetime:
+        if isinstance(self.schedule, OnceSchedule):
+            return self.schedule.run_at
+        assert self.first is not None
+        return self.first.nominal_utc
+
+
+def parse_instant(value: str, field_name: str) -> datetime:
+    """ISO 8601 with an explicit offset (Z or +hh:mm); a naive time is ambiguous and refused."""
+    try:
+        parsed = datetime.fromisoformat(value.replace("z", "Z"))
+    except (TypeError, ValueError):
+        raise InvalidInput(field_name, f"{value!r} is not an ISO 8601 instant such as 2026-10-16T09:00:00Z") from None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise InvalidInput(field_name, "needs an offset (Z or +hh:mm): a time without one is ambiguous")
+    return parsed.astimezone(timezone.utc)
+
+
+def validate_name(name: str) -> str:
+    if not name or not name.strip():
+        raise InvalidInput("name", "must not be empty")
+    if len(name) > MAX_NAME_LEN:
+        raise InvalidInput("name", f"at most {MAX_NAME_LEN} characters")
+    return name
+
+
+def validate_target(kind: str, ref: str) -> Target:
+    if kind == "http":
+        if len(ref) > MAX_URL_LEN:
+            raise InvalidInput("target.ref", f"URL longer than {MAX_URL_LEN} characters")
+        parts = urlsplit(ref)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput("target.ref", "an http target needs an absolute http(s) URL")
+        if parts.username or parts.password:
+            raise InvalidInput("target.ref", "credentials in the URL are not allowed; use the signature header")
+        return Target("http", ref)
+    if kind == "queue":
+        if not POOL_NAME.match(ref):
+            raise InvalidInput("target.ref", "a pool name is 1-63 of A-Z a-z 0-9 . _ - starting with a letter or digit")
+        return Target("queue", ref)
+    raise InvalidInput("target.type", "must be 'http' or 'queue'")
+
+
+def validate_payload(payload: Any, max_bytes: int) -> Any:
+    size = len(json.dumps(payload, separators=(",", ":")).encode())
+    if size > max_bytes:
+        raise InvalidInput("payload", f"{size} bytes inline; the limit is {max_bytes}")
+    return payload
+
+
+def validate_retry(max_attempts: int | None, backoff_s: float | None, max_backoff_s: float | None) -> RetryPolicy:
+    policy = RetryPolicy(
+        max_attempts=5 if max_attempts is None else max_attempts,
+        backoff_s=10.0 if backoff_s is None else float(backoff_s),
+        max_backoff_s=None if max_backoff_s is None else float(max_backoff_s),
+    )
+    if not 1 <= policy.max_attempts <= MAX_ATTEMPTS:
+        raise InvalidInput("retry.maxAttempts", f"must be between 1 and {MAX_ATTEMPTS}")
+    if not 0 <= policy.backoff_s <= MAX_BACKOFF_S:
+        raise InvalidInput("retry.backoffSeconds", f"must be between 0 and {MAX_BACKOFF_S}")
+    if policy.max_backoff_s is not None and not policy.backoff_s <= policy.max_backoff_s <= MAX_BACKOFF_S:
+        raise InvalidInput("retry.maxBackoffSeconds", f"must be between backoffSeconds and {MAX_BACKOFF_S}")
+    return policy
+
+
+def validate_timeout(timeout_s: int | None) -> int:
+    value = 300 if timeout_s is None else timeout_s
+    if not 1 <= value <= MAX_TIMEOUT_S:
+        raise InvalidInput("timeoutSeconds", f"must be between 1 and {MAX_TIMEOUT_S}")
+    return value
+
+
+def once_schedule(run_at: str | None, delay_s: float | None, now: datetime, horizon_days: int) -> OnceSchedule:
+    if run_at is not None:
+        at = parse_instant(run_at, "schedule.runAt")
+        if at < now - timedelta(seconds=MAX_PAST_S):
+            raise InvalidInput("schedule.runAt", "is more than a day in the past")
+    else:
+        assert delay_s is not None
+        if not 0 <= delay_s <= MAX_DELAY_S:
+            raise InvalidInput("schedule.delaySeconds", f"must be between 0 and {MAX_DELAY_S}")
+        at = now + timedelta(seconds=delay_s)
+    if at > now + timedelta(days=horizon_days):
+        raise InvalidInput("schedule.runAt", f"is more than {horizon_days} days away")
+    return OnceSchedule(at)
+
+
+def cron_schedule(expr: str, tz: str | None, jitter_s: int | None, gap: str | None, repeat: str | None,
+                  job_key: str) -> tuple[cron.CronSchedule, str]:
+    if not tz:
+        raise InvalidSchedule("schedule.tz", "a cron schedule needs an IANA time zone, e.g. Europe/London or UTC")
+    cron.validate_tz(tz)
+    resolved = cron.validate_cron(expr, job_key)
+    window = jitter_s or 0
+    if not 0 <= window <= MAX_JITTER_S:
+        raise InvalidSchedule("schedule.jitterSeconds", f"must be between 0 and {MAX_JITTER_S}")
+    if gap not in (None, "shift", "skip"):
+        raise InvalidSchedule("schedule.dst.gap", "must be 'shift' or 'skip'")
+    if repeat not in (None, "once", "twice"):
+        raise InvalidSchedule("schedule.dst.repeat", "must be 'once' or 'twice'")
+    policy = cron.DstPolicy(gap=gap or "shift", repeat=repeat or "once")  # type: ignore[arg-type]
+    return cron.CronSchedule(expr=expr, tz=tz, jitter_s=window, dst=policy), resolved
+
+
+def resolved_schedule(s: cron.CronSchedule, resolved: str) -> cron.CronSchedule:
+    """The schedule with H tokens already replaced (what the scheduler evaluates)."""
+    return cron.CronSchedule(expr=resolved, tz=s.tz, jitter_s=s.jitter_s, dst=s.dst)
+
+
+def first_occurrence(s: cron.CronSchedule, resolved: str, now: datetime, job_key: str,
+                     horizon_days: int) -> cron.Occurrence:
+    try:
+        occ = cron.next_occurrence(resolved_schedule(s, resolved), now, job_key)
+    except StopIteration:
+        occ = None
+    if occ is None or occ.nominal_utc > now + timedelta(days=horizon_days):
+        raise InvalidSchedule("schedule.cron", f"never fires within {horizon_days} days")
+    return occ
+
+
+def request_fingerprint(body: bytes) -> str:
+    """Idempotency: the same key must come with the same body (compared canonically)."""
+    try:
+        canonical = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
+    except ValueError:
+        canonical = body
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def queue_for(target: Target, tenant_id: UUID, shared_pool: bool) -> str:
+    """The ready-queue key executions of this target go to."""
+    if target.type == "http":
+        return HTTP_QUEUE
+    return f"shared:{target.ref}" if shared_pool else f"tenant:{tenant_id}:{target.ref}"

@@ -1,0 +1,63 @@
+"""Job and execution states, written down once.
+
+The schema's CHECK constraints and the guarded UPDATEs in ``sql/queries`` enforce the same
+tables; ``tests/unit/test_states.py`` checks that every guarded UPDATE matches a transition here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    ACTIVE = "active"
+    """Has a due_index row for its next occurrence. The API pauses or cancels it; the scheduler
+    completes a one-off job when it dispatches its only occurrence."""
+    PAUSED = "paused"
+    """No due_index row. The API resumes it (next occurrence computed from now) or cancels it."""
+    COMPLETED = "completed"
+    """A one-off job whose occurrence was dispatched. Terminal (the API may still cancel it, which
+    cancels its not-yet-started execution)."""
+    CANCELLED = "cancelled"
+    """Deleted by the tenant. Terminal."""
+
+
+JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.ACTIVE: frozenset({JobState.PAUSED, JobState.COMPLETED, JobState.CANCELLED}),
+    JobState.PAUSED: frozenset({JobState.ACTIVE, JobState.CANCELLED}),
+    JobState.COMPLETED: frozenset({JobState.CANCELLED}),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+class ExecutionState(StrEnum):
+    READY = "ready"
+    """Waiting in its pool's ready queue (ready_at may lie ahead: a retry's backoff or a circuit
+    breaker's deferral). The executor leases it; the API cancels it."""
+    LEASED = "leased"
+    """A worker holds attempt N until lease_until. The worker completes or fails it; the reaper
+    returns an expired lease to ready (or dead, when attempts are spent); a replace-overlap
+    dispatch or the API cancels it."""
+    SUCCEEDED = "succeeded"
+    """Terminal."""
+    DEAD = "dead"
+    """Attempts exhausted or a non-retryable error: a dead letter. A replay makes it ready."""
+    CANCELLED = "cancelled"
+    """Terminal: cancelled by the tenant or replaced by a newer occurrence."""
+    SKIPPED = "skipped"
+    """Terminal: an occurrence that did not run (overlap, misfire, dst_gap), kept for history."""
+
+
+EXECUTION_TRANSITIONS: dict[ExecutionState, frozenset[ExecutionState]] = {
+    ExecutionState.READY: frozenset({ExecutionState.LEASED, ExecutionState.CANCELLED, ExecutionState.DEAD}),
+    ExecutionState.LEASED: frozenset({
+        ExecutionState.SUCCEEDED, ExecutionState.READY, ExecutionState.DEAD, ExecutionState.CANCELLED,
+        ExecutionState.LEASED,  # a heartbeat extends the lease of the same attempt
+    }),
+    ExecutionState.SUCCEEDED: frozenset(),
+    ExecutionState.DEAD: frozenset({ExecutionState.READY}),
+    ExecutionState.CANCELLED: frozenset(),
+    ExecutionState.SKIPPED: frozenset(),
+}
+
+UNFINISHED_EXECUTION_STATES = (ExecutionState.READY, ExecutionState.LEASED)

@@ -1,0 +1,77 @@
+"""Kairos exceptions.
+
+One root whose docstring is its default message; everything else is a one-liner under it.
+They are translated to HTTP problem bodies in ``app.api.problems`` and to gRPC results in
+``app.rpc.servicer`` and nowhere else.
+"""
+
+from __future__ import annotations
+
+
+class KairosError(Exception):
+    """Kairos failed to handle the request."""
+
+    def __init__(self, detail: str | None = None) -> None:
+        self.detail = detail or (self.__doc__ or "").strip()
+        super().__init__(self.detail)
+
+
+class InvalidInput(KairosError):
+    """The request is invalid."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {detail}")
+        self.detail = detail
+
+
+class InvalidSchedule(InvalidInput):
+    """The schedule is invalid."""
+
+
+class Unauthorized(KairosError):
+    """A valid API key is required: send 'Authorization: Bearer <key>'."""
+
+
+class Forbidden(KairosError):
+    """The credential does not cover this resource."""
+
+
+class JobNotFound(KairosError):
+    """No such job."""
+
+
+class ExecutionNotFound(KairosError):
+    """No such execution."""
+
+
+class TenantNotFound(KairosError):
+    """No such tenant."""
+
+
+class IdempotencyConflict(KairosError):
+    """This Idempotency-Key was already used with a different request body."""
+
+
+class InvalidStateTransition(KairosError):
+    """The job is not in a state that allows this."""
+
+
+class LeaseLost(KairosError):
+    """The attempt is no longer current: another attempt owns this execution."""
+
+
+class TenantQuotaExceeded(KairosError):
+    """The tenant's quota is exhausted; try again later."""
+
+
+class EgressRefused(KairosError):
+    """The target address is not allowed by the egress policy."""
+
+
+class DatabaseUnavailable(KairosError):
+    """The database is unreachable."""
+
+
+class TransactionRetriesExhausted(KairosError):
+    """The transaction kept conflicting with concurrent ones and was given up."""

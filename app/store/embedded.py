@@ -1,0 +1,34 @@
+"""The embedded PostgreSQL (pgserver) used when KAIROS_DATABASE_URL is not set.
+
+pgserver keeps one postmaster per data directory and counts the processes attached to it,
+so every ``kairos`` command started with the same KAIROS_HOME shares one server, and the last
+one to detach (with cleanup "stop") shuts it down cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+log = logging.getLogger(__name__)
+
+
+def start(pgdata: Path, *, keep_running: bool = False) -> str:
+    """Start or join the server in ``pgdata``; return a SQLAlchemy URL for psycopg."""
+    import pgserver
+
+    pgdata.mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(str(pgdata), cleanup_mode=None if keep_running else "stop")
+    uri = server.get_uri()
+    log.info("embedded postgres ready", extra={"pgdata": str(pgdata)})
+    return to_sqlalchemy_url(uri)
+
+
+def to_sqlalchemy_url(uri: str, database: str | None = None) -> str:
+    """``postgresql://postgres:@/postgres?host=/sock`` -> ``postgresql+psycopg://postgres@/db?host=/sock``."""
+    parts = urlsplit(uri)
+    host = parse_qs(parts.query).get("host", [""])[0]
+    user = parts.username or "postgres"
+    db = database or parts.path.lstrip("/") or "postgres"
+    return f"postgresql+psycopg://{user}@/{db}?host={host}"

@@ -1,0 +1,177 @@
+"""Jobs, their due_index row, and their execution history (the API's side)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.domain.shards import due_minute, shard_of
+from app.store.queries import q
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: UUID
+    tenant_id: UUID
+    name: str
+    target_type: str
+    target_ref: str
+    queue: str
+    payload: Any
+    schedule_kind: str
+    run_at: datetime | None
+    cron: str | None
+    cron_resolved: str | None
+    tz: str | None
+    jitter_s: int
+    dst_gap: str
+    dst_repeat: str
+    max_attempts: int
+    backoff_s: float
+    max_backoff_s: float
+    timeout_s: int
+    concurrency: str
+    misfire: str
+    state: str
+    next_nominal_at: datetime | None
+    next_run_at: datetime | None
+    first_run_at: datetime | None
+    paused_at: datetime | None
+    version: int
+    idempotency_key: str | None
+    request_hash: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class NewJob:
+    job_id: UUID
+    tenant_id: UUID
+    name: str
+    target_type: str
+    target_ref: str
+    queue: str
+    payload: Any
+    schedule_kind: str
+    run_at: datetime | None
+    cron: str | None
+    cron_resolved: str | None
+    tz: str | None
+    jitter_s: int
+    dst_gap: str
+    dst_repeat: str
+    max_attempts: int
+    backoff_s: float
+    max_backoff_s: float
+    timeout_s: int
+    concurrency: str
+    misfire: str
+    next_nominal_at: datetime
+    next_run_at: datetime
+    idempotency_key: str | None
+    request_hash: str | None
+
+
+@dataclass(frozen=True)
+class IdempotentHit:
+    job_id: UUID
+    request_hash: str
+    first_run_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ExecutionSummary:
+    execution_id: UUID
+    scheduled_for: datetime
+    attempt: int
+    state: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    skip_reason: str | None
+
+
+def _job(row) -> Job:
+    return Job(**row._mapping)
+
+
+async def insert(conn: AsyncConnection, job: NewJob) -> bool:
+    """Insert the job and its due_index row; False when its idempotency key is already taken."""
+    params = dict(job.__dict__)
+    params["payload"] = json.dumps(job.payload)
+    inserted = (await conn.execute(q("JobInsert"), params)).first()
+    if inserted is None:
+        return False
+    await insert_due(conn, job.job_id, job.tenant_id, job.next_nominal_at, job.next_run_at)
+    return True
+
+
+async def insert_due(conn: AsyncConnection, job_id: UUID, tenant_id: UUID, nominal_at: datetime,
+                     run_at: datetime) -> None:
+    await conn.execute(q("DueIndexInsert"), {
+        "shard_id": shard_of(job_id), "due_minute": due_minute(run_at), "next_run_at": run_at,
+        "job_id": job_id, "tenant_id": tenant_id, "nominal_at": nominal_at,
+    })
+
+
+async def delete_due(conn: AsyncConnection, job_id: UUID) -> bool:
+    return (await conn.execute(q("DueIndexDeleteForJob"), {"job_id": job_id})).first() is not None
+
+
+async def by_idempotency_key(conn: AsyncConnection, tenant_id: UUID, key: str) -> IdempotentHit | None:
+    row = (await conn.execute(q("JobGetByIdempotencyKey"),
+                              {"tenant_id": tenant_id, "idempotency_key": key})).first()
+    return IdempotentHit(row.job_id, row.request_hash, row.first_run_at) if row else None
+
+
+async def get(conn: AsyncConnection, tenant_id: UUID, job_id: UUID, *, for_update: bool = False) -> Job | None:
+    stmt = q("JobGetForUpdate" if for_update else "JobGet")
+    row = (await conn.execute(stmt, {"tenant_id": tenant_id, "job_id": job_id})).first()
+    return _job(row) if row else None
+
+
+async def list_page(conn: AsyncConnection, tenant_id: UUID, *, state: str | None, name: str | None,
+                    after: tuple[datetime, UUID] | None, limit: int) -> list[Job]:
+    rows = await conn.execute(q("JobList"), {
+        "tenant_id": tenant_id, "state": state, "name": name,
+        "after_created": after[0] if after else None, "after_id": after[1] if after else None,
+        "limit": limit,
+    })
+    return [_job(r) for r in rows]
+
+
+async def set_state(conn: AsyncConnection, job: Job, to_state: str, *, next_nominal_at: datetime | None,
+                    next_run_at: datetime | None) -> Job | None:
+    row = (await conn.execute(q("JobSetState"), {
+        "tenant_id": job.tenant_id, "job_id": job.job_id, "from_state": job.state, "version": job.version,
+        "to_state": to_state, "next_nominal_at": next_nominal_at, "next_run_at": next_run_at,
+    })).first()
+    return _job(row) if row else None
+
+
+async def executions_page(conn: AsyncConnection, tenant_id: UUID, job_id: UUID, *,
+                          before: tuple[datetime, UUID] | None, limit: int) -> list[ExecutionSummary]:
+    rows = await conn.execute(q("ExecutionListForJob"), {
+        "tenant_id": tenant_id, "job_id": job_id,
+        "before_scheduled": before[0] if before else None, "before_id": before[1] if before else None,
+        "limit": limit,
+    })
+    return [ExecutionSummary(**r._mapping) for r in rows]
+
+
+async def cancel_unstarted(conn: AsyncConnection, tenant_id: UUID, job_id: UUID) -> int:
+    rows = (await conn.execute(q("ExecutionCancelUnstartedForJob"),
+                               {"tenant_id": tenant_id, "job_id": job_id})).all()
+    return len(rows)
+
+
+async def shared_pool_access(conn: AsyncConnection, tenant_id: UUID, pool: str) -> bool | None:
+    """None: no shared pool of that name; else whether the tenant is granted it."""
+    row = (await conn.execute(q("PoolLookupForTenant"), {"tenant_id": tenant_id, "name": pool})).first()
+    return None if row is None else bool(row.granted)

@@ -1,0 +1,107 @@
+"""Tenants and API keys."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID, uuid4
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.store.queries import q
+
+KEY_PREFIX = "kairos_"
+
+
+@dataclass(frozen=True)
+class Tenant:
+    tenant_id: UUID
+    name: str
+    signing_secret: str
+    weight: int
+    max_inflight: int
+    max_dispatch_per_s: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a key belongs to: a tenant, or a worker key scoped to one shared pool."""
+
+    tenant_id: UUID | None
+    tenant_name: str | None
+    pool: str | None
+
+
+def new_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_key(key: str) -> str:
+    # Keys are 256-bit random tokens: a fast hash is enough (nothing to brute-force).
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _tenant(row) -> Tenant:
+    return Tenant(**row._mapping)
+
+
+async def create(conn: AsyncConnection, name: str) -> tuple[Tenant, str] | None:
+    """Create a tenant and its first API key; None when the name is taken."""
+    row = (await conn.execute(q("TenantInsert"), {
+        "tenant_id": uuid4(), "name": name, "signing_secret": secrets.token_hex(32),
+    })).first()
+    if row is None:
+        return None
+    tenant = _tenant(row)
+    key = await issue_key(conn, tenant.tenant_id, label="initial")
+    return tenant, key
+
+
+async def issue_key(conn: AsyncConnection, tenant_id: UUID | None, *, pool: str | None = None,
+                    label: str = "") -> str:
+    key = new_key()
+    await conn.execute(q("ApiKeyInsert"), {
+        "key_hash": hash_key(key), "tenant_id": tenant_id, "pool": pool, "label": label,
+    })
+    return key
+
+
+async def rotate_key(conn: AsyncConnection, tenant_id: UUID) -> tuple[str, int]:
+    """Issue a new key and revoke all others; returns (key, how many were revoked)."""
+    key = await issue_key(conn, tenant_id, label="rotated")
+    revoked = (await conn.execute(q("ApiKeyRevokeForTenant"),
+                                  {"tenant_id": tenant_id, "keep_hash": hash_key(key)})).all()
+    return key, len(revoked)
+
+
+async def resolve_key(conn: AsyncConnection, key: str) -> Principal | None:
+    row = (await conn.execute(q("ApiKeyResolve"), {"key_hash": hash_key(key)})).first()
+    if row is None:
+        return None
+    return Principal(row.tenant_id, row.tenant_name, row.pool)
+
+
+async def get_by_name(conn: AsyncConnection, name: str) -> Tenant | None:
+    row = (await conn.execute(q("TenantGetByName"), {"name": name})).first()
+    return _tenant(row) if row else None
+
+
+async def get(conn: AsyncConnection, tenant_id: UUID) -> Tenant | None:
+    row = (await conn.execute(q("TenantGetById"), {"tenant_id": tenant_id})).first()
+    return _tenant(row) if row else None
+
+
+async def list_all(conn: AsyncConnection) -> list[Tenant]:
+    return [_tenant(r) for r in await conn.execute(q("TenantList"))]
+
+
+async def set_quota(conn: AsyncConnection, tenant_id: UUID, *, weight: int | None = None,
+                    max_inflight: int | None = None, max_dispatch_per_s: int | None = None) -> Tenant | None:
+    row = (await conn.execute(q("TenantSetQuota"), {
+        "tenant_id": tenant_id, "weight": weight, "max_inflight": max_inflight,
+        "max_dispatch_per_s": max_dispatch_per_s,
+    })).first()
+    return _tenant(row) if row else None
