@@ -46,6 +46,8 @@ class Settings:
     max_schedule_horizon_days: int = field(
         default_factory=lambda: int(_env("MAX_SCHEDULE_HORIZON_DAYS", "3660"))
     )
+    # `kairos up --demo`: the API also serves POST /demo/echo, the demo job's target.
+    demo: bool = field(default_factory=lambda: _env("DEMO", "") == "1")
     log_level: str = field(default_factory=lambda: _env("LOG_LEVEL", "INFO"))
     log_format: str = field(default_factory=lambda: _env("LOG_FORMAT", "json"))
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -30,7 +33,7 @@ def pg_base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL (SQLAlchemy form) of the session's embedded server, database 'postgres'."""
     # Unix socket paths are limited to ~107 bytes: keep the data directory short.
     pgdata = Path(os.environ.get("KAIROS_TEST_PGDATA", f"/tmp/kairos-test-{os.getpid()}"))
-    url = embedded.start(pgdata)
+    url = embedded.start(pgdata, cleanup="delete")
     yield url
 
 
@@ -51,16 +54,50 @@ def pg_template(pg_base_url: str) -> str:
     return TEMPLATE
 
 
+@contextmanager
+def fresh_database(base_url: str, template: str) -> Iterator[str]:
+    """Clone the migrated template into a new database; drop it afterwards."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    admin = _admin_url(base_url)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+    try:
+        yield embedded.to_sqlalchemy_url(admin, name)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @pytest.fixture
 def database_url(pg_base_url: str, pg_template: str) -> Iterator[str]:
-    """A fresh, migrated database for one test; dropped afterwards."""
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    admin = _admin_url(pg_base_url)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {pg_template}")
-    yield embedded.to_sqlalchemy_url(admin, name)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    """A fresh, migrated database for one test."""
+    with fresh_database(pg_base_url, pg_template) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def module_database_url(pg_base_url: str, pg_template: str) -> Iterator[str]:
+    """A fresh, migrated database shared by one test module (e.g. behind one API process)."""
+    with fresh_database(pg_base_url, pg_template) as url:
+        yield url
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition, *, timeout_s: float = 30.0, interval_s: float = 0.05, what: str = "condition"):
+    """Poll ``condition`` until it returns a truthy value; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)
 
 
 @pytest.fixture

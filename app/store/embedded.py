@@ -14,12 +14,16 @@ from urllib.parse import parse_qs, urlsplit
 log = logging.getLogger(__name__)
 
 
-def start(pgdata: Path, *, keep_running: bool = False) -> str:
-    """Start or join the server in ``pgdata``; return a SQLAlchemy URL for psycopg."""
+def start(pgdata: Path, *, cleanup: str | None = "stop") -> str:
+    """Start or join the server in ``pgdata``; return a SQLAlchemy URL for psycopg.
+
+    cleanup: "stop" stops the server when the last attached process exits, "delete" also
+    removes the data directory (throwaway test servers), None leaves it running.
+    """
     import pgserver
 
     pgdata.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(str(pgdata), cleanup_mode=None if keep_running else "stop")
+    server = pgserver.get_server(str(pgdata), cleanup_mode=cleanup)
     uri = server.get_uri()
     log.info("embedded postgres ready", extra={"pgdata": str(pgdata)})
     return to_sqlalchemy_url(uri)

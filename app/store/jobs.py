@@ -175,3 +175,10 @@ async def shared_pool_access(conn: AsyncConnection, tenant_id: UUID, pool: str) 
     """None: no shared pool of that name; else whether the tenant is granted it."""
     row = (await conn.execute(q("PoolLookupForTenant"), {"tenant_id": tenant_id, "name": pool})).first()
     return None if row is None else bool(row.granted)
+
+
+async def record_skipped(conn: AsyncConnection, job: Job, scheduled_for: datetime, reason: str) -> None:
+    await conn.execute(q("ExecutionRecordSkipped"), {
+        "job_id": job.job_id, "tenant_id": job.tenant_id, "queue": job.queue, "scheduled_for": scheduled_for,
+        "max_attempts": job.max_attempts, "reason": reason,
+    })

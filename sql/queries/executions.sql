@@ -14,3 +14,279 @@ UPDATE executions SET state = 'cancelled', finished_at = now(), error = 'job can
 WHERE job_id = :job_id AND tenant_id = :tenant_id
   AND state = 'ready'  -- started (leased) work finishes; its result is still recorded
 RETURNING execution_id;
+
+-- name: ExecutionRecordSkipped
+-- Record an occurrence that will not run (overlap, misfire, dst_gap) so history can say why.
+INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at,
+                        finished_at, skip_reason)
+VALUES (:job_id, :tenant_id, :queue, :scheduled_for, :max_attempts, 'skipped', now(), now(), :reason)
+ON CONFLICT (job_id, scheduled_for) DO NOTHING;
+
+-- name: ExecutionLeaseFair
+-- Lease up to :limit ready executions of one queue, round-robin across tenants weighted by tenants.weight, each tenant capped at its max_inflight leased in this queue; bumps attempt (the fencing token) and opens an attempts row per lease.
+WITH RECURSIVE ready_tenants (tenant_id) AS (
+    -- Loose index scan over executions_ready: one probe per tenant, however deep its backlog.
+    (SELECT tenant_id FROM executions
+     WHERE queue = :queue AND state = 'ready'
+     ORDER BY tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.tenant_id FROM executions AS e
+            WHERE e.queue = :queue AND e.state = 'ready' AND e.tenant_id > r.tenant_id
+            ORDER BY e.tenant_id LIMIT 1)
+    FROM ready_tenants AS r
+    WHERE r.tenant_id IS NOT NULL
+), quota AS (
+    SELECT t.tenant_id, t.weight, coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now,
+           t.max_inflight - (SELECT count(*) FROM executions AS l
+                             WHERE l.queue = :queue AND l.tenant_id = t.tenant_id
+                               AND l.state = 'leased') AS room
+    FROM ready_tenants AS r
+    JOIN tenants AS t ON t.tenant_id = r.tenant_id
+), candidates AS (
+    SELECT c.execution_id, c.attempt, q.tenant_id, q.weight, q.now,
+           row_number() OVER (PARTITION BY q.tenant_id ORDER BY c.ready_at, c.execution_id) AS turn
+    FROM quota AS q
+    CROSS JOIN LATERAL (
+        SELECT e.execution_id, e.attempt, e.ready_at FROM executions AS e
+        WHERE e.queue = :queue AND e.tenant_id = q.tenant_id
+          AND e.state = 'ready' AND e.ready_at <= q.now
+        ORDER BY e.ready_at
+        LIMIT least(q.room, CAST(:limit AS INT))
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    WHERE q.room > 0
+), picked AS (
+    -- Round r holds each tenant's turns r*weight+1 .. (r+1)*weight; tenants take turns in an
+    -- order that rotates per call (:salt), so no tenant is always first.
+    SELECT execution_id, attempt, now FROM candidates
+    ORDER BY (turn - 1) / weight, md5(CAST(tenant_id AS TEXT) || CAST(:salt AS TEXT)), turn
+    LIMIT CAST(:limit AS INT)
+), leased AS (
+    UPDATE executions AS e SET
+        state = 'leased',
+        attempt = e.attempt + 1,
+        lease_owner = :worker_id,
+        started_at = p.now,
+        lease_until = p.now + least(CAST(:lease_s AS FLOAT8), CAST(j.timeout_s AS FLOAT8)) * INTERVAL '1 second'
+    FROM picked AS p, jobs AS j
+    WHERE e.execution_id = p.execution_id AND j.job_id = e.job_id
+      AND e.state = 'ready' AND e.attempt = p.attempt  -- a concurrent lease of the same row changes nothing
+    RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
+              e.lease_owner, e.started_at, e.lease_until, e.payload
+), opened AS (
+    INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until)
+    SELECT execution_id, attempt, tenant_id, lease_owner, started_at, lease_until FROM leased
+    RETURNING execution_id
+)
+SELECT l.execution_id, l.job_id, l.tenant_id, l.attempt, l.max_attempts, l.scheduled_for, l.lease_until,
+       coalesce(l.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s,
+       t.signing_secret
+FROM leased AS l
+JOIN jobs AS j ON j.job_id = l.job_id
+JOIN tenants AS t ON t.tenant_id = l.tenant_id;
+
+-- name: ExecutionHeartbeat
+-- Extend the lease of the current attempt to now + :lease_s, never past started_at + the job's timeout.
+WITH extended AS (
+    UPDATE executions AS e SET
+        lease_until = least(c.now + CAST(:lease_s AS FLOAT8) * INTERVAL '1 second',
+                            e.started_at + CAST(j.timeout_s AS FLOAT8) * INTERVAL '1 second')
+    FROM jobs AS j, (SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now) AS c
+    WHERE e.execution_id = :execution_id AND j.job_id = e.job_id
+      AND e.state = 'leased' AND e.attempt = :attempt  -- a stale attempt changes nothing
+      AND e.started_at + CAST(j.timeout_s AS FLOAT8) * INTERVAL '1 second' > c.now  -- timed out: no more extensions
+    RETURNING e.execution_id, e.attempt, e.lease_until
+), mirrored AS (
+    UPDATE attempts AS a SET lease_until = x.lease_until
+    FROM extended AS x
+    WHERE a.execution_id = x.execution_id AND a.attempt = x.attempt
+      AND a.outcome = 'running'  -- only the live attempt's lease moves
+    RETURNING a.execution_id
+)
+SELECT lease_until FROM extended;
+
+-- name: ExecutionCompleteMany
+-- Record success of many current attempts at once (unnest over arrays); a stale attempt changes nothing and its result is kept on its attempts row as 'discarded'.
+WITH input AS (
+    SELECT * FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:results AS TEXT[]))
+        AS i (execution_id, attempt, result)
+), clock AS (
+    SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
+), done AS (
+    UPDATE executions AS e SET
+        state = 'succeeded', finished_at = c.now, result = CAST(i.result AS JSONB), error = NULL,
+        lease_owner = NULL, lease_until = NULL
+    FROM input AS i, clock AS c
+    WHERE e.execution_id = i.execution_id
+      AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
+    RETURNING e.execution_id
+), recorded AS (
+    UPDATE attempts AS a SET
+        outcome = CASE WHEN d.execution_id IS NULL THEN 'discarded' ELSE 'succeeded' END,
+        finished_at = c.now, result = CAST(i.result AS JSONB)
+    FROM input AS i LEFT JOIN done AS d ON d.execution_id = i.execution_id, clock AS c
+    WHERE a.execution_id = i.execution_id AND a.attempt = i.attempt
+      AND a.outcome IN ('running', 'expired', 'cancelled')  -- a repeated call changes nothing
+    RETURNING a.execution_id
+)
+SELECT i.execution_id,
+       (d.execution_id IS NOT NULL
+        OR EXISTS (SELECT 1 FROM attempts AS s
+                   WHERE s.execution_id = i.execution_id AND s.attempt = i.attempt
+                     AND s.outcome = 'succeeded')) AS ok
+FROM input AS i LEFT JOIN done AS d ON d.execution_id = i.execution_id;
+
+-- name: ExecutionRetryPolicyMany
+-- The effective retry policy (replay override or the job's) of many executions.
+SELECT e.execution_id,
+       coalesce(e.backoff_s, j.backoff_s) AS backoff_s,
+       coalesce(e.max_backoff_s, j.max_backoff_s) AS max_backoff_s
+FROM executions AS e
+JOIN jobs AS j ON j.job_id = e.job_id
+WHERE e.execution_id = ANY (CAST(:execution_ids AS UUID[]));
+
+-- name: ExecutionFailMany
+-- Record failure of many current attempts at once: ready again after :delays_s, or dead when not retryable or out of attempts; a stale attempt changes nothing ('discarded').
+WITH input AS (
+    SELECT * FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:errors AS TEXT[]),
+                         CAST(:retryable AS BOOL[]), CAST(:delays_s AS FLOAT8[]))
+        AS i (execution_id, attempt, error, retryable, delay_s)
+), clock AS (
+    SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
+), failed AS (
+    UPDATE executions AS e SET
+        state = CASE WHEN i.retryable AND e.attempt < e.max_attempts THEN 'ready' ELSE 'dead' END,
+        ready_at = CASE WHEN i.retryable AND e.attempt < e.max_attempts
+                        THEN c.now + i.delay_s * INTERVAL '1 second' ELSE e.ready_at END,
+        finished_at = CASE WHEN i.retryable AND e.attempt < e.max_attempts THEN NULL ELSE c.now END,
+        error = i.error, lease_owner = NULL, lease_until = NULL
+    FROM input AS i, clock AS c
+    WHERE e.execution_id = i.execution_id
+      AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
+    RETURNING e.execution_id, e.state, e.ready_at
+), recorded AS (
+    UPDATE attempts AS a SET
+        outcome = CASE WHEN f.execution_id IS NULL THEN 'discarded' ELSE 'failed' END,
+        finished_at = c.now, error = i.error
+    FROM input AS i LEFT JOIN failed AS f ON f.execution_id = i.execution_id, clock AS c
+    WHERE a.execution_id = i.execution_id AND a.attempt = i.attempt
+      AND a.outcome IN ('running', 'expired', 'cancelled')  -- a repeated call changes nothing
+    RETURNING a.execution_id
+)
+SELECT i.execution_id, f.state, f.ready_at
+FROM input AS i LEFT JOIN failed AS f ON f.execution_id = i.execution_id;
+
+-- name: ExecutionDeferMany
+-- Hand leased executions back unrun until :until (an open circuit breaker): the attempt spent on the lease is refunded and its attempts row removed.
+WITH input AS (
+    SELECT * FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]))
+        AS i (execution_id, attempt)
+), deferred AS (
+    UPDATE executions AS e SET
+        state = 'ready', ready_at = CAST(:until AS TIMESTAMPTZ), max_attempts = e.max_attempts + 1,
+        lease_owner = NULL, lease_until = NULL
+    FROM input AS i
+    WHERE e.execution_id = i.execution_id
+      AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
+    RETURNING e.execution_id, e.attempt
+), forgotten AS (
+    DELETE FROM attempts AS a
+    USING deferred AS d
+    WHERE a.execution_id = d.execution_id AND a.attempt = d.attempt
+    RETURNING a.execution_id
+)
+SELECT execution_id FROM deferred;
+
+-- name: ExecutionReapExpired
+-- Return up to :limit executions whose lease expired to ready, or to dead when that expiry spent the last attempt; their attempts end 'expired'.
+WITH clock AS (
+    SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
+), expired AS (
+    SELECT e.execution_id, e.attempt FROM executions AS e, clock AS c
+    WHERE e.state = 'leased' AND e.lease_until < c.now
+    ORDER BY e.lease_until
+    LIMIT CAST(:limit AS INT)
+    FOR UPDATE OF e SKIP LOCKED
+), reaped AS (
+    UPDATE executions AS e SET
+        state = CASE WHEN e.attempt < e.max_attempts THEN 'ready' ELSE 'dead' END,
+        ready_at = c.now,
+        finished_at = CASE WHEN e.attempt < e.max_attempts THEN NULL ELSE c.now END,
+        error = 'lease expired (attempt ' || CAST(e.attempt AS TEXT) || ', worker ' || e.lease_owner || ')',
+        lease_owner = NULL, lease_until = NULL
+    FROM expired AS x, clock AS c
+    WHERE e.execution_id = x.execution_id
+      AND e.state = 'leased' AND e.attempt = x.attempt  -- a stale attempt changes nothing
+      AND e.lease_until < c.now  -- a heartbeat that landed first keeps its lease
+    RETURNING e.execution_id, e.attempt, e.state, e.error
+), closed AS (
+    UPDATE attempts AS a SET outcome = 'expired', finished_at = c.now, error = r.error
+    FROM reaped AS r, clock AS c
+    WHERE a.execution_id = r.execution_id AND a.attempt = r.attempt
+      AND a.outcome = 'running'  -- only the live attempt expires
+    RETURNING a.execution_id
+)
+SELECT state, count(*) AS n FROM reaped GROUP BY state;
+
+-- name: ExecutionReplay
+-- Make one of a tenant's dead executions ready again with a fresh attempt budget, optionally with a new payload and retry policy.
+UPDATE executions AS e SET
+    state = 'ready', ready_at = coalesce(CAST(:now AS TIMESTAMPTZ), now()), finished_at = NULL, result = NULL,
+    max_attempts = e.attempt + coalesce(CAST(:max_attempts AS INT), j.max_attempts),
+    payload = coalesce(CAST(:payload AS JSONB), e.payload),
+    backoff_s = coalesce(CAST(:backoff_s AS FLOAT8), e.backoff_s),
+    max_backoff_s = coalesce(CAST(:max_backoff_s AS FLOAT8), e.max_backoff_s)
+FROM jobs AS j
+WHERE e.execution_id = :execution_id AND e.tenant_id = :tenant_id AND j.job_id = e.job_id
+  AND e.state = 'dead'  -- only a dead letter is replayed
+RETURNING e.execution_id, e.job_id, e.attempt, e.max_attempts, e.ready_at;
+
+-- name: ExecutionReplayDeadMany
+-- Replay up to :limit of a tenant's dead executions matching a filter (job, finished window), newest first.
+WITH picked AS (
+    SELECT execution_id FROM executions
+    WHERE tenant_id = :tenant_id AND state = 'dead'
+      AND (CAST(:job_id AS UUID) IS NULL OR job_id = CAST(:job_id AS UUID))
+      AND (CAST(:finished_after AS TIMESTAMPTZ) IS NULL OR finished_at >= CAST(:finished_after AS TIMESTAMPTZ))
+      AND (CAST(:finished_before AS TIMESTAMPTZ) IS NULL OR finished_at < CAST(:finished_before AS TIMESTAMPTZ))
+    ORDER BY finished_at DESC, execution_id DESC
+    LIMIT CAST(:limit AS INT)
+)
+UPDATE executions AS e SET
+    state = 'ready', ready_at = coalesce(CAST(:now AS TIMESTAMPTZ), now()), finished_at = NULL, result = NULL,
+    max_attempts = e.attempt + j.max_attempts
+FROM picked AS p, jobs AS j
+WHERE e.execution_id = p.execution_id AND j.job_id = e.job_id
+  AND e.state = 'dead'  -- only a dead letter is replayed
+RETURNING e.execution_id;
+
+-- name: ExecutionListDead
+-- A page of a tenant's dead letters, newest first, optionally for one job; keyset cursor on (finished_at, execution_id).
+SELECT execution_id, job_id, queue, scheduled_for, attempt, max_attempts, finished_at, error
+FROM executions
+WHERE tenant_id = :tenant_id AND state = 'dead'
+  AND (CAST(:job_id AS UUID) IS NULL OR job_id = CAST(:job_id AS UUID))
+  AND (CAST(:before_finished AS TIMESTAMPTZ) IS NULL
+       OR (finished_at, execution_id) < (CAST(:before_finished AS TIMESTAMPTZ), CAST(:before_id AS UUID)))
+ORDER BY finished_at DESC, execution_id DESC
+LIMIT :limit;
+
+-- name: ExecutionGetForTenant
+-- One of a tenant's executions (another tenant's id finds nothing, like an unknown one).
+SELECT execution_id, job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, ready_at,
+       lease_owner, lease_until, started_at, finished_at, error, result
+FROM executions WHERE tenant_id = :tenant_id AND execution_id = :execution_id;
+
+-- name: ExecutionCountReady
+-- Ready executions of one queue that are due (queue depth, for the executor's wake-up and metrics).
+SELECT count(*) AS n FROM executions
+WHERE queue = :queue AND state = 'ready' AND ready_at <= coalesce(CAST(:now AS TIMESTAMPTZ), now());
+
+-- name: ExecutionInsertReadyMany
+-- Insert ready executions for (job, scheduled_for) pairs in one statement, due at their scheduled time (test factories and benchmarks; the scheduler has its own dispatch statement).
+INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at)
+SELECT j.job_id, j.tenant_id, j.queue, s.scheduled_for, j.max_attempts, 'ready', s.scheduled_for
+FROM unnest(CAST(:job_ids AS UUID[]), CAST(:scheduled_for AS TIMESTAMPTZ[])) AS s (job_id, scheduled_for)
+JOIN jobs AS j ON j.job_id = s.job_id
+ON CONFLICT (job_id, scheduled_for) DO NOTHING
+RETURNING execution_id;

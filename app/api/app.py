@@ -1,0 +1,44 @@
+"""The Litestar application factory."""
+
+from __future__ import annotations
+
+import logging
+
+from litestar import Litestar
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.openapi import OpenAPIConfig
+
+from app.api import problems
+from app.api.auth import provide_db, provide_tenant
+from app.api.health import DemoController, HealthController
+from app.api.jobs import JobController, ScheduleController
+from app.config import Settings
+from app.store.db import Database
+
+log = logging.getLogger(__name__)
+
+
+def controllers(settings: Settings) -> list[type]:
+    found: list[type] = [HealthController, JobController, ScheduleController]
+    if settings.demo:
+        found.append(DemoController)
+    try:
+        from app.api.dead_letters import DeadLetterController
+    except ImportError:  # the execution tier's routes arrive with app.api.dead_letters
+        log.debug("dead-letter routes unavailable")
+    else:
+        found.append(DeadLetterController)
+    return found
+
+
+def create_app(settings: Settings, db: Database) -> Litestar:
+    return Litestar(
+        route_handlers=controllers(settings),
+        dependencies={"db": Provide(provide_db), "tenant": Provide(provide_tenant)},
+        exception_handlers=problems.HANDLERS,  # type: ignore[arg-type]
+        state=State({"settings": settings, "db": db}),
+        openapi_config=OpenAPIConfig(title="Kairos", version="1", path="/schema",
+                                     description="Distributed job scheduler: one-off and cron jobs."),
+        request_max_body_size=1024 * 1024,
+    )

@@ -1,0 +1,37 @@
+"""Bearer-key authentication: the ``tenant`` dependency every /v1 route takes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+from litestar import Request
+from litestar.datastructures import State
+
+from app import errors
+from app.store import tenants
+from app.store.db import Database
+
+
+@dataclass(frozen=True)
+class TenantContext:
+    tenant_id: UUID
+    name: str
+
+
+async def provide_db(state: State) -> Database:
+    return state.db
+
+
+async def provide_tenant(request: Request, state: State) -> TenantContext:
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise errors.Unauthorized()
+    db: Database = state.db
+    principal = await db.transaction(lambda c: tenants.resolve_key(c, key.strip()))
+    if principal is None:
+        raise errors.Unauthorized("the API key is unknown or revoked")
+    if principal.tenant_id is None:
+        raise errors.Forbidden("a pool worker key cannot use the REST API")
+    return TenantContext(principal.tenant_id, principal.tenant_name or "")

@@ -1,0 +1,120 @@
+"""Request and response bodies (camelCase on the wire)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+
+
+class Wire(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=False):
+    pass
+
+
+class TargetIn(Wire):
+    type: str
+    ref: str
+
+
+class DstIn(Wire):
+    gap: str | None = None
+    repeat: str | None = None
+
+
+class ScheduleIn(Wire):
+    run_at: str | None = None
+    delay_seconds: float | None = None
+    cron: str | None = None
+    tz: str | None = None
+    jitter_seconds: int | None = None
+    dst: DstIn | None = None
+
+
+class RetryIn(Wire):
+    max_attempts: int | None = None
+    backoff_seconds: float | None = None
+    max_backoff_seconds: float | None = None
+
+
+class JobIn(Wire):
+    name: str
+    target: TargetIn
+    schedule: ScheduleIn
+    payload: Any = None
+    retry: RetryIn | None = None
+    timeout_seconds: int | None = None
+    concurrency: Literal["allow", "forbid", "replace"] | None = None
+    misfire: Literal["run_once", "catch_up", "skip"] | None = None
+
+
+class JobCreated(Wire):
+    job_id: str
+    next_run_at: datetime | None
+
+
+class TargetOut(Wire):
+    type: str
+    ref: str
+
+
+class ScheduleOut(Wire):
+    run_at: datetime | None = None
+    cron: str | None = None
+    tz: str | None = None
+    jitter_seconds: int | None = None
+    dst: DstIn | None = None
+
+
+class RetryOut(Wire):
+    max_attempts: int
+    backoff_seconds: float
+    max_backoff_seconds: float
+
+
+class JobOut(Wire):
+    job_id: str
+    name: str
+    state: str
+    target: TargetOut
+    schedule: ScheduleOut
+    payload: Any
+    retry: RetryOut
+    timeout_seconds: int
+    concurrency: str
+    misfire: str
+    next_run_at: datetime | None
+    paused_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    version: int
+
+
+class JobPage(Wire):
+    jobs: list[JobOut]
+    next_cursor: str | None
+
+
+class ResumeIn(Wire):
+    missed: Literal["skip", "run_once"] = "skip"
+
+
+class ExecutionOut(Wire):
+    execution_id: str
+    scheduled_for: datetime
+    attempt: int
+    state: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+
+
+class FireTimeOut(Wire):
+    utc: datetime
+    local: str
+    dst_note: str | None
+    skipped: bool
+
+
+class PreviewOut(Wire):
+    fire_times: list[FireTimeOut]

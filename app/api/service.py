@@ -1,0 +1,306 @@
+"""What the job endpoints do, one transaction each, scoped to one tenant."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from uuid import UUID, uuid4
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app import errors, observability
+from app.api import schemas
+from app.config import Settings
+from app.domain import jobs as spec
+from app.domain import schedule as cron
+from app.domain.states import JobState
+from app.store import jobs as store
+from app.store.db import Database
+
+log = logging.getLogger(__name__)
+PAGE_MAX = 500
+_EPSILON = timedelta(microseconds=1)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# -- cursors: opaque base64url of a small JSON array -------------------------------------------------
+
+def encode_cursor(at: datetime, ident: UUID) -> str:
+    raw = json.dumps([at.isoformat(), str(ident)]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
+    if not cursor:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, ident = json.loads(raw)
+        return datetime.fromisoformat(at), UUID(ident)
+    except (ValueError, TypeError):
+        raise errors.InvalidInput("cursor", "is not a cursor this API issued") from None
+
+
+def page_limit(limit: int | None, default: int = 50) -> int:
+    value = default if limit is None else limit
+    if not 1 <= value <= PAGE_MAX:
+        raise errors.InvalidInput("limit", f"must be between 1 and {PAGE_MAX}")
+    return value
+
+
+# -- building a job from the request ------------------------------------------------------------------
+
+def build_spec(body: schemas.JobIn, settings: Settings, now: datetime) -> spec.JobSpec:
+    """Validate everything that needs no database; raises InvalidInput naming the field."""
+    job_id = uuid4()
+    name = spec.validate_name(body.name)
+    target = spec.validate_target(body.target.type, body.target.ref)
+    payload = spec.validate_payload(body.payload, settings.max_payload_bytes)
+    r = body.retry or schemas.RetryIn()
+    retry = spec.validate_retry(r.max_attempts, r.backoff_seconds, r.max_backoff_seconds)
+    timeout_s = spec.validate_timeout(body.timeout_seconds)
+    s = body.schedule
+    given = [k for k, v in (("runAt", s.run_at), ("delaySeconds", s.delay_seconds), ("cron", s.cron))
+             if v is not None]
+    if len(given) != 1:
+        raise errors.InvalidInput("schedule", "give exactly one of runAt, delaySeconds or cron"
+                                  + (f" (got {', '.join(given)})" if given else ""))
+    common = dict(job_id=job_id, name=name, target=target, payload=payload, retry=retry, timeout_s=timeout_s,
+                  concurrency=body.concurrency or "allow", misfire=body.misfire or "run_once")
+    if s.cron is None:
+        if s.tz is not None or s.jitter_seconds is not None or s.dst is not None:
+            raise errors.InvalidInput("schedule", "tz, jitterSeconds and dst apply to cron schedules only")
+        once = spec.once_schedule(s.run_at, s.delay_seconds, now, settings.max_schedule_horizon_days)
+        return spec.JobSpec(schedule=once, **common)
+    dst = s.dst or schemas.DstIn()
+    schedule, resolved = spec.cron_schedule(s.cron, s.tz, s.jitter_seconds, dst.gap, dst.repeat, str(job_id))
+    first = spec.first_occurrence(schedule, resolved, now, str(job_id), settings.max_schedule_horizon_days)
+    return spec.JobSpec(schedule=schedule, cron_resolved=resolved, first=first, **common)
+
+
+def new_row(job: spec.JobSpec, tenant_id: UUID, queue: str, idem_key: str | None,
+            fingerprint: str | None) -> store.NewJob:
+    once = isinstance(job.schedule, spec.OnceSchedule)
+    c = None if once else job.schedule
+    return store.NewJob(
+        job_id=job.job_id, tenant_id=tenant_id, name=job.name, target_type=job.target.type,
+        target_ref=job.target.ref, queue=queue, payload=job.payload,
+        schedule_kind="once" if once else "cron",
+        run_at=job.schedule.run_at if once else None,
+        cron=c.expr if c else None, cron_resolved=job.cron_resolved, tz=c.tz if c else None,
+        jitter_s=c.jitter_s if c else 0, dst_gap=c.dst.gap if c else "shift",
+        dst_repeat=c.dst.repeat if c else "once", max_attempts=job.retry.max_attempts,
+        backoff_s=job.retry.backoff_s, max_backoff_s=job.retry.effective_max_backoff_s,
+        timeout_s=job.timeout_s, concurrency=job.concurrency, misfire=job.misfire,
+        next_nominal_at=job.first_nominal_at, next_run_at=job.first_run_at,
+        idempotency_key=idem_key, request_hash=fingerprint,
+    )
+
+
+@dataclass(frozen=True)
+class Created:
+    job_id: UUID
+    next_run_at: datetime | None
+    replayed: bool
+
+
+async def create_job(db: Database, settings: Settings, tenant_id: UUID, body: schemas.JobIn, raw_body: bytes,
+                     idem_key: str | None) -> Created:
+    if idem_key is not None and not 1 <= len(idem_key) <= 255:
+        raise errors.InvalidInput("Idempotency-Key", "must be 1-255 characters")
+    job = build_spec(body, settings, utcnow())
+    fingerprint = spec.request_fingerprint(raw_body) if idem_key else None
+
+    async def replay(conn: AsyncConnection) -> Created | None:
+        if idem_key is None:
+            return None
+        hit = await store.by_idempotency_key(conn, tenant_id, idem_key)
+        if hit is None:
+            return None
+        if hit.request_hash != fingerprint:
+            raise errors.IdempotencyConflict()
+        return Created(hit.job_id, hit.first_run_at, replayed=True)
+
+    async def work(conn: AsyncConnection) -> Created:
+        earlier = await replay(conn)
+        if earlier:
+            return earlier
+        shared = False
+        if job.target.type == "queue":
+            access = await store.shared_pool_access(conn, tenant_id, job.target.ref)
+            if access is False:
+                raise errors.Forbidden(f"pool {job.target.ref!r} is a shared pool this tenant is not granted")
+            shared = bool(access)
+        queue = spec.queue_for(job.target, tenant_id, shared)
+        if await store.insert(conn, new_row(job, tenant_id, queue, idem_key, fingerprint)):
+            return Created(job.job_id, job.first_run_at, replayed=False)
+        earlier = await replay(conn)  # a concurrent request with the same key committed first
+        assert earlier is not None
+        return earlier
+
+    created = await db.transaction(work)
+    if not created.replayed:
+        observability.jobs_submitted.add(1)
+        log.info("job created", extra={"tenant_id": str(tenant_id), "job_id": str(created.job_id)})
+    return created
+
+
+# -- reading -------------------------------------------------------------------------------------------
+
+def job_out(job: store.Job) -> schemas.JobOut:
+    dst = schemas.DstIn(gap=job.dst_gap, repeat=job.dst_repeat) if job.schedule_kind == "cron" else None
+    return schemas.JobOut(
+        job_id=str(job.job_id), name=job.name, state=job.state,
+        target=schemas.TargetOut(job.target_type, job.target_ref),
+        schedule=schemas.ScheduleOut(run_at=job.run_at, cron=job.cron, tz=job.tz,
+                                     jitter_seconds=job.jitter_s if job.cron else None, dst=dst),
+        payload=job.payload,
+        retry=schemas.RetryOut(job.max_attempts, job.backoff_s, job.max_backoff_s),
+        timeout_seconds=job.timeout_s, concurrency=job.concurrency, misfire=job.misfire,
+        next_run_at=job.next_run_at, paused_at=job.paused_at, created_at=job.created_at,
+        updated_at=job.updated_at, version=job.version,
+    )
+
+
+async def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
+    job = await db.transaction(lambda c: store.get(c, tenant_id, job_id))
+    if job is None:
+        raise errors.JobNotFound()
+    return job
+
+
+async def list_jobs(db: Database, tenant_id: UUID, *, state: str | None, name: str | None, cursor: str | None,
+                    limit: int | None) -> tuple[list[store.Job], str | None]:
+    if state is not None and state not in {s.value for s in JobState}:
+        raise errors.InvalidInput("state", f"must be one of {', '.join(s.value for s in JobState)}")
+    n = page_limit(limit)
+    after = decode_cursor(cursor)
+    rows = await db.transaction(lambda c: store.list_page(c, tenant_id, state=state, name=name, after=after,
+                                                          limit=n + 1))
+    more = len(rows) > n
+    rows = rows[:n]
+    return rows, encode_cursor(rows[-1].created_at, rows[-1].job_id) if more else None
+
+
+async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | None,
+                     limit: int | None) -> tuple[list[store.ExecutionSummary], str | None]:
+    n = page_limit(limit)
+    before = decode_cursor(cursor)
+
+    async def work(conn: AsyncConnection) -> list[store.ExecutionSummary]:
+        if await store.get(conn, tenant_id, job_id) is None:
+            raise errors.JobNotFound()
+        return await store.executions_page(conn, tenant_id, job_id, before=before, limit=n + 1)
+
+    rows = await db.transaction(work)
+    more = len(rows) > n
+    rows = rows[:n]
+    return rows, encode_cursor(rows[-1].scheduled_for, rows[-1].execution_id) if more else None
+
+
+def execution_out(e: store.ExecutionSummary) -> schemas.ExecutionOut:
+    error = e.error if e.error is not None else (f"skipped: {e.skip_reason}" if e.skip_reason else None)
+    return schemas.ExecutionOut(str(e.execution_id), e.scheduled_for, e.attempt, e.state, e.started_at,
+                                e.finished_at, error)
+
+
+# -- state changes -------------------------------------------------------------------------------------
+
+def _cron_of(job: store.Job) -> cron.CronSchedule:
+    assert job.cron_resolved is not None and job.tz is not None
+    return cron.CronSchedule(expr=job.cron_resolved, tz=job.tz, jitter_s=job.jitter_s,
+                             dst=cron.DstPolicy(gap=job.dst_gap, repeat=job.dst_repeat))  # type: ignore[arg-type]
+
+
+async def _locked(conn: AsyncConnection, tenant_id: UUID, job_id: UUID) -> store.Job:
+    job = await store.get(conn, tenant_id, job_id, for_update=True)
+    if job is None:
+        raise errors.JobNotFound()
+    return job
+
+
+async def _moved(conn: AsyncConnection, job: store.Job, to: JobState, nominal: datetime | None,
+                 run_at: datetime | None) -> store.Job:
+    updated = await store.set_state(conn, job, to.value, next_nominal_at=nominal, next_run_at=run_at)
+    if updated is None:
+        raise errors.InvalidStateTransition("the job changed concurrently; retry")
+    return updated
+
+
+async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
+    async def work(conn: AsyncConnection) -> store.Job:
+        job = await _locked(conn, tenant_id, job_id)
+        if job.state == JobState.PAUSED:
+            return job
+        if job.state != JobState.ACTIVE:
+            raise errors.InvalidStateTransition(f"a {job.state} job cannot be paused")
+        await store.delete_due(conn, job.job_id)
+        # next_nominal_at stays: it is the first occurrence the pause may make us miss.
+        return await _moved(conn, job, JobState.PAUSED, job.next_nominal_at, None)
+
+    return await db.transaction(work)
+
+
+async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> store.Job:
+    async def work(conn: AsyncConnection) -> store.Job:
+        job = await _locked(conn, tenant_id, job_id)
+        if job.state == JobState.ACTIVE:
+            return job
+        if job.state != JobState.PAUSED:
+            raise errors.InvalidStateTransition(f"a {job.state} job cannot be resumed")
+        now = utcnow()
+        nominal, run_at = _resume_point(job, now, missed)
+        if nominal is None:
+            # A one-off job whose time passed while paused, and the caller chose to skip it.
+            await store.record_skipped(conn, job, job.next_nominal_at or now, "misfire")
+            return await _moved(conn, job, JobState.COMPLETED, None, None)
+        await store.insert_due(conn, job.job_id, job.tenant_id, nominal, run_at)
+        return await _moved(conn, job, JobState.ACTIVE, nominal, run_at)
+
+    return await db.transaction(work)
+
+
+def _resume_point(job: store.Job, now: datetime, missed: str) -> tuple[datetime | None, datetime]:
+    """(nominal, run_at) of the occurrence to schedule on resume; nominal None: nothing left to run."""
+    if job.schedule_kind == "once":
+        assert job.run_at is not None
+        if job.run_at > now:
+            return job.run_at, job.run_at
+        return (job.run_at, now) if missed == "run_once" else (None, now)
+    schedule = _cron_of(job)
+    key = str(job.job_id)
+    if missed == "run_once" and job.next_nominal_at is not None and job.next_nominal_at <= now:
+        # The newest occurrence that fell inside the pause runs now (its own nominal time keeps it unique).
+        newest, _total = cron.missed_occurrences(schedule, job.next_nominal_at - _EPSILON, now, key, cap=1)
+        if newest:
+            return newest[-1].nominal_utc, now
+    nxt = cron.next_occurrence(schedule, now, key)
+    return nxt.nominal_utc, nxt.run_at
+
+
+async def cancel(db: Database, tenant_id: UUID, job_id: UUID) -> None:
+    async def work(conn: AsyncConnection) -> None:
+        job = await _locked(conn, tenant_id, job_id)
+        if job.state == JobState.CANCELLED:
+            return
+        await store.delete_due(conn, job.job_id)
+        await store.cancel_unstarted(conn, tenant_id, job.job_id)
+        await _moved(conn, job, JobState.CANCELLED, None, None)
+
+    await db.transaction(work)
+
+
+# -- schedule preview ----------------------------------------------------------------------------------
+
+def preview(expr: str, tz: str, count: int, from_: str | None, job_key: str | None) -> list[cron.Occurrence]:
+    if not 1 <= count <= 100:
+        raise errors.InvalidInput("count", "must be between 1 and 100")
+    start = spec.parse_instant(from_, "from") if from_ else utcnow()
+    schedule, resolved = spec.cron_schedule(expr, tz, 0, None, None, job_key or "preview")
+    return cron.preview(spec.resolved_schedule(schedule, resolved), start, count, job_key or "preview")

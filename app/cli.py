@@ -1,0 +1,222 @@
+"""The `kairos` command line: every tier, the all-in-one `up`, and operator commands.
+
+Bad input exits with code 2 and one line on stderr; other failures exit 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from app import errors
+from app.config import Settings, load
+
+T = TypeVar("T")
+console = Console(stderr=False, highlight=False)
+
+
+def fail(message: str) -> None:
+    """One line on stderr, exit code 2 (bad input)."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
+
+
+def with_db(work: Callable[[Any], Awaitable[T]], *, upgrade: bool = True) -> T:
+    """Run ``work(db)`` against the configured (or embedded) database."""
+    from app.runtime import open_database
+
+    async def main() -> T:
+        db = await open_database(load(), upgrade=upgrade)
+        try:
+            return await work(db)
+        finally:
+            await db.close()
+
+    try:
+        return asyncio.run(main())
+    except errors.DatabaseUnavailable as exc:
+        click.echo(f"error: database unavailable: {exc.detail}", err=True)
+        sys.exit(1)
+
+
+@click.group()
+@click.version_option(package_name="kairos")
+def main() -> None:
+    """Kairos: a distributed job scheduler."""
+
+
+# -- tiers ---------------------------------------------------------------------------------------------
+
+@main.command()
+def api() -> None:
+    """Serve the REST API (Litestar on uvicorn)."""
+    from app.api.server import serve
+    from app.runtime import run_service
+
+    run_service("api", load(), serve)
+
+
+@main.command()
+def scheduler() -> None:
+    """Own shards, load due occurrences and dispatch them into executions."""
+    from app.runtime import run_service
+    from app.scheduler.service import serve
+
+    run_service("scheduler", load(), serve)
+
+
+@main.command()
+def executor() -> None:
+    """Serve the gRPC worker protocol, run the HTTP-target pool and the lease reaper."""
+    from app.execution.service import serve
+    from app.runtime import run_service
+
+    run_service("executor", load(), serve)
+
+
+@main.command()
+@click.option("--demo", is_flag=True, help="Submit a demo job once everything is up.")
+def up(demo: bool) -> None:
+    """Run everything on one machine (embedded PostgreSQL unless KAIROS_DATABASE_URL is set)."""
+    from app.supervisor import run_all
+
+    sys.exit(run_all(load(), demo=demo))
+
+
+# -- database ------------------------------------------------------------------------------------------
+
+@main.group()
+def db() -> None:
+    """Database administration."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Apply pending migrations (idempotent; safe from several processes at once)."""
+    from app.store import migrate
+
+    applied = with_db(migrate.upgrade, upgrade=False)
+    click.echo(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else ""))
+
+
+# -- tenants -------------------------------------------------------------------------------------------
+
+@main.group()
+def tenants() -> None:
+    """Tenants, their API keys and quotas."""
+
+
+def _tenant_json(t: Any) -> dict[str, Any]:
+    return {"tenantId": str(t.tenant_id), "name": t.name, "weight": t.weight, "maxInflight": t.max_inflight,
+            "maxDispatchPerSecond": t.max_dispatch_per_s, "createdAt": t.created_at.isoformat()}
+
+
+@tenants.command("create")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def tenants_create(name: str, as_json: bool) -> None:
+    """Create a tenant; prints its id, API key and HTTP signing secret (shown once)."""
+    from app.store import tenants as store
+
+    if not name.strip() or len(name) > 100:
+        fail("a tenant name is 1-100 characters")
+    created = with_db(lambda d: d.transaction(lambda c: store.create(c, name)))
+    if created is None:
+        fail(f"tenant {name!r} already exists")
+    tenant, key = created
+    if as_json:
+        click.echo(json.dumps({"tenantId": str(tenant.tenant_id), "name": tenant.name, "apiKey": key,
+                               "signingSecret": tenant.signing_secret}))
+    else:
+        console.print(f"tenant     {tenant.name}\nid         {tenant.tenant_id}\napi key    {key}\n"
+                      f"signing    {tenant.signing_secret}\n[dim]The key is stored only as a hash: keep it now.[/]")
+
+
+def _need_tenant(conn_work: Callable[[Any, Any], Awaitable[T]], name: str) -> T:
+    from app.store import tenants as store
+
+    async def work(conn: Any) -> T:
+        tenant = await store.get_by_name(conn, name)
+        if tenant is None:
+            raise errors.TenantNotFound(f"no tenant named {name!r}")
+        return await conn_work(conn, tenant)
+
+    try:
+        return with_db(lambda d: d.transaction(work))
+    except errors.TenantNotFound as exc:
+        fail(exc.detail)
+        raise
+
+
+@tenants.command("rotate-key")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def tenants_rotate_key(name: str, as_json: bool) -> None:
+    """Issue a new API key and revoke the old ones at once."""
+    from app.store import tenants as store
+
+    key, revoked = _need_tenant(lambda c, t: store.rotate_key(c, t.tenant_id), name)
+    if as_json:
+        click.echo(json.dumps({"name": name, "apiKey": key, "revoked": revoked}))
+    else:
+        console.print(f"api key    {key}\nrevoked    {revoked} earlier key(s)")
+
+
+@tenants.command("set-quota")
+@click.argument("name")
+@click.option("--weight", type=click.IntRange(1, 1000), help="Fairness weight in shared pools.")
+@click.option("--max-inflight", type=click.IntRange(1, 1_000_000), help="Leased executions per pool at once.")
+@click.option("--max-dispatch-per-s", type=click.IntRange(1, 1_000_000), help="Occurrences dispatched per second.")
+def tenants_set_quota(name: str, weight: int | None, max_inflight: int | None,
+                      max_dispatch_per_s: int | None) -> None:
+    """Change a tenant's quotas."""
+    from app.store import tenants as store
+
+    if weight is None and max_inflight is None and max_dispatch_per_s is None:
+        fail("give at least one of --weight, --max-inflight, --max-dispatch-per-s")
+    tenant = _need_tenant(lambda c, t: store.set_quota(c, t.tenant_id, weight=weight, max_inflight=max_inflight,
+                                                       max_dispatch_per_s=max_dispatch_per_s), name)
+    click.echo(json.dumps(_tenant_json(tenant)))
+
+
+@tenants.command("show")
+@click.argument("name")
+def tenants_show(name: str) -> None:
+    """A tenant's id and quotas."""
+
+    async def same(_conn: Any, t: Any) -> Any:
+        return t
+
+    click.echo(json.dumps(_tenant_json(_need_tenant(same, name)), indent=2))
+
+
+@tenants.command("list")
+def tenants_list() -> None:
+    """All tenants."""
+    from app.store import tenants as store
+
+    for t in with_db(lambda d: d.transaction(store.list_all)):
+        click.echo(json.dumps(_tenant_json(t)))
+
+
+def _register_execution_commands() -> None:
+    from app.execution.cli import pools, worker
+
+    main.add_command(pools)
+    main.add_command(worker)
+
+
+try:
+    _register_execution_commands()
+except ImportError:  # until the execution tier's CLI module exists
+    pass
+
+
+if __name__ == "__main__":
+    main()

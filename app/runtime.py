@@ -1,0 +1,52 @@
+"""Process start-up shared by every tier: settings -> logging -> database -> serve until signalled."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+from app import observability
+from app.config import Settings
+from app.store import embedded, migrate
+from app.store.db import Database
+
+log = logging.getLogger(__name__)
+
+
+def database_url(settings: Settings) -> str:
+    """KAIROS_DATABASE_URL, or the embedded server under KAIROS_HOME (started or joined)."""
+    if settings.database_url:
+        return settings.database_url
+    return embedded.start(settings.pgdata)
+
+
+async def open_database(settings: Settings, *, upgrade: bool = True) -> Database:
+    db = Database.from_settings(settings, database_url(settings))
+    if upgrade:
+        await migrate.upgrade(db)
+    return db
+
+
+Serve = Callable[[Settings, Database, asyncio.Event], Awaitable[None]]
+
+
+def run_service(name: str, settings: Settings, serve: Serve) -> None:
+    """Run one tier until SIGTERM/SIGINT, then let it shut down gracefully."""
+    observability.setup_logging(settings.log_level, settings.log_format, name)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        db = await open_database(settings)
+        log.info("starting", extra={"service": name})
+        try:
+            await serve(settings, db, stop)
+        finally:
+            await db.close()
+            log.info("stopped", extra={"service": name})
+
+    asyncio.run(main())

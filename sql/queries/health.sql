@@ -1,0 +1,3 @@
+-- name: HealthPing
+-- The database answers.
+SELECT 1 AS ok;
