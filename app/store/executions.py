@@ -1,0 +1,232 @@
+"""Executions: the execution tier's side (lease, heartbeat, complete, fail, reap, replay).
+
+Every state change is a guarded UPDATE: ``WHERE state = 'leased' AND attempt = :attempt``. The
+attempt number is the fencing token, so a call carrying a stale attempt changes nothing, and
+correctness never depends on ``FOR UPDATE SKIP LOCKED`` (which only keeps concurrent leasers
+from queueing behind each other). Hot paths (lease, complete, fail, reap) are one statement
+over arrays, whatever the batch size.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.domain.backoff import retry_delay_s
+from app.store.queries import q
+
+
+@dataclass(frozen=True)
+class Leased:
+    execution_id: UUID
+    job_id: UUID
+    tenant_id: UUID
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime
+    lease_until: datetime
+    payload: Any
+    target_type: str
+    target_ref: str
+    timeout_s: int
+    signing_secret: str
+
+    @property
+    def idempotency_key(self) -> str:
+        """The same for every attempt of one occurrence: receivers deduplicate on it."""
+        return f"{self.job_id}:{self.scheduled_for.isoformat().replace('+00:00', 'Z')}"
+
+
+@dataclass(frozen=True)
+class AttemptRef:
+    execution_id: UUID
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Success:
+    execution_id: UUID
+    attempt: int
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    execution_id: UUID
+    attempt: int
+    error: str
+    retryable: bool = True
+
+
+@dataclass(frozen=True)
+class FailOutcome:
+    execution_id: UUID
+    state: str | None  # 'ready' (retry at retry_at), 'dead', or None: the attempt was stale
+    retry_at: datetime | None
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    execution_id: UUID
+    job_id: UUID
+    queue: str
+    scheduled_for: datetime
+    attempt: int
+    max_attempts: int
+    finished_at: datetime
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Replayed:
+    execution_id: UUID
+    job_id: UUID
+    attempt: int
+    max_attempts: int
+    ready_at: datetime
+
+
+@dataclass(frozen=True)
+class Execution:
+    execution_id: UUID
+    job_id: UUID
+    tenant_id: UUID
+    queue: str
+    scheduled_for: datetime
+    attempt: int
+    max_attempts: int
+    state: str
+    ready_at: datetime
+    lease_owner: str | None
+    lease_until: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    result: Any
+
+
+MAX_ERROR_CHARS = 4000
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+async def lease(conn: AsyncConnection, queue: str, worker_id: str, limit: int, lease_s: float,
+                *, now: datetime | None = None) -> list[Leased]:
+    """Lease up to ``limit`` ready executions of ``queue``, fairly across tenants."""
+    rows = await conn.execute(q("ExecutionLeaseFair"), {
+        "queue": queue, "worker_id": worker_id, "limit": limit, "lease_s": lease_s, "now": now,
+        "salt": secrets.token_hex(4),
+    })
+    return [Leased(**r._mapping) for r in rows]
+
+
+async def heartbeat(conn: AsyncConnection, execution_id: UUID, attempt: int, lease_s: float,
+                    *, now: datetime | None = None) -> datetime | None:
+    """The new lease_until, or None when the attempt is not current (or timed out)."""
+    row = (await conn.execute(q("ExecutionHeartbeat"), {
+        "execution_id": execution_id, "attempt": attempt, "lease_s": lease_s, "now": now,
+    })).first()
+    return row.lease_until if row else None
+
+
+async def complete_many(conn: AsyncConnection, done: Sequence[Success], *,
+                        now: datetime | None = None) -> dict[UUID, bool]:
+    """execution_id -> True (recorded, or already recorded by this attempt) / False (lease lost)."""
+    if not done:
+        return {}
+    rows = await conn.execute(q("ExecutionCompleteMany"), {
+        "execution_ids": [d.execution_id for d in done], "attempts": [d.attempt for d in done],
+        "results": [_json(d.result) for d in done], "now": now,
+    })
+    return {r.execution_id: bool(r.ok) for r in rows}
+
+
+async def fail_many(conn: AsyncConnection, failed: Sequence[Failure], *, now: datetime | None = None,
+                    rng: random.Random | None = None) -> dict[UUID, FailOutcome]:
+    """Schedule retries (backoff from app.domain.backoff) or dead-letter; stale attempts change nothing."""
+    if not failed:
+        return {}
+    ids = [f.execution_id for f in failed]
+    policies = {r.execution_id: r for r in await conn.execute(q("ExecutionRetryPolicyMany"),
+                                                              {"execution_ids": ids})}
+    delays = []
+    for f in failed:
+        p = policies.get(f.execution_id)
+        delays.append(retry_delay_s(max(f.attempt, 1), p.backoff_s, p.max_backoff_s, rng=rng) if p else 0.0)
+    rows = await conn.execute(q("ExecutionFailMany"), {
+        "execution_ids": ids, "attempts": [f.attempt for f in failed],
+        "errors": [f.error[-MAX_ERROR_CHARS:] for f in failed], "retryable": [f.retryable for f in failed],
+        "delays_s": delays, "now": now,
+    })
+    return {r.execution_id: FailOutcome(r.execution_id, r.state, r.ready_at if r.state == "ready" else None)
+            for r in rows}
+
+
+async def defer_many(conn: AsyncConnection, held: Sequence[AttemptRef], until: datetime) -> int:
+    """Give leased executions back unrun until ``until`` without spending an attempt."""
+    if not held:
+        return 0
+    rows = (await conn.execute(q("ExecutionDeferMany"), {
+        "execution_ids": [h.execution_id for h in held], "attempts": [h.attempt for h in held], "until": until,
+    })).all()
+    return len(rows)
+
+
+async def reap_expired(conn: AsyncConnection, limit: int, *, now: datetime | None = None) -> dict[str, int]:
+    """{'ready': n, 'dead': m}: expired leases returned to the queue or dead-lettered."""
+    rows = await conn.execute(q("ExecutionReapExpired"), {"limit": limit, "now": now})
+    out = {"ready": 0, "dead": 0}
+    for r in rows:
+        out[r.state] = int(r.n)
+    return out
+
+
+async def replay(conn: AsyncConnection, tenant_id: UUID, execution_id: UUID, *, payload: Any = None,
+                 max_attempts: int | None = None, backoff_s: float | None = None,
+                 max_backoff_s: float | None = None, now: datetime | None = None) -> Replayed | None:
+    """None when the tenant has no dead execution of that id."""
+    row = (await conn.execute(q("ExecutionReplay"), {
+        "tenant_id": tenant_id, "execution_id": execution_id, "payload": _json(payload),
+        "max_attempts": max_attempts, "backoff_s": backoff_s, "max_backoff_s": max_backoff_s, "now": now,
+    })).first()
+    return Replayed(**row._mapping) if row else None
+
+
+async def replay_dead_many(conn: AsyncConnection, tenant_id: UUID, *, limit: int, job_id: UUID | None = None,
+                           finished_after: datetime | None = None, finished_before: datetime | None = None,
+                           now: datetime | None = None) -> list[UUID]:
+    rows = await conn.execute(q("ExecutionReplayDeadMany"), {
+        "tenant_id": tenant_id, "limit": limit, "job_id": job_id, "finished_after": finished_after,
+        "finished_before": finished_before, "now": now,
+    })
+    return [r.execution_id for r in rows]
+
+
+async def list_dead(conn: AsyncConnection, tenant_id: UUID, *, job_id: UUID | None,
+                    before: tuple[datetime, UUID] | None, limit: int) -> list[DeadLetter]:
+    rows = await conn.execute(q("ExecutionListDead"), {
+        "tenant_id": tenant_id, "job_id": job_id,
+        "before_finished": before[0] if before else None, "before_id": before[1] if before else None,
+        "limit": limit,
+    })
+    return [DeadLetter(**r._mapping) for r in rows]
+
+
+async def get(conn: AsyncConnection, tenant_id: UUID, execution_id: UUID) -> Execution | None:
+    row = (await conn.execute(q("ExecutionGetForTenant"),
+                              {"tenant_id": tenant_id, "execution_id": execution_id})).first()
+    return Execution(**row._mapping) if row else None
+
+
+async def count_ready(conn: AsyncConnection, queue: str, *, now: datetime | None = None) -> int:
+    return int((await conn.execute(q("ExecutionCountReady"), {"queue": queue, "now": now})).scalar_one())

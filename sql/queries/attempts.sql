@@ -1,0 +1,23 @@
+-- name: AttemptListForExecution
+-- Every attempt of one of a tenant's executions, oldest first (including discarded late results).
+SELECT execution_id, attempt, worker_id, leased_at, lease_until, finished_at, outcome, error, result
+FROM attempts
+WHERE tenant_id = :tenant_id AND execution_id = :execution_id
+ORDER BY attempt;
+
+-- name: ReplayBudgetEnsure
+-- Create a tenant's bulk-replay window row (an empty, long-expired window) if it has none.
+INSERT INTO replay_budgets (tenant_id, window_start, used)
+VALUES (:tenant_id, CAST('2000-01-01T00:00:00Z' AS TIMESTAMPTZ), 0)
+ON CONFLICT (tenant_id) DO NOTHING;
+
+-- name: ReplayBudgetGet
+-- A tenant's bulk-replay window, locked for the update that follows, with the database clock.
+SELECT used, window_start, coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
+FROM replay_budgets WHERE tenant_id = :tenant_id
+FOR UPDATE;
+
+-- name: ReplayBudgetPut
+-- Store a tenant's bulk-replay window after a grant.
+UPDATE replay_budgets SET window_start = :window_start, used = :used
+WHERE tenant_id = :tenant_id;
