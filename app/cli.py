@@ -218,5 +218,20 @@ except ImportError:  # until the execution tier's CLI module exists
     pass
 
 
+def run() -> None:
+    """Console entry point: usage errors become one line and exit code 2."""
+    try:
+        code = main(standalone_mode=False)
+    except click.UsageError as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except click.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
 if __name__ == "__main__":
-    main()
+    run()

@@ -1,7 +1,7 @@
 """Job and execution states, written down once.
 
 The schema's CHECK constraints and the guarded UPDATEs in ``sql/queries`` enforce the same
-tables; ``tests/unit/test_states.py`` checks that every guarded UPDATE matches a transition here.
+tables; ``tests/unit/test_sql_catalogue.py`` checks that every guarded UPDATE matches a transition here.
 """
 
 from __future__ import annotations

@@ -1,0 +1,80 @@
+"""Job validation and retry maths: pure functions, no I/O."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+from uuid import UUID, uuid4
+
+import pytest
+
+from app.domain import backoff, jobs
+from app.domain.shards import SHARD_COUNT, due_minute, shard_of
+from app.errors import InvalidInput
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+
+def test_instants_need_an_offset_and_are_normalised_to_utc() -> None:
+    assert jobs.parse_instant("2026-10-16T11:00:00+02:00", "f") == datetime(2026, 10, 16, 9, tzinfo=timezone.utc)
+    assert jobs.parse_instant("2026-10-16T09:00:00Z", "f") == datetime(2026, 10, 16, 9, tzinfo=timezone.utc)
+    with pytest.raises(InvalidInput, match="offset"):
+        jobs.parse_instant("2026-10-16T09:00:00", "f")
+
+
+def test_once_schedule_bounds() -> None:
+    assert jobs.once_schedule(None, 90, NOW, 3660).run_at == NOW + timedelta(seconds=90)
+    assert jobs.once_schedule("2026-11-30T11:30:00Z", None, NOW, 3660).run_at < NOW  # runs at once
+    with pytest.raises(InvalidInput) as past:
+        jobs.once_schedule("2026-11-20T00:00:00Z", None, NOW, 3660)
+    assert past.value.field == "schedule.runAt"
+    with pytest.raises(InvalidInput):
+        jobs.once_schedule(None, 400 * 86400, NOW, 365)
+
+
+def test_targets() -> None:
+    assert jobs.validate_target("queue", "emails.v2").ref == "emails.v2"
+    for kind, ref in (("http", "ftp://x"), ("http", "https://user:pw@host/"), ("queue", "-x"), ("queue", "a" * 64),
+                      ("sms", "x")):
+        with pytest.raises(InvalidInput):
+            jobs.validate_target(kind, ref)
+
+
+def test_retry_defaults_and_bounds() -> None:
+    policy = jobs.validate_retry(None, None, None)
+    assert (policy.max_attempts, policy.backoff_s, policy.effective_max_backoff_s) == (5, 10.0, 3600.0)
+    with pytest.raises(InvalidInput) as exc:
+        jobs.validate_retry(3, 100, 50)
+    assert exc.value.field == "retry.maxBackoffSeconds"
+
+
+def test_queue_keys_keep_tenants_apart() -> None:
+    a, b = uuid4(), uuid4()
+    t = jobs.Target("queue", "emails")
+    assert jobs.queue_for(t, a, False) != jobs.queue_for(t, b, False)
+    assert jobs.queue_for(t, a, True) == jobs.queue_for(t, b, True) == "shared:emails"
+    assert jobs.queue_for(jobs.Target("http", "https://x"), a, False) == jobs.HTTP_QUEUE
+
+
+def test_fingerprint_ignores_key_order_and_whitespace() -> None:
+    assert jobs.request_fingerprint(b'{"a": 1, "b": [1,2]}') == jobs.request_fingerprint(b'{"b":[1,2],"a":1}')
+    assert jobs.request_fingerprint(b'{"a": 1}') != jobs.request_fingerprint(b'{"a": 2}')
+
+
+def test_backoff_follows_the_formula_with_bounded_jitter() -> None:
+    rng = random.Random(7)
+    for attempt, nominal in ((1, 10), (2, 20), (3, 40), (4, 80), (10, 300)):
+        delay = backoff.retry_delay_s(attempt, 10, 300, rng=rng)
+        assert nominal * (1 - backoff.JITTER) <= delay <= nominal
+    assert backoff.retry_delay_s(1000, 10, 300, rng=rng) <= 300
+    with pytest.raises(ValueError):
+        backoff.retry_delay_s(0, 10, 300)
+
+
+def test_shards_are_stable_and_spread() -> None:
+    assert shard_of(UUID("12345678-1234-4234-8234-123456789abc")) == shard_of(UUID("12345678-1234-4234-8234-123456789abc"))
+    counts = [0] * SHARD_COUNT
+    for _ in range(25_600):
+        counts[shard_of(uuid4())] += 1
+    assert min(counts) > 40 and max(counts) < 180
+    assert due_minute(datetime(2026, 1, 1, 9, 0, 59, 999, tzinfo=timezone.utc)) == datetime(2026, 1, 1, 9, 0, tzinfo=timezone.utc)

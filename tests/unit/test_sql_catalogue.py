@@ -1,0 +1,102 @@
+"""Every SQL statement is named, described, used, and inside the PostgreSQL/CockroachDB rules."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from app.domain.states import EXECUTION_TRANSITIONS, JOB_TRANSITIONS, ExecutionState, JobState
+from app.store import migrate
+from app.store.queries import catalogue, parse, sql_dir
+
+APP = Path(__file__).resolve().parents[2] / "app"
+
+# Things CockroachDB lacks or ignores (ARCHITECTURE.md, compatibility rules).
+BANNED = {
+    r"\bLISTEN\b|\bNOTIFY\b|pg_notify": "LISTEN/NOTIFY does not exist on CockroachDB",
+    r"pg_(try_)?advisory": "advisory locks are silent no-ops on CockroachDB",
+    r"\b(BIG)?SERIAL\b|\bCREATE\s+SEQUENCE\b|\bnextval\s*\(": "no sequences: keys are UUID v4",
+    r"(?<!:):\w+::": "':x::type' does not bind in SQLAlchemy text(); use CAST(:x AS type)",
+    r"\bON\s+CONFLICT\s+ON\s+CONSTRAINT\b": "name the conflict columns, not a constraint",
+    r"\bLOCK\s+TABLE\b": "no table locks",
+    r"\bFOR\s+(NO\s+KEY\s+UPDATE|KEY\s+SHARE)\b": "only FOR UPDATE / FOR SHARE exist on CockroachDB",
+}
+
+
+def code(sql: str) -> str:
+    """SQL without its -- comments."""
+    return re.sub(r"--[^\n]*", "", sql)
+
+
+def app_source() -> str:
+    return "\n".join(p.read_text() for p in APP.rglob("*.py"))
+
+
+def test_catalogue_loads_with_unique_names() -> None:
+    assert len(catalogue()) > 10
+
+
+@pytest.mark.parametrize("name", sorted(catalogue()))
+def test_statement_is_described_used_and_portable(name: str) -> None:
+    query = catalogue()[name]
+    assert query.description, f"{name} needs a one-line description under its name"
+    assert re.match(r"^[A-Z][A-Za-z0-9]+$", name), f"{name}: noun-first CamelCase names"
+    assert f'"{name}"' in app_source(), f"{name} is never used in app/"
+    for pattern, why in BANNED.items():
+        assert not re.search(pattern, code(query.sql), re.IGNORECASE), f"{name}: {why}"
+
+
+def test_no_sql_strings_outside_the_catalogue() -> None:
+    dml = re.compile(r"[\"'](\s*)(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM)\s", re.IGNORECASE)
+    offenders = [str(p.relative_to(APP)) for p in APP.rglob("*.py")
+                 if "_pb2" not in p.name and dml.search(p.read_text())]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("migration", migrate.available(), ids=lambda m: m.version)
+def test_migrations_are_portable(migration: migrate.Migration) -> None:
+    for pattern, why in BANNED.items():
+        assert not re.search(pattern, code(migration.script), re.IGNORECASE), f"{migration.version}: {why}"
+
+
+def _guarded_updates(table: str) -> list[tuple[str, str, set[str], str]]:
+    """(query, new state, guarded source states) for every UPDATE <table> that sets state."""
+    found = []
+    for name, query in catalogue().items():
+        for m in re.finditer(rf"UPDATE\s+{table}\b(?:\s+AS\s+\w+)?\s+SET(.*?)(?:\bRETURNING\b|\Z|\)\s*,\s*\w+\s+AS\s*\(|\)\s*(?:SELECT|INSERT|UPDATE|DELETE)\b)",
+                             query.sql, re.IGNORECASE | re.DOTALL):
+            body = m.group(1)
+            new = re.search(r"\bstate\s*=\s*'(\w+)'", body)
+            if not new:
+                continue
+            where = body.split("WHERE", 1)[1] if "WHERE" in body.upper() else ""
+            sources = set(re.findall(r"\bstate\s*=\s*'(\w+)'", where))
+            sources |= {s for group in re.findall(r"\bstate\s+IN\s*\(([^)]*)\)", where, re.IGNORECASE)
+                        for s in re.findall(r"'(\w+)'", group)}
+            found.append((name, new.group(1), sources, where))
+    return found
+
+
+def test_every_guarded_execution_update_is_a_listed_transition() -> None:
+    updates = _guarded_updates("executions")
+    assert updates, "expected guarded UPDATEs of executions"
+    for name, new, sources, _ in updates:
+        assert new in {s.value for s in ExecutionState}, name
+        assert sources, f"{name} sets state={new!r} without guarding the source state"
+        for src in sources:
+            assert ExecutionState(new) in EXECUTION_TRANSITIONS[ExecutionState(src)], f"{name}: {src} -> {new}"
+
+
+def test_job_state_changes_are_listed_transitions() -> None:
+    for name, new, sources, _ in _guarded_updates("jobs"):
+        for src in sources:
+            assert JobState(new) in JOB_TRANSITIONS[JobState(src)], f"{name}: {src} -> {new}"
+
+
+def test_parser_reads_names_descriptions_and_bodies() -> None:
+    parsed = parse("x.sql", "-- name: ThingGet\n-- Get a thing.\nSELECT 1;\n\n-- name: ThingPut\n-- Put.\nSELECT 2;\n")
+    assert [(q.name, q.description, q.sql) for q in parsed] == [("ThingGet", "Get a thing.", "SELECT 1"),
+                                                                ("ThingPut", "Put.", "SELECT 2")]
+    assert sql_dir().is_dir()
