@@ -23,7 +23,10 @@ class JobState(StrEnum):
 
 
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.ACTIVE: frozenset({JobState.PAUSED, JobState.COMPLETED, JobState.CANCELLED}),
+    JobState.ACTIVE: frozenset({
+        JobState.PAUSED, JobState.COMPLETED, JobState.CANCELLED,
+        JobState.ACTIVE,  # the scheduler advances a cron job to its next occurrence
+    }),
     JobState.PAUSED: frozenset({JobState.ACTIVE, JobState.CANCELLED}),
     JobState.COMPLETED: frozenset({JobState.CANCELLED}),
     JobState.CANCELLED: frozenset(),
