@@ -15,42 +15,9 @@ from app.store.queries import q
 
 
 @dataclass(frozen=True)
-class Job:
-    job_id: UUID
-    tenant_id: UUID
-    name: str
-    target_type: str
-    target_ref: str
-    queue: str
-    payload: Any
-    schedule_kind: str
-    run_at: datetime | None
-    cron: str | None
-    cron_resolved: str | None
-    tz: str | None
-    jitter_s: int
-    dst_gap: str
-    dst_repeat: str
-    max_attempts: int
-    backoff_s: float
-    max_backoff_s: float
-    timeout_s: int
-    concurrency: str
-    misfire: str
-    state: str
-    next_nominal_at: datetime | None
-    next_run_at: datetime | None
-    first_run_at: datetime | None
-    paused_at: datetime | None
-    version: int
-    idempotency_key: str | None
-    request_hash: str | None
-    created_at: datetime
-    updated_at: datetime
-
-
-@dataclass(frozen=True)
 class NewJob:
+    """A validated job as the API inserts it."""
+
     job_id: UUID
     tenant_id: UUID
     name: str
@@ -76,6 +43,20 @@ class NewJob:
     next_run_at: datetime
     idempotency_key: str | None
     request_hash: str | None
+
+
+@dataclass(frozen=True)
+class Job(NewJob):
+    """A stored job: what was submitted plus its lifecycle columns.
+
+    next_nominal_at/next_run_at are NULL once the schedule has ended."""
+
+    state: str
+    first_run_at: datetime | None
+    paused_at: datetime | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
 
 
 @dataclass(frozen=True)
