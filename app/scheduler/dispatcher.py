@@ -1,0 +1,338 @@
+"""Dispatcher: pop due entries from the heap and turn them into executions, a batch at a time.
+
+One transaction per batch: a fenced claim (DispatchClaimDue deletes the batch's due_index rows
+of shards still held under the revision the entries were loaded with, and returns each row's
+job), then the plan for every claimed row is computed here (overlap policy, misfire policy,
+the cron chain's next occurrence) and written by at most two more statements over arrays
+(DispatchCancelReplaced for replace-overlap jobs, DispatchRecord for executions, next due rows
+and job updates). Batches that were fenced are dropped from the heap: whoever holds the shard
+now loads them.
+
+Cron evaluation is cached: jobs sharing an expression, zone and DST policy share one evaluation
+per nominal instant, and each job's jitter offset is added on top (herds are exactly that case).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from uuid import UUID
+
+from app import observability
+from app.domain import schedule as cron
+from app.domain.shards import due_minute, shard_of
+from app.scheduler.heap import DueEntry, DueHeap
+from app.store import dispatch as store
+from app.store.db import Database
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+# Kubernetes' bound: a job never catches up more than this many missed occurrences.
+MISFIRE_CAP = 100
+# Gap-skipped occurrences recorded ahead in one chain step (a schedule that only ever falls in
+# DST gaps would otherwise loop; real schedules have at most a couple in a row).
+MAX_SKIPPED_AHEAD = 16
+
+
+@dataclass(frozen=True)
+class DispatcherConfig:
+    batch_size: int = 1000
+    # Batches in flight at once: one is written while the next is being claimed and planned.
+    max_inflight_batches: int = 2
+    # Longest sleep when nothing is due (the loader wakes us earlier when it adds work).
+    idle_wait_s: float = 1.0
+    # Catch-up misfires become ready at most this fast per tenant, so a restart is no herd.
+    catch_up_per_tenant_per_s: float = 10.0
+    # Pause after a batch failed with a non-retryable error before its entries are tried again.
+    failure_backoff_s: float = 0.5
+
+    @classmethod
+    def from_env(cls) -> DispatcherConfig:
+        env = os.environ.get
+        return cls(
+            batch_size=int(env("KAIROS_DISPATCH_BATCH_SIZE", "1000")),
+            max_inflight_batches=int(env("KAIROS_DISPATCH_INFLIGHT_BATCHES", "2")),
+            catch_up_per_tenant_per_s=float(env("KAIROS_CATCH_UP_PER_TENANT_PER_S", "10")),
+        )
+
+
+@dataclass
+class BatchResult:
+    claimed: int = 0
+    fenced: int = 0
+    vanished: int = 0
+    ready: int = 0
+    skipped: int = 0
+    failed: int = 0
+    lags_s: list[float] = field(default_factory=list)
+
+    def add(self, other: BatchResult) -> None:
+        for name in ("claimed", "fenced", "vanished", "ready", "skipped", "failed"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.lags_s.extend(other.lags_s)
+
+
+# ----------------------------------------------------------------------------------------------
+# Planning (pure)
+# ----------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=65_536)
+def _chain_step(expr: str, tz: str, gap: str, repeat: str, after: datetime,
+                ) -> tuple[tuple[cron.Occurrence, ...], cron.Occurrence | None]:
+    """Gap-skipped occurrences, then the first one that runs, strictly after ``after`` (no jitter).
+
+    ``expr`` is the resolved expression (no H tokens), so the job key plays no part here.
+    """
+    schedule = cron.CronSchedule(expr=expr, tz=tz, jitter_s=0, dst=cron.DstPolicy(gap=gap, repeat=repeat))  # type: ignore[arg-type]
+    skipped: list[cron.Occurrence] = []
+    for occ in cron.occurrences_after(schedule, after, "resolved"):
+        if not occ.skipped:
+            return tuple(skipped), occ
+        skipped.append(occ)
+        if len(skipped) >= MAX_SKIPPED_AHEAD:
+            break
+    return tuple(skipped), None
+
+
+@functools.lru_cache(maxsize=262_144)
+def _jitter(job_id: UUID, window_s: int) -> timedelta:
+    return timedelta(seconds=cron.jitter_offset_s(str(job_id), window_s))
+
+
+def _iso(at: datetime) -> str:
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Plan:
+    """Everything one claimed due row turns into."""
+
+    executions: list[store.NewExecution] = field(default_factory=list)
+    next_due: store.NextDue | None = None
+    advance: store.JobAdvance | None = None
+    replacement: store.Replacement | None = None
+    lag_s: float | None = None
+
+
+def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime]) -> Plan:
+    """Turn one claimed due row into executions, the next due row and the job's new state."""
+    plan = Plan()
+    if c.job_state != "active":
+        return plan  # paused/cancelled/completed (or deleted): the orphan row is gone, nothing runs
+    assert c.tenant_id is not None and c.nominal_at is not None and c.queue is not None
+    assert c.max_attempts is not None
+
+    def execution(nominal: datetime, ready_at: datetime, state: str = "ready", reason: str | None = None,
+                  note: str | None = None) -> store.NewExecution:
+        return store.NewExecution(c.job_id, c.tenant_id, c.queue, nominal, c.max_attempts,  # type: ignore[arg-type]
+                                  state, ready_at, reason, note)
+
+    # (nominal, ready_at) of every occurrence that runs now, oldest first.
+    runs: list[tuple[datetime, datetime]] = [(c.nominal_at, c.next_run_at)]
+    if c.schedule_kind == "once":
+        plan.advance = store.JobAdvance(c.job_id, "completed", None, None)
+    else:
+        assert c.cron_resolved and c.tz and c.dst_gap and c.dst_repeat
+        jitter = _jitter(c.job_id, c.jitter_s or 0)
+        gap_skipped, following = _chain_step(c.cron_resolved, c.tz, c.dst_gap, c.dst_repeat, c.nominal_at)
+        if following is not None and following.nominal_utc <= now:
+            # Misfire: later occurrences are already due too; Kairos was down (or far behind).
+            runs, misfire_records, following, gap_skipped = _plan_misfire(c, now, catch_up_slot)
+            plan.executions.extend(execution(*record) for record in misfire_records)
+        for occ in gap_skipped:
+            plan.executions.append(execution(occ.nominal_utc, occ.nominal_utc + jitter, "skipped", "dst_gap",
+                                             occ.dst_note))
+        if following is None:
+            plan.advance = store.JobAdvance(c.job_id, "completed", None, None)
+        else:
+            run_at = following.nominal_utc + jitter
+            plan.next_due = store.NextDue(shard_of(c.job_id), due_minute(run_at), run_at,
+                                          c.job_id, c.tenant_id, following.nominal_utc)
+            plan.advance = store.JobAdvance(c.job_id, "active", following.nominal_utc, run_at)
+    if not runs:
+        return plan
+    if c.overlapping and c.concurrency == "forbid":
+        plan.executions.extend(execution(n, r, "skipped", "overlap", "the previous execution was still unfinished")
+                               for n, r in runs)
+        return plan
+    if c.overlapping and c.concurrency == "replace":
+        plan.replacement = store.Replacement(c.job_id, runs[0][0], f"replaced by {_iso(runs[-1][0])}")
+    plan.executions.extend(execution(n, r) for n, r in runs)
+    if len(runs) == 1 and runs[0][0] == c.nominal_at:
+        plan.lag_s = (now - c.next_run_at).total_seconds()
+    return plan
+
+
+def _plan_misfire(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime],
+                  ) -> tuple[list[tuple[datetime, datetime]], list[tuple], cron.Occurrence | None,
+                             tuple[cron.Occurrence, ...]]:
+    """Runs, skipped records, the next occurrence after now and gap-skips before it."""
+    assert c.cron_resolved and c.tz and c.nominal_at and c.misfire and c.tenant_id
+    key = str(c.job_id)
+    schedule = cron.CronSchedule(expr=c.cron_resolved, tz=c.tz, jitter_s=c.jitter_s or 0,
+                                 dst=cron.DstPolicy(gap=c.dst_gap, repeat=c.dst_repeat))  # type: ignore[arg-type]
+    missed, total = cron.missed_occurrences(schedule, c.nominal_at, now, key, cap=MISFIRE_CAP)
+    this = cron.Occurrence(c.nominal_at, c.next_run_at, c.nominal_at, False, None, None)
+    listed = ([this] + missed)[-MISFIRE_CAP:]
+    decision = cron.plan_misfire(c.misfire, listed, total + 1, cap=MISFIRE_CAP)  # type: ignore[arg-type]
+    run_ids = {occ.nominal_utc for occ in decision.run}
+    unlisted = total + 1 - len(listed)
+    records = []
+    for i, occ in enumerate(o for o in listed if o.nominal_utc not in run_ids):
+        note = f"missed while no scheduler ran; misfire policy {c.misfire}"
+        if i == 0 and unlisted:
+            note += f" ({unlisted} older missed occurrences since {_iso(c.nominal_at)} are not listed)"
+        records.append((occ.nominal_utc, occ.run_at, "skipped", "misfire", note))
+    runs = []
+    for occ in decision.run:
+        ready_at = occ.run_at
+        if c.misfire == "catch_up":
+            ready_at = max(ready_at, catch_up_slot(c.tenant_id))
+        runs.append((occ.nominal_utc, ready_at))
+    after = listed[-1].nominal_utc if listed else now
+    gap_skipped, following = _chain_step(c.cron_resolved, c.tz, c.dst_gap, c.dst_repeat, max(after, now))  # type: ignore[arg-type]
+    return runs, records, following, gap_skipped
+
+
+# ----------------------------------------------------------------------------------------------
+# The duty
+# ----------------------------------------------------------------------------------------------
+
+
+class Dispatcher:
+    def __init__(self, db: Database, owner: str, heap: DueHeap, config: DispatcherConfig = DispatcherConfig(),
+                 clock: Clock | None = None, wake: asyncio.Event | None = None) -> None:
+        self.db = db
+        self.owner = owner
+        self.heap = heap
+        self.config = config
+        self.clock = clock  # None: wall clock here, the database clock in SQL
+        self.wake = wake or asyncio.Event()
+        self._catch_up_slots: dict[UUID, datetime] = {}
+        self.totals = BatchResult()
+
+    def _now(self) -> datetime:
+        return self.clock() if self.clock else datetime.now(timezone.utc)
+
+    def _sql_now(self) -> datetime | None:
+        return self.clock() if self.clock else None
+
+    def _catch_up_slot(self, tenant_id: UUID) -> datetime:
+        now = self._now()
+        slot = max(now, self._catch_up_slots.get(tenant_id, now))
+        self._catch_up_slots[tenant_id] = slot + timedelta(seconds=1 / self.config.catch_up_per_tenant_per_s)
+        return slot
+
+    async def run_once(self) -> BatchResult:
+        """Dispatch everything due now, batch after batch (tests call this)."""
+        total = BatchResult()
+        while True:
+            batch = self.heap.pop_due(self._now().timestamp(), self.config.batch_size)
+            if not batch:
+                return total
+            total.add(await self.dispatch(batch))
+
+    async def dispatch(self, batch: Sequence[DueEntry]) -> BatchResult:
+        """One transaction for the whole batch; settles the entries in the heap afterwards."""
+        keys = [store.ClaimKey(e.shard_id, e.revision, e.due_minute, e.next_run_at, e.job_id) for e in batch]
+        sql_now = self._sql_now()
+        slots_before = dict(self._catch_up_slots)
+
+        async def work(conn) -> tuple[list[store.Claim], list[Plan], store.Recorded | None]:
+            self._catch_up_slots = dict(slots_before)  # a retried transaction plans afresh
+            claims = await store.claim(conn, self.owner, keys, sql_now)
+            now = self._now()
+            plans = [plan_claim(c, now, self._catch_up_slot) for c in claims if c.claimed]
+            executions = [e for p in plans for e in p.executions]
+            next_due = [p.next_due for p in plans if p.next_due is not None]
+            advances = [p.advance for p in plans if p.advance is not None]
+            replacements = [p.replacement for p in plans if p.replacement is not None]
+            if not (executions or next_due or advances):
+                return claims, plans, None
+            await store.cancel_replaced(conn, replacements, sql_now)
+            recorded = await store.record(conn, executions, next_due, advances, sql_now)
+            return claims, plans, recorded
+
+        result = BatchResult()
+        try:
+            claims, plans, recorded = await self.db.transaction(work)
+        except asyncio.CancelledError:
+            self.heap.requeue(batch)
+            raise
+        except Exception:
+            log.exception("dispatch batch failed", extra={"entries": len(batch)})
+            result.failed = len(batch)
+            await asyncio.sleep(self.config.failure_backoff_s)
+            self.heap.requeue(batch)
+            return result
+        by_key = {(c.job_id, c.next_run_at): c for c in claims}
+        fenced, settled = [], []
+        for entry in batch:
+            c = by_key.get(entry.key)
+            if c is not None and c.fenced and not c.claimed:
+                fenced.append(entry)
+            else:
+                settled.append(entry)
+                if c is None or not c.claimed:
+                    result.vanished += 1
+        self.heap.settle(settled)
+        result.claimed = sum(1 for c in claims if c.claimed)
+        if fenced:
+            self.heap.forget(fenced)
+            result.fenced = len(fenced)
+            observability.dispatch_fenced.add(1)
+            log.warning("dispatch batch refused by the shard fence", extra={
+                "owner": self.owner, "fenced": len(fenced), "shards": sorted({e.shard_id for e in fenced})})
+        if recorded is not None:
+            result.ready, result.skipped = recorded.ready, recorded.skipped
+            if recorded.ready:
+                observability.dispatched.add(recorded.ready)
+        result.lags_s = [p.lag_s for p in plans if p.lag_s is not None]
+        for lag in result.lags_s:
+            observability.dispatch_lag.record(lag)
+        self.totals.add(BatchResult(result.claimed, result.fenced, result.vanished, result.ready,
+                                    result.skipped, result.failed))
+        return result
+
+    async def run(self, stop: asyncio.Event) -> None:
+        cfg = self.config
+        inflight: set[asyncio.Task] = set()
+        try:
+            while not stop.is_set():
+                self.wake.clear()
+                now_ts = self._now().timestamp()
+                while len(inflight) < cfg.max_inflight_batches:
+                    batch = self.heap.pop_due(now_ts, cfg.batch_size)
+                    if not batch:
+                        break
+                    inflight.add(asyncio.create_task(self.dispatch(batch), name="scheduler.dispatch-batch"))
+                waiters: set[asyncio.Future] = set(inflight)
+                timeout: float | None = None
+                if len(inflight) < cfg.max_inflight_batches:
+                    wake_ts = self.heap.next_wake_ts()
+                    timeout = cfg.idle_wait_s if wake_ts is None else min(cfg.idle_wait_s, max(0.0, wake_ts - now_ts))
+                    waiters.add(asyncio.ensure_future(self.wake.wait()))
+                stopper = asyncio.ensure_future(stop.wait())
+                waiters.add(stopper)
+                done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                for w in waiters:
+                    if w not in inflight:
+                        w.cancel()
+                for task in [t for t in inflight if t.done()]:
+                    inflight.discard(task)
+                    if not task.cancelled() and task.exception() is not None:
+                        log.error("dispatch task crashed", exc_info=task.exception())
+        finally:
+            if inflight:
+                # Let batches already in their transaction finish: their rows are claimed either way.
+                await asyncio.wait(inflight, timeout=5.0)
+                for task in inflight:
+                    task.cancel()

@@ -1,0 +1,182 @@
+"""DueLoader: read the due_index rows of owned shards into the heap.
+
+Two scans, both range scans over (shard_id, due_minute) and bounded per tick:
+- the near scan, every tick: rows due before now + ``near_s`` (earliest first, at most
+  ``near_limit``). It picks up jobs submitted for "in a second" and any overdue backlog
+  within one loader period of their commit, with no LISTEN/NOTIFY.
+- the window scan, every ``window_interval_s`` and at once for newly acquired shards: every row
+  up to the end of the next minute, keyset-paged, at most ``max_rows_per_tick`` per tick (a
+  backlog after downtime is read across several ticks instead of in one huge query).
+The heap ignores rows it already holds and rows of shards this process no longer holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from uuid import UUID
+
+from app.scheduler.heap import DueEntry, DueHeap
+from app.scheduler.leases import Ownership
+from app.store import dispatch as dispatch_store
+from app.store.db import Database
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    interval_s: float = 1.0
+    near_s: float = 5.0
+    near_limit: int = 20_000
+    window_interval_s: float = 10.0
+    page_rows: int = 10_000
+    max_rows_per_tick: int = 100_000
+
+    @classmethod
+    def from_env(cls, interval_s: float) -> LoaderConfig:
+        env = os.environ.get
+        return cls(
+            interval_s=interval_s,
+            near_s=float(env("KAIROS_LOADER_NEAR_S", str(max(5.0, 3 * interval_s)))),
+            window_interval_s=float(env("KAIROS_LOADER_WINDOW_INTERVAL_S", "10")),
+            max_rows_per_tick=int(env("KAIROS_LOADER_MAX_ROWS_PER_TICK", "100000")),
+        )
+
+
+@dataclass
+class _WindowScan:
+    """A window scan in progress: its shards, its end, and how far it has read."""
+
+    shards: set[int]
+    until: datetime
+    after: tuple[datetime, UUID] | None = None
+
+
+@dataclass
+class LoadResult:
+    read: int = 0
+    added: int = 0
+    window_done: bool = True
+
+
+class DueLoader:
+    def __init__(self, db: Database, ownership: Ownership, heap: DueHeap, config: LoaderConfig = LoaderConfig(),
+                 clock: Clock | None = None, wake_dispatcher: asyncio.Event | None = None) -> None:
+        self.db = db
+        self.ownership = ownership
+        self.heap = heap
+        self.config = config
+        self.clock = clock or _utcnow
+        self.wake_dispatcher = wake_dispatcher
+        self.wake = asyncio.Event()
+        self._gained: set[int] = set()
+        self._scan: _WindowScan | None = None
+        self._last_window = float("-inf")
+        ownership.on_change(self._on_ownership_change)
+
+    def _on_ownership_change(self, gained: set[int], lost: set[int]) -> None:
+        if lost:
+            dropped = self.heap.drop_shards(lost)
+            if dropped:
+                log.info("dropped entries of lost shards", extra={"shards": len(lost), "entries": dropped})
+        if gained:
+            self._gained |= gained
+            self.wake.set()
+
+    def _to_entries(self, rows: list[dispatch_store.DueRow]) -> list[DueEntry]:
+        held = self.ownership.held
+        out = []
+        for r in rows:
+            revision = held.get(r.shard_id)
+            if revision is None:
+                continue  # lost while we read
+            out.append(DueEntry(r.shard_id, revision, r.due_minute, r.next_run_at, r.job_id, r.tenant_id,
+                                r.nominal_at, r.weight, r.max_dispatch_per_s))
+        return out
+
+    async def _read(self, shards: list[int], until: datetime, after: tuple[datetime, UUID] | None,
+                    limit: int) -> list[dispatch_store.DueRow]:
+        # A pure hint read: READ COMMITTED keeps it from adding serialization conflicts to dispatch.
+        return await self.db.transaction(
+            lambda c: dispatch_store.load_due(c, shards, until, after, limit), isolation="READ COMMITTED")
+
+    def _add(self, rows: list[dispatch_store.DueRow], result: LoadResult) -> None:
+        result.read += len(rows)
+        added = self.heap.add(self._to_entries(rows))
+        result.added += added
+        if added and self.wake_dispatcher is not None:
+            self.wake_dispatcher.set()
+
+    async def run_once(self) -> LoadResult:
+        result = LoadResult()
+        held = sorted(self.ownership.held)
+        if not held:
+            self._scan = None
+            self._gained.clear()
+            return result
+        now = self.clock()
+        cfg = self.config
+        # Start a window scan when one is due (all shards) or shards were gained (just those).
+        if self._scan is None:
+            window_end = now.replace(second=0, microsecond=0) + timedelta(minutes=2) - timedelta(microseconds=1)
+            if time.monotonic() - self._last_window >= cfg.window_interval_s:
+                self._scan = _WindowScan(set(held), window_end)
+                self._last_window = time.monotonic()
+                self._gained.clear()
+            elif self._gained:
+                self._scan = _WindowScan(self._gained & set(held), window_end)
+                self._gained = set()
+        budget = cfg.max_rows_per_tick
+        while self._scan is not None and budget > 0:
+            scan = self._scan
+            shards = sorted(scan.shards & set(self.ownership.held))
+            if not shards:
+                self._scan = None
+                break
+            page = min(cfg.page_rows, budget)
+            rows = await self._read(shards, scan.until, scan.after, page)
+            self._add(rows, result)
+            budget -= len(rows)
+            if len(rows) < page:
+                self._scan = None
+            else:
+                scan.after = (rows[-1].next_run_at, rows[-1].job_id)
+        result.window_done = self._scan is None
+        # The near scan: what is due soon, whatever the window scan has reached.
+        near = await self._read(sorted(self.ownership.held), now + timedelta(seconds=cfg.near_s), None,
+                                cfg.near_limit)
+        self._add(near, result)
+        return result
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self.wake.clear()
+            more = False
+            try:
+                result = await self.run_once()
+                more = not result.window_done
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("due loader tick failed")
+            if more:
+                await asyncio.sleep(0)  # a bounded tick; the rest of the backlog follows at once
+                continue
+            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.wake.wait())]
+            try:
+                await asyncio.wait(waiters, timeout=self.config.interval_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()

@@ -1,0 +1,201 @@
+"""The scheduler's statements: loading due rows, the fenced claim, and the batch writes.
+
+Every function takes whole batches as lists and runs one statement over arrays (``unnest``):
+nothing on the dispatch path issues a statement per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.store.queries import q
+
+
+@dataclass(frozen=True, slots=True)
+class DueRow:
+    shard_id: int
+    due_minute: datetime
+    next_run_at: datetime
+    job_id: UUID
+    tenant_id: UUID
+    nominal_at: datetime
+    weight: int
+    max_dispatch_per_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimKey:
+    """One due_index row a dispatch batch asks for, with the shard revision it was loaded under."""
+
+    shard_id: int
+    revision: int
+    due_minute: datetime
+    next_run_at: datetime
+    job_id: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The fate of one batch row: claimed (its due row is now ours to dispatch), fenced, or vanished."""
+
+    shard_id: int
+    next_run_at: datetime
+    job_id: UUID
+    claimed: bool
+    fenced: bool
+    tenant_id: UUID | None
+    nominal_at: datetime | None
+    job_state: str | None
+    schedule_kind: str | None
+    cron_resolved: str | None
+    tz: str | None
+    jitter_s: int | None
+    dst_gap: str | None
+    dst_repeat: str | None
+    concurrency: str | None
+    misfire: str | None
+    queue: str | None
+    max_attempts: int | None
+    overlapping: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewExecution:
+    job_id: UUID
+    tenant_id: UUID
+    queue: str
+    scheduled_for: datetime
+    max_attempts: int
+    state: str  # 'ready' or 'skipped'
+    ready_at: datetime
+    skip_reason: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NextDue:
+    shard_id: int
+    due_minute: datetime
+    next_run_at: datetime
+    job_id: UUID
+    tenant_id: UUID
+    nominal_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobAdvance:
+    job_id: UUID
+    state: str  # 'active' (cron continues) or 'completed' (schedule ended)
+    next_nominal_at: datetime | None
+    next_run_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    job_id: UUID
+    scheduled_for: datetime  # the new occurrence; older unfinished executions are cancelled
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    ready: int
+    skipped: int
+    next_due: int
+    advanced: int
+
+
+@dataclass(frozen=True, slots=True)
+class SeedJob:
+    """A job for bulk seeding: a queue target, default retry policy, the given schedule."""
+
+    job_id: UUID
+    tenant_id: UUID
+    shard_id: int
+    name: str
+    pool: str
+    queue: str
+    schedule_kind: str  # 'once' or 'cron'
+    nominal_at: datetime
+    next_run_at: datetime
+    cron: str | None = None
+    tz: str | None = None
+    jitter_s: int = 0
+    dst_gap: str = "shift"
+    dst_repeat: str = "once"
+    concurrency: str = "allow"
+    misfire: str = "run_once"
+
+
+async def load_due(conn: AsyncConnection, shard_ids: Sequence[int], until: datetime,
+                   after: tuple[datetime, UUID] | None, limit: int) -> list[DueRow]:
+    rows = await conn.execute(q("DueIndexLoadShards"), {
+        "shard_ids": list(shard_ids), "until": until,
+        "after_run_at": after[0] if after else None, "after_job_id": after[1] if after else None,
+        "limit": limit,
+    })
+    return [DueRow(*r) for r in rows]
+
+
+async def claim(conn: AsyncConnection, owner: str, keys: Sequence[ClaimKey], now: datetime | None = None) -> list[Claim]:
+    if not keys:
+        return []
+    rows = await conn.execute(q("DispatchClaimDue"), {
+        "owner": owner, "now": now,
+        "shard_ids": [k.shard_id for k in keys], "revisions": [k.revision for k in keys],
+        "due_minutes": [k.due_minute for k in keys], "next_run_ats": [k.next_run_at for k in keys],
+        "job_ids": [k.job_id for k in keys],
+    })
+    return [Claim(*r) for r in rows]
+
+
+async def cancel_replaced(conn: AsyncConnection, replacements: Sequence[Replacement],
+                          now: datetime | None = None) -> None:
+    if not replacements:
+        return
+    await conn.execute(q("DispatchCancelReplaced"), {
+        "now": now, "job_ids": [r.job_id for r in replacements],
+        "scheduled_fors": [r.scheduled_for for r in replacements], "errors": [r.error for r in replacements],
+    })
+
+
+async def record(conn: AsyncConnection, executions: Sequence[NewExecution], next_due: Sequence[NextDue],
+                 advances: Sequence[JobAdvance], now: datetime | None = None) -> Recorded:
+    row = (await conn.execute(q("DispatchRecord"), {
+        "now": now,
+        "e_job_ids": [e.job_id for e in executions], "e_tenant_ids": [e.tenant_id for e in executions],
+        "e_queues": [e.queue for e in executions], "e_scheduled_fors": [e.scheduled_for for e in executions],
+        "e_max_attempts": [e.max_attempts for e in executions], "e_states": [e.state for e in executions],
+        "e_ready_ats": [e.ready_at for e in executions], "e_skip_reasons": [e.skip_reason for e in executions],
+        "e_notes": [e.note for e in executions],
+        "n_shard_ids": [n.shard_id for n in next_due], "n_due_minutes": [n.due_minute for n in next_due],
+        "n_next_run_ats": [n.next_run_at for n in next_due], "n_job_ids": [n.job_id for n in next_due],
+        "n_tenant_ids": [n.tenant_id for n in next_due], "n_nominal_ats": [n.nominal_at for n in next_due],
+        "a_job_ids": [a.job_id for a in advances], "a_states": [a.state for a in advances],
+        "a_from_states": ["active"] * len(advances),
+        "a_next_nominal_ats": [a.next_nominal_at for a in advances],
+        "a_next_run_ats": [a.next_run_at for a in advances],
+    })).one()
+    return Recorded(row.ready, row.skipped, row.next_due, row.advanced)
+
+
+async def seed_jobs(conn: AsyncConnection, jobs: Sequence[SeedJob]) -> None:
+    """Insert many active jobs with their due_index rows in one statement."""
+    if not jobs:
+        return
+    await conn.execute(q("JobSeedMany"), {
+        "job_ids": [j.job_id for j in jobs], "tenant_ids": [j.tenant_id for j in jobs],
+        "names": [j.name for j in jobs], "pools": [j.pool for j in jobs], "queues": [j.queue for j in jobs],
+        "schedule_kinds": [j.schedule_kind for j in jobs], "crons": [j.cron for j in jobs],
+        "tzs": [j.tz for j in jobs], "jitter_ss": [j.jitter_s for j in jobs],
+        "dst_gaps": [j.dst_gap for j in jobs], "dst_repeats": [j.dst_repeat for j in jobs],
+        "concurrencies": [j.concurrency for j in jobs], "misfires": [j.misfire for j in jobs],
+        "nominal_ats": [j.nominal_at for j in jobs], "next_run_ats": [j.next_run_at for j in jobs],
+        "shard_ids": [j.shard_id for j in jobs],
+        "due_minutes": [j.next_run_at.replace(second=0, microsecond=0) for j in jobs],
+    })

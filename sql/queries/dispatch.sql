@@ -1,0 +1,127 @@
+-- name: DispatchClaimDue
+-- Fenced claim of a dispatch batch: delete the batch's due_index rows of shards still held under the presented revision, and return per batch row whether it was claimed or fenced, with its job's dispatch fields and whether the job has an unfinished execution.
+WITH batch AS (
+    SELECT * FROM unnest(CAST(:shard_ids AS INT[]), CAST(:revisions AS INT8[]),
+                         CAST(:due_minutes AS TIMESTAMPTZ[]), CAST(:next_run_ats AS TIMESTAMPTZ[]),
+                         CAST(:job_ids AS UUID[]))
+        AS b (shard_id, revision, due_minute, next_run_at, job_id)
+),
+claimed AS (
+    DELETE FROM due_index AS d
+    USING batch AS b, shard_leases AS l
+    WHERE d.shard_id = b.shard_id AND d.due_minute = b.due_minute
+      AND d.next_run_at = b.next_run_at AND d.job_id = b.job_id
+      -- the fence: a shard lost, expired or re-acquired by anyone (even us) since loading claims nothing
+      AND l.shard_id = b.shard_id AND l.owner = :owner AND l.revision = b.revision
+      AND l.lease_until > coalesce(CAST(:now AS TIMESTAMPTZ), now())
+    RETURNING d.shard_id, d.next_run_at, d.job_id, d.tenant_id, d.nominal_at
+)
+SELECT b.shard_id, b.next_run_at, b.job_id,
+       (c.job_id IS NOT NULL) AS claimed,
+       (l.owner IS NULL OR l.owner <> :owner OR l.revision <> b.revision OR l.lease_until IS NULL
+        OR l.lease_until <= coalesce(CAST(:now AS TIMESTAMPTZ), now())) AS fenced,
+       c.tenant_id, c.nominal_at,
+       j.state AS job_state, j.schedule_kind, j.cron_resolved, j.tz, j.jitter_s, j.dst_gap, j.dst_repeat,
+       j.concurrency, j.misfire, j.queue, j.max_attempts,
+       (j.concurrency <> 'allow' AND EXISTS (
+           SELECT 1 FROM executions AS e
+           WHERE e.job_id = c.job_id AND e.state IN ('ready', 'leased') AND e.scheduled_for <> c.nominal_at
+       )) AS overlapping
+FROM batch AS b
+JOIN shard_leases AS l ON l.shard_id = b.shard_id
+LEFT JOIN claimed AS c ON c.job_id = b.job_id AND c.next_run_at = b.next_run_at
+LEFT JOIN jobs AS j ON j.job_id = c.job_id;
+
+-- name: DispatchCancelReplaced
+-- Replace overlap: cancel the unfinished executions of these jobs older than the occurrence replacing them, and close their running attempts; the worker's next call gets LEASE_LOST.
+WITH batch AS (
+    SELECT * FROM unnest(CAST(:job_ids AS UUID[]), CAST(:scheduled_fors AS TIMESTAMPTZ[]),
+                         CAST(:errors AS TEXT[]))
+        AS b (job_id, scheduled_for, error)
+),
+cancelled AS (
+    UPDATE executions AS e
+    SET state = 'cancelled', lease_owner = NULL, lease_until = NULL,
+        finished_at = coalesce(CAST(:now AS TIMESTAMPTZ), now()),
+        error = b.error
+    FROM batch AS b
+    WHERE e.job_id = b.job_id AND e.scheduled_for < b.scheduled_for
+      AND e.state IN ('ready', 'leased')  -- finished work keeps its outcome
+    RETURNING e.execution_id, e.attempt
+)
+UPDATE attempts AS a
+SET outcome = 'cancelled', finished_at = coalesce(CAST(:now AS TIMESTAMPTZ), now()), error = 'replaced'
+FROM cancelled AS c
+WHERE a.execution_id = c.execution_id AND a.attempt = c.attempt
+  AND a.outcome = 'running'  -- an attempt that already reported keeps its outcome
+RETURNING a.execution_id;
+
+-- name: DispatchRecord
+-- The writes of a claimed batch in one statement: insert its executions (ready or skipped; ON CONFLICT (job_id, scheduled_for) DO NOTHING), insert cron jobs' next due_index rows, advance the jobs.
+WITH ins AS (
+    INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at,
+                            dispatched_at, finished_at, skip_reason, error)
+    SELECT e.job_id, e.tenant_id, e.queue, e.scheduled_for, e.max_attempts, e.state, e.ready_at,
+           coalesce(CAST(:now AS TIMESTAMPTZ), now()),
+           CASE WHEN e.state = 'skipped' THEN coalesce(CAST(:now AS TIMESTAMPTZ), now()) END,
+           e.skip_reason, e.note
+    FROM unnest(CAST(:e_job_ids AS UUID[]), CAST(:e_tenant_ids AS UUID[]), CAST(:e_queues AS TEXT[]),
+                CAST(:e_scheduled_fors AS TIMESTAMPTZ[]), CAST(:e_max_attempts AS INT[]),
+                CAST(:e_states AS TEXT[]), CAST(:e_ready_ats AS TIMESTAMPTZ[]),
+                CAST(:e_skip_reasons AS TEXT[]), CAST(:e_notes AS TEXT[]))
+        AS e (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at, skip_reason, note)
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING  -- an occurrence is dispatched once, however often retried
+    RETURNING state
+),
+nxt AS (
+    INSERT INTO due_index (shard_id, due_minute, next_run_at, job_id, tenant_id, nominal_at)
+    SELECT * FROM unnest(CAST(:n_shard_ids AS INT[]), CAST(:n_due_minutes AS TIMESTAMPTZ[]),
+                         CAST(:n_next_run_ats AS TIMESTAMPTZ[]), CAST(:n_job_ids AS UUID[]),
+                         CAST(:n_tenant_ids AS UUID[]), CAST(:n_nominal_ats AS TIMESTAMPTZ[]))
+    ON CONFLICT DO NOTHING  -- one due row per job: a row the API wrote meanwhile (resume) wins
+    RETURNING job_id
+),
+adv AS (
+    UPDATE jobs AS j
+    SET state = a.state, next_nominal_at = a.next_nominal_at, next_run_at = a.next_run_at,
+        version = j.version + 1, updated_at = coalesce(CAST(:now AS TIMESTAMPTZ), now())
+    FROM unnest(CAST(:a_job_ids AS UUID[]), CAST(:a_from_states AS TEXT[]), CAST(:a_states AS TEXT[]),
+                CAST(:a_next_nominal_ats AS TIMESTAMPTZ[]), CAST(:a_next_run_ats AS TIMESTAMPTZ[]))
+        AS a (job_id, from_state, state, next_nominal_at, next_run_at)
+    WHERE j.job_id = a.job_id
+      AND j.state = a.from_state  -- the state the claim read: a job paused or cancelled meanwhile keeps its own
+    RETURNING j.job_id
+)
+SELECT (SELECT count(*) FROM ins WHERE state = 'ready') AS ready,
+       (SELECT count(*) FROM ins WHERE state = 'skipped') AS skipped,
+       (SELECT count(*) FROM nxt) AS next_due,
+       (SELECT count(*) FROM adv) AS advanced;
+
+-- name: JobSeedMany
+-- Bulk-insert active jobs and their due_index rows in one statement (load tests, fixtures, bulk import); jobs whose id exists are left alone.
+WITH j AS (
+    INSERT INTO jobs (job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
+                      cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s,
+                      max_backoff_s, timeout_s, concurrency, misfire, state, next_nominal_at, next_run_at,
+                      first_run_at)
+    SELECT s.job_id, s.tenant_id, s.name, 'queue', s.pool, s.queue, CAST('{}' AS JSONB), s.schedule_kind,
+           CASE WHEN s.schedule_kind = 'once' THEN s.next_run_at END,
+           s.cron, s.cron, s.tz, s.jitter_s, s.dst_gap, s.dst_repeat, 3, 1, 60, 60, s.concurrency, s.misfire,
+           'active', s.nominal_at, s.next_run_at, s.next_run_at
+    FROM unnest(CAST(:job_ids AS UUID[]), CAST(:tenant_ids AS UUID[]), CAST(:names AS TEXT[]),
+                CAST(:pools AS TEXT[]), CAST(:queues AS TEXT[]), CAST(:schedule_kinds AS TEXT[]),
+                CAST(:crons AS TEXT[]), CAST(:tzs AS TEXT[]), CAST(:jitter_ss AS INT[]),
+                CAST(:dst_gaps AS TEXT[]), CAST(:dst_repeats AS TEXT[]), CAST(:concurrencies AS TEXT[]),
+                CAST(:misfires AS TEXT[]), CAST(:nominal_ats AS TIMESTAMPTZ[]),
+                CAST(:next_run_ats AS TIMESTAMPTZ[]))
+        AS s (job_id, tenant_id, name, pool, queue, schedule_kind, cron, tz, jitter_s, dst_gap, dst_repeat,
+              concurrency, misfire, nominal_at, next_run_at)
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING job_id
+)
+INSERT INTO due_index (shard_id, due_minute, next_run_at, job_id, tenant_id, nominal_at)
+SELECT d.shard_id, d.due_minute, d.next_run_at, d.job_id, d.tenant_id, d.nominal_at
+FROM unnest(CAST(:shard_ids AS INT[]), CAST(:due_minutes AS TIMESTAMPTZ[]), CAST(:next_run_ats AS TIMESTAMPTZ[]),
+            CAST(:job_ids AS UUID[]), CAST(:tenant_ids AS UUID[]), CAST(:nominal_ats AS TIMESTAMPTZ[]))
+    AS d (shard_id, due_minute, next_run_at, job_id, tenant_id, nominal_at)
+JOIN j ON j.job_id = d.job_id;
