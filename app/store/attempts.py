@@ -30,17 +30,36 @@ async def list_for_execution(conn: AsyncConnection, tenant_id: UUID, execution_i
     return [Attempt(**r._mapping) for r in rows]
 
 
-async def take_replay_budget(conn: AsyncConnection, tenant_id: UUID, wanted: int, *, per_window: int,
-                             window_s: float, now: datetime | None = None) -> tuple[int, datetime]:
-    """Grant up to ``wanted`` bulk replays from the tenant's window: (granted, when the window resets)."""
+@dataclass(frozen=True)
+class ReplayBudget:
+    """A tenant's bulk-replay window, as of the database clock (row locked until commit)."""
+
+    window_start: datetime
+    used: int
+    per_window: int
+    window_s: float
+
+    @property
+    def left(self) -> int:
+        return max(0, self.per_window - self.used)
+
+    @property
+    def resets_at(self) -> datetime:
+        return self.window_start + timedelta(seconds=self.window_s)
+
+
+async def replay_budget(conn: AsyncConnection, tenant_id: UUID, *, per_window: int, window_s: float,
+                        now: datetime | None = None) -> ReplayBudget:
     await conn.execute(q("ReplayBudgetEnsure"), {"tenant_id": tenant_id})
     row = (await conn.execute(q("ReplayBudgetGet"), {"tenant_id": tenant_id, "now": now})).one()
-    window = timedelta(seconds=window_s)
     start, used = row.window_start, row.used
-    if start + window <= row.now:
+    if start + timedelta(seconds=window_s) <= row.now:
         start, used = row.now, 0
-    granted = max(0, min(wanted, per_window - used))
-    if granted:
-        await conn.execute(q("ReplayBudgetPut"), {"tenant_id": tenant_id, "window_start": start,
-                                                  "used": used + granted})
-    return granted, start + window
+    return ReplayBudget(start, used, per_window, window_s)
+
+
+async def spend_replay_budget(conn: AsyncConnection, tenant_id: UUID, budget: ReplayBudget, n: int) -> ReplayBudget:
+    spent = ReplayBudget(budget.window_start, budget.used + n, budget.per_window, budget.window_s)
+    await conn.execute(q("ReplayBudgetPut"), {"tenant_id": tenant_id, "window_start": spent.window_start,
+                                              "used": spent.used})
+    return spent

@@ -56,6 +56,9 @@ class Success:
     execution_id: UUID
     attempt: int
     result: Any = None
+    # Which executions the caller may touch: an exact queue ('shared:fleet'), a queue prefix
+    # ending in ':' ('tenant:<id>:'), or None (the executor itself). Others answer lease lost.
+    scope: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class Failure:
     attempt: int
     error: str
     retryable: bool = True
+    scope: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,22 +135,25 @@ async def lease(conn: AsyncConnection, queue: str, worker_id: str, limit: int, l
 
 
 async def heartbeat(conn: AsyncConnection, execution_id: UUID, attempt: int, lease_s: float,
-                    *, now: datetime | None = None) -> datetime | None:
-    """The new lease_until, or None when the attempt is not current (or timed out)."""
+                    *, scope: str | None = None, now: datetime | None = None) -> datetime | None:
+    """The new lease_until, or None when the attempt is not current (or timed out, or out of scope)."""
     row = (await conn.execute(q("ExecutionHeartbeat"), {
-        "execution_id": execution_id, "attempt": attempt, "lease_s": lease_s, "now": now,
+        "execution_id": execution_id, "attempt": attempt, "lease_s": lease_s, "now": now, "scope": scope,
     })).first()
     return row.lease_until if row else None
 
 
 async def complete_many(conn: AsyncConnection, done: Sequence[Success], *,
                         now: datetime | None = None) -> dict[UUID, bool]:
-    """execution_id -> True (recorded, or already recorded by this attempt) / False (lease lost)."""
+    """execution_id -> True (recorded, or already recorded by this attempt) / False (lease lost).
+
+    Executions outside a caller's scope (or unknown) are missing from the answer: lease lost too.
+    """
     if not done:
         return {}
     rows = await conn.execute(q("ExecutionCompleteMany"), {
         "execution_ids": [d.execution_id for d in done], "attempts": [d.attempt for d in done],
-        "results": [_json(d.result) for d in done], "now": now,
+        "results": [_json(d.result) for d in done], "scopes": [d.scope for d in done], "now": now,
     })
     return {r.execution_id: bool(r.ok) for r in rows}
 
@@ -166,18 +173,20 @@ async def fail_many(conn: AsyncConnection, failed: Sequence[Failure], *, now: da
     rows = await conn.execute(q("ExecutionFailMany"), {
         "execution_ids": ids, "attempts": [f.attempt for f in failed],
         "errors": [f.error[-MAX_ERROR_CHARS:] for f in failed], "retryable": [f.retryable for f in failed],
-        "delays_s": delays, "now": now,
+        "delays_s": delays, "scopes": [f.scope for f in failed], "now": now,
     })
     return {r.execution_id: FailOutcome(r.execution_id, r.state, r.ready_at if r.state == "ready" else None)
             for r in rows}
 
 
-async def defer_many(conn: AsyncConnection, held: Sequence[AttemptRef], until: datetime) -> int:
-    """Give leased executions back unrun until ``until`` without spending an attempt."""
+async def defer_many(conn: AsyncConnection, held: Sequence[AttemptRef], delays_s: Sequence[float], *,
+                     now: datetime | None = None) -> int:
+    """Give leased executions back unrun for ``delays_s`` without spending an attempt."""
     if not held:
         return 0
     rows = (await conn.execute(q("ExecutionDeferMany"), {
-        "execution_ids": [h.execution_id for h in held], "attempts": [h.attempt for h in held], "until": until,
+        "execution_ids": [h.execution_id for h in held], "attempts": [h.attempt for h in held],
+        "delays_s": list(delays_s), "now": now,
     })).all()
     return len(rows)
 

@@ -95,6 +95,8 @@ WITH extended AS (
     WHERE e.execution_id = :execution_id AND j.job_id = e.job_id
       AND e.state = 'leased' AND e.attempt = :attempt  -- a stale attempt changes nothing
       AND e.started_at + CAST(j.timeout_s AS FLOAT8) * INTERVAL '1 second' > c.now  -- timed out: no more extensions
+      AND (CAST(:scope AS TEXT) IS NULL OR e.queue = CAST(:scope AS TEXT)
+           OR (right(CAST(:scope AS TEXT), 1) = ':' AND left(e.queue, length(CAST(:scope AS TEXT))) = CAST(:scope AS TEXT)))
     RETURNING e.execution_id, e.attempt, e.lease_until
 ), mirrored AS (
     UPDATE attempts AS a SET lease_until = x.lease_until
@@ -108,8 +110,12 @@ SELECT lease_until FROM extended;
 -- name: ExecutionCompleteMany
 -- Record success of many current attempts at once (unnest over arrays); a stale attempt changes nothing and its result is kept on its attempts row as 'discarded'.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:results AS TEXT[]))
-        AS i (execution_id, attempt, result)
+    -- Only executions the caller's credential covers: scope is an exact queue, a queue prefix ending in ':', or NULL (the executor itself).
+    SELECT i.execution_id, i.attempt, i.result
+    FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:results AS TEXT[]),
+                CAST(:scopes AS TEXT[])) AS i (execution_id, attempt, result, scope)
+    JOIN executions AS x ON x.execution_id = i.execution_id
+    WHERE (i.scope IS NULL OR x.queue = i.scope OR (right(i.scope, 1) = ':' AND left(x.queue, length(i.scope)) = i.scope))
 ), clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
 ), done AS (
@@ -148,9 +154,13 @@ WHERE e.execution_id = ANY (CAST(:execution_ids AS UUID[]));
 -- name: ExecutionFailMany
 -- Record failure of many current attempts at once: ready again after :delays_s, or dead when not retryable or out of attempts; a stale attempt changes nothing ('discarded').
 WITH input AS (
-    SELECT * FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:errors AS TEXT[]),
-                         CAST(:retryable AS BOOL[]), CAST(:delays_s AS FLOAT8[]))
-        AS i (execution_id, attempt, error, retryable, delay_s)
+    -- Only executions the caller's credential covers (see ExecutionCompleteMany).
+    SELECT i.execution_id, i.attempt, i.error, i.retryable, i.delay_s
+    FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:errors AS TEXT[]),
+                CAST(:retryable AS BOOL[]), CAST(:delays_s AS FLOAT8[]), CAST(:scopes AS TEXT[]))
+        AS i (execution_id, attempt, error, retryable, delay_s, scope)
+    JOIN executions AS x ON x.execution_id = i.execution_id
+    WHERE (i.scope IS NULL OR x.queue = i.scope OR (right(i.scope, 1) = ':' AND left(x.queue, length(i.scope)) = i.scope))
 ), clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
 ), failed AS (
@@ -177,13 +187,15 @@ SELECT i.execution_id, f.state, f.ready_at
 FROM input AS i LEFT JOIN failed AS f ON f.execution_id = i.execution_id;
 
 -- name: ExecutionDeferMany
--- Hand leased executions back unrun until :until (an open circuit breaker): the attempt spent on the lease is refunded and its attempts row removed.
+-- Hand leased executions back unrun for :delays_s (an open circuit breaker): the attempt spent on the lease is refunded and its attempts row removed.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]))
-        AS i (execution_id, attempt)
+    SELECT * FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:delays_s AS FLOAT8[]))
+        AS i (execution_id, attempt, delay_s)
 ), deferred AS (
     UPDATE executions AS e SET
-        state = 'ready', ready_at = CAST(:until AS TIMESTAMPTZ), max_attempts = e.max_attempts + 1,
+        state = 'ready',
+        ready_at = coalesce(CAST(:now AS TIMESTAMPTZ), now()) + i.delay_s * INTERVAL '1 second',
+        max_attempts = e.max_attempts + 1,
         lease_owner = NULL, lease_until = NULL
     FROM input AS i
     WHERE e.execution_id = i.execution_id

@@ -149,10 +149,10 @@ async def test_defer_refunds_the_attempt(db: Database) -> None:
     job = await tf.job(db, t.tenant_id, queue=tf.HTTP_QUEUE, max_attempts=2)
     [eid] = await tf.ready_executions(db, job)
     [held] = await lease(db, tf.HTTP_QUEUE, 1)
-    until = datetime.now(timezone.utc) + timedelta(seconds=60)
-    assert await db.transaction(lambda c: ex.defer_many(c, [ex.AttemptRef(eid, held.attempt)], until)) == 1
+    now = datetime.now(timezone.utc)
+    assert await db.transaction(lambda c: ex.defer_many(c, [ex.AttemptRef(eid, held.attempt)], [60], now=now)) == 1
     row = await state_of(db, t.tenant_id, eid)
-    assert (row.state, row.attempt, row.max_attempts, row.ready_at) == ("ready", 1, 3, until)
+    assert (row.state, row.attempt, row.max_attempts, row.ready_at) == ("ready", 1, 3, now + timedelta(seconds=60))
     assert await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, eid)) == []
 
 

@@ -1,0 +1,64 @@
+"""Operator actions on shared pools (what ``kairos pools`` runs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app import errors
+from app.execution.http_pool import HTTP_QUEUE
+from app.store import pools as store
+from app.store import tenants
+from app.store.db import Database
+from app.store.pools import SharedPool
+
+__all__ = ["HTTP_QUEUE", "CreatedPool", "SharedPool", "create", "grant", "list_all", "issue_key"]
+
+
+@dataclass(frozen=True)
+class CreatedPool:
+    name: str
+    worker_key: str
+    tenants: tuple[str, ...]
+
+
+async def _tenant_ids(conn, names: tuple[str, ...]):
+    ids = []
+    for name in names:
+        t = await tenants.get_by_name(conn, name)
+        if t is None:
+            raise errors.TenantNotFound(f"no tenant named {name!r}")
+        ids.append(t.tenant_id)
+    return ids
+
+
+async def create(db: Database, name: str, allow: tuple[str, ...]) -> CreatedPool:
+    async def work(conn) -> CreatedPool:
+        key = await store.create(conn, name, await _tenant_ids(conn, allow))
+        if key is None:
+            raise errors.InvalidInput("name", f"a shared pool named {name!r} exists")
+        return CreatedPool(name, key, tuple(sorted(allow)))
+
+    return await db.transaction(work)
+
+
+async def grant(db: Database, name: str, allow: tuple[str, ...]) -> None:
+    async def work(conn) -> None:
+        if not any(p.name == name for p in await store.list_all(conn)):
+            raise errors.InvalidInput("name", f"no shared pool named {name!r}")
+        for tenant_id in await _tenant_ids(conn, allow):
+            await store.grant(conn, name, tenant_id)
+
+    await db.transaction(work)
+
+
+async def issue_key(db: Database, name: str) -> str:
+    async def work(conn) -> str:
+        if not any(p.name == name for p in await store.list_all(conn)):
+            raise errors.InvalidInput("name", f"no shared pool named {name!r}")
+        return await store.issue_worker_key(conn, name)
+
+    return await db.transaction(work)
+
+
+async def list_all(db: Database) -> list[SharedPool]:
+    return await db.transaction(store.list_all)

@@ -1,0 +1,70 @@
+"""LeaseReaper: returns executions whose lease expired to ready (or dead when out of attempts).
+
+An expiry counts as an attempt (the lease bumped it), so a job that crashes its worker every
+time ends dead after max_attempts instead of looping. The guarded UPDATE re-checks
+``state = 'leased' AND attempt = x AND lease_until < now``, so a heartbeat that lands first
+keeps its lease, and several executors reaping at once never double-count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app import observability
+from app.store import executions as ex
+from app.store.db import Database
+
+log = logging.getLogger(__name__)
+
+LeaseReaperIntervalDefault = 1.0
+LeaseReaperBatchDefault = 1000
+
+
+@dataclass(frozen=True)
+class LeaseReaperConfig:
+    # How often to look for expired leases.
+    interval_s: float = LeaseReaperIntervalDefault
+    # Executions reaped per statement; a full batch is followed at once by another.
+    batch: int = LeaseReaperBatchDefault
+    # Isolation of the reaping transaction (guarded UPDATEs make READ COMMITTED safe).
+    isolation: str = "READ COMMITTED"
+
+
+@dataclass
+class LeaseReaper:
+    db: Database
+    config: LeaseReaperConfig = LeaseReaperConfig()
+    # Called with the number of executions made ready again (wakes local long polls).
+    on_ready: Callable[[int], None] | None = None
+    total: dict[str, int] = field(default_factory=lambda: {"ready": 0, "dead": 0})
+
+    async def run_once(self) -> dict[str, int]:
+        reaped = await self.db.transaction(lambda c: ex.reap_expired(c, self.config.batch),
+                                           isolation=self.config.isolation)
+        for state, n in reaped.items():
+            if n:
+                self.total[state] += n
+                observability.reaped.add(n, {"to": state})
+        if any(reaped.values()):
+            log.info("expired leases reaped", extra=reaped)
+        if reaped["ready"] and self.on_ready:
+            self.on_ready(reaped["ready"])
+        return reaped
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                reaped = await self.run_once()
+                if sum(reaped.values()) >= self.config.batch:
+                    continue  # more are waiting
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("lease reaper pass failed")
+            try:
+                await asyncio.wait_for(stop.wait(), self.config.interval_s)
+            except TimeoutError:
+                pass

@@ -1,0 +1,211 @@
+"""The gRPC Worker service: credentials -> queue, then the store's fenced statements.
+
+This module and ``app.rpc.client`` are the only users of the generated modules, and this is
+the one place Kairos errors become gRPC results: bad or missing credentials answer
+UNAUTHENTICATED, a pool the credential does not cover PERMISSION_DENIED, malformed requests
+INVALID_ARGUMENT, an unreachable database UNAVAILABLE. A stale attempt is not an error: it is
+the LEASE_LOST outcome in the response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from app import errors, observability
+from app.execution.batching import Outcomes
+from app.rpc import worker_pb2 as pb
+from app.rpc import worker_pb2_grpc as pb_grpc
+from app.store import executions as ex
+from app.store import tenants
+from app.store.db import Database
+
+log = logging.getLogger(__name__)
+
+POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class ServicerConfig:
+    # Resolved credentials are cached this long (a revoked key stops working within it).
+    auth_cache_s: float = 5.0
+    # How often a waiting Lease looks for ready work (wake-ups come sooner).
+    poll_interval_s: float = 0.25
+    default_lease_s: float = 30.0
+    max_lease_s: float = 3600.0
+    max_wait_s: float = 60.0
+    max_batch: int = 1000
+    isolation: str = "READ COMMITTED"
+
+
+@dataclass(frozen=True)
+class Credential:
+    principal: tenants.Principal
+
+    def queue_for(self, pool: str) -> str:
+        """The ready queue ``pool`` names for this credential, or PermissionError."""
+        p = self.principal
+        if p.pool is not None:
+            if pool != p.pool:
+                raise PermissionError(f"this worker key serves shared pool {p.pool!r}, not {pool!r}")
+            return f"shared:{pool}"
+        return f"tenant:{p.tenant_id}:{pool}"
+
+    @property
+    def scope(self) -> str:
+        """Which executions Heartbeat/Complete/Fail may touch (see ExecutionCompleteMany)."""
+        p = self.principal
+        return f"shared:{p.pool}" if p.pool is not None else f"tenant:{p.tenant_id}:"
+
+
+def _ts(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+class WorkerServicer(pb_grpc.WorkerServicer):
+    def __init__(self, db: Database, outcomes: Outcomes, config: ServicerConfig = ServicerConfig()) -> None:
+        self.db = db
+        self.outcomes = outcomes
+        self.config = config
+        self.stopping = asyncio.Event()
+        self._ready = asyncio.Event()  # pulsed when local work becomes ready (a retry, a reaped lease)
+        self._auth_cache: dict[str, tuple[float, tenants.Principal]] = {}
+
+    def notify_ready(self, _count: int = 1) -> None:
+        self._ready.set()
+        self._ready = asyncio.Event()
+
+    # -- auth ---------------------------------------------------------------------------------
+    async def _credential(self, context: grpc.aio.ServicerContext) -> Credential:
+        header = ""
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization":
+                header = value if isinstance(value, str) else value.decode()
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                "send metadata 'authorization: Bearer <key>' (a tenant or pool worker key)")
+        digest = tenants.hash_key(token)
+        cached = self._auth_cache.get(digest)
+        if cached and cached[0] > time.monotonic():
+            return Credential(cached[1])
+        principal = await self._call(context, lambda: self.db.transaction(lambda c: tenants.resolve_key(c, token)))
+        if principal is None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "the key is unknown or revoked")
+        if len(self._auth_cache) > 10_000:
+            self._auth_cache.clear()
+        self._auth_cache[digest] = (time.monotonic() + self.config.auth_cache_s, principal)
+        return Credential(principal)
+
+    async def _call(self, context: grpc.aio.ServicerContext, fn):
+        try:
+            return await fn()
+        except errors.DatabaseUnavailable as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"database unavailable: {exc.detail}")
+        except errors.TransactionRetriesExhausted as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, exc.detail)
+
+    @staticmethod
+    async def _execution_id(context: grpc.aio.ServicerContext, value: str) -> UUID:
+        try:
+            return UUID(value)
+        except ValueError:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"execution_id {value!r} is not a UUID")
+            raise AssertionError("unreachable") from None
+
+    # -- RPCs ---------------------------------------------------------------------------------
+    async def Lease(self, request: pb.LeaseRequest, context: grpc.aio.ServicerContext) -> pb.LeaseResponse:
+        cred = await self._credential(context)
+        if not POOL_NAME.match(request.pool):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "pool is 1-63 of A-Z a-z 0-9 . _ - starting with a letter or digit")
+        try:
+            queue = cred.queue_for(request.pool)
+        except PermissionError as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        limit = max(1, min(request.max or 1, self.config.max_batch))
+        lease_s = request.lease_seconds or self.config.default_lease_s
+        lease_s = max(1.0, min(lease_s, self.config.max_lease_s))
+        wait_s = max(0.0, min(request.wait_seconds, self.config.max_wait_s))
+        worker_id = (request.worker_id or context.peer() or "worker")[:200]
+        deadline = time.monotonic() + wait_s
+        while True:
+            ready = self._ready
+            got = await self._call(context, lambda: self.db.transaction(
+                lambda c: ex.lease(c, queue, worker_id, limit, lease_s), isolation=self.config.isolation))
+            remaining = deadline - time.monotonic()
+            if got or remaining <= 0 or self.stopping.is_set():
+                break
+            waits = [asyncio.ensure_future(ready.wait()), asyncio.ensure_future(self.stopping.wait())]
+            try:
+                await asyncio.wait(waits, timeout=min(self.config.poll_interval_s, remaining),
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+        if got:
+            observability.leased.add(len(got), {"queue": "shared" if queue.startswith("shared:") else "tenant"})
+        return pb.LeaseResponse(executions=[
+            pb.LeasedExecution(
+                execution_id=str(e.execution_id), job_id=str(e.job_id), attempt=e.attempt,
+                payload=json.dumps(e.payload, separators=(",", ":")).encode(),
+                scheduled_for=_ts(e.scheduled_for), lease_until=_ts(e.lease_until),
+                idempotency_key=e.idempotency_key, max_attempts=e.max_attempts, timeout_seconds=e.timeout_s,
+            )
+            for e in got
+        ])
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:
+        cred = await self._credential(context)
+        eid = await self._execution_id(context, request.execution_id)
+        lease_s = max(1.0, min(request.lease_seconds or self.config.default_lease_s, self.config.max_lease_s))
+        until = await self._call(context, lambda: self.db.transaction(
+            lambda c: ex.heartbeat(c, eid, request.attempt, lease_s, scope=cred.scope)))
+        if until is None:
+            observability.lease_lost.add(1, {"call": "heartbeat"})
+            return pb.HeartbeatResponse(outcome=pb.LEASE_LOST, message=(
+                "attempt is not current: the execution was re-leased, cancelled, finished or timed out"))
+        return pb.HeartbeatResponse(outcome=pb.OK, lease_until=_ts(until))
+
+    async def Complete(self, request: pb.CompleteRequest, context: grpc.aio.ServicerContext) -> pb.CompleteResponse:
+        cred = await self._credential(context)
+        eid = await self._execution_id(context, request.execution_id)
+        result = None
+        if request.result:
+            try:
+                result = json.loads(request.result)
+            except ValueError:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "result must be UTF-8 JSON")
+        ok = await self._call(context, lambda: self.outcomes.complete(
+            ex.Success(eid, request.attempt, result, scope=cred.scope)))
+        if not ok:
+            return pb.CompleteResponse(outcome=pb.LEASE_LOST,
+                                       message="attempt is not current: its result was recorded as discarded")
+        return pb.CompleteResponse(outcome=pb.OK)
+
+    async def Fail(self, request: pb.FailRequest, context: grpc.aio.ServicerContext) -> pb.FailResponse:
+        cred = await self._credential(context)
+        eid = await self._execution_id(context, request.execution_id)
+        out = await self._call(context, lambda: self.outcomes.fail(
+            ex.Failure(eid, request.attempt, request.error or "failed", retryable=request.retryable,
+                       scope=cred.scope)))
+        if out.state is None:
+            return pb.FailResponse(outcome=pb.LEASE_LOST,
+                                   message="attempt is not current: its error was recorded as discarded")
+        if out.state == "dead":
+            return pb.FailResponse(outcome=pb.DEAD, message="no attempts left or not retryable: dead letter")
+        return pb.FailResponse(outcome=pb.RETRY_SCHEDULED, retry_at=_ts(out.retry_at))

@@ -1,0 +1,155 @@
+"""The gRPC worker protocol over a real socket: credentials, pools, fencing, long poll, codegen."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import grpc
+import pytest
+
+from app.execution import testfactory as tf
+from app.execution.batching import Outcomes
+from app.rpc import codegen
+from app.rpc import server as rpc_server
+from app.rpc.client import WorkerClient
+from app.rpc.servicer import ServicerConfig
+from app.store import attempts, executions as ex, pools
+from app.store.db import Database
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def addr(db: Database) -> AsyncIterator[str]:
+    server, servicer, port = await rpc_server.start(db, Outcomes(db), "127.0.0.1", 0,
+                                                    ServicerConfig(poll_interval_s=0.05))
+    yield f"127.0.0.1:{port}"
+    await rpc_server.stop(server, servicer, 0.5)
+
+
+def test_generated_modules_are_fresh(tmp_path: Path) -> None:
+    """`make proto` would not change the committed modules."""
+    subprocess.run([sys.executable, "-m", "app.rpc.codegen", "--out", str(tmp_path)], check=True, cwd=ROOT,
+                   capture_output=True)
+    for name in codegen.GENERATED:
+        fresh = (tmp_path / "app" / "rpc" / name).read_text()
+        committed = (ROOT / "app" / "rpc" / name).read_text()
+        assert fresh == committed, f"app/rpc/{name} is stale: run `make proto`"
+
+
+async def test_missing_or_unknown_key_is_unauthenticated(db: Database, addr: str) -> None:
+    for key in ("", "kairos_not-a-real-key"):
+        async with WorkerClient(addr, key) as client:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await client.lease("emails", "w", 1)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "key" in err.value.details()
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await client.complete("00000000-0000-0000-0000-000000000000", 1)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_pool_key_serves_only_its_shared_pool(db: Database, addr: str) -> None:
+    a = await tf.tenant(db)
+    key = await db.transaction(lambda c: pools.create(c, "fleet", [a.tenant_id]))
+    other_key = await db.transaction(lambda c: pools.create(c, "other", [a.tenant_id]))
+    job = await tf.job(db, a.tenant_id, queue=tf.shared_queue("fleet"))
+    [eid] = await tf.ready_executions(db, job)
+    async with WorkerClient(addr, key) as client:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await client.lease("other", "w", 1)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "fleet" in err.value.details()
+        # The shared pool's executions are not the tenant's own pool of that name either.
+        async with WorkerClient(addr, a.key) as tenant_client:
+            assert await tenant_client.lease("fleet", "w", 10) == []
+        [held] = await client.lease("fleet", "w", 10)
+        assert held.execution_id == str(eid)
+    # Another pool's key cannot complete it.
+    async with WorkerClient(addr, other_key) as intruder:
+        assert (await intruder.complete(str(eid), held.attempt, {"x": 1})).lease_lost
+        assert (await intruder.heartbeat(str(eid), held.attempt)).lease_lost
+    async with WorkerClient(addr, key) as client:
+        assert (await client.complete(str(eid), held.attempt, {"ok": True})).outcome == "ok"
+
+
+async def test_tenant_key_serves_only_its_own_pools(db: Database, addr: str) -> None:
+    a, b = await tf.tenant(db), await tf.tenant(db)
+    job_a = await tf.job(db, a.tenant_id, queue=tf.tenant_queue(a.tenant_id, "emails"))
+    job_b = await tf.job(db, b.tenant_id, queue=tf.tenant_queue(b.tenant_id, "emails"))
+    [ea] = await tf.ready_executions(db, job_a)
+    [eb] = await tf.ready_executions(db, job_b)
+    async with WorkerClient(addr, a.key) as client_a, WorkerClient(addr, b.key) as client_b:
+        [held] = await client_a.lease("emails", "a", 10)
+        assert held.execution_id == str(ea)  # not B's "emails"
+        # B cannot touch A's execution: nothing changes, and A still completes it.
+        assert (await client_b.fail(str(ea), held.attempt, "hijack", retryable=False)).lease_lost
+        assert (await client_a.complete(str(ea), held.attempt)).outcome == "ok"
+        [held_b] = await client_b.lease("emails", "b", 10)
+        assert held_b.execution_id == str(eb)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await client_a.lease("bad pool name!", "a", 1)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_fencing_results_over_the_wire(db: Database, addr: str) -> None:
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "p")
+    job = await tf.job(db, t.tenant_id, queue=queue, max_attempts=2, backoff_s=30, max_backoff_s=30)
+    [eid] = await tf.ready_executions(db, job)
+    async with WorkerClient(addr, t.key) as client:
+        [first] = await client.lease("p", "w1", 1, lease_seconds=5)
+        assert first.attempt == 1 and first.payload == {"hello": "world"}
+        assert first.idempotency_key.startswith(f"{job}:")
+        beat = await client.heartbeat(str(eid), 1, 5)
+        assert beat.outcome == "ok" and beat.at is not None
+        # The lease expires and the reaper hands it to attempt 2.
+        later = datetime.now(timezone.utc) + timedelta(seconds=6)
+        await db.transaction(lambda c: ex.reap_expired(c, 10, now=later))
+        await db.transaction(lambda c: ex.lease(c, queue, "w2", 1, 30, now=later))
+        assert (await client.heartbeat(str(eid), 1)).lease_lost
+        lost = await client.complete(str(eid), 1, {"late": True})
+        assert lost.lease_lost and "discarded" in lost.message
+        failed = await client.fail(str(eid), 2, "boom")
+        assert failed.outcome == "dead"  # attempt 2 of 2
+    row = await db.transaction(lambda c: ex.get(c, t.tenant_id, eid))
+    assert row.state == "dead" and row.result is None
+    history = await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, eid))
+    assert [(a.attempt, a.outcome) for a in history] == [(1, "discarded"), (2, "failed")]
+    assert history[0].result == {"late": True}
+
+
+async def test_fail_schedules_a_retry_with_backoff(db: Database, addr: str) -> None:
+    t = await tf.tenant(db)
+    job = await tf.job(db, t.tenant_id, queue=tf.tenant_queue(t.tenant_id, "p"), backoff_s=40, max_backoff_s=100)
+    [eid] = await tf.ready_executions(db, job)
+    async with WorkerClient(addr, t.key) as client:
+        [held] = await client.lease("p", "w", 1)
+        before = datetime.now(timezone.utc)
+        answer = await client.fail(str(eid), held.attempt, "try later")
+        after = datetime.now(timezone.utc)
+    assert answer.outcome == "retry_scheduled"
+    assert before + timedelta(seconds=40 * 0.8) - timedelta(seconds=1) <= answer.at <= after + timedelta(seconds=40)
+
+
+async def test_lease_is_a_long_poll(db: Database, addr: str) -> None:
+    t = await tf.tenant(db)
+    job = await tf.job(db, t.tenant_id, queue=tf.tenant_queue(t.tenant_id, "p"))
+    async with WorkerClient(addr, t.key) as client:
+        started = time.monotonic()
+        assert await client.lease("p", "w", 1, wait_seconds=0.5) == []
+        assert time.monotonic() - started >= 0.45  # it waited
+        call = asyncio.ensure_future(client.lease("p", "w", 1, wait_seconds=20))
+        await asyncio.sleep(0.2)  # let the poll start waiting (the assertion below is on its answer)
+        assert not call.done()
+        inserted_at = time.monotonic()
+        [eid] = await tf.ready_executions(db, job)
+        [held] = await asyncio.wait_for(call, 10)
+        assert held.execution_id == str(eid)
+        assert time.monotonic() - inserted_at < 2.0  # answered as soon as work was ready, not after 20 s
