@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 import msgspec
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
+from litestar.params import Parameter
 
 from app import errors
 from app.api.auth import TenantContext
@@ -146,7 +147,8 @@ class DeadLetterController(Controller):
     @get("/dead-letters", operation_id="ListDeadLetters",
          summary="A tenant's dead executions with their last error, newest first; next page in the Link header.")
     async def list_dead(self, db: Database, tenant: TenantContext, cursor: str | None = None,
-                        limit: int | None = None, job_id: str | None = None) -> Response[list[DeadLetterOut]]:
+                        limit: int | None = None,
+                        job_id: Annotated[str | None, Parameter(query="jobId")] = None) -> Response[list[DeadLetterOut]]:
         n = page_limit(limit)
         before = decode_cursor(cursor)
         job = _uuid(job_id, "jobId")
