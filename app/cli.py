@@ -15,7 +15,8 @@ import click
 from rich.console import Console
 
 from app import errors
-from app.config import Settings, load
+from app.config import load
+from app.execution.cli import pools, worker
 
 T = TypeVar("T")
 console = Console(stderr=False, highlight=False)
@@ -205,17 +206,8 @@ def tenants_list() -> None:
         click.echo(json.dumps(_tenant_json(t)))
 
 
-def _register_execution_commands() -> None:
-    from app.execution.cli import pools, worker
-
-    main.add_command(pools)
-    main.add_command(worker)
-
-
-try:
-    _register_execution_commands()
-except ImportError:  # until the execution tier's CLI module exists
-    pass
+main.add_command(pools)
+main.add_command(worker)
 
 
 def run() -> None:

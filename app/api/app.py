@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
@@ -11,24 +9,17 @@ from litestar.openapi import OpenAPIConfig
 
 from app.api import problems
 from app.api.auth import provide_db, provide_tenant
+from app.api.dead_letters import DeadLetterController
 from app.api.health import DemoController, HealthController
 from app.api.jobs import JobController, ScheduleController
 from app.config import Settings
 from app.store.db import Database
 
-log = logging.getLogger(__name__)
-
 
 def controllers(settings: Settings) -> list[type]:
-    found: list[type] = [HealthController, JobController, ScheduleController]
+    found: list[type] = [HealthController, JobController, ScheduleController, DeadLetterController]
     if settings.demo:
         found.append(DemoController)
-    try:
-        from app.api.dead_letters import DeadLetterController
-    except ImportError:  # the execution tier's routes arrive with app.api.dead_letters
-        log.debug("dead-letter routes unavailable")
-    else:
-        found.append(DeadLetterController)
     return found
 
 
