@@ -75,8 +75,11 @@ class Deferral:
 class Outcomes:
     """Complete, fail and defer executions through batched transactions (shared by RPC and HTTP pool)."""
 
-    def __init__(self, db: Database, *, max_batch: int = 500) -> None:
+    def __init__(self, db: Database, *, max_batch: int = 500, isolation: str = "READ COMMITTED") -> None:
         self.db = db
+        # Every statement is guarded on (state, attempt), so READ COMMITTED is safe and avoids
+        # serialization failures between concurrent batches touching neighbouring rows.
+        self.isolation = isolation
         self.completer: Coalescer[ex.Success, bool] = Coalescer("complete", self._complete, max_batch=max_batch)
         self.failer: Coalescer[ex.Failure, ex.FailOutcome] = Coalescer("fail", self._fail, max_batch=max_batch)
         self.deferrer: Coalescer[Deferral, bool] = Coalescer("defer", self._defer, max_batch=max_batch)
@@ -91,7 +94,7 @@ class Outcomes:
         return await self.deferrer.submit(item)
 
     async def _complete(self, items: Sequence[ex.Success]) -> list[bool]:
-        answers = await self.db.transaction(lambda c: ex.complete_many(c, items))
+        answers = await self.db.transaction(lambda c: ex.complete_many(c, items), isolation=self.isolation)
         out = [answers.get(i.execution_id, False) for i in items]
         ok = sum(out)
         if ok:
@@ -101,7 +104,7 @@ class Outcomes:
         return out
 
     async def _fail(self, items: Sequence[ex.Failure]) -> list[ex.FailOutcome]:
-        answers = await self.db.transaction(lambda c: ex.fail_many(c, items))
+        answers = await self.db.transaction(lambda c: ex.fail_many(c, items), isolation=self.isolation)
         out = [answers.get(i.execution_id) or ex.FailOutcome(i.execution_id, None, None) for i in items]
         for o in out:
             if o.state is None:
@@ -112,5 +115,6 @@ class Outcomes:
 
     async def _defer(self, items: Sequence[Deferral]) -> list[bool]:
         refs = [ex.AttemptRef(i.execution_id, i.attempt) for i in items]
-        await self.db.transaction(lambda c: ex.defer_many(c, refs, [i.delay_s for i in items]))
+        await self.db.transaction(lambda c: ex.defer_many(c, refs, [i.delay_s for i in items]),
+                                  isolation=self.isolation)
         return [True] * len(items)

@@ -185,7 +185,8 @@ class Worker:
                 log.warning("lease lost; outcome discarded", extra={"execution_id": eid, "attempt": attempt})
         except grpc.aio.AioRpcError as exc:
             # The lease will expire and the execution run again (at-least-once).
-            log.error("could not report outcome", extra={"execution_id": eid, "code": exc.code().name})
+            log.error("could not report outcome: %s %s", exc.code().name, exc.details(),
+                      extra={"execution_id": eid, "code": exc.code().name})
 
     async def _heartbeat(self, client: WorkerClient, execution: Execution, handler: asyncio.Task[Any],
                          lost: asyncio.Event) -> None:
