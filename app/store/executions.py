@@ -235,7 +235,3 @@ async def get(conn: AsyncConnection, tenant_id: UUID, execution_id: UUID) -> Exe
     row = (await conn.execute(q("ExecutionGetForTenant"),
                               {"tenant_id": tenant_id, "execution_id": execution_id})).first()
     return Execution(**row._mapping) if row else None
-
-
-async def count_ready(conn: AsyncConnection, queue: str, *, now: datetime | None = None) -> int:
-    return int((await conn.execute(q("ExecutionCountReady"), {"queue": queue, "now": now})).scalar_one())

@@ -289,11 +289,6 @@ SELECT execution_id, job_id, tenant_id, queue, scheduled_for, attempt, max_attem
        lease_owner, lease_until, started_at, finished_at, error, result
 FROM executions WHERE tenant_id = :tenant_id AND execution_id = :execution_id;
 
--- name: ExecutionCountReady
--- Ready executions of one queue that are due (queue depth, for the executor's wake-up and metrics).
-SELECT count(*) AS n FROM executions
-WHERE queue = :queue AND state = 'ready' AND ready_at <= coalesce(CAST(:now AS TIMESTAMPTZ), now());
-
 -- name: ExecutionInsertReadyMany
 -- Insert ready executions for (job, scheduled_for) pairs in one statement, due at their scheduled time (test factories and benchmarks; the scheduler has its own dispatch statement).
 INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at)

@@ -1,0 +1,133 @@
+"""The SDK Worker against a real server (heartbeats, LEASE_LOST cancels the handler) and `kairos pools`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import grpc
+import pytest
+
+from app.execution import testfactory as tf
+from app.execution.batching import Outcomes
+from app.rpc import server as rpc_server
+from app.rpc.client import WorkerClient
+from app.rpc.servicer import ServicerConfig
+from app.sdk import NonRetryable, Worker
+from app.store import attempts, executions as ex
+from app.store.db import Database
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def addr(db: Database) -> AsyncIterator[str]:
+    server, servicer, port = await rpc_server.start(db, Outcomes(db), "127.0.0.1", 0,
+                                                    ServicerConfig(poll_interval_s=0.05))
+    yield f"127.0.0.1:{port}"
+    await rpc_server.stop(server, servicer, 0.5)
+
+
+async def until(condition, timeout_s: float = 15.0, what: str = "condition"):
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not (value := await condition()):
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+    return value
+
+
+async def test_worker_completes_fails_and_dead_letters(db: Database, addr: str) -> None:
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "jobs")
+    ok = await tf.job(db, t.tenant_id, queue=queue, payload={"do": "ok"})
+    bad = await tf.job(db, t.tenant_id, queue=queue, payload={"do": "bad"})
+    flaky = await tf.job(db, t.tenant_id, queue=queue, payload={"do": "flaky"}, backoff_s=60, max_backoff_s=60)
+    [e_ok], [e_bad], [e_flaky] = [await tf.ready_executions(db, j) for j in (ok, bad, flaky)]
+
+    async def handler(execution):
+        if execution.payload["do"] == "bad":
+            raise NonRetryable("cannot ever work")
+        if execution.payload["do"] == "flaky":
+            raise RuntimeError("try again")
+        return {"handled": execution.execution_id}
+
+    stop = asyncio.Event()
+    worker = Worker("jobs", handler, addr=addr, api_key=t.key, wait_seconds=0.5)
+    run = asyncio.create_task(worker.run(stop))
+
+    async def states():
+        rows = [await db.transaction(lambda c, e=e: ex.get(c, t.tenant_id, e)) for e in (e_ok, e_bad, e_flaky)]
+        return [r.state for r in rows] == ["succeeded", "dead", "ready"] and rows
+
+    rows = await until(states, what="all three outcomes")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert rows[0].result == {"handled": str(e_ok)}
+    assert rows[1].error == "cannot ever work"
+    assert rows[2].error == "RuntimeError: try again" and rows[2].ready_at > datetime.now(timezone.utc)
+
+
+async def test_lease_lost_on_heartbeat_cancels_the_handler(db: Database, addr: str) -> None:
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "jobs")
+    job = await tf.job(db, t.tenant_id, queue=queue)
+    [eid] = await tf.ready_executions(db, job)
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def handler(_execution):
+        started.set()
+        try:
+            await asyncio.Event().wait()  # runs until cancelled
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    stop = asyncio.Event()
+    worker = Worker("jobs", handler, addr=addr, api_key=t.key, lease_seconds=1, wait_seconds=0.5)
+    run = asyncio.create_task(worker.run(stop))
+    await asyncio.wait_for(started.wait(), 10)
+    # Another worker takes the execution over (as after an expiry): attempt 2 is current now.
+    later = datetime.now(timezone.utc) + timedelta(seconds=5)
+    await db.transaction(lambda c: ex.reap_expired(c, 10, now=later))
+    await db.transaction(lambda c: ex.lease(c, queue, "other", 1, 60, now=later))
+    await asyncio.wait_for(cancelled.wait(), 10)  # the next heartbeat answered LEASE_LOST
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert worker.stats["lease_lost"] == 1 and worker.stats["completed"] == 0 and worker.stats["failed"] == 0
+    history = await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, eid))
+    assert [(a.attempt, a.outcome) for a in history] == [(1, "expired"), (2, "running")]
+
+
+async def test_pools_cli_creates_a_shared_pool_whose_key_leases_granted_tenants_work(
+        db: Database, database_url: str, addr: str, tmp_path: Path) -> None:
+    a, b = await tf.tenant(db, "pool-a"), await tf.tenant(db, "pool-b")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")}
+    env.update({"KAIROS_DATABASE_URL": database_url, "KAIROS_HOME": str(tmp_path)})
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "app.cli", "pools", *args], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+
+    made = cli("create", "fleet", "--shared", "--allow", "pool-a", "--json")
+    assert made.returncode == 0, made.stderr
+    created = json.loads(made.stdout)
+    assert created["pool"] == "fleet" and created["tenants"] == ["pool-a"]
+    assert cli("create", "fleet", "--shared").returncode == 2  # taken
+    assert cli("create", "x", "--shared", "--allow", "nobody").returncode == 2
+    assert cli("grant", "fleet", "pool-b").returncode == 0
+    listed = [json.loads(line) for line in cli("list", "--json").stdout.splitlines()]
+    assert listed[0]["pool"] == "fleet" and listed[0]["tenants"] == ["pool-a", "pool-b"]
+    for t in (a, b):
+        await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=tf.shared_queue("fleet")))
+    async with WorkerClient(addr, created["workerKey"]) as client:
+        got = await client.lease("fleet", "fleet-worker", 10)
+        assert len(got) == 2
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await client.lease("elsewhere", "fleet-worker", 1)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
