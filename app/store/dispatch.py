@@ -2,6 +2,11 @@
 
 Every function takes whole batches as lists and runs one statement over arrays (``unnest``):
 nothing on the dispatch path issues a statement per row.
+
+Arrays are sent as PostgreSQL array literals built here (``CAST(:x AS UUID[])`` parses them on
+the server, PostgreSQL and CockroachDB alike). That is exactly the text psycopg would send for a
+list, built in a fraction of the time: its generic list dumper was the largest CPU cost of a
+dispatch batch.
 """
 
 from __future__ import annotations
@@ -14,6 +19,18 @@ from uuid import UUID
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.store.queries import q
+
+
+def _plain(values) -> str:
+    """Array literal of values whose text form needs no quoting: ints, UUIDs, datetimes."""
+    return "{" + ",".join("NULL" if v is None else v.isoformat() if isinstance(v, datetime) else str(v)
+                          for v in values) + "}"
+
+
+def _texts(values) -> str:
+    """Array literal of strings (quoted and escaped) or NULLs."""
+    return "{" + ",".join("NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                          for v in values) + "}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +164,9 @@ async def claim(conn: AsyncConnection, owner: str, keys: Sequence[ClaimKey], now
         return []
     rows = await conn.execute(q("DispatchClaimDue"), {
         "owner": owner, "now": now,
-        "shard_ids": [k.shard_id for k in keys], "revisions": [k.revision for k in keys],
-        "due_minutes": [k.due_minute for k in keys], "next_run_ats": [k.next_run_at for k in keys],
-        "job_ids": [k.job_id for k in keys],
+        "shard_ids": _plain([k.shard_id for k in keys]), "revisions": _plain([k.revision for k in keys]),
+        "due_minutes": _plain([k.due_minute for k in keys]), "next_run_ats": _plain([k.next_run_at for k in keys]),
+        "job_ids": _plain([k.job_id for k in keys]),
     })
     return [Claim(*r) for r in rows]
 
@@ -159,8 +176,8 @@ async def cancel_replaced(conn: AsyncConnection, replacements: Sequence[Replacem
     if not replacements:
         return
     await conn.execute(q("DispatchCancelReplaced"), {
-        "now": now, "job_ids": [r.job_id for r in replacements],
-        "scheduled_fors": [r.scheduled_for for r in replacements], "errors": [r.error for r in replacements],
+        "now": now, "job_ids": _plain([r.job_id for r in replacements]),
+        "scheduled_fors": _plain([r.scheduled_for for r in replacements]), "errors": _texts([r.error for r in replacements]),
     })
 
 
@@ -168,18 +185,18 @@ async def record(conn: AsyncConnection, executions: Sequence[NewExecution], next
                  advances: Sequence[JobAdvance], now: datetime | None = None) -> Recorded:
     row = (await conn.execute(q("DispatchRecord"), {
         "now": now,
-        "e_job_ids": [e.job_id for e in executions], "e_tenant_ids": [e.tenant_id for e in executions],
-        "e_queues": [e.queue for e in executions], "e_scheduled_fors": [e.scheduled_for for e in executions],
-        "e_max_attempts": [e.max_attempts for e in executions], "e_states": [e.state for e in executions],
-        "e_ready_ats": [e.ready_at for e in executions], "e_skip_reasons": [e.skip_reason for e in executions],
-        "e_notes": [e.note for e in executions],
-        "n_shard_ids": [n.shard_id for n in next_due], "n_due_minutes": [n.due_minute for n in next_due],
-        "n_next_run_ats": [n.next_run_at for n in next_due], "n_job_ids": [n.job_id for n in next_due],
-        "n_tenant_ids": [n.tenant_id for n in next_due], "n_nominal_ats": [n.nominal_at for n in next_due],
-        "a_job_ids": [a.job_id for a in advances], "a_states": [a.state for a in advances],
-        "a_from_states": ["active"] * len(advances),
-        "a_next_nominal_ats": [a.next_nominal_at for a in advances],
-        "a_next_run_ats": [a.next_run_at for a in advances],
+        "e_job_ids": _plain([e.job_id for e in executions]), "e_tenant_ids": _plain([e.tenant_id for e in executions]),
+        "e_queues": _texts([e.queue for e in executions]), "e_scheduled_fors": _plain([e.scheduled_for for e in executions]),
+        "e_max_attempts": _plain([e.max_attempts for e in executions]), "e_states": _texts([e.state for e in executions]),
+        "e_ready_ats": _plain([e.ready_at for e in executions]), "e_skip_reasons": _texts([e.skip_reason for e in executions]),
+        "e_notes": _texts([e.note for e in executions]),
+        "n_shard_ids": _plain([n.shard_id for n in next_due]), "n_due_minutes": _plain([n.due_minute for n in next_due]),
+        "n_next_run_ats": _plain([n.next_run_at for n in next_due]), "n_job_ids": _plain([n.job_id for n in next_due]),
+        "n_tenant_ids": _plain([n.tenant_id for n in next_due]), "n_nominal_ats": _plain([n.nominal_at for n in next_due]),
+        "a_job_ids": _plain([a.job_id for a in advances]), "a_states": _texts([a.state for a in advances]),
+        "a_from_states": _texts(["active"] * len(advances)),
+        "a_next_nominal_ats": _plain([a.next_nominal_at for a in advances]),
+        "a_next_run_ats": _plain([a.next_run_at for a in advances]),
     })).one()
     return Recorded(row.ready, row.skipped, row.next_due, row.advanced)
 

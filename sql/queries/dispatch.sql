@@ -89,6 +89,7 @@ adv AS (
                 CAST(:a_next_nominal_ats AS TIMESTAMPTZ[]), CAST(:a_next_run_ats AS TIMESTAMPTZ[]))
         AS a (job_id, from_state, state, next_nominal_at, next_run_at)
     WHERE j.job_id = a.job_id
+      AND j.job_id = ANY(CAST(:a_job_ids AS UUID[]))  -- an index condition: never a scan of jobs
       AND j.state = a.from_state  -- the state the claim read: a job paused or cancelled meanwhile keeps its own
     RETURNING j.job_id
 )
