@@ -51,7 +51,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
         WHERE e.queue = :queue AND e.tenant_id = q.tenant_id
           AND e.state = 'ready' AND e.ready_at <= q.now
         ORDER BY e.ready_at
-        LIMIT least(q.room, CAST(:limit AS INT))
+        LIMIT greatest(0, least(q.room, CAST(:limit AS INT)))  -- a lowered quota leaves room < 0
         FOR UPDATE SKIP LOCKED
     ) AS c
     WHERE q.room > 0

@@ -182,6 +182,9 @@ async def test_in_flight_limit_per_tenant_and_queue(db: Database) -> None:
     await tf.ready_executions(db, job, 10)
     assert len(await lease(db, tf.shared_queue("fleet"), 10)) == 3
     assert await lease(db, tf.shared_queue("fleet"), 10) == []
+    # A quota lowered below what is already in flight leases nothing (and is no error).
+    await db.transaction(lambda c: tenants.set_quota(c, t.tenant_id, max_inflight=1))
+    assert await lease(db, tf.shared_queue("fleet"), 10) == []
 
 
 async def test_weights_share_a_batch(db: Database) -> None:
