@@ -5,7 +5,6 @@ Bad input exits with code 2 and one line on stderr; other failures exit 1.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -16,34 +15,11 @@ from rich.console import Console
 
 from app import errors
 from app.config import load
+from app.runtime import fail, run_command
 from app.execution.cli import pools, worker
 
 T = TypeVar("T")
 console = Console(stderr=False, highlight=False)
-
-
-def fail(message: str) -> None:
-    """One line on stderr, exit code 2 (bad input)."""
-    click.echo(f"error: {message}", err=True)
-    sys.exit(2)
-
-
-def with_db(work: Callable[[Any], Awaitable[T]], *, upgrade: bool = True) -> T:
-    """Run ``work(db)`` against the configured (or embedded) database."""
-    from app.runtime import open_database
-
-    async def main() -> T:
-        db = await open_database(load(), upgrade=upgrade)
-        try:
-            return await work(db)
-        finally:
-            await db.close()
-
-    try:
-        return asyncio.run(main())
-    except errors.DatabaseUnavailable as exc:
-        click.echo(f"error: database unavailable: {exc.detail}", err=True)
-        sys.exit(1)
 
 
 @click.group()
@@ -102,7 +78,7 @@ def db_upgrade() -> None:
     """Apply pending migrations (idempotent; safe from several processes at once)."""
     from app.store import migrate
 
-    applied = with_db(migrate.upgrade, upgrade=False)
+    applied = run_command(migrate.upgrade, upgrade=False)
     click.echo(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else ""))
 
 
@@ -127,7 +103,7 @@ def tenants_create(name: str, as_json: bool) -> None:
 
     if not name.strip() or len(name) > 100:
         fail("a tenant name is 1-100 characters")
-    created = with_db(lambda d: d.transaction(lambda c: store.create(c, name)))
+    created = run_command(lambda d: d.transaction(lambda c: store.create(c, name)))
     if created is None:
         fail(f"tenant {name!r} already exists")
     tenant, key = created
@@ -148,11 +124,7 @@ def _need_tenant(conn_work: Callable[[Any, Any], Awaitable[T]], name: str) -> T:
             raise errors.TenantNotFound(f"no tenant named {name!r}")
         return await conn_work(conn, tenant)
 
-    try:
-        return with_db(lambda d: d.transaction(work))
-    except errors.TenantNotFound as exc:
-        fail(exc.detail)
-        raise
+    return run_command(lambda d: d.transaction(work))
 
 
 @tenants.command("rotate-key")
@@ -202,7 +174,7 @@ def tenants_list() -> None:
     """All tenants."""
     from app.store import tenants as store
 
-    for t in with_db(lambda d: d.transaction(store.list_all)):
+    for t in run_command(lambda d: d.transaction(store.list_all)):
         click.echo(json.dumps(_tenant_json(t)))
 
 

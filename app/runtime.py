@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from collections.abc import Awaitable, Callable
+from typing import NoReturn, TypeVar
 
-from app import observability
-from app.config import Settings
+from app import errors, observability
+from app.config import Settings, load
 from app.store import embedded, migrate
 from app.store.db import Database
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def database_url(settings: Settings) -> str:
@@ -27,6 +30,36 @@ async def open_database(settings: Settings, *, upgrade: bool = True) -> Database
     if upgrade:
         await migrate.upgrade(db)
     return db
+
+
+def fail(message: str) -> NoReturn:
+    """A command's bad input: one line on stderr, exit code 2."""
+    sys.stderr.write(f"error: {message}\n")
+    sys.exit(2)
+
+
+def run_command(work: Callable[[Database], Awaitable[T]], *, upgrade: bool = True) -> T:
+    """Run one CLI command's ``work(db)`` against the configured (or embedded) database.
+
+    Bad input (InvalidInput, TenantNotFound) exits 2 with one line; an unreachable database exits 1.
+    """
+
+    async def main() -> T:
+        db = await open_database(load(), upgrade=upgrade)
+        try:
+            return await work(db)
+        finally:
+            await db.close()
+
+    try:
+        return asyncio.run(main())
+    except errors.InvalidInput as exc:
+        fail(f"{exc.field}: {exc.detail}")
+    except errors.TenantNotFound as exc:
+        fail(exc.detail)
+    except errors.DatabaseUnavailable as exc:
+        sys.stderr.write(f"error: database unavailable: {exc.detail}\n")
+        sys.exit(1)
 
 
 Serve = Callable[[Settings, Database, asyncio.Event], Awaitable[None]]

@@ -2,49 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sys
-from typing import Any
 
 import click
 
-from app import errors
+from app.runtime import fail, run_command
 
 POOL_NAME_HELP = "1-63 of A-Z a-z 0-9 . _ - starting with a letter or digit"
-
-
-def _run(work) -> Any:
-    from app.config import load
-    from app.runtime import open_database
-
-    async def main() -> Any:
-        db = await open_database(load())
-        try:
-            return await work(db)
-        finally:
-            await db.close()
-
-    try:
-        return asyncio.run(main())
-    except errors.InvalidInput as exc:
-        click.echo(f"error: {exc.field}: {exc.detail}", err=True)
-        sys.exit(2)
-    except errors.TenantNotFound as exc:
-        click.echo(f"error: {exc.detail}", err=True)
-        sys.exit(2)
-    except errors.DatabaseUnavailable as exc:
-        click.echo(f"error: database unavailable: {exc.detail}", err=True)
-        sys.exit(1)
 
 
 def _check_pool_name(name: str) -> str:
     from app.rpc.servicer import POOL_NAME
 
     if not POOL_NAME.match(name):
-        click.echo(f"error: pool name must be {POOL_NAME_HELP}", err=True)
-        sys.exit(2)
+        fail(f"pool name must be {POOL_NAME_HELP}")
     return name
 
 
@@ -63,7 +36,7 @@ def pools_create(name: str, shared: bool, allow: tuple[str, ...], as_json: bool)
     """Create shared pool NAME and print its worker key (shown once; only its hash is stored)."""
     from app.execution import pools as service
 
-    created = _run(lambda db: service.create(db, _check_pool_name(name), allow))
+    created = run_command(lambda db: service.create(db, _check_pool_name(name), allow))
     if as_json:
         click.echo(json.dumps({"pool": created.name, "workerKey": created.worker_key,
                                "tenants": list(created.tenants)}))
@@ -80,7 +53,7 @@ def pools_grant(name: str, tenants: tuple[str, ...]) -> None:
     """Let TENANTS target shared pool NAME."""
     from app.execution import pools as service
 
-    _run(lambda db: service.grant(db, name, tenants))
+    run_command(lambda db: service.grant(db, name, tenants))
     click.echo(f"granted {', '.join(tenants)} on {name}")
 
 
@@ -90,7 +63,7 @@ def pools_issue_key(name: str) -> None:
     """Issue another worker key for shared pool NAME."""
     from app.execution import pools as service
 
-    click.echo(_run(lambda db: service.issue_key(db, name)))
+    click.echo(run_command(lambda db: service.issue_key(db, name)))
 
 
 @pools.command("list")
@@ -99,7 +72,7 @@ def pools_list(as_json: bool) -> None:
     """Shared pools and the tenants granted each."""
     from app.execution import pools as service
 
-    for p in _run(service.list_all):
+    for p in run_command(service.list_all):
         if as_json:
             click.echo(json.dumps({"pool": p.name, "tenants": list(p.tenants),
                                    "createdAt": p.created_at.isoformat()}))
@@ -131,8 +104,7 @@ def worker(pool: str, concurrency: int, lease_seconds: float, worker_id: str | N
     observability.setup_logging(os.environ.get("KAIROS_LOG_LEVEL", "INFO"),
                                 os.environ.get("KAIROS_LOG_FORMAT", "json"), "worker")
     if not os.environ.get("KAIROS_API_KEY"):
-        click.echo("error: set KAIROS_API_KEY (a tenant key, or a shared pool's worker key)", err=True)
-        sys.exit(2)
+        fail("set KAIROS_API_KEY (a tenant key, or a shared pool's worker key)")
     argv = list(command)
     if argv and argv[0] == "--":
         argv = argv[1:]
