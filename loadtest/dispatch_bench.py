@@ -43,11 +43,15 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=20_000)
     p.add_argument("--tenants", type=int, default=4)
-    p.add_argument("--lead-s", type=float, default=10.0, help="seconds from the end of seeding to the due instant")
-    p.add_argument("--cron", action="store_true", help="cron jobs ('0 * * * *'-style herd) instead of one-off jobs")
-    p.add_argument("--quota", type=int, default=1_000_000, help="tenants.max_dispatch_per_s of every tenant")
+    p.add_argument("--lead-s", type=float, default=10.0,
+                   help="seconds from the start of seeding to the due instant (room to seed and load)")
+    p.add_argument("--cron", action="store_true",
+                   help="hourly cron jobs (a top-of-the-hour herd) instead of one-off jobs")
+    p.add_argument("--quota", type=int, default=1_000_000,
+                   help="tenants.max_dispatch_per_s of every tenant")
     p.add_argument("--subprocess", action="store_true", help="run `kairos scheduler` as a child process")
-    p.add_argument("--home", default="/tmp/kairos-bench", help="embedded PostgreSQL home (no KAIROS_DATABASE_URL)")
+    p.add_argument("--home", default="/tmp/kairos-bench",
+                   help="embedded PostgreSQL home (when KAIROS_DATABASE_URL is not set)")
     p.add_argument("--keep", action="store_true", help="keep the benchmark database")
     return p.parse_args()
 
@@ -80,7 +84,8 @@ async def seed(db: Database, n: int, n_tenants: int, quota: int, at: datetime, c
         tenant = tenant_ids[i % n_tenants]
         jobs.append(dispatch_store.SeedJob(
             job_id=job_id, tenant_id=tenant, shard_id=shard_of(job_id), name=f"bench-{i}", pool="bench",
-            queue=f"tenant:{tenant}:bench", schedule_kind="cron" if cron else "once", nominal_at=at, next_run_at=at,
+            queue=f"tenant:{tenant}:bench", schedule_kind="cron" if cron else "once",
+            nominal_at=at, next_run_at=at,
             cron=f"{at.minute} * * * *" if cron else None, tz="UTC" if cron else None))
     for start in range(0, n, SEED_CHUNK):
         chunk = jobs[start:start + SEED_CHUNK]
@@ -119,10 +124,9 @@ async def main() -> None:
     try:
         db = Database(create_engine(url, pool_size=4))
         await migrate.upgrade(db)
-        due = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=2)
+        due = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=args.lead_s)
         t0 = time.monotonic()
-        await seed(db, args.jobs, args.tenants, args.quota, due + timedelta(seconds=args.lead_s), args.cron)
-        due = due + timedelta(seconds=args.lead_s)
+        await seed(db, args.jobs, args.tenants, args.quota, due, args.cron)
         print(f"seeded {args.jobs} {'cron' if args.cron else 'one-off'} jobs over {args.tenants} tenants "
               f"in {time.monotonic() - t0:.1f} s, all due at {due.isoformat()}")
         settings = dataclasses.replace(Settings(), database_url=url)
@@ -130,7 +134,9 @@ async def main() -> None:
         if args.subprocess:
             env = dict(os.environ, KAIROS_DATABASE_URL=url, KAIROS_LOG_LEVEL="WARNING")
             script = Path(sys.executable).parent / "kairos"
-            cmd = [str(script), "scheduler"] if script.exists() else [sys.executable, "-m", "app.cli", "scheduler"]
+            cmd = [str(script), "scheduler"]
+            if not script.exists():
+                cmd = [sys.executable, "-m", "app.cli", "scheduler"]
             proc = subprocess.Popen(cmd, env=env)
             task = None
         else:

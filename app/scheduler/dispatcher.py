@@ -103,7 +103,8 @@ def _chain_step(expr: str, tz: str, gap: str, repeat: str, after: datetime,
 
     ``expr`` is the resolved expression (no H tokens), so the job key plays no part here.
     """
-    schedule = cron.CronSchedule(expr=expr, tz=tz, jitter_s=0, dst=cron.DstPolicy(gap=gap, repeat=repeat))  # type: ignore[arg-type]
+    policy = cron.DstPolicy(gap=gap, repeat=repeat)  # type: ignore[arg-type]
+    schedule = cron.CronSchedule(expr=expr, tz=tz, jitter_s=0, dst=policy)
     skipped: list[cron.Occurrence] = []
     for occ in cron.occurrences_after(schedule, after, "resolved"):
         if not occ.skipped:
@@ -141,11 +142,12 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
         return plan  # paused/cancelled/completed (or deleted): the orphan row is gone, nothing runs
     assert c.tenant_id is not None and c.nominal_at is not None and c.queue is not None
     assert c.max_attempts is not None
+    tenant_id, queue, max_attempts = c.tenant_id, c.queue, c.max_attempts
 
     def execution(nominal: datetime, ready_at: datetime, state: str = "ready", reason: str | None = None,
                   note: str | None = None) -> store.NewExecution:
-        return store.NewExecution(c.job_id, c.tenant_id, c.queue, nominal, c.max_attempts,  # type: ignore[arg-type]
-                                  state, ready_at, reason, note)
+        return store.NewExecution(c.job_id, tenant_id, queue, nominal, max_attempts, state, ready_at,
+                                  reason, note)
 
     # (nominal, ready_at) of every occurrence that runs now, oldest first.
     runs: list[tuple[datetime, datetime]] = [(c.nominal_at, c.next_run_at)]
@@ -172,8 +174,8 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
     if not runs:
         return plan
     if c.overlapping and c.concurrency == "forbid":
-        plan.executions.extend(execution(n, r, "skipped", "overlap", "the previous execution was still unfinished")
-                               for n, r in runs)
+        note = "the previous execution was still unfinished"
+        plan.executions.extend(execution(n, r, "skipped", "overlap", note) for n, r in runs)
         return plan
     if c.overlapping and c.concurrency == "replace":
         plan.replacement = store.Replacement(c.job_id, runs[0][0], f"replaced by {_iso(runs[-1][0])}")
@@ -189,8 +191,8 @@ def _plan_misfire(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID],
     """Runs, skipped records, the next occurrence after now and gap-skips before it."""
     assert c.cron_resolved and c.tz and c.nominal_at and c.misfire and c.tenant_id
     key = str(c.job_id)
-    schedule = cron.CronSchedule(expr=c.cron_resolved, tz=c.tz, jitter_s=c.jitter_s or 0,
-                                 dst=cron.DstPolicy(gap=c.dst_gap, repeat=c.dst_repeat))  # type: ignore[arg-type]
+    policy = cron.DstPolicy(gap=c.dst_gap, repeat=c.dst_repeat)  # type: ignore[arg-type]
+    schedule = cron.CronSchedule(expr=c.cron_resolved, tz=c.tz, jitter_s=c.jitter_s or 0, dst=policy)
     missed, total = cron.missed_occurrences(schedule, c.nominal_at, now, key, cap=MISFIRE_CAP)
     this = cron.Occurrence(c.nominal_at, c.next_run_at, c.nominal_at, False, None, None)
     listed = ([this] + missed)[-MISFIRE_CAP:]
@@ -210,7 +212,8 @@ def _plan_misfire(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID],
             ready_at = max(ready_at, catch_up_slot(c.tenant_id))
         runs.append((occ.nominal_utc, ready_at))
     after = listed[-1].nominal_utc if listed else now
-    gap_skipped, following = _chain_step(c.cron_resolved, c.tz, c.dst_gap, c.dst_repeat, max(after, now))  # type: ignore[arg-type]
+    gap_skipped, following = _chain_step(c.cron_resolved, c.tz, c.dst_gap,  # type: ignore[arg-type]
+                                         c.dst_repeat, max(after, now))
     return runs, records, following, gap_skipped
 
 
@@ -254,13 +257,12 @@ class Dispatcher:
 
     async def dispatch(self, batch: Sequence[DueEntry]) -> BatchResult:
         """One transaction for the whole batch; settles the entries in the heap afterwards."""
-        keys = [store.ClaimKey(e.shard_id, e.revision, e.due_minute, e.next_run_at, e.job_id) for e in batch]
         sql_now = self._sql_now()
         slots_before = dict(self._catch_up_slots)
 
         async def work(conn) -> tuple[list[store.Claim], list[Plan], store.Recorded | None]:
             self._catch_up_slots = dict(slots_before)  # a retried transaction plans afresh
-            claims = await store.claim(conn, self.owner, keys, sql_now)
+            claims = await store.claim(conn, self.owner, batch, sql_now)
             now = self._now()
             plans = [plan_claim(c, now, self._catch_up_slot) for c in claims if c.claimed]
             executions = [e for p in plans for e in p.executions]
@@ -285,15 +287,13 @@ class Dispatcher:
             await asyncio.sleep(self.config.failure_backoff_s)
             self.heap.requeue(batch)
             return result
-        by_key = {(c.job_id, c.next_run_at): c for c in claims}
         fenced, settled = [], []
-        for entry in batch:
-            c = by_key.get(entry.key)
-            if c is not None and c.fenced and not c.claimed:
+        for entry, c in zip(batch, claims):  # the claim answers every batch row, in order
+            if c.fenced and not c.claimed:
                 fenced.append(entry)
             else:
                 settled.append(entry)
-                if c is None or not c.claimed:
+                if not c.claimed:
                     result.vanished += 1
         self.heap.settle(settled)
         result.claimed = sum(1 for c in claims if c.claimed)
@@ -332,7 +332,9 @@ class Dispatcher:
                 timeout: float | None = None
                 if len(inflight) < cfg.max_inflight_batches:
                     wake_ts = self.heap.next_wake_ts()
-                    timeout = cfg.idle_wait_s if wake_ts is None else min(cfg.idle_wait_s, max(0.0, wake_ts - now_ts))
+                    timeout = cfg.idle_wait_s
+                    if wake_ts is not None:
+                        timeout = min(cfg.idle_wait_s, max(0.0, wake_ts - now_ts))
                     waiters.add(asyncio.ensure_future(self.wake.wait()))
                 stopper = asyncio.ensure_future(stop.wait())
                 waiters.add(stopper)

@@ -115,7 +115,8 @@ class ShardLeaser:
 
         async def tick(conn) -> dict[int, int]:
             await shard_leases.heartbeat_member(conn, self.owner, cfg.ttl_s, now)
-            held = {h.shard_id: h.revision for h in await shard_leases.renew(conn, self.owner, cfg.ttl_s, now)}
+            renewed = await shard_leases.renew(conn, self.owner, cfg.ttl_s, now)
+            held = {h.shard_id: h.revision for h in renewed}
             members = await shard_leases.live_members(conn, now)
             target = fair_share(members, self.owner, cfg.shard_count)
             if len(held) > target:
@@ -139,7 +140,8 @@ class ShardLeaser:
     def expire_if_stale(self) -> None:
         """No renewal within the TTL (database unreachable): stop acting on any shard."""
         if self.ownership.held and time.monotonic() > self._valid_until:
-            log.warning("shard leases presumed expired: no renewal within the TTL", extra={"owner": self.owner})
+            log.warning("shard leases presumed expired: no renewal within the TTL",
+                        extra={"owner": self.owner})
             self.ownership.replace({})
 
     async def sweep(self) -> None:

@@ -1,12 +1,14 @@
 """DueLoader: read the due_index rows of owned shards into the heap.
 
 Two scans, both range scans over (shard_id, due_minute) and bounded per tick:
-- the near scan, every tick: rows due before now + ``near_s`` (earliest first, at most
-  ``near_limit``). It picks up jobs submitted for "in a second" and any overdue backlog
-  within one loader period of their commit, with no LISTEN/NOTIFY.
 - the window scan, every ``window_interval_s`` and at once for newly acquired shards: every row
-  up to the end of the next minute, keyset-paged, at most ``max_rows_per_tick`` per tick (a
-  backlog after downtime is read across several ticks instead of in one huge query).
+  up to the end of the next minute, overdue backlog first, keyset-paged, at most
+  ``max_rows_per_tick`` per tick (a backlog after downtime is read across several ticks instead
+  of in one huge query).
+- the near scan, every tick: the latest rows due before now + ``near_s`` (newest first, at most
+  ``near_limit``). It picks up jobs submitted for "in a second" within one loader period of
+  their commit, with no LISTEN/NOTIFY; newest first, so a herd's older rows, which are in the
+  heap already, neither hide them nor get re-read every tick.
 The heap ignores rows it already holds and rows of shards this process no longer holds.
 """
 
@@ -39,7 +41,7 @@ def _utcnow() -> datetime:
 class LoaderConfig:
     interval_s: float = 1.0
     near_s: float = 5.0
-    near_limit: int = 20_000
+    near_limit: int = 2_000
     window_interval_s: float = 10.0
     page_rows: int = 10_000
     max_rows_per_tick: int = 100_000
@@ -72,8 +74,9 @@ class LoadResult:
 
 
 class DueLoader:
-    def __init__(self, db: Database, ownership: Ownership, heap: DueHeap, config: LoaderConfig = LoaderConfig(),
-                 clock: Clock | None = None, wake_dispatcher: asyncio.Event | None = None) -> None:
+    def __init__(self, db: Database, ownership: Ownership, heap: DueHeap,
+                 config: LoaderConfig = LoaderConfig(), clock: Clock | None = None,
+                 wake_dispatcher: asyncio.Event | None = None) -> None:
         self.db = db
         self.ownership = ownership
         self.heap = heap
@@ -107,10 +110,14 @@ class DueLoader:
         return out
 
     async def _read(self, shards: list[int], until: datetime, after: tuple[datetime, UUID] | None,
-                    limit: int) -> list[dispatch_store.DueRow]:
+                    limit: int, *, latest: bool = False) -> list[dispatch_store.DueRow]:
+        async def read(conn) -> list[dispatch_store.DueRow]:
+            if latest:
+                return await dispatch_store.load_latest_due(conn, shards, until, limit)
+            return await dispatch_store.load_due(conn, shards, until, after, limit)
+
         # A pure hint read: READ COMMITTED keeps it from adding serialization conflicts to dispatch.
-        return await self.db.transaction(
-            lambda c: dispatch_store.load_due(c, shards, until, after, limit), isolation="READ COMMITTED")
+        return await self.db.transaction(read, isolation="READ COMMITTED")
 
     def _add(self, rows: list[dispatch_store.DueRow], result: LoadResult) -> None:
         result.read += len(rows)
@@ -130,7 +137,8 @@ class DueLoader:
         cfg = self.config
         # Start a window scan when one is due (all shards) or shards were gained (just those).
         if self._scan is None:
-            window_end = now.replace(second=0, microsecond=0) + timedelta(minutes=2) - timedelta(microseconds=1)
+            # The end of the next minute: the window is "this minute and the next" (plus backlog).
+            window_end = now.replace(second=0, microsecond=0) + timedelta(minutes=2, microseconds=-1)
             if time.monotonic() - self._last_window >= cfg.window_interval_s:
                 self._scan = _WindowScan(set(held), window_end)
                 self._last_window = time.monotonic()
@@ -156,7 +164,7 @@ class DueLoader:
         result.window_done = self._scan is None
         # The near scan: what is due soon, whatever the window scan has reached.
         near = await self._read(sorted(self.ownership.held), now + timedelta(seconds=cfg.near_s), None,
-                                cfg.near_limit)
+                                cfg.near_limit, latest=True)
         self._add(near, result)
         return result
 
@@ -176,7 +184,8 @@ class DueLoader:
                 continue
             waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.wake.wait())]
             try:
-                await asyncio.wait(waiters, timeout=self.config.interval_s, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waiters, timeout=self.config.interval_s,
+                                   return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for w in waiters:
                     w.cancel()

@@ -39,7 +39,8 @@ class Scheduler:
         self.dispatcher = Dispatcher(db, self.owner, self.heap, DispatcherConfig.from_env())
         self.leaser = ShardLeaser(db, self.owner, self.ownership,
                                   LeaserConfig.from_env(settings.lease_ttl_s, settings.shard_count))
-        self.loader = DueLoader(db, self.ownership, self.heap, LoaderConfig.from_env(settings.loader_interval_s),
+        self.loader = DueLoader(db, self.ownership, self.heap,
+                                LoaderConfig.from_env(settings.loader_interval_s),
                                 wake_dispatcher=self.dispatcher.wake)
 
     async def _supervise(self, name: str, duty: Callable[[asyncio.Event], Awaitable[None]],
@@ -77,7 +78,8 @@ class Scheduler:
                 await asyncio.wait_for(self.leaser.release_all(), timeout=SHUTDOWN_GRACE_S)
             except Exception:
                 log.exception("could not hand shards back; they expire after the lease TTL")
-            log.info("scheduler stopped", extra={"owner": self.owner, "dispatched": self.dispatcher.totals.ready})
+            log.info("scheduler stopped",
+                     extra={"owner": self.owner, "dispatched": self.dispatcher.totals.ready})
 
 
 async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 from datetime import datetime
 from uuid import UUID
 
@@ -45,8 +46,7 @@ class DueRow:
     max_dispatch_per_s: int
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimKey:
+class ClaimKey(Protocol):
     """One due_index row a dispatch batch asks for, with the shard revision it was loaded under."""
 
     shard_id: int
@@ -54,6 +54,8 @@ class ClaimKey:
     due_minute: datetime
     next_run_at: datetime
     job_id: UUID
+    tenant_id: UUID
+    nominal_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,16 +161,33 @@ async def load_due(conn: AsyncConnection, shard_ids: Sequence[int], until: datet
     return [DueRow(*r) for r in rows]
 
 
-async def claim(conn: AsyncConnection, owner: str, keys: Sequence[ClaimKey], now: datetime | None = None) -> list[Claim]:
+async def load_latest_due(conn: AsyncConnection, shard_ids: Sequence[int], until: datetime,
+                          limit: int) -> list[DueRow]:
+    rows = await conn.execute(q("DueIndexLoadShardsLatest"), {
+        "shard_ids": list(shard_ids), "until": until, "limit": limit})
+    return [DueRow(*r) for r in rows]
+
+
+async def claim(conn: AsyncConnection, owner: str, keys: Sequence[ClaimKey],
+                now: datetime | None = None) -> list[Claim]:
+    """Claim a batch; one Claim per key, in the keys' order."""
     if not keys:
         return []
     rows = await conn.execute(q("DispatchClaimDue"), {
         "owner": owner, "now": now,
-        "shard_ids": _plain([k.shard_id for k in keys]), "revisions": _plain([k.revision for k in keys]),
-        "due_minutes": _plain([k.due_minute for k in keys]), "next_run_ats": _plain([k.next_run_at for k in keys]),
+        "shard_ids": _plain([k.shard_id for k in keys]),
+        "revisions": _plain([k.revision for k in keys]),
+        "due_minutes": _plain([k.due_minute for k in keys]),
+        "next_run_ats": _plain([k.next_run_at for k in keys]),
         "job_ids": _plain([k.job_id for k in keys]),
     })
-    return [Claim(*r) for r in rows]
+    out: list[Claim | None] = [None] * len(keys)
+    for ordinal, claimed, fenced, *job in rows:
+        k = keys[ordinal - 1]
+        out[ordinal - 1] = Claim(k.shard_id, k.next_run_at, k.job_id, claimed, fenced,
+                                 k.tenant_id if claimed else None, k.nominal_at if claimed else None, *job)
+    assert all(c is not None for c in out), "the claim must answer every batch row"
+    return out  # type: ignore[return-value]
 
 
 async def cancel_replaced(conn: AsyncConnection, replacements: Sequence[Replacement],
@@ -176,27 +195,39 @@ async def cancel_replaced(conn: AsyncConnection, replacements: Sequence[Replacem
     if not replacements:
         return
     await conn.execute(q("DispatchCancelReplaced"), {
-        "now": now, "job_ids": _plain([r.job_id for r in replacements]),
-        "scheduled_fors": _plain([r.scheduled_for for r in replacements]), "errors": _texts([r.error for r in replacements]),
+        "now": now,
+        "job_ids": _plain([r.job_id for r in replacements]),
+        "scheduled_fors": _plain([r.scheduled_for for r in replacements]),
+        "errors": _texts([r.error for r in replacements]),
     })
 
 
 async def record(conn: AsyncConnection, executions: Sequence[NewExecution], next_due: Sequence[NextDue],
                  advances: Sequence[JobAdvance], now: datetime | None = None) -> Recorded:
+    e, n, a = executions, next_due, advances
     row = (await conn.execute(q("DispatchRecord"), {
         "now": now,
-        "e_job_ids": _plain([e.job_id for e in executions]), "e_tenant_ids": _plain([e.tenant_id for e in executions]),
-        "e_queues": _texts([e.queue for e in executions]), "e_scheduled_fors": _plain([e.scheduled_for for e in executions]),
-        "e_max_attempts": _plain([e.max_attempts for e in executions]), "e_states": _texts([e.state for e in executions]),
-        "e_ready_ats": _plain([e.ready_at for e in executions]), "e_skip_reasons": _texts([e.skip_reason for e in executions]),
-        "e_notes": _texts([e.note for e in executions]),
-        "n_shard_ids": _plain([n.shard_id for n in next_due]), "n_due_minutes": _plain([n.due_minute for n in next_due]),
-        "n_next_run_ats": _plain([n.next_run_at for n in next_due]), "n_job_ids": _plain([n.job_id for n in next_due]),
-        "n_tenant_ids": _plain([n.tenant_id for n in next_due]), "n_nominal_ats": _plain([n.nominal_at for n in next_due]),
-        "a_job_ids": _plain([a.job_id for a in advances]), "a_states": _texts([a.state for a in advances]),
-        "a_from_states": _texts(["active"] * len(advances)),
-        "a_next_nominal_ats": _plain([a.next_nominal_at for a in advances]),
-        "a_next_run_ats": _plain([a.next_run_at for a in advances]),
+        "e_job_ids": _plain([x.job_id for x in e]),
+        "e_tenant_ids": _plain([x.tenant_id for x in e]),
+        "e_queues": _texts([x.queue for x in e]),
+        "e_scheduled_fors": _plain([x.scheduled_for for x in e]),
+        "e_max_attempts": _plain([x.max_attempts for x in e]),
+        "e_states": _texts([x.state for x in e]),
+        "e_ready_ats": _plain([x.ready_at for x in e]),
+        "e_skip_reasons": _texts([x.skip_reason for x in e]),
+        "e_notes": _texts([x.note for x in e]),
+        "n_shard_ids": _plain([x.shard_id for x in n]),
+        "n_due_minutes": _plain([x.due_minute for x in n]),
+        "n_next_run_ats": _plain([x.next_run_at for x in n]),
+        "n_job_ids": _plain([x.job_id for x in n]),
+        "n_tenant_ids": _plain([x.tenant_id for x in n]),
+        "n_nominal_ats": _plain([x.nominal_at for x in n]),
+        "a_job_ids": _plain([x.job_id for x in a]),
+        "a_states": _texts([x.state for x in a]),
+        # Guard on the state the claim read: a job paused or cancelled since keeps its own.
+        "a_from_states": _texts(["active"] * len(a)),
+        "a_next_nominal_ats": _plain([x.next_nominal_at for x in a]),
+        "a_next_run_ats": _plain([x.next_run_at for x in a]),
     })).one()
     return Recorded(row.ready, row.skipped, row.next_due, row.advanced)
 

@@ -34,7 +34,8 @@ def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
-async def heartbeat_member(conn: AsyncConnection, owner: str, ttl_s: float, now: datetime | None = None) -> None:
+async def heartbeat_member(conn: AsyncConnection, owner: str, ttl_s: float,
+                           now: datetime | None = None) -> None:
     await conn.execute(q("SchedulerMemberHeartbeat"), {"owner": owner, "ttl_ms": _ms(ttl_s), "now": now})
 
 
@@ -50,7 +51,8 @@ async def sweep_members(conn: AsyncConnection, grace_s: float, now: datetime | N
     await conn.execute(q("SchedulerMemberSweep"), {"grace_ms": _ms(grace_s), "now": now})
 
 
-async def renew(conn: AsyncConnection, owner: str, ttl_s: float, now: datetime | None = None) -> list[HeldShard]:
+async def renew(conn: AsyncConnection, owner: str, ttl_s: float,
+                now: datetime | None = None) -> list[HeldShard]:
     rows = await conn.execute(q("ShardLeaseRenew"), {"owner": owner, "ttl_ms": _ms(ttl_s), "now": now})
     return [HeldShard(r.shard_id, r.revision) for r in rows]
 

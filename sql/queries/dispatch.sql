@@ -1,10 +1,10 @@
 -- name: DispatchClaimDue
--- Fenced claim of a dispatch batch: delete the batch's due_index rows of shards still held under the presented revision, and return per batch row whether it was claimed or fenced, with its job's dispatch fields and whether the job has an unfinished execution.
+-- Fenced claim of a dispatch batch: delete the batch's due_index rows of shards still held under the presented revision, and return per batch row (by ordinal) whether it was claimed or fenced, with its job's dispatch fields and whether the job has an unfinished execution.
 WITH batch AS (
     SELECT * FROM unnest(CAST(:shard_ids AS INT[]), CAST(:revisions AS INT8[]),
                          CAST(:due_minutes AS TIMESTAMPTZ[]), CAST(:next_run_ats AS TIMESTAMPTZ[]),
-                         CAST(:job_ids AS UUID[]))
-        AS b (shard_id, revision, due_minute, next_run_at, job_id)
+                         CAST(:job_ids AS UUID[])) WITH ORDINALITY
+        AS b (shard_id, revision, due_minute, next_run_at, job_id, ord)
 ),
 claimed AS (
     DELETE FROM due_index AS d
@@ -14,13 +14,13 @@ claimed AS (
       -- the fence: a shard lost, expired or re-acquired by anyone (even us) since loading claims nothing
       AND l.shard_id = b.shard_id AND l.owner = :owner AND l.revision = b.revision
       AND l.lease_until > coalesce(CAST(:now AS TIMESTAMPTZ), now())
-    RETURNING d.shard_id, d.next_run_at, d.job_id, d.tenant_id, d.nominal_at
+    RETURNING d.next_run_at, d.job_id, d.nominal_at
 )
-SELECT b.shard_id, b.next_run_at, b.job_id,
+-- The caller knows each row's key, tenant and nominal time already: only the ordinal comes back.
+SELECT b.ord,
        (c.job_id IS NOT NULL) AS claimed,
        (l.owner IS NULL OR l.owner <> :owner OR l.revision <> b.revision OR l.lease_until IS NULL
         OR l.lease_until <= coalesce(CAST(:now AS TIMESTAMPTZ), now())) AS fenced,
-       c.tenant_id, c.nominal_at,
        j.state AS job_state, j.schedule_kind, j.cron_resolved, j.tz, j.jitter_s, j.dst_gap, j.dst_repeat,
        j.concurrency, j.misfire, j.queue, j.max_attempts,
        (j.concurrency <> 'allow' AND EXISTS (
@@ -30,7 +30,8 @@ SELECT b.shard_id, b.next_run_at, b.job_id,
 FROM batch AS b
 JOIN shard_leases AS l ON l.shard_id = b.shard_id
 LEFT JOIN claimed AS c ON c.job_id = b.job_id AND c.next_run_at = b.next_run_at
-LEFT JOIN jobs AS j ON j.job_id = c.job_id;
+LEFT JOIN jobs AS j ON j.job_id = c.job_id
+ORDER BY b.ord;
 
 -- name: DispatchCancelReplaced
 -- Replace overlap: cancel the unfinished executions of these jobs older than the occurrence replacing them, and close their running attempts; the worker's next call gets LEASE_LOST.
