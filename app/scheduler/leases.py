@@ -64,7 +64,6 @@ class Ownership:
     def __init__(self) -> None:
         self._held: dict[int, int] = {}
         self._listeners: list[Callable[[set[int], set[int]], None]] = []
-        self.changed = asyncio.Event()
 
     @property
     def held(self) -> Mapping[int, int]:
@@ -88,7 +87,6 @@ class Ownership:
                 observability.shards_owned.add(shards)
             for listener in self._listeners:
                 listener(gained, lost)
-            self.changed.set()
         return gained, lost
 
 
