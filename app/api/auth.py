@@ -7,6 +7,7 @@ from uuid import UUID
 
 from litestar import Request
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 
 from app import errors
 from app.store import tenants
@@ -35,3 +36,8 @@ async def provide_tenant(request: Request, state: State) -> TenantContext:
     if principal.tenant_id is None:
         raise errors.Forbidden("a pool worker key cannot use the REST API")
     return TenantContext(principal.tenant_id, principal.tenant_name or "")
+
+
+# What handlers declare: injected by name (the app factory registers "db" and "tenant").
+DB = NamedDependency[Database]
+Tenant = NamedDependency[TenantContext]

@@ -9,7 +9,6 @@ shares one limit.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
@@ -17,25 +16,21 @@ from uuid import UUID
 import msgspec
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, QueryParameter
 
 from app import errors
-from app.api.auth import TenantContext
-from app.api.service import decode_cursor, encode_cursor, page_limit
+from app.api.auth import DB, Tenant
+from app.api.schemas import Wire, decode_body
+from app.api.service import decode_cursor, encode_cursor, next_link, page_limit
+from app.domain.jobs import MAX_ATTEMPTS, MAX_BACKOFF_S, validate_payload
 from app.store import attempts as attempts_store
 from app.store import executions as store
-from app.store.db import Database
 
 # Bulk replay budget per tenant: at most this many executions per window.
 REPLAY_PER_WINDOW = 1000
 REPLAY_WINDOW_S = 60.0
 BULK_REPLAY_MAX = 1000
-MAX_ATTEMPTS = 100
-MAX_BACKOFF_S = 7 * 86400
 
-
-class Wire(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=False):
-    pass
 
 
 class RetryOverride(Wire):
@@ -115,17 +110,6 @@ def _execution_ref(ref: str, *, action: str | None) -> UUID:
         raise errors.ExecutionNotFound() from None
 
 
-def _decode(raw: bytes, type_: type) -> Any:
-    if not raw.strip():
-        return type_()
-    try:
-        return msgspec.json.decode(raw, type=type_)
-    except msgspec.ValidationError as exc:
-        raise errors.InvalidInput("body", str(exc)) from None
-    except msgspec.DecodeError:
-        raise errors.InvalidInput("body", "is not valid JSON") from None
-
-
 def _validate_retry(retry: RetryOverride | None) -> RetryOverride:
     retry = retry or RetryOverride()
     if retry.max_attempts is not None and not 1 <= retry.max_attempts <= MAX_ATTEMPTS:
@@ -146,9 +130,9 @@ class DeadLetterController(Controller):
 
     @get("/dead-letters", operation_id="ListDeadLetters",
          summary="A tenant's dead executions with their last error, newest first; next page in the Link header.")
-    async def list_dead(self, db: Database, tenant: TenantContext, cursor: str | None = None,
-                        limit: int | None = None,
-                        job_id: Annotated[str | None, Parameter(query="jobId")] = None) -> Response[list[DeadLetterOut]]:
+    async def list_dead(self, db: DB, tenant: Tenant, cursor: FromQuery[str | None] = None,
+                        limit: FromQuery[int | None] = None,
+                        job_id: Annotated[str | None, QueryParameter(name="jobId")] = None) -> Response[list[DeadLetterOut]]:
         n = page_limit(limit)
         before = decode_cursor(cursor)
         job = _uuid(job_id, "jobId")
@@ -157,11 +141,8 @@ class DeadLetterController(Controller):
         more, rows = len(rows) > n, rows[:n]
         headers = None
         if more:
-            from urllib.parse import urlencode
-
-            query = {k: v for k, v in {"limit": limit, "jobId": job_id}.items() if v is not None}
-            query["cursor"] = encode_cursor(rows[-1].finished_at, rows[-1].execution_id)
-            headers = {"Link": f'</v1/dead-letters?{urlencode(query)}>; rel="next"'}
+            cursor = encode_cursor(rows[-1].finished_at, rows[-1].execution_id)
+            headers = {"Link": next_link("/v1/dead-letters", cursor, limit=limit, jobId=job_id)}
         return Response([
             DeadLetterOut(str(d.execution_id), str(d.job_id), d.scheduled_for, d.attempt, d.max_attempts,
                           d.finished_at, d.error)
@@ -170,8 +151,8 @@ class DeadLetterController(Controller):
 
     @post("/dead-letters:replay", operation_id="ReplayDeadLetters", status_code=200,
           summary="Replay up to `limit` dead executions matching a filter (jobId, finished window); budgeted per tenant.")
-    async def replay_many(self, request: Request, db: Database, tenant: TenantContext) -> BulkReplayedOut:
-        body: BulkReplayIn = _decode(await request.body(), BulkReplayIn)
+    async def replay_many(self, request: Request, db: DB, tenant: Tenant) -> BulkReplayedOut:
+        body: BulkReplayIn = decode_body(await request.body(), BulkReplayIn)
         if not 1 <= body.limit <= BULK_REPLAY_MAX:
             raise errors.InvalidInput("limit", f"must be between 1 and {BULK_REPLAY_MAX}")
         job = _uuid(body.job_id, "jobId")
@@ -194,18 +175,14 @@ class DeadLetterController(Controller):
     @post("/executions/{execution_ref:str}", operation_id="ReplayExecution", status_code=200,
           summary="POST /v1/executions/{executionId}:replay: make a dead execution ready again "
                   "(fresh attempt budget; optional body {payload, retry})")
-    async def replay(self, request: Request, execution_ref: str, db: Database, tenant: TenantContext,
+    async def replay(self, request: Request, execution_ref: FromPath[str], db: DB, tenant: Tenant,
                      state: State) -> ReplayedOut:
         execution_id = _execution_ref(execution_ref, action="replay")
-        body: ReplayIn = _decode(await request.body(), ReplayIn)
+        body: ReplayIn = decode_body(await request.body(), ReplayIn)
         retry = _validate_retry(body.retry)
         payload = None
         if body.payload is not msgspec.UNSET:
-            size = len(json.dumps(body.payload, separators=(",", ":")).encode())
-            limit = state.settings.max_payload_bytes
-            if size > limit:
-                raise errors.InvalidInput("payload", f"{size} bytes inline; the limit is {limit}")
-            payload = body.payload
+            payload = validate_payload(body.payload, state.settings.max_payload_bytes)
 
         async def work(conn) -> store.Replayed:
             done = await store.replay(conn, tenant.tenant_id, execution_id, payload=payload,
@@ -225,7 +202,7 @@ class DeadLetterController(Controller):
 
     @get("/executions/{execution_ref:str}/attempts", operation_id="ListExecutionAttempts",
          summary="Every attempt of an execution, oldest first, including late results discarded after LEASE_LOST.")
-    async def attempts(self, execution_ref: str, db: Database, tenant: TenantContext) -> list[AttemptOut]:
+    async def attempts(self, execution_ref: FromPath[str], db: DB, tenant: Tenant) -> list[AttemptOut]:
         execution_id = _execution_ref(execution_ref, action=None)
 
         async def work(conn):

@@ -7,12 +7,11 @@ from uuid import UUID
 
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
 from app import errors
 from app.api import schemas, service
-from app.api.auth import TenantContext
-from app.store.db import Database
+from app.api.auth import DB, Tenant
 
 ACTIONS = ("pause", "resume")
 
@@ -39,9 +38,9 @@ class JobController(Controller):
 
     @post("/", operation_id="CreateJob", status_code=201,
           summary="Submit a one-off or cron job; Idempotency-Key makes retries safe.")
-    async def create_job(self, request: Request, data: schemas.JobIn, db: Database, tenant: TenantContext,
+    async def create_job(self, request: Request, data: JSONBody[schemas.JobIn], db: DB, tenant: Tenant,
                      state: State,
-                     idempotency_key: Annotated[str | None, Parameter(header="Idempotency-Key")] = None,
+                     idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
                      ) -> Response[schemas.JobCreated]:
         raw = await request.body()
         created = await service.create_job(db, state.settings, tenant.tenant_id, data, raw, idempotency_key)
@@ -49,43 +48,42 @@ class JobController(Controller):
         return Response(body, status_code=201, headers={"Location": f"/v1/jobs/{created.job_id}"})
 
     @get("/", operation_id="ListJobs", summary="A tenant's jobs, newest first, filtered by state and name.")
-    async def list_jobs(self, db: Database, tenant: TenantContext, job_state: Annotated[str | None, Parameter(query="state")] = None,
-                   name: str | None = None, cursor: str | None = None,
-                   limit: int | None = None) -> Response[schemas.JobPage]:
+    async def list_jobs(self, db: DB, tenant: Tenant, job_state: Annotated[str | None, QueryParameter(name="state")] = None,
+                   name: FromQuery[str | None] = None, cursor: FromQuery[str | None] = None,
+                   limit: FromQuery[int | None] = None) -> Response[schemas.JobPage]:
         rows, nxt = await service.list_jobs(db, tenant.tenant_id, state=job_state, name=name, cursor=cursor,
                                             limit=limit)
         page = schemas.JobPage(jobs=[service.job_out(j) for j in rows], next_cursor=nxt)
-        headers = {"Link": _next_link("/v1/jobs", nxt, state=job_state, name=name, limit=limit)} if nxt else None
+        headers = {"Link": service.next_link("/v1/jobs", nxt, state=job_state, name=name, limit=limit)} if nxt else None
         return Response(page, headers=headers)
 
     @get("/{job_ref:str}", operation_id="GetJob", summary="One job.")
-    async def get_job(self, job_ref: str, db: Database, tenant: TenantContext) -> schemas.JobOut:
+    async def get_job(self, job_ref: FromPath[str], db: DB, tenant: Tenant) -> schemas.JobOut:
         job_id, _ = parse_job_ref(job_ref, action=False)
         return service.job_out(await service.get_job(db, tenant.tenant_id, job_id))
 
     @delete("/{job_ref:str}", operation_id="CancelJob", status_code=204,
             summary="Cancel a job: removes its next occurrence and cancels executions not yet started.")
-    async def cancel_job(self, job_ref: str, db: Database, tenant: TenantContext) -> None:
+    async def cancel_job(self, job_ref: FromPath[str], db: DB, tenant: Tenant) -> None:
         job_id, _ = parse_job_ref(job_ref, action=False)
         await service.cancel(db, tenant.tenant_id, job_id)
 
     @post("/{job_ref:str}", operation_id="PauseOrResumeJob", status_code=200,
           summary="POST /v1/jobs/{jobId}:pause or :resume (body {missed: skip|run_once}, default skip).")
-    async def job_action(self, request: Request, job_ref: str, db: Database, tenant: TenantContext) -> schemas.JobOut:
+    async def job_action(self, request: Request, job_ref: FromPath[str], db: DB, tenant: Tenant) -> schemas.JobOut:
         job_id, verb = parse_job_ref(job_ref, action=True)
         if verb == "pause":
             return service.job_out(await service.pause(db, tenant.tenant_id, job_id))
-        raw = await request.body()
-        body = _decode(raw, schemas.ResumeIn) if raw.strip() else schemas.ResumeIn()
+        body = schemas.decode_body(await request.body(), schemas.ResumeIn)
         return service.job_out(await service.resume(db, tenant.tenant_id, job_id, body.missed))
 
     @get("/{job_ref:str}/executions", operation_id="ListJobExecutions",
          summary="A job's executions, newest first; next page in the Link header.")
-    async def job_executions(self, job_ref: str, db: Database, tenant: TenantContext, cursor: str | None = None,
-                         limit: int | None = None) -> Response[list[schemas.ExecutionOut]]:
+    async def job_executions(self, job_ref: FromPath[str], db: DB, tenant: Tenant, cursor: FromQuery[str | None] = None,
+                         limit: FromQuery[int | None] = None) -> Response[list[schemas.ExecutionOut]]:
         job_id, _ = parse_job_ref(job_ref, action=False)
         rows, nxt = await service.executions(db, tenant.tenant_id, job_id, cursor, limit)
-        headers = {"Link": _next_link(f"/v1/jobs/{job_id}/executions", nxt, limit=limit)} if nxt else None
+        headers = {"Link": service.next_link(f"/v1/jobs/{job_id}/executions", nxt, limit=limit)} if nxt else None
         return Response([service.execution_out(e) for e in rows], headers=headers)
 
 
@@ -95,30 +93,11 @@ class ScheduleController(Controller):
 
     @get("/preview", operation_id="PreviewSchedule",
          summary="The next N fire times of a cron expression in a zone, with DST notes.")
-    async def preview(self, tenant: TenantContext, cron: str, tz: str, count: int = 10,
-                      from_: Annotated[str | None, Parameter(query="from")] = None,
-                      job_id: Annotated[str | None, Parameter(query="jobId")] = None) -> schemas.PreviewOut:
+    async def preview(self, tenant: Tenant, cron: FromQuery[str], tz: FromQuery[str], count: FromQuery[int] = 10,
+                      from_: Annotated[str | None, QueryParameter(name="from")] = None,
+                      job_id: Annotated[str | None, QueryParameter(name="jobId")] = None) -> schemas.PreviewOut:
         occurrences = service.preview(cron, tz, count, from_, job_id)
         return schemas.PreviewOut(fire_times=[
             schemas.FireTimeOut(utc=o.run_at, local=o.local.isoformat(), dst_note=o.dst_note, skipped=o.skipped)
             for o in occurrences
         ])
-
-
-def _decode(raw: bytes, type_: type):
-    import msgspec
-
-    try:
-        return msgspec.json.decode(raw, type=type_)
-    except msgspec.ValidationError as exc:
-        raise errors.InvalidInput("body", str(exc)) from None
-    except msgspec.DecodeError:
-        raise errors.InvalidInput("body", "is not valid JSON") from None
-
-
-def _next_link(path: str, cursor: str | None, **params: object) -> str:
-    from urllib.parse import urlencode
-
-    query = {k: v for k, v in params.items() if v is not None}
-    query["cursor"] = cursor
-    return f'<{path}?{urlencode(query)}>; rel="next"'

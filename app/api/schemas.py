@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
+
+from app.errors import InvalidInput
 
 
 class Wire(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=False):
     pass
+
+
+W = TypeVar("W", bound=Wire)
+
+
+def decode_body(raw: bytes, type_: type[W]) -> W:
+    """An optional JSON body (empty means all defaults); bad JSON or types are InvalidInput."""
+    if not raw.strip():
+        return type_()
+    try:
+        return msgspec.json.decode(raw, type=type_)
+    except msgspec.ValidationError as exc:
+        raise InvalidInput("body", str(exc)) from None
+    except msgspec.DecodeError:
+        raise InvalidInput("body", "is not valid JSON") from None
 
 
 class TargetIn(Wire):

@@ -7,6 +7,7 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from urllib.parse import urlencode
 from uuid import UUID, uuid4
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -45,6 +46,13 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
         return datetime.fromisoformat(at), UUID(ident)
     except (ValueError, TypeError):
         raise errors.InvalidInput("cursor", "is not a cursor this API issued") from None
+
+
+def next_link(path: str, cursor: str, **params: object) -> str:
+    """RFC 8288 Link header value for the next page."""
+    query = {k: v for k, v in params.items() if v is not None}
+    query["cursor"] = cursor
+    return f'<{path}?{urlencode(query)}>; rel="next"'
 
 
 def page_limit(limit: int | None, default: int = 50) -> int:
