@@ -20,6 +20,19 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 
 
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in record.__dict__.items() if k not in _RESERVED and not k.startswith("_")}
+
+
+class TextFormatter(logging.Formatter):
+    """Human-readable lines (`kairos up`'s own output) that still carry the structured fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = " ".join(f"{k}={v}" for k, v in _extras(record).items())
+        return f"{line} {fields}" if fields else line
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
@@ -28,9 +41,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        for key, value in record.__dict__.items():
-            if key not in _RESERVED and not key.startswith("_"):
-                out[key] = value
+        out.update(_extras(record))
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
@@ -41,11 +52,11 @@ def setup_logging(level: str = "INFO", fmt: str = "json", process: str = "kairos
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter(f"%(asctime)s {process} %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter(f"%(asctime)s {process} %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("uvicorn.access", "httpx", "httpcore", "grpc"):
+    for noisy in ("uvicorn.access", "httpx", "httpcore", "grpc", "pgserver"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -8,6 +8,7 @@ one to detach (with cleanup "stop") shuts it down cleanly.
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -20,10 +21,13 @@ def start(pgdata: Path, *, cleanup: str | None = "stop") -> str:
     cleanup: "stop" stops the server when the last attached process exits, "delete" also
     removes the data directory (throwaway test servers), None leaves it running.
     """
-    import pgserver
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI) and falls back to /tmp.
+        warnings.simplefilter("ignore")
+        import pgserver
 
-    pgdata.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(str(pgdata), cleanup_mode=cleanup)
+        pgdata.mkdir(parents=True, exist_ok=True)
+        server = pgserver.get_server(str(pgdata), cleanup_mode=cleanup)
     uri = server.get_uri()
     log.info("embedded postgres ready", extra={"pgdata": str(pgdata)})
     return to_sqlalchemy_url(uri)
