@@ -68,10 +68,11 @@ def _guarded_updates(table: str) -> list[tuple[str, str, set[str], str]]:
         for m in re.finditer(rf"UPDATE\s+{table}\b(?:\s+AS\s+\w+)?\s+SET(.*?)(?:\bRETURNING\b|\Z|\)\s*,\s*\w+\s+AS\s*\(|\)\s*(?:SELECT|INSERT|UPDATE|DELETE)\b)",
                              query.sql, re.IGNORECASE | re.DOTALL):
             body = m.group(1)
-            new = re.search(r"\bstate\s*=\s*'(\w+)'", body)
+            parts = re.split(r"\bWHERE\b", body, maxsplit=1, flags=re.IGNORECASE)
+            assignments, where = parts[0], parts[1] if len(parts) > 1 else ""
+            new = re.search(r"(?<![.\w])state\s*=\s*'(\w+)'", assignments)
             if not new:
                 continue
-            where = body.split("WHERE", 1)[1] if "WHERE" in body.upper() else ""
             sources = set(re.findall(r"\bstate\s*=\s*'(\w+)'", where))
             sources |= {s for group in re.findall(r"\bstate\s+IN\s*\(([^)]*)\)", where, re.IGNORECASE)
                         for s in re.findall(r"'(\w+)'", group)}
