@@ -34,8 +34,6 @@ class Settings:
     shard_count: int = 256
     lease_ttl_s: float = field(default_factory=lambda: float(_env("LEASE_TTL_S", "10")))
     loader_interval_s: float = field(default_factory=lambda: float(_env("LOADER_INTERVAL_S", "1")))
-    # Scheduler's nudge endpoint (API -> scheduler wake-up for jobs due in the current minute).
-    scheduler_port: int = field(default_factory=lambda: int(_env("SCHEDULER_PORT", "0")))
     # Executor.
     http_egress_allow: tuple[str, ...] = field(
         default_factory=lambda: _csv(_env("HTTP_EGRESS_ALLOW", ""))

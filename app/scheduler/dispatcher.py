@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
-from app import observability
+from app import errors, observability
 from app.domain import schedule as cron
 from app.domain.shards import due_minute, shard_of
 from app.scheduler.heap import DueEntry, DueHeap
@@ -48,6 +48,8 @@ MISFIRE_CAP = 100
 MAX_SKIPPED_AHEAD = 16
 # The dispatch_lag histogram gets at most about this many points per batch (an even sample).
 LAG_SAMPLES_PER_BATCH = 64
+# Clean batches in a row before one more batch may be in flight again after contention.
+CLEAN_BATCHES_TO_GROW = 10
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,10 @@ class Dispatcher:
         self.wake = wake or asyncio.Event()
         self._catch_up_slots: dict[UUID, datetime] = {}
         self.totals = BatchResult()
+        # Batches allowed in flight now: halved when a batch gives up on conflicts with its
+        # siblings (SERIALIZABLE false positives), grown back by one per run of clean batches.
+        self.inflight_limit = config.max_inflight_batches
+        self._clean_batches = 0
 
     def _now(self) -> datetime:
         return self.clock() if self.clock else datetime.now(timezone.utc)
@@ -281,12 +287,24 @@ class Dispatcher:
         except asyncio.CancelledError:
             self.heap.requeue(batch)
             raise
+        except errors.TransactionRetriesExhausted:
+            self.inflight_limit = max(1, self.inflight_limit // 2)
+            self._clean_batches = 0
+            log.warning("dispatch batch kept conflicting; fewer batches in flight",
+                        extra={"entries": len(batch), "inflight_limit": self.inflight_limit})
+            result.failed = len(batch)
+            self.heap.requeue(batch)
+            return result
         except Exception:
             log.exception("dispatch batch failed", extra={"entries": len(batch)})
             result.failed = len(batch)
             await asyncio.sleep(self.config.failure_backoff_s)
             self.heap.requeue(batch)
             return result
+        self._clean_batches += 1
+        if self.inflight_limit < self.config.max_inflight_batches and self._clean_batches >= CLEAN_BATCHES_TO_GROW:
+            self.inflight_limit += 1
+            self._clean_batches = 0
         fenced, settled = [], []
         for entry, c in zip(batch, claims):  # the claim answers every batch row, in order
             if c.fenced and not c.claimed:
@@ -323,14 +341,14 @@ class Dispatcher:
             while not stop.is_set():
                 self.wake.clear()
                 now_ts = self._now().timestamp()
-                while len(inflight) < cfg.max_inflight_batches:
+                while len(inflight) < self.inflight_limit:
                     batch = self.heap.pop_due(now_ts, cfg.batch_size)
                     if not batch:
                         break
                     inflight.add(asyncio.create_task(self.dispatch(batch), name="scheduler.dispatch-batch"))
                 waiters: set[asyncio.Future] = set(inflight)
                 timeout: float | None = None
-                if len(inflight) < cfg.max_inflight_batches:
+                if len(inflight) < self.inflight_limit:
                     wake_ts = self.heap.next_wake_ts()
                     timeout = cfg.idle_wait_s
                     if wake_ts is not None:
