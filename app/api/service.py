@@ -88,8 +88,9 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime) -> spec.J
         return spec.JobSpec(schedule=once, **common)
     dst = s.dst or schemas.DstIn()
     schedule, resolved = spec.cron_schedule(s.cron, s.tz, s.jitter_seconds, dst.gap, dst.repeat, str(job_id))
-    first = spec.first_occurrence(schedule, resolved, now, str(job_id), settings.max_schedule_horizon_days)
-    return spec.JobSpec(schedule=schedule, cron_resolved=resolved, first=first, **common)
+    first, skipped = spec.first_occurrence(schedule, resolved, now, str(job_id), settings.max_schedule_horizon_days)
+    return spec.JobSpec(schedule=schedule, cron_resolved=resolved, first=first, skipped_before_first=skipped,
+                        **common)
 
 
 def new_row(job: spec.JobSpec, tenant_id: UUID, queue: str, idem_key: str | None,
@@ -147,6 +148,9 @@ async def create_job(db: Database, settings: Settings, tenant_id: UUID, body: sc
             shared = bool(access)
         queue = spec.queue_for(job.target, tenant_id, shared)
         if await store.insert(conn, new_row(job, tenant_id, queue, idem_key, fingerprint)):
+            if job.skipped_before_first:
+                await store.record_skipped(conn, job.job_id, tenant_id, queue, job.retry.max_attempts,
+                                           [o.nominal_utc for o in job.skipped_before_first], "dst_gap")
             return Created(job.job_id, job.first_run_at, replayed=False)
         earlier = await replay(conn)  # a concurrent request with the same key committed first
         assert earlier is not None
@@ -266,7 +270,8 @@ async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> st
         nominal, run_at = _resume_point(job, now, missed)
         if nominal is None:
             # A one-off job whose time passed while paused, and the caller chose to skip it.
-            await store.record_skipped(conn, job, job.next_nominal_at or now, "misfire")
+            await store.record_skipped(conn, job.job_id, job.tenant_id, job.queue, job.max_attempts,
+                                       [job.next_nominal_at or now], "misfire")
             return await _moved(conn, job, JobState.COMPLETED, None, None)
         await store.insert_due(conn, job.job_id, job.tenant_id, nominal, run_at)
         return await _moved(conn, job, JobState.ACTIVE, nominal, run_at)

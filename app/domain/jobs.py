@@ -67,6 +67,8 @@ class JobSpec:
     misfire: Misfire = "run_once"
     cron_resolved: str | None = None
     first: cron.Occurrence | None = field(default=None)
+    # Occurrences before the first that a DST rule dropped (gap: skip): history records them.
+    skipped_before_first: tuple[cron.Occurrence, ...] = ()
 
     @property
     def first_run_at(self) -> datetime:
@@ -185,15 +187,25 @@ def resolved_schedule(s: cron.CronSchedule, resolved: str) -> cron.CronSchedule:
     return cron.CronSchedule(expr=resolved, tz=s.tz, jitter_s=s.jitter_s, dst=s.dst)
 
 
+# A schedule whose every occurrence falls in DST gaps would otherwise be searched forever.
+MAX_GAP_SKIPS = 16
+
+
 def first_occurrence(s: cron.CronSchedule, resolved: str, now: datetime, job_key: str,
-                     horizon_days: int) -> cron.Occurrence:
-    try:
-        occ = cron.next_occurrence(resolved_schedule(s, resolved), now, job_key)
-    except StopIteration:
-        occ = None
-    if occ is None or occ.nominal_utc > now + timedelta(days=horizon_days):
+                     horizon_days: int) -> tuple[cron.Occurrence, tuple[cron.Occurrence, ...]]:
+    """The first occurrence that runs, and the DST-gap skips before it (recorded as skipped)."""
+    skipped: list[cron.Occurrence] = []
+    first = None
+    for occ in cron.occurrences_after(resolved_schedule(s, resolved), now, job_key):
+        if occ.nominal_utc > now + timedelta(days=horizon_days) or len(skipped) > MAX_GAP_SKIPS:
+            break
+        if not occ.skipped:
+            first = occ
+            break
+        skipped.append(occ)
+    if first is None:
         raise InvalidSchedule("schedule.cron", f"never fires within {horizon_days} days")
-    return occ
+    return first, tuple(skipped)
 
 
 def request_fingerprint(body: bytes) -> str:

@@ -158,8 +158,10 @@ async def shared_pool_access(conn: AsyncConnection, tenant_id: UUID, pool: str) 
     return None if row is None else bool(row.granted)
 
 
-async def record_skipped(conn: AsyncConnection, job: Job, scheduled_for: datetime, reason: str) -> None:
-    await conn.execute(q("ExecutionRecordSkipped"), {
-        "job_id": job.job_id, "tenant_id": job.tenant_id, "queue": job.queue, "scheduled_for": scheduled_for,
-        "max_attempts": job.max_attempts, "reason": reason,
+async def record_skipped(conn: AsyncConnection, job_id: UUID, tenant_id: UUID, queue: str, max_attempts: int,
+                         scheduled_for: list[datetime], reason: str) -> None:
+    """Record occurrences that will not run, so the job's history says why."""
+    await conn.execute(q("JobRecordSkippedOccurrences"), {
+        "job_id": job_id, "tenant_id": tenant_id, "queue": queue, "scheduled_fors": scheduled_for,
+        "max_attempts": max_attempts, "reason": reason,
     })

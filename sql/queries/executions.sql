@@ -15,13 +15,6 @@ WHERE job_id = :job_id AND tenant_id = :tenant_id
   AND state = 'ready'  -- started (leased) work finishes; its result is still recorded
 RETURNING execution_id;
 
--- name: ExecutionRecordSkipped
--- Record an occurrence that will not run (overlap, misfire, dst_gap) so history can say why.
-INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at,
-                        finished_at, skip_reason)
-VALUES (:job_id, :tenant_id, :queue, :scheduled_for, :max_attempts, 'skipped', now(), now(), :reason)
-ON CONFLICT (job_id, scheduled_for) DO NOTHING;
-
 -- name: ExecutionLeaseFair
 -- Lease up to :limit ready executions of one queue, round-robin across tenants weighted by tenants.weight, each tenant capped at its max_inflight leased in this queue; bumps attempt (the fencing token) and opens an attempts row per lease.
 WITH RECURSIVE ready_tenants (tenant_id) AS (

@@ -50,3 +50,12 @@ UPDATE jobs SET
 WHERE tenant_id = :tenant_id AND job_id = :job_id
   AND state = :from_state AND version = :version  -- a concurrent change wins; this one retries or reports
 RETURNING *;
+
+-- name: JobRecordSkippedOccurrences
+-- Record occurrences of one job that will not run (misfire on resume, dst_gap before the first) as skipped executions.
+INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at,
+                        finished_at, skip_reason)
+SELECT CAST(:job_id AS UUID), CAST(:tenant_id AS UUID), CAST(:queue AS TEXT), s.scheduled_for,
+       CAST(:max_attempts AS INT), 'skipped', now(), now(), CAST(:reason AS TEXT)
+FROM unnest(CAST(:scheduled_fors AS TIMESTAMPTZ[])) AS s (scheduled_for)
+ON CONFLICT (job_id, scheduled_for) DO NOTHING;

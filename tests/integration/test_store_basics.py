@@ -69,3 +69,21 @@ async def test_transaction_helper_retries_serialization_failures(db: Database) -
     t = await db.transaction(lambda c: tenants.get(c, tenant_id))
     assert t.weight == 9
     assert db.retries > 0
+
+
+async def test_skipped_occurrences_are_recorded_once_each(db: Database) -> None:
+    import uuid
+    from datetime import datetime, timedelta, timezone
+
+    from app.store import jobs
+
+    tenant, _ = await db.transaction(lambda c: tenants.create(c, "skips"))
+    job_id = uuid.uuid4()
+    at = datetime(2026, 3, 8, 7, tzinfo=timezone.utc)
+    times = [at, at + timedelta(days=1)]
+    for _ in range(2):  # recording the same occurrences again changes nothing
+        await db.transaction(lambda c: jobs.record_skipped(c, job_id, tenant.tenant_id, "q", 3, times, "dst_gap"))
+    async with db.engine.connect() as conn:
+        got = (await conn.execute(text("SELECT scheduled_for, state, skip_reason FROM executions "
+                                       "ORDER BY scheduled_for"))).all()
+    assert [tuple(r) for r in got] == [(t, "skipped", "dst_gap") for t in times]

@@ -78,3 +78,18 @@ def test_shards_are_stable_and_spread() -> None:
         counts[shard_of(uuid4())] += 1
     assert min(counts) > 40 and max(counts) < 180
     assert due_minute(datetime(2026, 1, 1, 9, 0, 59, 999, tzinfo=timezone.utc)) == datetime(2026, 1, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def test_first_occurrence_reports_dst_gap_skips_before_it() -> None:
+    from app.domain import schedule as cron
+
+    key = "00000000-0000-4000-8000-000000000001"
+    before_gap = datetime(2026, 3, 8, 6, 0, tzinfo=timezone.utc)  # 01:00 EST on spring-forward day
+    skip, resolved = jobs.cron_schedule("30 2 * * *", "America/New_York", None, "skip", None, key)
+    first, skipped = jobs.first_occurrence(skip, resolved, before_gap, key, 3660)
+    assert first.nominal_utc == datetime(2026, 3, 9, 6, 30, tzinfo=timezone.utc)  # 02:30 EDT the next day
+    assert [o.reason for o in skipped] == ["dst_gap"] and skipped[0].nominal_utc < first.nominal_utc
+    shift, resolved = jobs.cron_schedule("30 2 * * *", "America/New_York", None, "shift", None, key)
+    first, skipped = jobs.first_occurrence(shift, resolved, before_gap, key, 3660)
+    assert first.nominal_utc == datetime(2026, 3, 8, 7, 0, tzinfo=timezone.utc) and skipped == ()
+    assert isinstance(first, cron.Occurrence)
