@@ -93,6 +93,14 @@ class Outcomes:
     async def defer(self, item: Deferral) -> bool:
         return await self.deferrer.submit(item)
 
+    async def complete_batch(self, items: Sequence[ex.Success]) -> list[bool]:
+        """Complete a caller's own batch (CompleteMany) in one transaction, bypassing the coalescer."""
+        return await self._complete(items) if items else []
+
+    async def fail_batch(self, items: Sequence[ex.Failure]) -> list[ex.FailOutcome]:
+        """Fail a caller's own batch (FailMany) in one transaction, bypassing the coalescer."""
+        return await self._fail(items) if items else []
+
     async def _complete(self, items: Sequence[ex.Success]) -> list[bool]:
         answers = await self.db.transaction(lambda c: ex.complete_many(c, items), isolation=self.isolation)
         out = [answers.get(i.execution_id, False) for i in items]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -105,3 +106,21 @@ class WorkerClient:
                                                  retryable=retryable),
                                   metadata=self._metadata, timeout=timeout)
         return Answer(_OUTCOMES.get(r.outcome, "unknown"), _dt(r.retry_at), r.message)
+
+    async def complete_many(self, items: Sequence[tuple[str, int, Any]], timeout: float = 30) -> list[Answer]:
+        """Complete (execution_id, attempt, result) items in one call; one Answer per item, in order."""
+        request = pb.CompleteManyRequest(items=[
+            pb.CompleteRequest(execution_id=eid, attempt=attempt,
+                               result=b"" if result is None else json.dumps(result, separators=(",", ":")).encode())
+            for eid, attempt, result in items])
+        r = await self._stub.CompleteMany(request, metadata=self._metadata, timeout=timeout)
+        return [Answer(_OUTCOMES.get(i.outcome, "unknown"), None, i.message) for i in r.results]
+
+    async def fail_many(self, items: Sequence[tuple[str, int, str, bool]], timeout: float = 30) -> list[Answer]:
+        """Fail (execution_id, attempt, error, retryable) items in one call; one Answer per item, in order."""
+        request = pb.FailManyRequest(items=[
+            pb.FailRequest(execution_id=eid, attempt=attempt, error=error, retryable=retryable)
+            for eid, attempt, error, retryable in items])
+        r = await self._stub.FailMany(request, metadata=self._metadata, timeout=timeout)
+        return [Answer(_OUTCOMES.get(i.outcome, "unknown"), _dt(i.retry_at) if i.HasField("retry_at") else None,
+                       i.message) for i in r.results]

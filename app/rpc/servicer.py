@@ -127,6 +127,16 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"execution_id {value!r} is not a UUID")
             raise AssertionError("unreachable") from None
 
+    async def _batch_ids(self, context: grpc.aio.ServicerContext, items) -> list[UUID]:
+        """The items' execution ids: at most max_batch, each a UUID, none twice."""
+        if len(items) > self.config.max_batch:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"at most {self.config.max_batch} items per call, got {len(items)}")
+        ids = [await self._execution_id(context, i.execution_id) for i in items]
+        if len(set(ids)) != len(ids):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an execution_id appears twice in one call")
+        return ids
+
     # -- RPCs ---------------------------------------------------------------------------------
     async def Lease(self, request: pb.LeaseRequest, context: grpc.aio.ServicerContext) -> pb.LeaseResponse:
         cred = await self._credential(context)
@@ -209,3 +219,45 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         if out.state == "dead":
             return pb.FailResponse(outcome=pb.DEAD, message="no attempts left or not retryable: dead letter")
         return pb.FailResponse(outcome=pb.RETRY_SCHEDULED, retry_at=_ts(out.retry_at))
+
+    async def CompleteMany(self, request: pb.CompleteManyRequest,
+                           context: grpc.aio.ServicerContext) -> pb.CompleteManyResponse:
+        cred = await self._credential(context)
+        ids = await self._batch_ids(context, request.items)
+        done = []
+        for item, eid in zip(request.items, ids, strict=True):
+            result = None
+            if item.result:
+                try:
+                    result = json.loads(item.result)
+                except ValueError:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                        f"result of {item.execution_id} must be UTF-8 JSON")
+            done.append(ex.Success(eid, item.attempt, result, scope=cred.scope))
+        oks = await self._call(context, lambda: self.outcomes.complete_batch(done))
+        return pb.CompleteManyResponse(results=[
+            pb.CompleteManyItem(execution_id=item.execution_id, attempt=item.attempt, outcome=pb.OK)
+            if ok else
+            pb.CompleteManyItem(execution_id=item.execution_id, attempt=item.attempt, outcome=pb.LEASE_LOST,
+                                message="attempt is not current: its result was recorded as discarded")
+            for item, ok in zip(request.items, oks, strict=True)
+        ])
+
+    async def FailMany(self, request: pb.FailManyRequest, context: grpc.aio.ServicerContext) -> pb.FailManyResponse:
+        cred = await self._credential(context)
+        ids = await self._batch_ids(context, request.items)
+        failed = [ex.Failure(eid, item.attempt, item.error or "failed", retryable=item.retryable, scope=cred.scope)
+                  for item, eid in zip(request.items, ids, strict=True)]
+        outs = await self._call(context, lambda: self.outcomes.fail_batch(failed))
+        results = []
+        for item, out in zip(request.items, outs, strict=True):
+            r = pb.FailManyItem(execution_id=item.execution_id, attempt=item.attempt)
+            if out.state is None:
+                r.outcome, r.message = pb.LEASE_LOST, "attempt is not current: its error was recorded as discarded"
+            elif out.state == "dead":
+                r.outcome, r.message = pb.DEAD, "no attempts left or not retryable: dead letter"
+            else:
+                r.outcome = pb.RETRY_SCHEDULED
+                r.retry_at.FromDatetime(out.retry_at)
+            results.append(r)
+        return pb.FailManyResponse(results=results)

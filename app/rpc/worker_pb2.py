@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x61pp/rpc/worker.proto\x12\tkairos.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"i\n\x0cLeaseRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0b\n\x03max\x18\x03 \x01(\r\x12\x15\n\rlease_seconds\x18\x04 \x01(\x01\x12\x14\n\x0cwait_seconds\x18\x05 \x01(\x01\"\x85\x02\n\x0fLeasedExecution\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\r\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x31\n\rscheduled_for\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0blease_until\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fidempotency_key\x18\x07 \x01(\t\x12\x14\n\x0cmax_attempts\x18\x08 \x01(\r\x12\x17\n\x0ftimeout_seconds\x18\t \x01(\r\"?\n\rLeaseResponse\x12.\n\nexecutions\x18\x01 \x03(\x0b\x32\x1a.kairos.v1.LeasedExecution\"P\n\x10HeartbeatRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x15\n\rlease_seconds\x18\x03 \x01(\x01\"z\n\x11HeartbeatResponse\x12#\n\x07outcome\x18\x01 \x01(\x0e\x32\x12.kairos.v1.Outcome\x12/\n\x0blease_until\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07message\x18\x03 \x01(\t\"H\n\x0f\x43ompleteRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x0e\n\x06result\x18\x03 \x01(\x0c\"H\n\x10\x43ompleteResponse\x12#\n\x07outcome\x18\x01 \x01(\x0e\x32\x12.kairos.v1.Outcome\x12\x0f\n\x07message\x18\x02 \x01(\t\"V\n\x0b\x46\x61ilRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x11\n\tretryable\x18\x04 \x01(\x08\"r\n\x0c\x46\x61ilResponse\x12#\n\x07outcome\x18\x01 \x01(\x0e\x32\x12.kairos.v1.Outcome\x12,\n\x08retry_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07message\x18\x03 \x01(\t*Y\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x06\n\x02OK\x10\x01\x12\x0e\n\nLEASE_LOST\x10\x02\x12\x13\n\x0fRETRY_SCHEDULED\x10\x03\x12\x08\n\x04\x44\x45\x41\x44\x10\x04\x32\x8a\x02\n\x06Worker\x12:\n\x05Lease\x12\x17.kairos.v1.LeaseRequest\x1a\x18.kairos.v1.LeaseResponse\x12\x46\n\tHeartbeat\x12\x1b.kairos.v1.HeartbeatRequest\x1a\x1c.kairos.v1.HeartbeatResponse\x12\x43\n\x08\x43omplete\x12\x1a.kairos.v1.CompleteRequest\x1a\x1b.kairos.v1.CompleteResponse\x12\x37\n\x04\x46\x61il\x12\x16.kairos.v1.FailRequest\x1a\x17.kairos.v1.FailResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x61pp/rpc/worker.proto\x12\tkairos.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"i\n\x0cLeaseRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0b\n\x03max\x18\x03 \x01(\r\x12\x15\n\rlease_seconds\x18\x04 \x01(\x01\x12\x14\n\x0cwait_seconds\x18\x05 \x01(\x01\"\x85\x02\n\x0fLeasedExecution\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\r\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x31\n\rscheduled_for\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0blease_until\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fidempotency_key\x18\x07 \x01(\t\x12\x14\n\x0cmax_attempts\x18\x08 \x01(\r\x12\x17\n\x0ftimeout_seconds\x18\t \x01(\r\"?\n\rLeaseResponse\x12.\n\nexecutions\x18\x01 \x03(\x0b\x32\x1a.kairos.v1.LeasedExecution\"P\n\x10HeartbeatRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x15\n\rlease_seconds\x18\x03 \x01(\x01\"z\n\x11HeartbeatResponse\x12#\n\x07outcome\x18\x01 \x01(\x0e\x32\x12.kairos.v1.Outcome\x12/\n\x0blease_until\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07message\x18\x03 \x01(\t\"H\n\x0f\x43ompleteRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x0e\n\x06result\x18\x03 \x01(\x0c\"H\n\x10\x43ompleteResponse\x12#\n\x07outcome\x18\x01 \x01(\x0e\x32\x12.kairos.v1.Outcome\x12\x0f\n\x07message\x18\x02 \x01(\t\"V\n\x0b\x46\x61ilRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x11\n\tretryable\x18\x04 \x01(\x08\"r\n\x0c\x46\x61ilResponse\x12#\n\x07outcome\x18\x01 \x01(\x0e\x32\x12.kairos.v1.Outcome\x12,\n\x08retry_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07message\x18\x03 \x01(\t\"@\n\x13\x43ompleteManyRequest\x12)\n\x05items\x18\x01 \x03(\x0b\x32\x1a.kairos.v1.CompleteRequest\"o\n\x10\x43ompleteManyItem\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12#\n\x07outcome\x18\x03 \x01(\x0e\x32\x12.kairos.v1.Outcome\x12\x0f\n\x07message\x18\x04 \x01(\t\"D\n\x14\x43ompleteManyResponse\x12,\n\x07results\x18\x01 \x03(\x0b\x32\x1b.kairos.v1.CompleteManyItem\"8\n\x0f\x46\x61ilManyRequest\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.kairos.v1.FailRequest\"\x99\x01\n\x0c\x46\x61ilManyItem\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12#\n\x07outcome\x18\x03 \x01(\x0e\x32\x12.kairos.v1.Outcome\x12,\n\x08retry_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07message\x18\x05 \x01(\t\"<\n\x10\x46\x61ilManyResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.kairos.v1.FailManyItem*Y\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x06\n\x02OK\x10\x01\x12\x0e\n\nLEASE_LOST\x10\x02\x12\x13\n\x0fRETRY_SCHEDULED\x10\x03\x12\x08\n\x04\x44\x45\x41\x44\x10\x04\x32\xa0\x03\n\x06Worker\x12:\n\x05Lease\x12\x17.kairos.v1.LeaseRequest\x1a\x18.kairos.v1.LeaseResponse\x12\x46\n\tHeartbeat\x12\x1b.kairos.v1.HeartbeatRequest\x1a\x1c.kairos.v1.HeartbeatResponse\x12\x43\n\x08\x43omplete\x12\x1a.kairos.v1.CompleteRequest\x1a\x1b.kairos.v1.CompleteResponse\x12\x37\n\x04\x46\x61il\x12\x16.kairos.v1.FailRequest\x1a\x17.kairos.v1.FailResponse\x12O\n\x0c\x43ompleteMany\x12\x1e.kairos.v1.CompleteManyRequest\x1a\x1f.kairos.v1.CompleteManyResponse\x12\x43\n\x08\x46\x61ilMany\x12\x1a.kairos.v1.FailManyRequest\x1a\x1b.kairos.v1.FailManyResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'app.rpc.worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OUTCOME']._serialized_start=1062
-  _globals['_OUTCOME']._serialized_end=1151
+  _globals['_OUTCOME']._serialized_start=1587
+  _globals['_OUTCOME']._serialized_end=1676
   _globals['_LEASEREQUEST']._serialized_start=68
   _globals['_LEASEREQUEST']._serialized_end=173
   _globals['_LEASEDEXECUTION']._serialized_start=176
@@ -52,6 +52,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FAILREQUEST']._serialized_end=944
   _globals['_FAILRESPONSE']._serialized_start=946
   _globals['_FAILRESPONSE']._serialized_end=1060
-  _globals['_WORKER']._serialized_start=1154
-  _globals['_WORKER']._serialized_end=1420
+  _globals['_COMPLETEMANYREQUEST']._serialized_start=1062
+  _globals['_COMPLETEMANYREQUEST']._serialized_end=1126
+  _globals['_COMPLETEMANYITEM']._serialized_start=1128
+  _globals['_COMPLETEMANYITEM']._serialized_end=1239
+  _globals['_COMPLETEMANYRESPONSE']._serialized_start=1241
+  _globals['_COMPLETEMANYRESPONSE']._serialized_end=1309
+  _globals['_FAILMANYREQUEST']._serialized_start=1311
+  _globals['_FAILMANYREQUEST']._serialized_end=1367
+  _globals['_FAILMANYITEM']._serialized_start=1370
+  _globals['_FAILMANYITEM']._serialized_end=1523
+  _globals['_FAILMANYRESPONSE']._serialized_start=1525
+  _globals['_FAILMANYRESPONSE']._serialized_end=1585
+  _globals['_WORKER']._serialized_start=1679
+  _globals['_WORKER']._serialized_end=2095
 # @@protoc_insertion_point(module_scope)

@@ -124,3 +124,53 @@ class FailResponse(_message.Message):
     retry_at: _timestamp_pb2.Timestamp
     message: str
     def __init__(self, outcome: _Optional[_Union[Outcome, str]] = ..., retry_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class CompleteManyRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[CompleteRequest]
+    def __init__(self, items: _Optional[_Iterable[_Union[CompleteRequest, _Mapping]]] = ...) -> None: ...
+
+class CompleteManyItem(_message.Message):
+    __slots__ = ("execution_id", "attempt", "outcome", "message")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    attempt: int
+    outcome: Outcome
+    message: str
+    def __init__(self, execution_id: _Optional[str] = ..., attempt: _Optional[int] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class CompleteManyResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CompleteManyItem]
+    def __init__(self, results: _Optional[_Iterable[_Union[CompleteManyItem, _Mapping]]] = ...) -> None: ...
+
+class FailManyRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[FailRequest]
+    def __init__(self, items: _Optional[_Iterable[_Union[FailRequest, _Mapping]]] = ...) -> None: ...
+
+class FailManyItem(_message.Message):
+    __slots__ = ("execution_id", "attempt", "outcome", "retry_at", "message")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    attempt: int
+    outcome: Outcome
+    retry_at: _timestamp_pb2.Timestamp
+    message: str
+    def __init__(self, execution_id: _Optional[str] = ..., attempt: _Optional[int] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., retry_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class FailManyResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[FailManyItem]
+    def __init__(self, results: _Optional[_Iterable[_Union[FailManyItem, _Mapping]]] = ...) -> None: ...

@@ -54,6 +54,16 @@ class WorkerStub:
                 request_serializer=app_dot_rpc_dot_worker__pb2.FailRequest.SerializeToString,
                 response_deserializer=app_dot_rpc_dot_worker__pb2.FailResponse.FromString,
                 _registered_method=True)
+        self.CompleteMany = channel.unary_unary(
+                '/kairos.v1.Worker/CompleteMany',
+                request_serializer=app_dot_rpc_dot_worker__pb2.CompleteManyRequest.SerializeToString,
+                response_deserializer=app_dot_rpc_dot_worker__pb2.CompleteManyResponse.FromString,
+                _registered_method=True)
+        self.FailMany = channel.unary_unary(
+                '/kairos.v1.Worker/FailMany',
+                request_serializer=app_dot_rpc_dot_worker__pb2.FailManyRequest.SerializeToString,
+                response_deserializer=app_dot_rpc_dot_worker__pb2.FailManyResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServicer:
@@ -87,6 +97,22 @@ class WorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompleteMany(self, request, context):
+        """Complete many attempts in one call (one transaction). Each item is fenced by its own
+        attempt exactly as Complete is: a stale or out-of-scope item answers LEASE_LOST (its result
+        recorded as discarded) and the others are still recorded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FailMany(self, request, context):
+        """Fail many attempts in one call (one transaction); per item as Fail.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +135,16 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.Fail,
                     request_deserializer=app_dot_rpc_dot_worker__pb2.FailRequest.FromString,
                     response_serializer=app_dot_rpc_dot_worker__pb2.FailResponse.SerializeToString,
+            ),
+            'CompleteMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteMany,
+                    request_deserializer=app_dot_rpc_dot_worker__pb2.CompleteManyRequest.FromString,
+                    response_serializer=app_dot_rpc_dot_worker__pb2.CompleteManyResponse.SerializeToString,
+            ),
+            'FailMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.FailMany,
+                    request_deserializer=app_dot_rpc_dot_worker__pb2.FailManyRequest.FromString,
+                    response_serializer=app_dot_rpc_dot_worker__pb2.FailManyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +255,60 @@ class Worker:
             '/kairos.v1.Worker/Fail',
             app_dot_rpc_dot_worker__pb2.FailRequest.SerializeToString,
             app_dot_rpc_dot_worker__pb2.FailResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kairos.v1.Worker/CompleteMany',
+            app_dot_rpc_dot_worker__pb2.CompleteManyRequest.SerializeToString,
+            app_dot_rpc_dot_worker__pb2.CompleteManyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FailMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kairos.v1.Worker/FailMany',
+            app_dot_rpc_dot_worker__pb2.FailManyRequest.SerializeToString,
+            app_dot_rpc_dot_worker__pb2.FailManyResponse.FromString,
             options,
             channel_credentials,
             insecure,

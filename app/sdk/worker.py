@@ -12,8 +12,12 @@ Model: the worker leases up to its free slots with a long poll, runs each execut
 concurrently, heartbeats every third of the lease, and completes (handler returned) or fails
 (handler raised; ``NonRetryable`` dead-letters at once) with the exception text. If a
 heartbeat answers LEASE_LOST (another worker owns the execution now, or it was cancelled or
-timed out), the handler is cancelled and its result is not reported. On SIGTERM or SIGINT it
-stops leasing, lets running handlers finish for ``grace_s``, and fails the rest as retryable.
+timed out), the handler is cancelled and its result is not reported. Outcomes are buffered for
+``report_s`` (a few milliseconds) and sent together with CompleteMany / FailMany, each item
+fenced by its own attempt: an item answered LEASE_LOST is counted and logged as a lost lease,
+exactly as a single Complete would be (executors without the batched calls get one call per
+execution). On SIGTERM or SIGINT it stops leasing, sends what is buffered at once, lets running
+handlers finish for ``grace_s``, and fails the rest as retryable.
 Configuration comes from KAIROS_GRPC_ADDR (default 127.0.0.1:50051) and KAIROS_API_KEY.
 """
 
@@ -27,16 +31,133 @@ import signal
 import socket
 import traceback
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import grpc
 
-from app.rpc.client import Execution, WorkerClient
+from app.rpc.client import Answer, Execution, WorkerClient
 
 log = logging.getLogger("kairos.worker")
 
 Handler = Callable[[Execution], Any] | Callable[[Execution], Awaitable[Any]]
 MAX_ERROR_CHARS = 4000
+Item = TypeVar("Item", bound=tuple)
+
+
+class _Batch(Generic[Item]):
+    """Outcomes of one kind waiting to be sent, each with the future its reporter awaits."""
+
+    def __init__(self) -> None:
+        self.items: list[Item] = []
+        self.futures: list[asyncio.Future[Answer]] = []
+        self.ids: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class OutcomeReporter:
+    """Buffers finished outcomes for ``report_s`` (or until ``report_max`` are waiting) and sends
+    them with one CompleteMany and one FailMany call; each caller awaits its own item's Answer.
+
+    ``closing()`` (shutdown) sends what is buffered at once and every later outcome immediately.
+    An executor that does not know the batched calls (UNIMPLEMENTED) gets one call per outcome.
+    """
+
+    def __init__(self, client: WorkerClient, *, report_s: float = 0.005, report_max: int = 500) -> None:
+        self.client = client
+        self.report_s = report_s
+        self.report_max = max(1, report_max)
+        self.batched = True
+        self._completes: _Batch[tuple[str, int, Any]] = _Batch()
+        self._fails: _Batch[tuple[str, int, str, bool]] = _Batch()
+        self._timer: asyncio.TimerHandle | None = None
+        self._closing = False
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def complete(self, execution_id: str, attempt: int, result: Any) -> asyncio.Future[Answer]:
+        return self._add("complete", (execution_id, attempt, result))
+
+    def fail(self, execution_id: str, attempt: int, error: str, retryable: bool) -> asyncio.Future[Answer]:
+        return self._add("fail", (execution_id, attempt, error, retryable))
+
+    def closing(self) -> None:
+        self._closing = True
+        self.flush()
+
+    async def close(self) -> None:
+        self.closing()
+        while self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
+
+    def _add(self, kind: str, item: tuple) -> asyncio.Future[Answer]:
+        if item[0] in (self._completes if kind == "complete" else self._fails).ids:
+            self.flush()  # one call carries an execution once (it was re-leased to this worker)
+        batch = self._completes if kind == "complete" else self._fails
+        fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        batch.items.append(item)
+        batch.futures.append(fut)
+        batch.ids.add(item[0])
+        if self._closing or len(self._completes) + len(self._fails) >= self.report_max:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.report_s, self.flush)
+        return fut
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for batch, send in ((self._completes, self._send_completes), (self._fails, self._send_fails)):
+            if batch:
+                task = asyncio.create_task(self._send(batch, send), name="report-outcomes")
+                self._sending.add(task)
+                task.add_done_callback(self._sending.discard)
+        self._completes, self._fails = _Batch(), _Batch()
+
+    async def _send_completes(self, items: list) -> list[Answer]:
+        if self.batched:
+            try:
+                return await self.client.complete_many(items)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._unbatched()
+        return list(await asyncio.gather(*(self.client.complete(*i) for i in items), return_exceptions=True))
+
+    async def _send_fails(self, items: list) -> list[Answer]:
+        if self.batched:
+            try:
+                return await self.client.fail_many(items)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._unbatched()
+        return list(await asyncio.gather(*(self.client.fail(*i) for i in items), return_exceptions=True))
+
+    def _unbatched(self) -> None:
+        if self.batched:
+            self.batched = False
+            log.info("the executor has no batched outcome calls; reporting one call per execution")
+
+    @staticmethod
+    async def _send(batch: _Batch, send: Callable[[list], Awaitable[list]]) -> None:
+        try:
+            answers = await send(batch.items)
+        except BaseException as exc:  # the call failed as a whole: every item's reporter sees why
+            for fut in batch.futures:
+                if not fut.done():
+                    fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError("report cancelled"))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for fut, answer in zip(batch.futures, answers, strict=True):
+            if fut.done():
+                continue
+            if isinstance(answer, BaseException):
+                fut.set_exception(answer)
+            else:
+                fut.set_result(answer)
 
 
 class NonRetryable(Exception):
@@ -46,7 +167,8 @@ class NonRetryable(Exception):
 class Worker:
     def __init__(self, pool: str, handler: Handler, *, addr: str | None = None, api_key: str | None = None,
                  concurrency: int = 10, lease_seconds: float = 30.0, wait_seconds: float = 5.0,
-                 batch: int | None = None, worker_id: str | None = None, grace_s: float | None = None) -> None:
+                 batch: int | None = None, worker_id: str | None = None, grace_s: float | None = None,
+                 report_s: float = 0.005, report_max: int = 500) -> None:
         self.pool = pool
         self.handler = handler
         self.addr = addr
@@ -57,9 +179,12 @@ class Worker:
         self.batch = batch or self.concurrency
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.grace_s = lease_seconds if grace_s is None else grace_s
+        self.report_s = report_s
+        self.report_max = report_max
         self.stats = {"completed": 0, "failed": 0, "lease_lost": 0}
         self._running: dict[asyncio.Task[None], Execution] = {}
         self._handlers: dict[str, asyncio.Task[Any]] = {}
+        self._reporter: OutcomeReporter | None = None
 
     # -- entry points ------------------------------------------------------------------------
     def run_forever(self) -> None:
@@ -76,10 +201,13 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         client = WorkerClient(self.addr, self.api_key)
+        self._reporter = OutcomeReporter(client, report_s=self.report_s, report_max=self.report_max)
         try:
             await self._lease_loop(client, stop)
+            self._reporter.closing()
             await self._drain(client)
         finally:
+            await self._reporter.close()
             await client.close()
         log.info("worker stopped", extra={"pool": self.pool, **self.stats})
 
@@ -176,10 +304,10 @@ class Worker:
             self._handlers.pop(eid, None)
         try:
             if error is None:
-                answer = await client.complete(eid, attempt, result)
+                answer = await self._reporter.complete(eid, attempt, result)
                 self.stats["completed" if not answer.lease_lost else "lease_lost"] += 1
             else:
-                answer = await client.fail(eid, attempt, error, retryable)
+                answer = await self._reporter.fail(eid, attempt, error, retryable)
                 self.stats["failed" if not answer.lease_lost else "lease_lost"] += 1
             if answer.lease_lost:
                 log.warning("lease lost; outcome discarded", extra={"execution_id": eid, "attempt": attempt})

@@ -131,3 +131,75 @@ async def test_pools_cli_creates_a_shared_pool_whose_key_leases_granted_tenants_
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await client.lease("elsewhere", "fleet-worker", 1)
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_buffered_outcomes_are_flushed_on_shutdown(db: Database, addr: str) -> None:
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "jobs")
+    good = await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue, payload={"do": "ok"}), 3)
+    [bad] = await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue, payload={"do": "bad"},
+                                                       backoff_s=60, max_backoff_s=60))
+    handled = 0
+    all_handled = asyncio.Event()
+
+    async def handler(execution):
+        nonlocal handled
+        handled += 1
+        if handled == 4:
+            all_handled.set()
+        if execution.payload["do"] == "bad":
+            raise RuntimeError("nope")
+        return {"id": execution.execution_id}
+
+    stop = asyncio.Event()
+    # A report window far longer than the test: only the shutdown can send these outcomes.
+    worker = Worker("jobs", handler, addr=addr, api_key=t.key, wait_seconds=0.2, report_s=3600, report_max=100)
+    run = asyncio.create_task(worker.run(stop))
+    await asyncio.wait_for(all_handled.wait(), 10)
+
+    async def state(eid):
+        return (await db.transaction(lambda c: ex.get(c, t.tenant_id, eid))).state
+
+    assert [await state(e) for e in (*good, bad)] == ["leased"] * 4  # buffered, not sent yet
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert [await state(e) for e in (*good, bad)] == ["succeeded"] * 3 + ["ready"]
+    assert worker.stats == {"completed": 3, "failed": 1, "lease_lost": 0}
+    row = await db.transaction(lambda c: ex.get(c, t.tenant_id, good[0]))
+    assert row.result == {"id": str(good[0])}
+
+
+async def test_lease_lost_in_a_batched_complete_discards_the_result(db: Database, addr: str) -> None:
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "jobs")
+    [stale] = await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue, payload={"n": 1}))
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def handler(execution):
+        if execution.payload["n"] == 1:
+            started.set()
+            await release.wait()
+        return {"by": "sdk", "n": execution.payload["n"]}
+
+    stop = asyncio.Event()
+    worker = Worker("jobs", handler, addr=addr, api_key=t.key, lease_seconds=30, wait_seconds=0.2, report_s=0.05)
+    run = asyncio.create_task(worker.run(stop))
+    await asyncio.wait_for(started.wait(), 10)
+    # Another worker owns the execution now (attempt 2); the SDK's handler then returns.
+    later = datetime.now(timezone.utc) + timedelta(seconds=60)
+    await db.transaction(lambda c: ex.reap_expired(c, 10, now=later))
+    await db.transaction(lambda c: ex.lease(c, queue, "other", 1, 600, now=later))
+    [fresh] = await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue, payload={"n": 2}))
+    release.set()
+
+    async def reported():
+        return worker.stats["lease_lost"] == 1 and worker.stats["completed"] == 1
+
+    await until(reported, what="both outcomes to be reported")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    history = await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, stale))
+    assert [(a.attempt, a.outcome) for a in history] == [(1, "discarded"), (2, "running")]
+    row = await db.transaction(lambda c: ex.get(c, t.tenant_id, stale))
+    assert (row.state, row.result) == ("leased", None)
+    assert (await db.transaction(lambda c: ex.get(c, t.tenant_id, fresh))).state == "succeeded"

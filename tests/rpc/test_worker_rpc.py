@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from uuid import UUID
 
 import grpc
 import pytest
@@ -153,3 +154,111 @@ async def test_lease_is_a_long_poll(db: Database, addr: str) -> None:
         [held] = await asyncio.wait_for(call, 10)
         assert held.execution_id == str(eid)
         assert time.monotonic() - inserted_at < 2.0  # answered as soon as work was ready, not after 20 s
+
+
+async def _stale_and_current(db: Database, client: WorkerClient, t, queue: str, pool: str):
+    """One execution whose attempt 1 went stale (re-leased as attempt 2 elsewhere), then two held at attempt 1."""
+    stale_job = await tf.job(db, t.tenant_id, queue=queue)
+    [stale] = await tf.ready_executions(db, stale_job)
+    [held] = await client.lease(pool, "w1", 10, lease_seconds=5)
+    assert held.execution_id == str(stale)
+    later = datetime.now(timezone.utc) + timedelta(seconds=6)
+    await db.transaction(lambda c: ex.reap_expired(c, 10, now=later))
+    [again] = await db.transaction(lambda c: ex.lease(c, queue, "w2", 10, 60, now=later))
+    assert again.attempt == 2
+    job = await tf.job(db, t.tenant_id, queue=queue)
+    await tf.ready_executions(db, job, 2)
+    current = await client.lease(pool, "w1", 10)
+    assert len(current) == 2 and {e.attempt for e in current} == {1}
+    return stale, current
+
+
+async def test_complete_many_fences_each_item(db: Database, addr: str) -> None:
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "p")
+    async with WorkerClient(addr, t.key) as client:
+        stale, [b, c] = await _stale_and_current(db, client, t, queue, "p")
+        answers = await client.complete_many([(b.execution_id, 1, {"n": "b"}), (str(stale), 1, {"late": True}),
+                                              (c.execution_id, 1, None)])
+        assert [a.outcome for a in answers] == ["ok", "lease_lost", "ok"]  # in request order
+        assert "discarded" in answers[1].message
+        # Sending the same batch again changes nothing and answers the same.
+        again = await client.complete_many([(b.execution_id, 1, {"n": "b"}), (str(stale), 1, {"late": True})])
+        assert [a.outcome for a in again] == ["ok", "lease_lost"]
+    rows = {e: await db.transaction(lambda conn, e=e: ex.get(conn, t.tenant_id, e))
+            for e in (stale, UUID(b.execution_id), UUID(c.execution_id))}
+    assert (rows[stale].state, rows[stale].attempt, rows[stale].result) == ("leased", 2, None)
+    assert (rows[UUID(b.execution_id)].state, rows[UUID(b.execution_id)].result) == ("succeeded", {"n": "b"})
+    assert rows[UUID(c.execution_id)].state == "succeeded"
+    history = await db.transaction(lambda conn: attempts.list_for_execution(conn, t.tenant_id, stale))
+    assert [(a.attempt, a.outcome, a.result) for a in history] == [(1, "discarded", {"late": True}),
+                                                                  (2, "running", None)]
+
+
+async def test_batched_calls_touch_only_executions_the_credential_covers(db: Database, addr: str) -> None:
+    a, b = await tf.tenant(db), await tf.tenant(db)
+    [ea] = await tf.ready_executions(db, await tf.job(db, a.tenant_id, queue=tf.tenant_queue(a.tenant_id, "p")))
+    [eb] = await tf.ready_executions(db, await tf.job(db, b.tenant_id, queue=tf.tenant_queue(b.tenant_id, "p")))
+    async with WorkerClient(addr, a.key) as client_a, WorkerClient(addr, b.key) as client_b:
+        [held_a] = await client_a.lease("p", "a", 10)
+        [held_b] = await client_b.lease("p", "b", 10)
+        answers = await client_b.complete_many([(str(ea), held_a.attempt, {"hijack": 1}),
+                                                (str(eb), held_b.attempt, {"mine": 1})])
+        assert [x.outcome for x in answers] == ["lease_lost", "ok"]
+        failed = await client_b.fail_many([(str(ea), held_a.attempt, "hijack", False)])
+        assert [x.outcome for x in failed] == ["lease_lost"]
+        row = await db.transaction(lambda c: ex.get(c, a.tenant_id, ea))
+        assert (row.state, row.attempt, row.result, row.error) == ("leased", 1, None, None)  # unchanged
+        history = await db.transaction(lambda c: attempts.list_for_execution(c, a.tenant_id, ea))
+        assert [(h.attempt, h.outcome, h.result) for h in history] == [(1, "running", None)]
+        assert [x.outcome for x in await client_a.complete_many([(str(ea), held_a.attempt, None)])] == ["ok"]
+
+
+async def test_fail_many_schedules_retries_and_dead_letters_per_item(db: Database, addr: str) -> None:
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "p")
+    async with WorkerClient(addr, t.key) as client:
+        stale, _ = await _stale_and_current(db, client, t, queue, "p")
+        retry_job = await tf.job(db, t.tenant_id, queue=queue, max_attempts=3, backoff_s=40, max_backoff_s=100)
+        last_job = await tf.job(db, t.tenant_id, queue=queue, max_attempts=1)
+        fatal_job = await tf.job(db, t.tenant_id, queue=queue, max_attempts=5)
+        ids = {name: (await tf.ready_executions(db, j))[0]
+               for name, j in (("retry", retry_job), ("last", last_job), ("fatal", fatal_job))}
+        held = {UUID(e.execution_id): e for e in await client.lease("p", "w", 10)}
+        assert set(ids.values()) <= set(held)
+        before = datetime.now(timezone.utc)
+        answers = await client.fail_many([
+            (str(ids["retry"]), held[ids["retry"]].attempt, "try later", True),
+            (str(stale), 1, "late error", True),
+            (str(ids["last"]), held[ids["last"]].attempt, "out of attempts", True),
+            (str(ids["fatal"]), held[ids["fatal"]].attempt, "never works", False),
+        ])
+        after = datetime.now(timezone.utc)
+    assert [a.outcome for a in answers] == ["retry_scheduled", "lease_lost", "dead", "dead"]
+    assert before + timedelta(seconds=40 * 0.8) - timedelta(seconds=1) <= answers[0].at <= after + timedelta(seconds=40)
+    assert all(a.at is None for a in answers[1:])
+    rows = {n: await db.transaction(lambda c, e=e: ex.get(c, t.tenant_id, e)) for n, e in ids.items()}
+    assert (rows["retry"].state, rows["retry"].ready_at, rows["retry"].error) == ("ready", answers[0].at, "try later")
+    assert (rows["last"].state, rows["fatal"].state, rows["fatal"].error) == ("dead", "dead", "never works")
+    row = await db.transaction(lambda c: ex.get(c, t.tenant_id, stale))
+    assert (row.state, row.attempt) == ("leased", 2) and row.error.startswith("lease expired")  # not "late error"
+    history = await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, stale))
+    assert [(a.attempt, a.outcome) for a in history] == [(1, "discarded"), (2, "running")]
+
+
+async def test_batched_calls_refuse_malformed_batches(db: Database, addr: str) -> None:
+    t = await tf.tenant(db)
+    eid = "00000000-0000-0000-0000-000000000001"
+    async with WorkerClient(addr, t.key) as client:
+        for call in (client.complete_many([(eid, 1, None), (eid, 2, None)]),
+                     client.complete_many([("not-a-uuid", 1, None)]),
+                     client.fail_many([(eid, 1, "x", True), (eid, 1, "y", True)])):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert await client.complete_many([]) == []
+        assert [a.outcome for a in await client.complete_many([(eid, 1, None)])] == ["lease_lost"]  # unknown id
+    async with WorkerClient(addr, "kairos_not-a-real-key") as intruder:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await intruder.complete_many([(eid, 1, None)])
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
