@@ -278,8 +278,7 @@ class Worker:
         eid, attempt = execution.execution_id, execution.attempt
         handler = asyncio.create_task(self._call_handler(execution))
         self._handlers[eid] = handler
-        lost = asyncio.Event()
-        beat = asyncio.create_task(self._heartbeat(client, execution, handler, lost))
+        beat = _Heartbeat(client, execution, handler, self.lease_seconds)
         try:
             try:
                 async with asyncio.timeout(execution.timeout_seconds or None):
@@ -288,7 +287,7 @@ class Worker:
             except TimeoutError:
                 error, retryable = f"timed out after {execution.timeout_seconds}s", True
             except asyncio.CancelledError:
-                if lost.is_set():
+                if beat.lost:
                     self.stats["lease_lost"] += 1
                     log.warning("lease lost; result dropped", extra={"execution_id": eid, "attempt": attempt})
                     return
@@ -300,7 +299,7 @@ class Worker:
             except Exception as exc:
                 error, retryable = _describe(exc), True
         finally:
-            beat.cancel()
+            beat.stop()
             self._handlers.pop(eid, None)
         try:
             if error is None:
@@ -316,21 +315,51 @@ class Worker:
             log.error("could not report outcome: %s %s", exc.code().name, exc.details(),
                       extra={"execution_id": eid, "code": exc.code().name})
 
-    async def _heartbeat(self, client: WorkerClient, execution: Execution, handler: asyncio.Task[Any],
-                         lost: asyncio.Event) -> None:
-        interval = max(0.2, self.lease_seconds / 3)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                answer = await client.heartbeat(execution.execution_id, execution.attempt, self.lease_seconds)
-            except grpc.aio.AioRpcError as exc:
-                log.warning("heartbeat failed", extra={"execution_id": execution.execution_id,
-                                                       "code": exc.code().name})
-                continue
-            if answer.lease_lost:
-                lost.set()
-                handler.cancel()
-                return
+
+class _Heartbeat:
+    """Heartbeats one execution every third of the lease; LEASE_LOST cancels its handler.
+
+    A timer between beats and a task only while a call is in flight: most executions finish
+    before their first beat, so they cost a timer handle rather than a sleeping task.
+    """
+
+    def __init__(self, client: WorkerClient, execution: Execution, handler: asyncio.Task[Any],
+                 lease_seconds: float) -> None:
+        self.client = client
+        self.execution = execution
+        self.handler = handler
+        self.lease_seconds = lease_seconds
+        self.interval = max(0.2, lease_seconds / 3)
+        self.lost = False
+        self._stopped = False
+        self._call: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(self.interval, self._due)
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._call is not None:
+            self._call.cancel()
+
+    def _due(self) -> None:
+        self._timer = None
+        if not self._stopped:
+            self._call = asyncio.create_task(self._beat(), name=f"heartbeat-{self.execution.execution_id}")
+
+    async def _beat(self) -> None:
+        e = self.execution
+        try:
+            answer = await self.client.heartbeat(e.execution_id, e.attempt, self.lease_seconds)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("heartbeat failed", extra={"execution_id": e.execution_id, "code": exc.code().name})
+            answer = None
+        self._call = None
+        if answer is not None and answer.lease_lost:
+            self.lost = True
+            self.handler.cancel()
+        elif not self._stopped:
+            self._timer = asyncio.get_running_loop().call_later(self.interval, self._due)
 
 
 def _describe(exc: BaseException) -> str:
