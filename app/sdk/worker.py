@@ -183,7 +183,8 @@ class Worker:
         self.report_max = report_max
         self.stats = {"completed": 0, "failed": 0, "lease_lost": 0}
         self._running: dict[asyncio.Task[None], Execution] = {}
-        self._handlers: dict[str, asyncio.Task[Any]] = {}
+        self._handlers: dict[str, asyncio.Task[Any]] = {}  # execution_id -> its task, while in the handler
+        self._stopped_late: set[asyncio.Task[Any]] = set()  # cancelled by shutdown, not by a lost lease
         self._reporter: OutcomeReporter | None = None
 
     # -- entry points ------------------------------------------------------------------------
@@ -259,9 +260,9 @@ class Worker:
         _, late = await asyncio.wait(running, timeout=self.grace_s)
         for task in late:
             execution = self._running.get(task)
-            handler = self._handlers.get(execution.execution_id) if execution else None
-            if handler:
-                handler.cancel()  # _run_one then fails it as retryable
+            if execution is not None and self._handlers.get(execution.execution_id) is task:
+                self._stopped_late.add(task)
+                task.cancel()  # still in its handler: _run_one fails it as retryable
         if late:
             await asyncio.wait(late, timeout=10)
 
@@ -275,24 +276,29 @@ class Worker:
         return result
 
     async def _run_one(self, client: WorkerClient, execution: Execution) -> None:
+        # The handler runs in this task (no task of its own): a LEASE_LOST heartbeat or a late
+        # shutdown cancels this task while it is in the handler phase (registered in _handlers).
         eid, attempt = execution.execution_id, execution.attempt
-        handler = asyncio.create_task(self._call_handler(execution))
-        self._handlers[eid] = handler
-        beat = _Heartbeat(client, execution, handler, self.lease_seconds)
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers[eid] = task
+        beat = _Heartbeat(client, execution, task, self.lease_seconds)
         try:
             try:
                 async with asyncio.timeout(execution.timeout_seconds or None):
-                    result = await handler
+                    result = await self._call_handler(execution)
                 error, retryable = None, True
             except TimeoutError:
                 error, retryable = f"timed out after {execution.timeout_seconds}s", True
             except asyncio.CancelledError:
                 if beat.lost:
+                    task.uncancel()
                     self.stats["lease_lost"] += 1
                     log.warning("lease lost; result dropped", extra={"execution_id": eid, "attempt": attempt})
                     return
-                if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                if task not in self._stopped_late:
                     raise
+                task.uncancel()
                 error, retryable = "worker stopped before the handler finished", True
             except NonRetryable as exc:
                 error, retryable = _describe(exc), False
@@ -301,6 +307,7 @@ class Worker:
         finally:
             beat.stop()
             self._handlers.pop(eid, None)
+            self._stopped_late.discard(task)
         try:
             if error is None:
                 answer = await self._reporter.complete(eid, attempt, result)
@@ -317,7 +324,7 @@ class Worker:
 
 
 class _Heartbeat:
-    """Heartbeats one execution every third of the lease; LEASE_LOST cancels its handler.
+    """Heartbeats one execution every third of the lease; LEASE_LOST cancels the task running its handler.
 
     A timer between beats and a task only while a call is in flight: most executions finish
     before their first beat, so they cost a timer handle rather than a sleeping task.
@@ -355,10 +362,12 @@ class _Heartbeat:
             log.warning("heartbeat failed", extra={"execution_id": e.execution_id, "code": exc.code().name})
             answer = None
         self._call = None
+        if self._stopped:
+            return
         if answer is not None and answer.lease_lost:
             self.lost = True
             self.handler.cancel()
-        elif not self._stopped:
+        else:
             self._timer = asyncio.get_running_loop().call_later(self.interval, self._due)
 
 

@@ -203,3 +203,30 @@ async def test_lease_lost_in_a_batched_complete_discards_the_result(db: Database
     row = await db.transaction(lambda c: ex.get(c, t.tenant_id, stale))
     assert (row.state, row.result) == ("leased", None)
     assert (await db.transaction(lambda c: ex.get(c, t.tenant_id, fresh))).state == "succeeded"
+
+
+async def test_shutdown_fails_handlers_still_running_after_the_grace(db: Database, addr: str) -> None:
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "jobs")
+    job = await tf.job(db, t.tenant_id, queue=queue, backoff_s=60, max_backoff_s=60)
+    [stuck] = await tf.ready_executions(db, job)
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def handler(_execution):
+        started.set()
+        try:
+            await asyncio.Event().wait()  # never finishes by itself
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    stop = asyncio.Event()
+    worker = Worker("jobs", handler, addr=addr, api_key=t.key, wait_seconds=0.2, grace_s=0.2)
+    run = asyncio.create_task(worker.run(stop))
+    await asyncio.wait_for(started.wait(), 10)
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert cancelled.is_set()
+    assert worker.stats == {"completed": 0, "failed": 1, "lease_lost": 0}
+    row = await db.transaction(lambda c: ex.get(c, t.tenant_id, stuck))
+    assert (row.state, row.error) == ("ready", "worker stopped before the handler finished")
