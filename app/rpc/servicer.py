@@ -75,6 +75,14 @@ def _ts(value: datetime | None) -> Timestamp | None:
     return ts
 
 
+def _is_uuid(value: str) -> bool:
+    try:
+        UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
 class WorkerServicer(pb_grpc.WorkerServicer):
     def __init__(self, db: Database, outcomes: Outcomes, config: ServicerConfig = ServicerConfig()) -> None:
         self.db = db
@@ -132,7 +140,11 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         if len(items) > self.config.max_batch:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"at most {self.config.max_batch} items per call, got {len(items)}")
-        ids = [await self._execution_id(context, i.execution_id) for i in items]
+        try:
+            ids = [UUID(i.execution_id) for i in items]
+        except ValueError:
+            bad = next(i.execution_id for i in items if not _is_uuid(i.execution_id))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"execution_id {bad!r} is not a UUID")
         if len(set(ids)) != len(ids):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an execution_id appears twice in one call")
         return ids
@@ -169,15 +181,15 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                     w.cancel()
         if got:
             observability.leased.add(len(got), {"queue": "shared" if queue.startswith("shared:") else "tenant"})
-        return pb.LeaseResponse(executions=[
-            pb.LeasedExecution(
+        response = pb.LeaseResponse()
+        for e in got:
+            m = response.executions.add(
                 execution_id=str(e.execution_id), job_id=str(e.job_id), attempt=e.attempt,
                 payload=json.dumps(e.payload, separators=(",", ":")).encode(),
-                scheduled_for=_ts(e.scheduled_for), lease_until=_ts(e.lease_until),
-                idempotency_key=e.idempotency_key, max_attempts=e.max_attempts, timeout_seconds=e.timeout_s,
-            )
-            for e in got
-        ])
+                idempotency_key=e.idempotency_key, max_attempts=e.max_attempts, timeout_seconds=e.timeout_s)
+            m.scheduled_for.FromDatetime(e.scheduled_for)
+            m.lease_until.FromDatetime(e.lease_until)
+        return response
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:
         cred = await self._credential(context)
