@@ -6,7 +6,8 @@ Creates its own database (on the embedded PostgreSQL under --home, or on KAIROS_
 server), bulk-inserts N ready executions of one tenant's pool with one unnest statement per
 phase, starts `kairos executor` as a subprocess, then runs the phases: 1 worker process, then 2
 (each an ``app.sdk.Worker`` whose handler returns at once, so the figure is the protocol and
-database cost: Lease, then one Complete per execution). For each phase it prints
+database cost: Lease, then the SDK's buffered outcomes, one CompleteMany call per few
+milliseconds of finished executions). For each phase it prints
   throughput  executions / (last finished_at - first leased_at), both from the database clock.
 """
 

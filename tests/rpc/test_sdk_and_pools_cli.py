@@ -230,3 +230,45 @@ async def test_shutdown_fails_handlers_still_running_after_the_grace(db: Databas
     assert worker.stats == {"completed": 0, "failed": 1, "lease_lost": 0}
     row = await db.transaction(lambda c: ex.get(c, t.tenant_id, stuck))
     assert (row.state, row.error) == ("ready", "worker stopped before the handler finished")
+
+
+async def test_sdk_reports_one_call_per_execution_to_an_executor_without_batched_calls(db: Database) -> None:
+    from app.rpc import worker_pb2_grpc as pb_grpc
+    from app.rpc.servicer import WorkerServicer
+
+    class OldServicer(WorkerServicer):  # an executor from before CompleteMany/FailMany
+        CompleteMany = pb_grpc.WorkerServicer.CompleteMany
+        FailMany = pb_grpc.WorkerServicer.FailMany
+
+    server = grpc.aio.server()
+    servicer = OldServicer(db, Outcomes(db), ServicerConfig(poll_interval_s=0.05))
+    pb_grpc.add_WorkerServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        t = await tf.tenant(db)
+        queue = tf.tenant_queue(t.tenant_id, "jobs")
+        ok = await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue, payload={"do": "ok"}), 2)
+        [bad] = await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue, payload={"do": "bad"}))
+
+        async def handler(execution):
+            if execution.payload["do"] == "bad":
+                raise NonRetryable("no")
+            return {"ok": 1}
+
+        stop = asyncio.Event()
+        worker = Worker("jobs", handler, addr=f"127.0.0.1:{port}", api_key=t.key, wait_seconds=0.2)
+        run = asyncio.create_task(worker.run(stop))
+
+        async def done():
+            return worker.stats["completed"] == 2 and worker.stats["failed"] == 1
+
+        await until(done, what="outcomes reported one by one")
+        stop.set()
+        await asyncio.wait_for(run, 10)
+        states = [(await db.transaction(lambda c, e=e: ex.get(c, t.tenant_id, e))).state for e in (*ok, bad)]
+        assert states == ["succeeded", "succeeded", "dead"]
+        assert worker._reporter is not None and not worker._reporter.batched  # it did fall back
+    finally:
+        servicer.stopping.set()
+        await server.stop(0.5)
