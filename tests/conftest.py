@@ -11,9 +11,10 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -22,6 +23,7 @@ from app.store import embedded, migrate
 from app.store.db import Database, create_engine
 
 TEMPLATE = "kairos_template"
+T = TypeVar("T")
 
 
 def _admin_url(base: str) -> str:
@@ -86,6 +88,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+async def poll(condition: Callable[[], Awaitable[T]], *, timeout_s: float, interval_s: float = 0.1,
+               what: str = "condition") -> T:
+    """Await ``condition()`` until it is truthy; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(interval_s)
 
 
 def wait_for(condition, *, timeout_s: float = 30.0, interval_s: float = 0.05, what: str = "condition"):

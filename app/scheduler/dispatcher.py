@@ -306,7 +306,7 @@ class Dispatcher:
             self.inflight_limit += 1
             self._clean_batches = 0
         fenced, settled = [], []
-        for entry, c in zip(batch, claims):  # the claim answers every batch row, in order
+        for entry, c in zip(batch, claims, strict=True):  # the claim answers every batch row, in order
             if c.fenced and not c.claimed:
                 fenced.append(entry)
             else:

@@ -6,19 +6,16 @@ lost, batches refused by the fence) after killing, pausing or stopping it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
 from uuid import UUID
 
 import pytest
@@ -29,7 +26,6 @@ from app.store import dispatch as dispatch_store
 from app.store import tenants
 from app.store.db import Database
 
-T = TypeVar("T")
 
 
 def scheduler_command() -> list[str]:
@@ -105,19 +101,6 @@ def spawn_scheduler(database_url: str, tmp_path: Path) -> Iterator[Callable[...,
             p.signal(signal.SIGCONT)
             p.signal(signal.SIGKILL)
             p.proc.wait(timeout=10)
-
-
-async def poll(condition: Callable[[], Awaitable[T]], *, timeout_s: float, interval_s: float = 0.1,
-               what: str = "condition") -> T:
-    """Await ``condition()`` until it is truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(interval_s)
 
 
 async def query(db: Database, sql: str, **params) -> list:

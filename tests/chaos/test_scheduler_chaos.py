@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import text
 
 from app.store.db import Database
-from tests.chaos.conftest import new_tenants, owners, poll, query, seed_spread
+from tests.chaos.conftest import new_tenants, owners, query, seed_spread
+from tests.conftest import poll
 
 pytestmark = pytest.mark.slow
 

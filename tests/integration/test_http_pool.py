@@ -20,7 +20,7 @@ from app.execution.breaker import BreakerConfig
 from app.execution.egress import EgressPolicy
 from app.execution.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
 from app.execution.signing import verify
-from app.store import attempts, executions as ex, tenants
+from app.store import attempts, tenants
 from app.store.db import Database
 
 LOCAL = EgressPolicy.from_allow_list(["127.0.0.1"])

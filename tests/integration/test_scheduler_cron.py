@@ -9,7 +9,7 @@ demand, and every occurrence that does not run must leave a skipped execution.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from uuid import UUID
 
 import pytest

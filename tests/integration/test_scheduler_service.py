@@ -17,15 +17,7 @@ from app.scheduler.service import serve
 from app.store import dispatch as dispatch_store
 from app.store import shard_leases, tenants
 from app.store.db import Database
-
-
-async def poll(predicate, timeout_s: float, interval_s: float = 0.05):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(interval_s)
+from tests.conftest import poll
 
 
 async def test_serve_dispatches_a_job_due_in_one_second_and_hands_shards_back_on_stop(db: Database) -> None:
@@ -37,7 +29,7 @@ async def test_serve_dispatches_a_job_due_in_one_second_and_hands_shards_back_on
         leases = await db.transaction(shard_leases.list_all)
         return sum(lease.owner is not None for lease in leases)
 
-    assert await poll(lambda: _eq(owned(), 256), 10)
+    assert await poll(lambda: _eq(owned(), 256), timeout_s=10, interval_s=0.05, what="every shard to be owned")
     tenant, _ = await db.transaction(lambda c: tenants.create(c, "soon"))
     job_id = uuid.uuid4()
     # Submitted while the scheduler runs, due one second later ("delaySeconds: 1").
@@ -52,7 +44,7 @@ async def test_serve_dispatches_a_job_due_in_one_second_and_hands_shards_back_on
                                        {"j": job_id})).first()
         return await db.transaction(read)
 
-    row = await poll(dispatched, 10)
+    row = await poll(dispatched, timeout_s=10, interval_s=0.05, what="the job to be dispatched")
     assert row is not None, "the job was never dispatched"
     lag = (row.dispatched_at - row.ready_at).total_seconds()
     assert -0.05 <= lag < 1.5, lag  # bounded by the loader period, not by the next window scan

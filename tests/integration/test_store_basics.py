@@ -1,6 +1,5 @@
 import asyncio
 
-import pytest
 from sqlalchemy import text
 
 from app.store import migrate, tenants

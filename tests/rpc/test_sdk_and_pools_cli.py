@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -16,30 +15,14 @@ import pytest
 
 from app.execution import testfactory as tf
 from app.execution.batching import Outcomes
-from app.rpc import server as rpc_server
 from app.rpc.client import WorkerClient
 from app.rpc.servicer import ServicerConfig
 from app.sdk import NonRetryable, Worker
 from app.store import attempts, executions as ex
 from app.store.db import Database
+from tests.conftest import poll
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-async def addr(db: Database) -> AsyncIterator[str]:
-    server, servicer, port = await rpc_server.start(db, Outcomes(db), "127.0.0.1", 0,
-                                                    ServicerConfig(poll_interval_s=0.05))
-    yield f"127.0.0.1:{port}"
-    await rpc_server.stop(server, servicer, 0.5)
-
-
-async def until(condition, timeout_s: float = 15.0, what: str = "condition"):
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not (value := await condition()):
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-    return value
 
 
 async def test_worker_completes_fails_and_dead_letters(db: Database, addr: str) -> None:
@@ -65,7 +48,7 @@ async def test_worker_completes_fails_and_dead_letters(db: Database, addr: str) 
         rows = [await db.transaction(lambda c, e=e: ex.get(c, t.tenant_id, e)) for e in (e_ok, e_bad, e_flaky)]
         return [r.state for r in rows] == ["succeeded", "dead", "ready"] and rows
 
-    rows = await until(states, what="all three outcomes")
+    rows = await poll(states, timeout_s=15, interval_s=0.05, what="all three outcomes")
     stop.set()
     await asyncio.wait_for(run, 10)
     assert rows[0].result == {"handled": str(e_ok)}
@@ -195,7 +178,7 @@ async def test_lease_lost_in_a_batched_complete_discards_the_result(db: Database
     async def reported():
         return worker.stats["lease_lost"] == 1 and worker.stats["completed"] == 1
 
-    await until(reported, what="both outcomes to be reported")
+    await poll(reported, timeout_s=15, interval_s=0.05, what="both outcomes to be reported")
     stop.set()
     await asyncio.wait_for(run, 10)
     history = await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, stale))
@@ -263,7 +246,7 @@ async def test_sdk_reports_one_call_per_execution_to_an_executor_without_batched
         async def done():
             return worker.stats["completed"] == 2 and worker.stats["failed"] == 1
 
-        await until(done, what="outcomes reported one by one")
+        await poll(done, timeout_s=15, interval_s=0.05, what="outcomes reported one by one")
         stop.set()
         await asyncio.wait_for(run, 10)
         states = [(await db.transaction(lambda c, e=e: ex.get(c, t.tenant_id, e))).state for e in (*ok, bad)]

@@ -6,7 +6,6 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from uuid import UUID
@@ -15,23 +14,12 @@ import grpc
 import pytest
 
 from app.execution import testfactory as tf
-from app.execution.batching import Outcomes
 from app.rpc import codegen
-from app.rpc import server as rpc_server
 from app.rpc.client import WorkerClient
-from app.rpc.servicer import ServicerConfig
 from app.store import attempts, executions as ex, pools
 from app.store.db import Database
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-async def addr(db: Database) -> AsyncIterator[str]:
-    server, servicer, port = await rpc_server.start(db, Outcomes(db), "127.0.0.1", 0,
-                                                    ServicerConfig(poll_interval_s=0.05))
-    yield f"127.0.0.1:{port}"
-    await rpc_server.stop(server, servicer, 0.5)
 
 
 def test_generated_modules_are_fresh(tmp_path: Path) -> None:
