@@ -52,3 +52,30 @@ def test_up_serves_the_api_delivers_the_demo_job_and_stops_cleanly(tmp_path: Pat
     wait_for(lambda: "Kairos stopped." in up.text(), timeout_s=5, what="the drain thread to read the last line")
     wait_for(lambda: not (up.home / "pgdata" / "postmaster.pid").exists(), timeout_s=20,
              what="the embedded PostgreSQL to stop")
+
+
+def test_up_restarts_a_tier_that_dies(tmp_path: Path) -> None:
+    import psutil
+
+    with kairos_up(tmp_path) as up:
+        parent = psutil.Process(up.proc.pid)
+
+        def scheduler_pid() -> int | None:
+            for child in parent.children():
+                if child.is_running() and child.status() != psutil.STATUS_ZOMBIE and "scheduler" in child.cmdline():
+                    return child.pid
+            return None
+
+        first = wait_for(scheduler_pid, timeout_s=20, what="the scheduler child")
+        psutil.Process(first).kill()
+        second = wait_for(lambda: (pid := scheduler_pid()) and pid != first and pid, timeout_s=30,
+                          what="a new scheduler child")
+        assert second != first
+        with httpx.Client(base_url=up.api, headers=up.headers, timeout=10) as client:
+            body = {"name": "after-restart", "target": {"type": "queue", "ref": "later"}, "payload": {},
+                    "schedule": {"delaySeconds": 1}}
+            job_id = client.post("/v1/jobs", json=body).json()["jobId"]
+            history = wait_for(lambda: client.get(f"/v1/jobs/{job_id}/executions").json(), timeout_s=30,
+                               interval_s=0.2, what="the job to be dispatched by the restarted scheduler")
+            assert history[0]["state"] == "ready"
+    assert up.proc.returncode == 0, up.text()
