@@ -86,8 +86,10 @@ def pools_list(as_json: bool) -> None:
               help="Executions run at once.")
 @click.option("--lease-seconds", type=click.FloatRange(1, 3600), default=30.0, show_default=True)
 @click.option("--worker-id", default=None, help="Identity recorded with each attempt (default host:pid).")
+@click.option("--report-ms", type=click.FloatRange(0, 1000), default=5.0, show_default=True,
+              help="Finished outcomes are batched this long into one CompleteMany/FailMany call.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def worker(pool: str, concurrency: int, lease_seconds: float, worker_id: str | None,
+def worker(pool: str, concurrency: int, lease_seconds: float, worker_id: str | None, report_ms: float,
            command: tuple[str, ...]) -> None:
     """Run COMMAND once per execution of POOL, with the payload as JSON on stdin.
 
@@ -109,7 +111,7 @@ def worker(pool: str, concurrency: int, lease_seconds: float, worker_id: str | N
     if argv and argv[0] == "--":
         argv = argv[1:]
     w = Worker(_check_pool_name(pool), command_handler(argv), concurrency=concurrency,
-               lease_seconds=lease_seconds, worker_id=worker_id)
+               lease_seconds=lease_seconds, worker_id=worker_id, report_s=report_ms / 1000)
     logging.getLogger("kairos.worker").info("worker starting", extra={"pool": pool, "addr": os.environ.get(
         "KAIROS_GRPC_ADDR", "127.0.0.1:50051"), "command": argv})
     try:

@@ -50,7 +50,7 @@ def test_http_and_queue_jobs_succeed_through_kairos_up(tmp_path: Path, receiver)
             with open(worker_log, "wb") as sink:
                 # `cat` echoes the payload back: it becomes the execution's result.
                 worker = subprocess.Popen(
-                    [sys.executable, "-m", "app.cli", "worker", "--pool", "e2e-pool", "--", "cat"],
+                    [sys.executable, "-m", "app.cli", "worker", "--pool", "e2e-pool", "--report-ms", "2", "--", "cat"],
                     env={**up.env, "KAIROS_API_KEY": up.key, "KAIROS_GRPC_ADDR": up.grpc_addr},
                     stdout=sink, stderr=subprocess.STDOUT)
             with httpx.Client(base_url=up.api, headers=up.headers, timeout=10) as api:
