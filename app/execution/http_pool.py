@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from app import observability
+from app.duties import pause
 from app.errors import EgressRefused
 from app.execution.batching import Deferral, Outcomes
 from app.execution.breaker import BreakerConfig, Breakers
@@ -136,14 +137,8 @@ class HttpPool:
                 continue  # there may be more ready right now
             self.wake.clear()
             self._slot_freed.clear()
-            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.wake.wait())]
-            if len(self._inflight) >= self.config.concurrency:
-                waits.append(asyncio.ensure_future(self._slot_freed.wait()))
-            try:
-                await asyncio.wait(waits, timeout=self.config.poll_interval_s, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waits:
-                    w.cancel()
+            full = len(self._inflight) >= self.config.concurrency
+            await pause(self.config.poll_interval_s, stop, self.wake, *([self._slot_freed] if full else []))
 
     async def close(self, grace_s: float = 5.0) -> None:
         """Let deliveries in flight finish for ``grace_s``; hand back the rest unspent."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app import observability
+from app.duties import pause
 from app.store import executions as ex
 from app.store.db import Database
 
@@ -64,7 +65,4 @@ class LeaseReaper:
                 raise
             except Exception:
                 log.exception("lease reaper pass failed")
-            try:
-                await asyncio.wait_for(stop.wait(), self.config.interval_s)
-            except TimeoutError:
-                pass
+            await pause(self.config.interval_s, stop)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 from app.config import Settings
+from app.duties import supervise
 from app.execution.batching import Outcomes
 from app.execution.egress import EgressPolicy
 from app.execution.http_pool import HttpPool, HttpPoolConfig
@@ -24,25 +24,6 @@ from app.store.db import Database
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 3.0
-
-
-async def supervise(name: str, duty: Callable[[], Awaitable[None]], stop: asyncio.Event, *,
-                    backoff_s: float = 0.5, max_backoff_s: float = 15.0) -> None:
-    """Run ``duty`` until ``stop``; a crash is logged and the duty restarted with backoff."""
-    delay = backoff_s
-    while not stop.is_set():
-        try:
-            await duty()
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("duty crashed; restarting", extra={"duty": name, "backoff_s": delay})
-        try:
-            await asyncio.wait_for(stop.wait(), delay)
-        except TimeoutError:
-            pass
-        delay = min(max_backoff_s, delay * 2)
 
 
 async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app import observability
+from app.duties import pause
 from app.store import shard_leases
 from app.store.db import Database
 
@@ -173,7 +174,4 @@ class ShardLeaser:
             except Exception:
                 log.exception("shard lease tick failed", extra={"owner": self.owner})
                 self.expire_if_stale()
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.config.tick_s)
-            except TimeoutError:
-                pass
+            await pause(self.config.tick_s, stop)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
+from app.duties import pause
 from app.scheduler.heap import DueEntry, DueHeap
 from app.scheduler.leases import Ownership
 from app.store import dispatch as dispatch_store
@@ -182,10 +183,4 @@ class DueLoader:
             if more:
                 await asyncio.sleep(0)  # a bounded tick; the rest of the backlog follows at once
                 continue
-            waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.wake.wait())]
-            try:
-                await asyncio.wait(waiters, timeout=self.config.interval_s,
-                                   return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waiters:
-                    w.cancel()
+            await pause(self.config.interval_s, stop, self.wake)

@@ -7,9 +7,9 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
 
 from app.config import Settings
+from app.duties import supervise
 from app.scheduler.dispatcher import Dispatcher, DispatcherConfig
 from app.scheduler.heap import DueHeap
 from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser
@@ -18,8 +18,6 @@ from app.store.db import Database
 
 log = logging.getLogger(__name__)
 
-# A duty that died of an unexpected error is restarted after this pause.
-RESTART_DELAY_S = 1.0
 # Shutdown: how long in-flight batches and the loader get before they are cancelled.
 SHUTDOWN_GRACE_S = 5.0
 
@@ -43,25 +41,12 @@ class Scheduler:
                                 LoaderConfig.from_env(settings.loader_interval_s),
                                 wake_dispatcher=self.dispatcher.wake)
 
-    async def _supervise(self, name: str, duty: Callable[[asyncio.Event], Awaitable[None]],
-                         stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await duty(stop)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("scheduler duty crashed; restarting", extra={"duty": name})
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=RESTART_DELAY_S)
-                except TimeoutError:
-                    pass
-
     async def run(self, stop: asyncio.Event) -> None:
         log.info("scheduler starting", extra={"owner": self.owner})
         duties_stop = asyncio.Event()
         tasks = [
-            asyncio.create_task(self._supervise(name, duty, duties_stop), name=f"scheduler.{name}")
+            asyncio.create_task(supervise(name, lambda duty=duty: duty(duties_stop), duties_stop),
+                                name=f"scheduler.{name}")
             for name, duty in (("leaser", self.leaser.run), ("loader", self.loader.run),
                                ("dispatcher", self.dispatcher.run))
         ]
