@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -60,16 +59,6 @@ class Settings:
     @property
     def grpc_addr(self) -> str:
         return f"{self.grpc_host}:{self.grpc_port}"
-
-    def describe(self) -> dict[str, object]:
-        """Settings safe to log (the database URL loses its password)."""
-        out: dict[str, object] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "database_url" and value:
-                value = re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", value)
-            out[f.name] = str(value) if isinstance(value, Path) else value
-        return out
 
 
 def load() -> Settings:

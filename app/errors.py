@@ -57,10 +57,6 @@ class InvalidStateTransition(KairosError):
     """The job is not in a state that allows this."""
 
 
-class LeaseLost(KairosError):
-    """The attempt is no longer current: another attempt owns this execution."""
-
-
 class TenantQuotaExceeded(KairosError):
     """The tenant's quota is exhausted; try again later."""
 

@@ -2,7 +2,7 @@
 
 Logs are one JSON object per line (``KAIROS_LOG_FORMAT=json``, the default) carrying the
 ``extra={...}`` fields of each call. Metrics go through the OpenTelemetry SDK; ``metric_reader``
-is an in-memory reader that ``snapshot()`` reads (for `/metrics`-style endpoints and tests).
+is the in-memory reader that an exporter or a metrics endpoint collects from.
 """
 
 from __future__ import annotations
@@ -81,18 +81,3 @@ reaped = meter.create_counter("kairos.executions.reaped", description="Expired l
 # Store
 tx_retries = meter.create_counter("kairos.db.tx_retries", description="Transactions re-run after 40001/40P01")
 
-
-def snapshot() -> dict[str, float]:
-    """Sum of every counter/histogram data point by metric name (cheap view for tests and CLI)."""
-    out: dict[str, float] = {}
-    data = metric_reader.get_metrics_data()
-    if data is None:
-        return out
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            for m in sm.metrics:
-                total = 0.0
-                for point in m.data.data_points:
-                    total += getattr(point, "value", None) or getattr(point, "count", 0) or 0
-                out[m.name] = total
-    return out

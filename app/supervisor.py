@@ -110,8 +110,8 @@ class Supervisor:
                     code = child.proc.returncode
                     if time.monotonic() - child.started_at > 60:
                         child.backoff_s = self.config.restart_backoff_s
-                    log.warning("child exited; restarting",
-                                extra={"tier": child.name, "code": code, "in_s": child.backoff_s})
+                    log.warning("child exited; restarting", extra={
+                        "tier": child.name, "code": code, "in_s": child.backoff_s, "restarts": child.restarts + 1})
                     await asyncio.sleep(child.backoff_s)
                     child.backoff_s = min(self.config.restart_backoff_max_s, child.backoff_s * 2)
                     child.restarts += 1

@@ -62,5 +62,3 @@ EXECUTION_TRANSITIONS: dict[ExecutionState, frozenset[ExecutionState]] = {
     ExecutionState.CANCELLED: frozenset(),
     ExecutionState.SKIPPED: frozenset(),
 }
-
-UNFINISHED_EXECUTION_STATES = (ExecutionState.READY, ExecutionState.LEASED)

@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from uuid import UUID
 
 # How long a settled key is remembered, so a stale scan cannot resurrect it.
@@ -94,9 +94,6 @@ class DueHeap:
     def __len__(self) -> int:
         """Unsettled entries: queued, deferred or being dispatched."""
         return len(self._entries)
-
-    def holds(self, key: tuple[UUID, datetime]) -> bool:
-        return key in self._entries
 
     @property
     def deferred_count(self) -> int:
@@ -235,6 +232,3 @@ class DueHeap:
             heapq.heapify(self._heap)
         return dropped
 
-
-def utc_from_ts(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, timezone.utc)

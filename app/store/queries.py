@@ -29,10 +29,6 @@ class NamedQuery:
     sql: str
     source: str
 
-    @property
-    def statement(self) -> TextClause:
-        return _compiled(self.name)
-
 
 def parse(source: str, content: str) -> list[NamedQuery]:
     starts = list(_NAME.finditer(content))
