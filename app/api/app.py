@@ -13,6 +13,7 @@ from app.api.dead_letters import DeadLetterController
 from app.api.health import DemoController, HealthController
 from app.api.jobs import JobController, ScheduleController
 from app.config import Settings
+from app.store import tenants
 from app.store.db import Database
 
 
@@ -28,7 +29,7 @@ def create_app(settings: Settings, db: Database) -> Litestar:
         route_handlers=controllers(settings),
         dependencies={"db": Provide(provide_db), "tenant": Provide(provide_tenant)},
         exception_handlers=problems.HANDLERS,  # type: ignore[arg-type]
-        state=State({"settings": settings, "db": db}),
+        state=State({"settings": settings, "db": db, "key_cache": tenants.KeyCache()}),
         openapi_config=OpenAPIConfig(title="Kairos", version="1", path="/schema",
                                      description="Distributed job scheduler: one-off and cron jobs."),
         request_max_body_size=1024 * 1024,

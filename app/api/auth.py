@@ -29,8 +29,8 @@ async def provide_tenant(request: Request, state: State) -> TenantContext:
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise errors.Unauthorized()
-    db: Database = state.db
-    principal = await db.transaction(lambda c: tenants.resolve_key(c, key.strip()))
+    keys: tenants.KeyCache = state.key_cache
+    principal = await keys.resolve(state.db, key.strip())
     if principal is None:
         raise errors.Unauthorized("the API key is unknown or revoked")
     if principal.tenant_id is None:

@@ -90,7 +90,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         self.config = config
         self.stopping = asyncio.Event()
         self._ready = asyncio.Event()  # pulsed when local work becomes ready (a retry, a reaped lease)
-        self._auth_cache: dict[str, tuple[float, tenants.Principal]] = {}
+        self._keys = tenants.KeyCache(config.auth_cache_s)
 
     def notify_ready(self, _count: int = 1) -> None:
         self._ready.set()
@@ -107,16 +107,9 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         if scheme.lower() != "bearer" or not token:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                 "send metadata 'authorization: Bearer <key>' (a tenant or pool worker key)")
-        digest = tenants.hash_key(token)
-        cached = self._auth_cache.get(digest)
-        if cached and cached[0] > time.monotonic():
-            return Credential(cached[1])
-        principal = await self._call(context, lambda: self.db.transaction(lambda c: tenants.resolve_key(c, token)))
+        principal = await self._call(context, lambda: self._keys.resolve(self.db, token))
         if principal is None:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "the key is unknown or revoked")
-        if len(self._auth_cache) > 10_000:
-            self._auth_cache.clear()
-        self._auth_cache[digest] = (time.monotonic() + self.config.auth_cache_s, principal)
         return Credential(principal)
 
     async def _call(self, context: grpc.aio.ServicerContext, fn):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID, uuid4
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.store.db import Database
 from app.store.queries import q
 
 KEY_PREFIX = "kairos_"
@@ -42,6 +44,28 @@ def new_key() -> str:
 def hash_key(key: str) -> str:
     # Keys are 256-bit random tokens: a fast hash is enough (nothing to brute-force).
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+class KeyCache:
+    """Resolved keys kept for ``ttl_s``, so the API and the worker protocol do not read
+    api_keys on every call; a revoked key stops working within ``ttl_s``."""
+
+    def __init__(self, ttl_s: float = 5.0, max_entries: int = 10_000) -> None:
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._entries: dict[str, tuple[float, Principal]] = {}
+
+    async def resolve(self, db: Database, key: str) -> Principal | None:
+        digest = hash_key(key)
+        cached = self._entries.get(digest)
+        if cached and cached[0] > time.monotonic():
+            return cached[1]
+        principal = await db.transaction(lambda c: resolve_key(c, key))
+        if principal is not None:
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+            self._entries[digest] = (time.monotonic() + self.ttl_s, principal)
+        return principal
 
 
 def _tenant(row) -> Tenant:
