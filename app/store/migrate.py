@@ -10,26 +10,28 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources.abc import Traversable
 
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.store.db import Database, sqlstate
-from app.store.queries import q, sql_dir
+from app.store.queries import q, sql_files
 
 log = logging.getLogger(__name__)
 
 # Concurrent CREATE TABLE IF NOT EXISTS can collide in the catalogue (unique_violation,
 # duplicate_table/object) before either commits; running it again then finds the table.
 _CATALOGUE_RACES = frozenset({"23505", "42P07", "42710"})
+_MIGRATION = re.compile(r"^(\d{4}_.+)\.sql$")
 
 
 @dataclass(frozen=True)
 class Migration:
     version: str
-    path: Path
+    path: Traversable
 
     @property
     def script(self) -> str:
@@ -41,8 +43,7 @@ class Migration:
 
 
 def available() -> list[Migration]:
-    files = sorted((sql_dir() / "migrations").glob("[0-9][0-9][0-9][0-9]_*.sql"))
-    return [Migration(p.stem, p) for p in files]
+    return [Migration(m.group(1), f) for f in sql_files("migrations") if (m := _MIGRATION.match(f.name))]
 
 
 async def _ensure_table(db: Database) -> None:

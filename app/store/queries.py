@@ -1,4 +1,7 @@
-"""Named SQL statements, loaded once from ``sql/queries/*.sql``.
+"""Named SQL statements, loaded once from the package's ``sql/queries/*.sql``.
+
+``app/sql`` is a link to the repository's ``sql/`` (the one place to edit them); a built
+wheel carries copies as package data, so they are read through ``importlib.resources``.
 
 Each block starts with ``-- name: NounVerb`` and a one-line ``--`` description, then the SQL.
 Parameters use ``:name``; casts use ``CAST(:x AS type)`` (``:x::type`` would not bind).
@@ -6,20 +9,25 @@ Parameters use ``:name``; casts use ``CAST(:x AS type)`` (``:x::type`` would not
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 
 from sqlalchemy import TextClause, text
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 
-def sql_dir() -> Path:
-    override = os.environ.get("KAIROS_SQL_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "sql"
+def sql_dir() -> Traversable:
+    """The ``sql/`` directory shipped in the package (migrations/ and queries/)."""
+    return files("app") / "sql"
+
+
+def sql_files(folder: str) -> list[Traversable]:
+    """The ``*.sql`` files of ``sql/<folder>``, sorted by name."""
+    return sorted((f for f in (sql_dir() / folder).iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
 
 
 @dataclass(frozen=True)
@@ -47,7 +55,7 @@ def parse(source: str, content: str) -> list[NamedQuery]:
 @cache
 def catalogue() -> dict[str, NamedQuery]:
     found: dict[str, NamedQuery] = {}
-    for path in sorted((sql_dir() / "queries").glob("*.sql")):
+    for path in sql_files("queries"):
         for q in parse(path.name, path.read_text()):
             if q.name in found:
                 raise RuntimeError(f"query {q.name} defined twice ({found[q.name].source}, {q.source})")
@@ -65,4 +73,4 @@ def q(name: str) -> TextClause:
     try:
         return _compiled(name)
     except KeyError:
-        raise KeyError(f"no query named {name} in {sql_dir() / 'queries'}") from None
+        raise KeyError(f"no query named {name} in sql/queries") from None
