@@ -2,34 +2,49 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+PY := $(BIN)/python
+SDK := sdk/python
+# The server needs kairos-sdk from $(SDK), never from an index: both are installed in one pip call.
+RUNTIME := $(VENV)/.installed-runtime
+DEV := $(VENV)/.installed-dev
 
-.PHONY: run test install proto bench clean
+.PHONY: run test lint install proto bench clean
 
-$(STAMP): pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
 
-install: $(STAMP)
+$(RUNTIME): pyproject.toml $(SDK)/pyproject.toml | $(PY)
+	$(BIN)/pip install --quiet -e $(SDK) -e .
+	touch $@
 
-## Start everything on the embedded PostgreSQL and submit a demo job.
-run: $(STAMP)
+$(DEV): pyproject.toml $(SDK)/pyproject.toml | $(PY)
+	$(BIN)/pip install --quiet -e '$(SDK)[test]' -e '.[dev]'
+	touch $@
+
+install: $(DEV)
+
+## Start everything on the embedded PostgreSQL and submit a demo job (no development extras).
+run: $(RUNTIME)
 	$(BIN)/kairos up --demo
 
-## The whole suite (unit, integration, API over HTTP, gRPC, chaos with real processes).
-test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+## ruff over the server, the SDK, tests and benchmarks (generated modules excluded, see pyproject.toml).
+lint: $(DEV)
+	$(BIN)/ruff check .
 
-## Regenerate the gRPC modules from app/rpc/worker.proto.
-proto: $(STAMP)
-	$(BIN)/python -m app.rpc.codegen
+## Lint, the SDK's own tests, then the whole server suite (unit, integration, API, gRPC, chaos, packaging).
+test: $(DEV) lint
+	cd $(SDK) && $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+## Regenerate the SDK's gRPC modules from app/rpc/worker.proto.
+proto: $(DEV)
+	$(PY) -m app.rpc.codegen
 
 ## Long benchmarks, never part of the suite.
-bench: $(STAMP)
-	$(BIN)/python loadtest/dispatch_bench.py
-	$(BIN)/python loadtest/lease_bench.py
+bench: $(DEV)
+	$(PY) loadtest/dispatch_bench.py
+	$(PY) loadtest/lease_bench.py
 
 clean:
 	rm -rf $(VENV) .kairos

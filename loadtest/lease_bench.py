@@ -5,7 +5,7 @@
 Creates its own database (on the embedded PostgreSQL under --home, or on KAIROS_DATABASE_URL's
 server), bulk-inserts N ready executions of one tenant's pool with one unnest statement per
 phase, starts `kairos executor` as a subprocess, then runs the phases: 1 worker process, then 2
-(each an ``app.sdk.Worker`` whose handler returns at once, so the figure is the protocol and
+(each a ``kairos_sdk.Worker`` whose handler returns at once, so the figure is the protocol and
 database cost: Lease, then the SDK's buffered outcomes, one CompleteMany call per few
 milliseconds of finished executions). For each phase it prints
   throughput  executions / (last finished_at - first leased_at), both from the database clock.
@@ -67,7 +67,7 @@ def free_port() -> int:
 
 def run_worker(addr: str, key: str, args: str) -> None:
     """Child mode: one SDK worker whose handler does nothing."""
-    from app.sdk import Worker
+    from kairos_sdk import Worker
 
     concurrency, batch = (int(x) for x in args.split(","))
 

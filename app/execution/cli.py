@@ -100,8 +100,8 @@ def worker(pool: str, concurrency: int, lease_seconds: float, worker_id: str | N
     import os
 
     from app import observability
-    from app.sdk.command import command_handler
-    from app.sdk.worker import Worker
+    from kairos_sdk.command import command_handler
+    from kairos_sdk.worker import Worker
 
     observability.setup_logging(os.environ.get("KAIROS_LOG_LEVEL", "INFO"),
                                 os.environ.get("KAIROS_LOG_FORMAT", "json"), "worker")

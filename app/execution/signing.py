@@ -1,34 +1,6 @@
-"""The Kairos-Signature header of HTTP deliveries: ``t=<unix seconds>,v1=<hex HMAC-SHA256>``.
+"""Signing HTTP deliveries (``Kairos-Signature``): the format and the receivers' verifier are defined
+once, in the tenant SDK (``kairos_sdk.signature``), so the server signs exactly what tenants check."""
 
-The MAC covers ``"<t>.<body>"`` with the tenant's signing secret, so a receiver can check both
-origin and freshness (reject a ``t`` too far from its clock to stop replays).
-"""
+from kairos_sdk.signature import sign
 
-from __future__ import annotations
-
-import hashlib
-import hmac
-import time
-
-
-def sign(secret: str, body: bytes, t: int | None = None) -> str:
-    t = int(time.time()) if t is None else t
-    mac = hmac.new(secret.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"t={t},v1={mac}"
-
-
-def verify(secret: str, header: str, body: bytes, *, tolerance_s: float = 300,
-           now: float | None = None) -> bool:
-    """True when ``header`` signs ``body`` with ``secret`` and its time is within tolerance."""
-    fields: dict[str, list[str]] = {}
-    for part in header.split(","):
-        key, _, value = part.strip().partition("=")
-        fields.setdefault(key, []).append(value)
-    try:
-        t = int(fields["t"][0])
-    except (KeyError, ValueError):
-        return False
-    if abs((time.time() if now is None else now) - t) > tolerance_s:
-        return False
-    expected = sign(secret, body, t).split("v1=", 1)[1]
-    return any(hmac.compare_digest(expected, v) for v in fields.get("v1", []))
+__all__ = ["sign"]

@@ -23,11 +23,11 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from app import errors, observability
 from app.execution.batching import Outcomes
-from app.rpc import worker_pb2 as pb
-from app.rpc import worker_pb2_grpc as pb_grpc
 from app.store import executions as ex
 from app.store import tenants
 from app.store.db import Database
+from kairos_sdk._proto import worker_pb2 as pb
+from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 

@@ -104,7 +104,7 @@ def command_worker(executor: Executor, key: str, pool: str, command: list[str], 
 # A raw client: lease one execution, report it, wait for a go-file, then complete it.
 SLOW_WORKER = r"""
 import asyncio, json, os, sys, time
-from app.rpc.client import WorkerClient
+from kairos_sdk import WorkerClient
 
 async def main(addr, key, pool, go):
     async with WorkerClient(addr, key) as client:

@@ -19,7 +19,7 @@ from app.execution.batching import Outcomes
 from app.execution.breaker import BreakerConfig
 from app.execution.egress import EgressPolicy
 from app.execution.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
-from app.execution.signing import verify
+from kairos_sdk.signature import verify
 from app.store import attempts, tenants
 from app.store.db import Database
 

@@ -15,9 +15,9 @@ import pytest
 
 from app.execution import testfactory as tf
 from app.execution.batching import Outcomes
-from app.rpc.client import WorkerClient
+from kairos_sdk import WorkerClient
 from app.rpc.servicer import ServicerConfig
-from app.sdk import NonRetryable, Worker
+from kairos_sdk import NonRetryable, Worker
 from app.store import attempts, executions as ex
 from app.store.db import Database
 from tests.conftest import poll
@@ -216,7 +216,7 @@ async def test_shutdown_fails_handlers_still_running_after_the_grace(db: Databas
 
 
 async def test_sdk_reports_one_call_per_execution_to_an_executor_without_batched_calls(db: Database) -> None:
-    from app.rpc import worker_pb2_grpc as pb_grpc
+    from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
     from app.rpc.servicer import WorkerServicer
 
     class OldServicer(WorkerServicer):  # an executor from before CompleteMany/FailMany

@@ -15,7 +15,7 @@ import pytest
 
 from app.execution import testfactory as tf
 from app.rpc import codegen
-from app.rpc.client import WorkerClient
+from kairos_sdk import WorkerClient
 from app.store import attempts, executions as ex, pools
 from app.store.db import Database
 
@@ -27,9 +27,9 @@ def test_generated_modules_are_fresh(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "app.rpc.codegen", "--out", str(tmp_path)], check=True, cwd=ROOT,
                    capture_output=True)
     for name in codegen.GENERATED:
-        fresh = (tmp_path / "app" / "rpc" / name).read_text()
-        committed = (ROOT / "app" / "rpc" / name).read_text()
-        assert fresh == committed, f"app/rpc/{name} is stale: run `make proto`"
+        fresh = (tmp_path / codegen.PACKAGE / name).read_text()
+        committed = (codegen.SDK / codegen.PACKAGE / name).read_text()
+        assert fresh == committed, f"{codegen.PACKAGE}/{name} is stale: run `make proto`"
 
 
 async def test_missing_or_unknown_key_is_unauthenticated(db: Database, addr: str) -> None:

@@ -1,0 +1,214 @@
+"""The Python worker SDK: lease executions of a pool, run a handler, complete or fail them.
+
+    from kairos_sdk import Worker
+
+    async def send_email(execution):
+        ...                     # execution.payload, execution.idempotency_key, execution.attempt
+        return {"sent": True}   # becomes the execution's result
+
+    Worker("emails", send_email, concurrency=20).run_forever()
+
+Model: the worker leases up to its free slots with a long poll, runs each execution's handler
+concurrently, heartbeats every third of the lease, and completes (handler returned) or fails
+(handler raised; ``NonRetryable`` dead-letters at once) with the exception text. If a
+heartbeat answers LEASE_LOST (another worker owns the execution now, or it was cancelled or
+timed out), the handler is cancelled and its result is not reported. Outcomes are buffered for
+``report_s`` (a few milliseconds) and sent together with CompleteMany / FailMany, each item
+fenced by its own attempt: an item answered LEASE_LOST is counted and logged as a lost lease,
+exactly as a single Complete would be (executors without the batched calls get one call per
+execution). On SIGTERM or SIGINT it stops leasing, sends what is buffered at once, lets running
+handlers finish for ``grace_s``, and fails the rest as retryable.
+Configuration comes from KAIROS_GRPC_ADDR (default 127.0.0.1:50051) and KAIROS_API_KEY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from kairos_sdk.client import Execution, WorkerClient
+from kairos_sdk.heartbeat import Heartbeat
+from kairos_sdk.reporter import OutcomeReporter
+
+log = logging.getLogger("kairos.worker")
+
+Handler = Callable[[Execution], Any] | Callable[[Execution], Awaitable[Any]]
+MAX_ERROR_CHARS = 4000
+
+
+class NonRetryable(Exception):
+    """Raise from a handler when the execution can never succeed: it is dead-lettered at once."""
+
+
+class Worker:
+    def __init__(self, pool: str, handler: Handler, *, addr: str | None = None, api_key: str | None = None,
+                 concurrency: int = 10, lease_seconds: float = 30.0, wait_seconds: float = 5.0,
+                 batch: int | None = None, worker_id: str | None = None, grace_s: float | None = None,
+                 report_s: float = 0.005, report_max: int = 500) -> None:
+        self.pool = pool
+        self.handler = handler
+        self.addr = addr
+        self.api_key = api_key
+        self.concurrency = max(1, concurrency)
+        self.lease_seconds = lease_seconds
+        self.wait_seconds = wait_seconds
+        self.batch = batch or self.concurrency
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.grace_s = lease_seconds if grace_s is None else grace_s
+        self.report_s = report_s
+        self.report_max = report_max
+        self.stats = {"completed": 0, "failed": 0, "lease_lost": 0}
+        self._running: dict[asyncio.Task[None], Execution] = {}
+        self._handlers: dict[str, asyncio.Task[Any]] = {}  # execution_id -> its task, while in the handler
+        self._stopped_late: set[asyncio.Task[Any]] = set()  # cancelled by shutdown, not by a lost lease
+        self._reporter: OutcomeReporter | None = None
+
+    # -- entry points ------------------------------------------------------------------------
+    def run_forever(self) -> None:
+        """Run until SIGTERM or SIGINT (blocking; for scripts and ``kairos worker``)."""
+
+        async def main() -> None:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await self.run(stop)
+
+        asyncio.run(main())
+
+    async def run(self, stop: asyncio.Event) -> None:
+        client = WorkerClient(self.addr, self.api_key)
+        self._reporter = OutcomeReporter(client, report_s=self.report_s, report_max=self.report_max)
+        try:
+            await self._lease_loop(client, stop)
+            self._reporter.closing()
+            await self._drain(client)
+        finally:
+            await self._reporter.close()
+            await client.close()
+        log.info("worker stopped", extra={"pool": self.pool, **self.stats})
+
+    # -- leasing -----------------------------------------------------------------------------
+    async def _lease_loop(self, client: WorkerClient, stop: asyncio.Event) -> None:
+        backoff = 0.2
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                free = self.concurrency - len(self._running)
+                if free <= 0:
+                    await asyncio.wait([stopped, *self._running], return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                call = asyncio.ensure_future(client.lease(self.pool, self.worker_id, min(free, self.batch),
+                                                          self.lease_seconds, self.wait_seconds))
+                await asyncio.wait([call, stopped], return_when=asyncio.FIRST_COMPLETED)
+                if not call.done():
+                    call.cancel()  # the server sees the cancellation before it leases anything
+                    await asyncio.gather(call, return_exceptions=True)
+                    break
+                try:
+                    got = call.result()
+                    backoff = 0.2
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+                                      grpc.StatusCode.INVALID_ARGUMENT):
+                        raise
+                    log.warning("lease failed; retrying", extra={"code": exc.code().name, "details": exc.details()})
+                    try:
+                        await asyncio.wait_for(asyncio.shield(stopped), backoff)
+                    except TimeoutError:
+                        pass
+                    backoff = min(5.0, backoff * 2)
+                    continue
+                for execution in got:
+                    task = asyncio.create_task(self._run_one(client, execution),
+                                               name=f"execution-{execution.execution_id}")
+                    self._running[task] = execution
+                    task.add_done_callback(lambda t: self._running.pop(t, None))
+        finally:
+            stopped.cancel()
+
+    async def _drain(self, client: WorkerClient) -> None:
+        if not self._running:
+            return
+        log.info("stopping: letting running executions finish", extra={"running": len(self._running),
+                                                                       "grace_s": self.grace_s})
+        running = set(self._running)
+        _, late = await asyncio.wait(running, timeout=self.grace_s)
+        for task in late:
+            execution = self._running.get(task)
+            if execution is not None and self._handlers.get(execution.execution_id) is task:
+                self._stopped_late.add(task)
+                task.cancel()  # still in its handler: _run_one fails it as retryable
+        if late:
+            await asyncio.wait(late, timeout=10)
+
+    # -- one execution -----------------------------------------------------------------------
+    async def _call_handler(self, execution: Execution) -> Any:
+        if inspect.iscoroutinefunction(self.handler):
+            return await self.handler(execution)
+        result = await asyncio.to_thread(self.handler, execution)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def _run_one(self, client: WorkerClient, execution: Execution) -> None:
+        # The handler runs in this task (no task of its own): a LEASE_LOST heartbeat or a late
+        # shutdown cancels this task while it is in the handler phase (registered in _handlers).
+        eid, attempt = execution.execution_id, execution.attempt
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers[eid] = task
+        beat = Heartbeat(client, execution, task, self.lease_seconds)
+        try:
+            try:
+                async with asyncio.timeout(execution.timeout_seconds or None):
+                    result = await self._call_handler(execution)
+                error, retryable = None, True
+            except TimeoutError:
+                error, retryable = f"timed out after {execution.timeout_seconds}s", True
+            except asyncio.CancelledError:
+                if beat.lost:
+                    task.uncancel()
+                    self.stats["lease_lost"] += 1
+                    log.warning("lease lost; result dropped", extra={"execution_id": eid, "attempt": attempt})
+                    return
+                if task not in self._stopped_late:
+                    raise
+                task.uncancel()
+                error, retryable = "worker stopped before the handler finished", True
+            except NonRetryable as exc:
+                error, retryable = _describe(exc), False
+            except Exception as exc:
+                error, retryable = _describe(exc), True
+        finally:
+            beat.stop()
+            self._handlers.pop(eid, None)
+            self._stopped_late.discard(task)
+        try:
+            if error is None:
+                answer = await self._reporter.complete(eid, attempt, result)
+                self.stats["completed" if not answer.lease_lost else "lease_lost"] += 1
+            else:
+                answer = await self._reporter.fail(eid, attempt, error, retryable)
+                self.stats["failed" if not answer.lease_lost else "lease_lost"] += 1
+            if answer.lease_lost:
+                log.warning("lease lost; outcome discarded", extra={"execution_id": eid, "attempt": attempt})
+        except grpc.aio.AioRpcError as exc:
+            # The lease will expire and the execution run again (at-least-once).
+            log.error("could not report outcome: %s %s", exc.code().name, exc.details(),
+                      extra={"execution_id": eid, "code": exc.code().name})
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if not isinstance(exc, NonRetryable) and type(exc).__name__ not in text:
+        text = f"{type(exc).__name__}: {text}"
+    return text[-MAX_ERROR_CHARS:]

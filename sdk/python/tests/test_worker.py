@@ -1,0 +1,141 @@
+"""Worker against the fake executor: outcomes, batching and its fallback, LEASE_LOST, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fake_executor import Served, until
+
+from kairos_sdk import NonRetryable, Worker
+
+
+async def _run(worker: Worker) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    stop = asyncio.Event()
+    return stop, asyncio.create_task(worker.run(stop))
+
+
+async def test_returns_complete_raises_fail_and_non_retryable_dead_letters(served: Served) -> None:
+    fake = served.executor
+    ok, flaky, bad = fake.add({"do": "ok"}), fake.add({"do": "flaky"}), fake.add({"do": "bad"})
+
+    async def handler(execution):
+        if execution.payload["do"] == "bad":
+            raise NonRetryable("cannot ever work")
+        if execution.payload["do"] == "flaky":
+            raise RuntimeError("try again")
+        return {"handled": execution.execution_id, "key": execution.idempotency_key}
+
+    worker = Worker("jobs", handler, addr=served.addr, api_key="k1", wait_seconds=0.2)
+    stop, run = await _run(worker)
+    await until(lambda: len(fake.outcomes) == 3, what="three outcomes")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert fake.outcomes == {ok: ("complete", {"handled": ok, "key": f"{ok}:1"}),
+                             flaky: ("fail", "RuntimeError: try again", True),
+                             bad: ("fail", "cannot ever work", False)}
+    assert worker.stats == {"completed": 1, "failed": 2, "lease_lost": 0}
+    assert set(fake.keys) == {"Bearer k1"}
+    assert "Complete" not in fake.calls and "Fail" not in fake.calls  # sent batched
+
+
+async def test_sync_handler_result_is_reported(served: Served) -> None:
+    eid = served.executor.add(3)
+    worker = Worker("jobs", lambda e: e.payload * 2, addr=served.addr, api_key="k", wait_seconds=0.2)
+    stop, run = await _run(worker)
+    await until(lambda: eid in served.executor.outcomes, what="the outcome")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert served.executor.outcomes[eid] == ("complete", 6)
+
+
+async def test_an_executor_without_batched_calls_gets_one_call_per_outcome(served: Served) -> None:
+    fake = served.executor
+    fake.batched = False
+    ok, bad = fake.add({"do": "ok"}), fake.add({"do": "bad"})
+
+    async def handler(execution):
+        if execution.payload["do"] == "bad":
+            raise NonRetryable("no")
+        return 1
+
+    worker = Worker("jobs", handler, addr=served.addr, api_key="k", wait_seconds=0.2)
+    stop, run = await _run(worker)
+    await until(lambda: len(fake.outcomes) == 2, what="both outcomes")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert fake.outcomes == {ok: ("complete", 1), bad: ("fail", "no", False)}
+    assert {"Complete", "Fail"} <= set(fake.calls)
+    assert worker._reporter is not None and not worker._reporter.batched
+
+
+async def test_lease_lost_on_heartbeat_cancels_the_handler_and_drops_its_result(served: Served) -> None:
+    fake = served.executor
+    eid = fake.add()
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def handler(_execution):
+        started.set()
+        try:
+            await asyncio.Event().wait()  # runs until cancelled
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    worker = Worker("jobs", handler, addr=served.addr, api_key="k", lease_seconds=0.6, wait_seconds=0.2)
+    stop, run = await _run(worker)
+    await asyncio.wait_for(started.wait(), 10)
+    fake.lost.add(eid)
+    await asyncio.wait_for(cancelled.wait(), 10)
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert "Heartbeat" in fake.calls
+    assert worker.stats == {"completed": 0, "failed": 0, "lease_lost": 1}
+    assert eid not in fake.outcomes
+
+
+async def test_lease_lost_in_a_batched_complete_is_counted_as_lost(served: Served) -> None:
+    fake = served.executor
+    stale, fresh = fake.add(), fake.add()
+    fake.lost.add(stale)
+    worker = Worker("jobs", lambda e: "done", addr=served.addr, api_key="k", wait_seconds=0.2)
+    stop, run = await _run(worker)
+    await until(lambda: worker.stats["lease_lost"] == 1 and worker.stats["completed"] == 1, what="both reports")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert fake.outcomes == {fresh: ("complete", "done")}
+
+
+async def test_shutdown_flushes_buffered_outcomes_and_fails_handlers_past_the_grace(served: Served) -> None:
+    fake = served.executor
+    quick, stuck = fake.add({"do": "ok"}), fake.add({"do": "hang"})
+    quick_done = asyncio.Event()
+
+    async def handler(execution):
+        if execution.payload["do"] == "hang":
+            await asyncio.Event().wait()
+        quick_done.set()
+        return "ok"
+
+    # A report window far longer than the test: only the shutdown can send the quick outcome.
+    worker = Worker("jobs", handler, addr=served.addr, api_key="k", wait_seconds=0.2, report_s=3600, grace_s=0.2)
+    stop, run = await _run(worker)
+    await asyncio.wait_for(quick_done.wait(), 10)
+    assert fake.outcomes == {}
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert fake.outcomes == {quick: ("complete", "ok"),
+                             stuck: ("fail", "worker stopped before the handler finished", True)}
+
+
+async def test_a_handler_past_its_timeout_fails_retryably(served: Served) -> None:
+    eid = served.executor.add(timeout_seconds=1)
+
+    async def handler(_execution):
+        await asyncio.Event().wait()
+
+    worker = Worker("jobs", handler, addr=served.addr, api_key="k", wait_seconds=0.2)
+    stop, run = await _run(worker)
+    await until(lambda: eid in served.executor.outcomes, what="the timeout")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert served.executor.outcomes[eid] == ("fail", "timed out after 1s", True)
