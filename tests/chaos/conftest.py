@@ -27,7 +27,6 @@ from app.store import tenants
 from app.store.db import Database
 
 
-
 def scheduler_command() -> list[str]:
     """`kairos scheduler` from the current environment (the venv's console script when installed)."""
     script = Path(sys.executable).parent / "kairos"

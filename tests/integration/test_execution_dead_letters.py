@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app.api.app import create_app
 from app.api import dead_letters
+from app.api.app import create_app
 from app.config import Settings
 from app.execution import testfactory as tf
 from app.store import executions as ex

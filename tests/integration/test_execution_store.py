@@ -8,7 +8,8 @@ from sqlalchemy import text
 
 from app.domain.backoff import JITTER
 from app.execution import testfactory as tf
-from app.store import attempts, executions as ex, tenants
+from app.store import attempts, tenants
+from app.store import executions as ex
 from app.store.db import Database
 
 RC = "READ COMMITTED"

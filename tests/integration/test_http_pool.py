@@ -19,9 +19,9 @@ from app.execution.batching import Outcomes
 from app.execution.breaker import BreakerConfig
 from app.execution.egress import EgressPolicy
 from app.execution.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
-from kairos_sdk.signature import verify
 from app.store import attempts, tenants
 from app.store.db import Database
+from kairos_sdk.signature import verify
 
 LOCAL = EgressPolicy.from_allow_list(["127.0.0.1"])
 

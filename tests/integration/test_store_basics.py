@@ -14,8 +14,9 @@ async def test_migrations_are_recorded_and_idempotent(db: Database) -> None:
 
 
 async def test_concurrent_upgrades_on_an_empty_database_apply_each_migration_once(pg_base_url: str) -> None:
-    import psycopg
     import uuid
+
+    import psycopg
 
     from app.store import embedded
 

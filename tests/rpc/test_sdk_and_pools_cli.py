@@ -15,11 +15,11 @@ import pytest
 
 from app.execution import testfactory as tf
 from app.execution.batching import Outcomes
-from kairos_sdk import WorkerClient
 from app.rpc.servicer import ServicerConfig
-from kairos_sdk import NonRetryable, Worker
-from app.store import attempts, executions as ex
+from app.store import attempts
+from app.store import executions as ex
 from app.store.db import Database
+from kairos_sdk import NonRetryable, Worker, WorkerClient
 from tests.conftest import poll
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,8 +216,8 @@ async def test_shutdown_fails_handlers_still_running_after_the_grace(db: Databas
 
 
 async def test_sdk_reports_one_call_per_execution_to_an_executor_without_batched_calls(db: Database) -> None:
-    from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
     from app.rpc.servicer import WorkerServicer
+    from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
 
     class OldServicer(WorkerServicer):  # an executor from before CompleteMany/FailMany
         CompleteMany = pb_grpc.WorkerServicer.CompleteMany

@@ -15,9 +15,10 @@ import pytest
 
 from app.execution import testfactory as tf
 from app.rpc import codegen
-from kairos_sdk import WorkerClient
-from app.store import attempts, executions as ex, pools
+from app.store import attempts, pools
+from app.store import executions as ex
 from app.store.db import Database
+from kairos_sdk import WorkerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 

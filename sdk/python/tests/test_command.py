@@ -24,9 +24,10 @@ def _python(code: str) -> list[str]:
 async def test_stdout_json_is_the_result_and_the_environment_names_the_execution(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KAIROS_API_KEY", "secret")
+    names = ("KAIROS_EXECUTION_ID", "KAIROS_ATTEMPT", "KAIROS_SCHEDULED_FOR", "KAIROS_API_KEY")
     run = command_handler(_python(
-        "import json, os, sys; p = json.load(sys.stdin); print(json.dumps({'n': p['n'] + 1, 'env': {k: os.environ.get(k)"
-        " for k in ('KAIROS_EXECUTION_ID', 'KAIROS_ATTEMPT', 'KAIROS_SCHEDULED_FOR', 'KAIROS_API_KEY')}}))"))
+        "import json, os, sys; p = json.load(sys.stdin); "
+        f"print(json.dumps({{'n': p['n'] + 1, 'env': {{k: os.environ.get(k) for k in {names!r}}}}}))"))
     assert await run(_execution({"n": 1})) == {"n": 2, "env": {
         "KAIROS_EXECUTION_ID": "e1", "KAIROS_ATTEMPT": "2", "KAIROS_SCHEDULED_FOR": "2030-01-02T03:04:05Z",
         "KAIROS_API_KEY": None}}
