@@ -1,4 +1,5 @@
 """Dispatch benchmark: N jobs due in the same second, one scheduler, how fast do they become ready?
+Component probe (seeds rows / skips tiers): not the user's path; the figure that counts is loadtest/herd.py.
 
     .venv/bin/python loadtest/dispatch_bench.py [--jobs 20000] [--tenants 4] [--cron] [--subprocess]
 

@@ -1,4 +1,5 @@
 """Lease + complete benchmark: N ready executions, one executor, then 1 and then 2 worker processes.
+Component probe (seeds rows / skips tiers): not the user's path; the figure that counts is loadtest/herd.py.
 
     .venv/bin/python loadtest/lease_bench.py [--executions 20000] [--concurrency 256] [--batch 128]
 
