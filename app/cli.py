@@ -15,8 +15,8 @@ from rich.console import Console
 
 from app import errors
 from app.config import load
-from app.runtime import fail, run_command
 from app.execution.cli import pools, worker
+from app.runtime import fail, run_command
 
 T = TypeVar("T")
 console = Console(stderr=False, highlight=False)
@@ -32,11 +32,18 @@ def main() -> None:
 
 @main.command()
 def api() -> None:
-    """Serve the REST API (Litestar on uvicorn)."""
-    from app.api.server import serve
+    """Serve the REST API (Litestar on uvicorn; KAIROS_API_WORKERS processes, one per CPU by default)."""
+    import uvloop
+
+    from app import observability
+    from app.api.server import run_workers, serve
     from app.runtime import run_service
 
-    run_service("api", load(), serve)
+    settings = load()
+    if settings.api_workers > 1:
+        observability.setup_logging(settings.log_level, settings.log_format, "api")
+        sys.exit(run_workers(settings))
+    run_service("api", settings, serve, loop_factory=uvloop.new_event_loop)
 
 
 @main.command()

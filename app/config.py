@@ -27,6 +27,8 @@ class Settings:
     db_pool_size: int = field(default_factory=lambda: int(_env("DB_POOL_SIZE", "10")))
     api_host: str = field(default_factory=lambda: _env("API_HOST", "127.0.0.1"))
     api_port: int = field(default_factory=lambda: int(_env("API_PORT", "8080")))
+    # API processes sharing the port (SO_REUSEPORT); one per CPU by default.
+    api_workers: int = field(default_factory=lambda: int(_env("API_WORKERS", str(os.cpu_count() or 1))))
     grpc_host: str = field(default_factory=lambda: _env("GRPC_HOST", "127.0.0.1"))
     grpc_port: int = field(default_factory=lambda: int(_env("GRPC_PORT", "50051")))
     # Scheduler (shard leases, loader, dispatcher).

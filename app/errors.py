@@ -29,6 +29,10 @@ class InvalidSchedule(InvalidInput):
     """The schedule is invalid."""
 
 
+class MalformedBody(InvalidInput):
+    """The request body is not JSON."""
+
+
 class Unauthorized(KairosError):
     """A valid API key is required: send 'Authorization: Bearer <key>'."""
 

@@ -65,7 +65,8 @@ def run_command(work: Callable[[Database], Awaitable[T]], *, upgrade: bool = Tru
 Serve = Callable[[Settings, Database, asyncio.Event], Awaitable[None]]
 
 
-def run_service(name: str, settings: Settings, serve: Serve) -> None:
+def run_service(name: str, settings: Settings, serve: Serve,
+                loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
     """Run one tier until SIGTERM/SIGINT, then let it shut down gracefully."""
     observability.setup_logging(settings.log_level, settings.log_format, name)
 
@@ -82,4 +83,5 @@ def run_service(name: str, settings: Settings, serve: Serve) -> None:
             await db.close()
             log.info("stopped", extra={"service": name})
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(main())

@@ -11,25 +11,28 @@ from app.api import problems
 from app.api.auth import provide_db, provide_tenant
 from app.api.dead_letters import DeadLetterController
 from app.api.health import DemoController, HealthController
-from app.api.jobs import JobController, ScheduleController
+from app.api.jobs import JobController, ScheduleController, create_jobs
+from app.api.submit import SubmitWriter
 from app.config import Settings
 from app.store import tenants
 from app.store.db import Database
 
 
 def controllers(settings: Settings) -> list[type]:
-    found: list[type] = [HealthController, JobController, ScheduleController, DeadLetterController]
+    found: list = [HealthController, JobController, create_jobs, ScheduleController, DeadLetterController]
     if settings.demo:
         found.append(DemoController)
     return found
 
 
 def create_app(settings: Settings, db: Database) -> Litestar:
+    writer = SubmitWriter(db)
     return Litestar(
         route_handlers=controllers(settings),
         dependencies={"db": Provide(provide_db), "tenant": Provide(provide_tenant)},
         exception_handlers=problems.HANDLERS,  # type: ignore[arg-type]
-        state=State({"settings": settings, "db": db, "key_cache": tenants.KeyCache()}),
+        state=State({"settings": settings, "db": db, "key_cache": tenants.KeyCache(), "submit_writer": writer}),
+        on_shutdown=[writer.close],
         openapi_config=OpenAPIConfig(title="Kairos", version="1", path="/schema",
                                      description="Distributed job scheduler: one-off and cron jobs."),
         request_max_body_size=1024 * 1024,

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Any
 from uuid import UUID
 
+import msgspec
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
 from app import errors
-from app.api import schemas, service
+from app.api import problems, schemas, service
 from app.api.auth import DB, Tenant
+from app.api.submit import Created, Submission, SubmitWriter, fingerprint_of
+from app.domain import jobs as spec
+
+BATCH_MAX = 1000
+BATCH_MAX_BODY_BYTES = 16 * 1024 * 1024
+_AT_FIELD = re.compile(r" - at `\$\.?([^`]*)`$")
 
 ACTIONS = ("pause", "resume")
 
@@ -38,14 +46,18 @@ class JobController(Controller):
 
     @post("/", operation_id="CreateJob", status_code=201,
           summary="Submit a one-off or cron job; Idempotency-Key makes retries safe.")
-    async def create_job(self, request: Request, data: JSONBody[schemas.JobIn], db: DB, tenant: Tenant,
-                     state: State,
-                     idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
-                     ) -> Response[schemas.JobCreated]:
-        raw = await request.body()
-        created = await service.create_job(db, state.settings, tenant.tenant_id, data, raw, idempotency_key)
-        body = schemas.JobCreated(job_id=str(created.job_id), next_run_at=created.next_run_at)
-        return Response(body, status_code=201, headers={"Location": f"/v1/jobs/{created.job_id}"})
+    async def create_job(self, request: Request, data: JSONBody[schemas.JobIn], tenant: Tenant, state: State,
+                         idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
+                         ) -> Response[schemas.JobCreated]:
+        fingerprint = spec.request_fingerprint(await request.body()) if idempotency_key else None
+        sub = service.submission(data, state.settings, tenant.tenant_id, idempotency_key, fingerprint,
+                                 service.utcnow())
+        writer: SubmitWriter = state.submit_writer
+        [outcome] = await writer.submit([sub])
+        if isinstance(outcome, errors.KairosError):
+            raise outcome
+        body = schemas.JobCreated(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at)
+        return Response(body, status_code=201, headers={"Location": f"/v1/jobs/{outcome.job_id}"})
 
     @get("/", operation_id="ListJobs", summary="A tenant's jobs, newest first, filtered by state and name.")
     async def list_jobs(self, db: DB, tenant: Tenant, job_state: Annotated[str | None, QueryParameter(name="state")] = None,
@@ -85,6 +97,58 @@ class JobController(Controller):
         rows, nxt = await service.executions(db, tenant.tenant_id, job_id, cursor, limit)
         headers = {"Link": service.next_link(f"/v1/jobs/{job_id}/executions", nxt, limit=limit)} if nxt else None
         return Response([service.execution_out(e) for e in rows], headers=headers)
+
+
+def _item_error(exc: errors.KairosError, index: int) -> schemas.BatchItemOut:
+    return schemas.BatchItemOut(error=problems.error_body(exc, f"/v1/jobs:batch#/jobs/{index}"), index=index)
+
+
+def _decode_item(raw: msgspec.Raw) -> tuple[schemas.BatchItemIn, str | None]:
+    """The item and, when it carries an idempotencyKey, the fingerprint of the rest of it."""
+    try:
+        item = msgspec.json.decode(raw, type=schemas.BatchItemIn)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        found = _AT_FIELD.search(message)
+        raise errors.InvalidInput(found.group(1) if found else "job", message) from None
+    if item.idempotency_key is None:
+        return item, None
+    decoded: dict[str, Any] = msgspec.json.decode(raw)
+    decoded.pop("idempotencyKey")
+    return item, fingerprint_of(decoded)
+
+
+@post("/v1/jobs:batch", operation_id="CreateJobs", status_code=200, tags=["jobs"],
+      request_max_body_size=BATCH_MAX_BODY_BYTES,
+      summary="Submit up to 1,000 jobs; each item is validated on its own and the valid ones commit together.")
+async def create_jobs(request: Request, tenant: Tenant, state: State) -> schemas.BatchOut:
+    """Body ``{"jobs": [JobIn + optional idempotencyKey, ...]}``; results in request order."""
+    raw = await request.body()
+    try:
+        batch = msgspec.json.decode(raw, type=schemas.BatchIn)
+    except msgspec.ValidationError as exc:
+        raise errors.InvalidInput("jobs", str(exc)) from None
+    except msgspec.DecodeError:
+        raise errors.MalformedBody("body", "is not valid JSON") from None
+    if len(batch.jobs) > BATCH_MAX:
+        raise errors.InvalidInput("jobs", f"at most {BATCH_MAX} jobs per batch, got {len(batch.jobs)}")
+    now = service.utcnow()
+    results: list[schemas.BatchItemOut | None] = [None] * len(batch.jobs)
+    subs: list[Submission] = []
+    where: list[int] = []
+    for index, raw_item in enumerate(batch.jobs):
+        try:
+            item, fingerprint = _decode_item(raw_item)
+            subs.append(service.submission(item, state.settings, tenant.tenant_id, item.idempotency_key,
+                                           fingerprint, now))
+            where.append(index)
+        except errors.InvalidInput as exc:
+            results[index] = _item_error(exc, index)
+    writer: SubmitWriter = state.submit_writer
+    for index, outcome in zip(where, await writer.submit(subs), strict=True):
+        results[index] = (schemas.BatchItemOut(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at)
+                          if isinstance(outcome, Created) else _item_error(outcome, index))
+    return schemas.BatchOut(results=results)  # type: ignore[arg-type]
 
 
 class ScheduleController(Controller):

@@ -14,6 +14,7 @@ log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
 
 _STATUS: dict[type[errors.KairosError], tuple[int, str]] = {
+    errors.MalformedBody: (400, "malformed-request"),
     errors.InvalidInput: (422, "invalid-input"),
     errors.Unauthorized: (401, "unauthorized"),
     errors.Forbidden: (403, "forbidden"),
@@ -28,14 +29,19 @@ _STATUS: dict[type[errors.KairosError], tuple[int, str]] = {
 }
 
 
-def problem(status: int, slug: str, title: str, detail: str, instance: str, **extra: Any) -> Response[dict[str, Any]]:
-    body = {"type": f"https://kairos.dev/problems/{slug}", "title": title, "status": status,
+def problem_body(status: int, slug: str, title: str, detail: str, instance: str, **extra: Any) -> dict[str, Any]:
+    return {"type": f"https://kairos.dev/problems/{slug}", "title": title, "status": status,
             "detail": detail, "instance": instance, **extra}
+
+
+def problem(status: int, slug: str, title: str, detail: str, instance: str, **extra: Any) -> Response[dict[str, Any]]:
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return Response(body, status_code=status, media_type=PROBLEM, headers=headers)
+    return Response(problem_body(status, slug, title, detail, instance, **extra), status_code=status,
+                    media_type=PROBLEM, headers=headers)
 
 
-def kairos_error(request: Request, exc: errors.KairosError) -> Response[dict[str, Any]]:
+def error_body(exc: errors.KairosError, instance: str) -> dict[str, Any]:
+    """The problem object for a Kairos error (a whole response's body, or one batch item's error)."""
     for cls in type(exc).__mro__:
         if cls in _STATUS:
             status, slug = _STATUS[cls]  # type: ignore[index]
@@ -44,9 +50,16 @@ def kairos_error(request: Request, exc: errors.KairosError) -> Response[dict[str
         status, slug = 500, "internal"
     extra = {"field": exc.field} if isinstance(exc, errors.InvalidInput) else {}
     title = (type(exc).__doc__ or "").strip().splitlines()[0]
+    return problem_body(status, slug, title, exc.detail, instance, **extra)
+
+
+def kairos_error(request: Request, exc: errors.KairosError) -> Response[dict[str, Any]]:
+    body = error_body(exc, request.url.path)
+    status = body["status"]
     if status >= 500:
         log.warning("request failed", extra={"path": request.url.path, "error": str(exc)})
-    return problem(status, slug, title, exc.detail, request.url.path, **extra)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return Response(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
 def validation_error(request: Request, exc: ValidationException) -> Response[dict[str, Any]]:

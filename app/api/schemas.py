@@ -65,6 +65,31 @@ class JobIn(Wire):
     misfire: Literal["run_once", "catch_up", "skip"] | None = None
 
 
+class BatchItemIn(JobIn):
+    """One job of a batch: the fields of a single submit plus its own Idempotency-Key."""
+
+    idempotency_key: str | None = None
+
+
+class BatchIn(msgspec.Struct, forbid_unknown_fields=True):
+    """POST /v1/jobs:batch. Items stay raw here: each is decoded and validated on its own."""
+
+    jobs: list[msgspec.Raw]
+
+
+class BatchItemOut(Wire, omit_defaults=True):
+    """A stored job (jobId, nextRunAt) or, for an item that was refused, its problem object and index."""
+
+    job_id: str | None = None
+    next_run_at: datetime | None = None
+    error: dict[str, Any] | None = None
+    index: int | None = None
+
+
+class BatchOut(Wire):
+    results: list[BatchItemOut]
+
+
 class JobCreated(Wire):
     job_id: str
     next_run_at: datetime | None

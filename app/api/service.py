@@ -5,15 +5,15 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urlencode
 from uuid import UUID, uuid4
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app import errors, observability
+from app import errors
 from app.api import schemas
+from app.api.submit import Submission
 from app.config import Settings
 from app.domain import jobs as spec
 from app.domain import schedule as cron
@@ -93,74 +93,12 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime) -> spec.J
                         **common)
 
 
-def new_row(job: spec.JobSpec, tenant_id: UUID, queue: str, idem_key: str | None,
-            fingerprint: str | None) -> store.NewJob:
-    once = isinstance(job.schedule, spec.OnceSchedule)
-    c = None if once else job.schedule
-    return store.NewJob(
-        job_id=job.job_id, tenant_id=tenant_id, name=job.name, target_type=job.target.type,
-        target_ref=job.target.ref, queue=queue, payload=job.payload,
-        schedule_kind="once" if once else "cron",
-        run_at=job.schedule.run_at if once else None,
-        cron=c.expr if c else None, cron_resolved=job.cron_resolved, tz=c.tz if c else None,
-        jitter_s=c.jitter_s if c else 0, dst_gap=c.dst.gap if c else "shift",
-        dst_repeat=c.dst.repeat if c else "once", max_attempts=job.retry.max_attempts,
-        backoff_s=job.retry.backoff_s, max_backoff_s=job.retry.effective_max_backoff_s,
-        timeout_s=job.timeout_s, concurrency=job.concurrency, misfire=job.misfire,
-        next_nominal_at=job.first_nominal_at, next_run_at=job.first_run_at,
-        idempotency_key=idem_key, request_hash=fingerprint,
-    )
-
-
-@dataclass(frozen=True)
-class Created:
-    job_id: UUID
-    next_run_at: datetime | None
-    replayed: bool
-
-
-async def create_job(db: Database, settings: Settings, tenant_id: UUID, body: schemas.JobIn, raw_body: bytes,
-                     idem_key: str | None) -> Created:
+def submission(body: schemas.JobIn, settings: Settings, tenant_id: UUID, idem_key: str | None,
+               fingerprint: str | None, now: datetime) -> Submission:
+    """A validated job to store; raises InvalidInput naming the field."""
     if idem_key is not None and not 1 <= len(idem_key) <= 255:
         raise errors.InvalidInput("Idempotency-Key", "must be 1-255 characters")
-    job = build_spec(body, settings, utcnow())
-    fingerprint = spec.request_fingerprint(raw_body) if idem_key else None
-
-    async def replay(conn: AsyncConnection) -> Created | None:
-        if idem_key is None:
-            return None
-        hit = await store.by_idempotency_key(conn, tenant_id, idem_key)
-        if hit is None:
-            return None
-        if hit.request_hash != fingerprint:
-            raise errors.IdempotencyConflict()
-        return Created(hit.job_id, hit.first_run_at, replayed=True)
-
-    async def work(conn: AsyncConnection) -> Created:
-        earlier = await replay(conn)
-        if earlier:
-            return earlier
-        shared = False
-        if job.target.type == "queue":
-            access = await store.shared_pool_access(conn, tenant_id, job.target.ref)
-            if access is False:
-                raise errors.Forbidden(f"pool {job.target.ref!r} is a shared pool this tenant is not granted")
-            shared = bool(access)
-        queue = spec.queue_for(job.target, tenant_id, shared)
-        if await store.insert(conn, new_row(job, tenant_id, queue, idem_key, fingerprint)):
-            if job.skipped_before_first:
-                await store.record_skipped(conn, job.job_id, tenant_id, queue, job.retry.max_attempts,
-                                           [o.nominal_utc for o in job.skipped_before_first], "dst_gap")
-            return Created(job.job_id, job.first_run_at, replayed=False)
-        earlier = await replay(conn)  # a concurrent request with the same key committed first
-        assert earlier is not None
-        return earlier
-
-    created = await db.transaction(work)
-    if not created.replayed:
-        observability.jobs_submitted.add(1)
-        log.info("job created", extra={"tenant_id": str(tenant_id), "job_id": str(created.job_id)})
-    return created
+    return Submission(build_spec(body, settings, now), tenant_id, idem_key, fingerprint if idem_key else None)
 
 
 # -- reading -------------------------------------------------------------------------------------------

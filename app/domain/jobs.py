@@ -96,15 +96,26 @@ def parse_instant(value: str, field_name: str) -> datetime:
     return parsed.astimezone(timezone.utc)
 
 
+# \u0000 in JSON text that is an escape, not an escaped backslash followed by "u0000".
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _no_nul(value: str, field_name: str) -> None:
+    if "\x00" in value:
+        raise InvalidInput(field_name, "must not contain the NUL character (U+0000)")
+
+
 def validate_name(name: str) -> str:
     if not name or not name.strip():
         raise InvalidInput("name", "must not be empty")
+    _no_nul(name, "name")
     if len(name) > MAX_NAME_LEN:
         raise InvalidInput("name", f"at most {MAX_NAME_LEN} characters")
     return name
 
 
 def validate_target(kind: str, ref: str) -> Target:
+    _no_nul(ref, "target.ref")
     if kind == "http":
         if len(ref) > MAX_URL_LEN:
             raise InvalidInput("target.ref", f"URL longer than {MAX_URL_LEN} characters")
@@ -122,7 +133,10 @@ def validate_target(kind: str, ref: str) -> Target:
 
 
 def validate_payload(payload: Any, max_bytes: int) -> Any:
-    size = len(json.dumps(payload, separators=(",", ":")).encode())
+    dumped = json.dumps(payload, separators=(",", ":"))
+    if _JSON_NUL.search(dumped):
+        raise InvalidInput("payload", "must not contain the NUL character (U+0000) in a key or string")
+    size = len(dumped.encode())
     if size > max_bytes:
         raise InvalidInput("payload", f"{size} bytes inline; the limit is {max_bytes}")
     return payload

@@ -3,35 +3,22 @@
 Every function takes whole batches as lists and runs one statement over arrays (``unnest``):
 nothing on the dispatch path issues a statement per row.
 
-Arrays are sent as PostgreSQL array literals built here (``CAST(:x AS UUID[])`` parses them on
-the server, PostgreSQL and CockroachDB alike). That is exactly the text psycopg would send for a
-list, built in a fraction of the time: its generic list dumper was the largest CPU cost of a
-dispatch batch.
+Arrays are sent as PostgreSQL array literals (``app.store.arrays``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 from datetime import datetime
+from typing import Protocol
 from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.store.arrays import plain as _plain
+from app.store.arrays import texts as _texts
 from app.store.queries import q
-
-
-def _plain(values) -> str:
-    """Array literal of values whose text form needs no quoting: ints, UUIDs, datetimes."""
-    return "{" + ",".join("NULL" if v is None else v.isoformat() if isinstance(v, datetime) else str(v)
-                          for v in values) + "}"
-
-
-def _texts(values) -> str:
-    """Array literal of strings (quoted and escaped) or NULLs."""
-    return "{" + ",".join("NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-                          for v in values) + "}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -11,6 +12,7 @@ from uuid import UUID
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.shards import due_minute, shard_of
+from app.store.arrays import plain, texts
 from app.store.queries import q
 
 
@@ -93,6 +95,33 @@ async def insert(conn: AsyncConnection, job: NewJob) -> bool:
     return True
 
 
+async def insert_many(conn: AsyncConnection, jobs: Sequence[NewJob]) -> set[UUID]:
+    """Insert jobs and their due_index rows in one statement; the ids inserted (a job whose
+    idempotency key is already taken, by an earlier request or earlier in ``jobs``, is not)."""
+    if not jobs:
+        return set()
+    rows = await conn.execute(q("JobInsertMany"), {
+        "job_ids": plain([j.job_id for j in jobs]), "tenant_ids": plain([j.tenant_id for j in jobs]),
+        "names": texts([j.name for j in jobs]), "target_types": texts([j.target_type for j in jobs]),
+        "target_refs": texts([j.target_ref for j in jobs]), "queues": texts([j.queue for j in jobs]),
+        "payloads": texts([json.dumps(j.payload, separators=(",", ":")) for j in jobs]),
+        "schedule_kinds": texts([j.schedule_kind for j in jobs]), "run_ats": plain([j.run_at for j in jobs]),
+        "crons": texts([j.cron for j in jobs]), "cron_resolveds": texts([j.cron_resolved for j in jobs]),
+        "tzs": texts([j.tz for j in jobs]), "jitter_ss": plain([j.jitter_s for j in jobs]),
+        "dst_gaps": texts([j.dst_gap for j in jobs]), "dst_repeats": texts([j.dst_repeat for j in jobs]),
+        "max_attemptss": plain([j.max_attempts for j in jobs]), "backoff_ss": plain([j.backoff_s for j in jobs]),
+        "max_backoff_ss": plain([j.max_backoff_s for j in jobs]), "timeout_ss": plain([j.timeout_s for j in jobs]),
+        "concurrencies": texts([j.concurrency for j in jobs]), "misfires": texts([j.misfire for j in jobs]),
+        "next_nominal_ats": plain([j.next_nominal_at for j in jobs]),
+        "next_run_ats": plain([j.next_run_at for j in jobs]),
+        "idempotency_keys": texts([j.idempotency_key for j in jobs]),
+        "request_hashes": texts([j.request_hash for j in jobs]),
+        "shard_ids": plain([shard_of(j.job_id) for j in jobs]),
+        "due_minutes": plain([due_minute(j.next_run_at) for j in jobs]),
+    })
+    return {r[0] for r in rows}
+
+
 async def insert_due(conn: AsyncConnection, job_id: UUID, tenant_id: UUID, nominal_at: datetime,
                      run_at: datetime) -> None:
     await conn.execute(q("DueIndexInsert"), {
@@ -109,6 +138,16 @@ async def by_idempotency_key(conn: AsyncConnection, tenant_id: UUID, key: str) -
     row = (await conn.execute(q("JobGetByIdempotencyKey"),
                               {"tenant_id": tenant_id, "idempotency_key": key})).first()
     return IdempotentHit(row.job_id, row.request_hash, row.first_run_at) if row else None
+
+
+async def by_idempotency_keys(conn: AsyncConnection,
+                              keys: Sequence[tuple[UUID, str]]) -> dict[tuple[UUID, str], IdempotentHit]:
+    """The jobs earlier requests created under these (tenant, key) pairs."""
+    if not keys:
+        return {}
+    rows = await conn.execute(q("JobGetByIdempotencyKeyMany"), {
+        "tenant_ids": plain([t for t, _ in keys]), "idempotency_keys": texts([k for _, k in keys])})
+    return {(r.tenant_id, r.idempotency_key): IdempotentHit(r.job_id, r.request_hash, r.first_run_at) for r in rows}
 
 
 async def get(conn: AsyncConnection, tenant_id: UUID, job_id: UUID, *, for_update: bool = False) -> Job | None:
@@ -156,6 +195,16 @@ async def shared_pool_access(conn: AsyncConnection, tenant_id: UUID, pool: str) 
     """None: no shared pool of that name; else whether the tenant is granted it."""
     row = (await conn.execute(q("PoolLookupForTenant"), {"tenant_id": tenant_id, "name": pool})).first()
     return None if row is None else bool(row.granted)
+
+
+async def shared_pool_access_many(conn: AsyncConnection,
+                                  pairs: Sequence[tuple[UUID, str]]) -> dict[tuple[UUID, str], bool]:
+    """For (tenant, pool) pairs naming a shared pool: whether the tenant is granted it (others absent)."""
+    if not pairs:
+        return {}
+    rows = await conn.execute(q("PoolLookupForTenantMany"), {
+        "tenant_ids": plain([t for t, _ in pairs]), "names": texts([p for _, p in pairs])})
+    return {(r.tenant_id, r.name): bool(r.granted) for r in rows}
 
 
 async def record_skipped(conn: AsyncConnection, job_id: UUID, tenant_id: UUID, queue: str, max_attempts: int,

@@ -59,3 +59,49 @@ SELECT CAST(:job_id AS UUID), CAST(:tenant_id AS UUID), CAST(:queue AS TEXT), s.
        CAST(:max_attempts AS INT), 'skipped', now(), now(), CAST(:reason AS TEXT)
 FROM unnest(CAST(:scheduled_fors AS TIMESTAMPTZ[])) AS s (scheduled_for)
 ON CONFLICT (job_id, scheduled_for) DO NOTHING;
+
+-- name: JobInsertMany
+-- Store many new jobs and their due_index rows in one statement (the submit path, single or batched); a job whose (tenant, Idempotency-Key) is already taken, earlier or earlier in the same batch, gets no row.
+WITH input AS (
+    SELECT *
+    FROM unnest(CAST(:job_ids AS UUID[]), CAST(:tenant_ids AS UUID[]), CAST(:names AS TEXT[]),
+                CAST(:target_types AS TEXT[]), CAST(:target_refs AS TEXT[]), CAST(:queues AS TEXT[]),
+                CAST(:payloads AS TEXT[]), CAST(:schedule_kinds AS TEXT[]), CAST(:run_ats AS TIMESTAMPTZ[]),
+                CAST(:crons AS TEXT[]), CAST(:cron_resolveds AS TEXT[]), CAST(:tzs AS TEXT[]),
+                CAST(:jitter_ss AS INT[]), CAST(:dst_gaps AS TEXT[]), CAST(:dst_repeats AS TEXT[]),
+                CAST(:max_attemptss AS INT[]), CAST(:backoff_ss AS FLOAT8[]), CAST(:max_backoff_ss AS FLOAT8[]),
+                CAST(:timeout_ss AS INT[]), CAST(:concurrencies AS TEXT[]), CAST(:misfires AS TEXT[]),
+                CAST(:next_nominal_ats AS TIMESTAMPTZ[]), CAST(:next_run_ats AS TIMESTAMPTZ[]),
+                CAST(:idempotency_keys AS TEXT[]), CAST(:request_hashes AS TEXT[]),
+                CAST(:shard_ids AS INT[]), CAST(:due_minutes AS TIMESTAMPTZ[]))
+        AS i (job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
+              cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
+              timeout_s, concurrency, misfire, next_nominal_at, next_run_at, idempotency_key, request_hash,
+              shard_id, due_minute)
+), inserted AS (
+    INSERT INTO jobs (
+        job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
+        cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
+        timeout_s, concurrency, misfire, state, next_nominal_at, next_run_at, first_run_at,
+        idempotency_key, request_hash
+    )
+    SELECT job_id, tenant_id, name, target_type, target_ref, queue, CAST(payload AS JSONB), schedule_kind, run_at,
+           cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
+           timeout_s, concurrency, misfire, 'active', next_nominal_at, next_run_at, next_run_at,
+           idempotency_key, request_hash
+    FROM input
+    ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+    RETURNING job_id
+), due AS (
+    INSERT INTO due_index (shard_id, due_minute, next_run_at, job_id, tenant_id, nominal_at)
+    SELECT i.shard_id, i.due_minute, i.next_run_at, i.job_id, i.tenant_id, i.next_nominal_at
+    FROM input AS i JOIN inserted AS n ON n.job_id = i.job_id
+    RETURNING job_id
+)
+SELECT job_id FROM inserted;
+
+-- name: JobGetByIdempotencyKeyMany
+-- The jobs earlier requests created under these (tenant, Idempotency-Key) pairs, with their fingerprints.
+SELECT j.tenant_id, j.idempotency_key, j.job_id, j.request_hash, j.first_run_at
+FROM unnest(CAST(:tenant_ids AS UUID[]), CAST(:idempotency_keys AS TEXT[])) AS k (tenant_id, idempotency_key)
+JOIN jobs AS j ON j.tenant_id = k.tenant_id AND j.idempotency_key = k.idempotency_key;
