@@ -84,17 +84,6 @@ def _job(row) -> Job:
     return Job(**row._mapping)
 
 
-async def insert(conn: AsyncConnection, job: NewJob) -> bool:
-    """Insert the job and its due_index row; False when its idempotency key is already taken."""
-    params = dict(job.__dict__)
-    params["payload"] = json.dumps(job.payload)
-    inserted = (await conn.execute(q("JobInsert"), params)).first()
-    if inserted is None:
-        return False
-    await insert_due(conn, job.job_id, job.tenant_id, job.next_nominal_at, job.next_run_at)
-    return True
-
-
 async def insert_many(conn: AsyncConnection, jobs: Sequence[NewJob]) -> set[UUID]:
     """Insert jobs and their due_index rows in one statement; the ids inserted (a job whose
     idempotency key is already taken, by an earlier request or earlier in ``jobs``, is not)."""
@@ -132,12 +121,6 @@ async def insert_due(conn: AsyncConnection, job_id: UUID, tenant_id: UUID, nomin
 
 async def delete_due(conn: AsyncConnection, job_id: UUID) -> bool:
     return (await conn.execute(q("DueIndexDeleteForJob"), {"job_id": job_id})).first() is not None
-
-
-async def by_idempotency_key(conn: AsyncConnection, tenant_id: UUID, key: str) -> IdempotentHit | None:
-    row = (await conn.execute(q("JobGetByIdempotencyKey"),
-                              {"tenant_id": tenant_id, "idempotency_key": key})).first()
-    return IdempotentHit(row.job_id, row.request_hash, row.first_run_at) if row else None
 
 
 async def by_idempotency_keys(conn: AsyncConnection,
@@ -189,12 +172,6 @@ async def cancel_unstarted(conn: AsyncConnection, tenant_id: UUID, job_id: UUID)
     rows = (await conn.execute(q("ExecutionCancelUnstartedForJob"),
                                {"tenant_id": tenant_id, "job_id": job_id})).all()
     return len(rows)
-
-
-async def shared_pool_access(conn: AsyncConnection, tenant_id: UUID, pool: str) -> bool | None:
-    """None: no shared pool of that name; else whether the tenant is granted it."""
-    row = (await conn.execute(q("PoolLookupForTenant"), {"tenant_id": tenant_id, "name": pool})).first()
-    return None if row is None else bool(row.granted)
 
 
 async def shared_pool_access_many(conn: AsyncConnection,

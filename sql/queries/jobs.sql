@@ -14,11 +14,6 @@ INSERT INTO jobs (
 ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 RETURNING job_id;
 
--- name: JobGetByIdempotencyKey
--- The job an earlier request with this key created, with its fingerprint.
-SELECT job_id, request_hash, first_run_at
-FROM jobs WHERE tenant_id = :tenant_id AND idempotency_key = :idempotency_key;
-
 -- name: JobGet
 -- One job of a tenant (another tenant's id finds nothing, like an unknown one).
 SELECT * FROM jobs WHERE tenant_id = :tenant_id AND job_id = :job_id;
