@@ -35,19 +35,24 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
                                AND l.state = 'leased') AS room
     FROM ready_tenants AS r
     JOIN tenants AS t ON t.tenant_id = r.tenant_id
+), share AS (
+    -- Rounds of the round-robin that :limit can fill when every tenant has work: no tenant can
+    -- be picked more than weight * rounds times, so locking more of its rows only costs.
+    SELECT q.*, q.weight * CAST(ceil(CAST(:limit AS FLOAT8) / sum(q.weight) OVER ()) AS INT) AS most
+    FROM quota AS q
+    WHERE q.room > 0
 ), candidates AS (
     SELECT c.execution_id, c.attempt, q.tenant_id, q.weight, q.now,
            row_number() OVER (PARTITION BY q.tenant_id ORDER BY c.ready_at, c.execution_id) AS turn
-    FROM quota AS q
+    FROM share AS q
     CROSS JOIN LATERAL (
         SELECT e.execution_id, e.attempt, e.ready_at FROM executions AS e
         WHERE e.queue = :queue AND e.tenant_id = q.tenant_id
           AND e.state = 'ready' AND e.ready_at <= q.now
         ORDER BY e.ready_at
-        LIMIT greatest(0, least(q.room, CAST(:limit AS INT)))  -- a lowered quota leaves room < 0
+        LIMIT least(q.room, q.most, CAST(:limit AS INT))  -- room > 0: a lowered quota leases nothing
         FOR UPDATE SKIP LOCKED
     ) AS c
-    WHERE q.room > 0
 ), picked AS (
     -- Round r holds each tenant's turns r*weight+1 .. (r+1)*weight; tenants take turns in an
     -- order that rotates per call (:salt), so no tenant is always first.
