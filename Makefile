@@ -8,7 +8,7 @@ SDK := sdk/python
 RUNTIME := $(VENV)/.installed-runtime
 DEV := $(VENV)/.installed-dev
 
-.PHONY: run test lint install proto bench clean
+.PHONY: run test lint install proto bench loadtest clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ proto: $(DEV)
 bench: $(DEV)
 	$(PY) loadtest/dispatch_bench.py
 	$(PY) loadtest/lease_bench.py
+
+## Locust against a throwaway `kairos up --demo`, headless, bounded (LOCUST_ARGS="-u 50 -t 60s --shape herd").
+loadtest: $(DEV)
+	$(PY) loadtest/run_locust.py $(LOCUST_ARGS)
 
 clean:
 	rm -rf $(VENV) .kairos

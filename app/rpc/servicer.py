@@ -1,6 +1,6 @@
 """The gRPC Worker service: credentials -> queue, then the store's fenced statements.
 
-This module and ``app.rpc.client`` are the only users of the generated modules, and this is
+This module and ``kairos_sdk.client`` are the only users of the generated modules, and this is
 the one place Kairos errors become gRPC results: bad or missing credentials answer
 UNAUTHENTICATED, a pool the credential does not cover PERMISSION_DENIED, malformed requests
 INVALID_ARGUMENT, an unreachable database UNAVAILABLE. A stale attempt is not an error: it is
