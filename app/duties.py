@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
@@ -39,3 +42,18 @@ async def supervise(name: str, duty: Callable[[], Awaitable[None]], stop: asynci
             log.exception("duty crashed; restarting", extra={"duty": name, "backoff_s": delay})
         await pause(delay, stop)
         delay = min(max_backoff_s, delay * 2)
+
+
+async def run_every(name: str, interval_s: float, stop: asyncio.Event, run_once: Callable[[], Awaitable[R]], *,
+                    again: Callable[[R], bool] = lambda _result: False, wakes: tuple[asyncio.Event, ...] = ()) -> None:
+    """A duty's loop: ``run_once`` every ``interval_s`` until ``stop``; a failed pass is logged and the
+    loop keeps going; ``again(result)`` true runs the next pass at once (more work is waiting)."""
+    while not stop.is_set():
+        try:
+            if again(await run_once()):
+                continue
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("duty pass failed", extra={"duty": name})
+        await pause(interval_s, stop, *wakes)

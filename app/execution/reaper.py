@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app import observability
-from app.duties import pause
+from app.duties import run_every
 from app.store import executions as ex
 from app.store.db import Database
 
@@ -56,13 +56,6 @@ class LeaseReaper:
         return reaped
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                reaped = await self.run_once()
-                if sum(reaped.values()) >= self.config.batch:
-                    continue  # more are waiting
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("lease reaper pass failed")
-            await pause(self.config.interval_s, stop)
+        # A full batch: more are waiting, so the next pass runs at once.
+        await run_every("lease-reaper", self.config.interval_s, stop, self.run_once,
+                        again=lambda reaped: sum(reaped.values()) >= self.config.batch)

@@ -14,6 +14,7 @@ from app.scheduler.dispatcher import Dispatcher, DispatcherConfig
 from app.scheduler.heap import DueHeap
 from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser
 from app.scheduler.loader import DueLoader, LoaderConfig
+from app.scheduler.statistics import StatisticsKeeper
 from app.store.db import Database
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class Scheduler:
         self.loader = DueLoader(db, self.ownership, self.heap,
                                 LoaderConfig.from_env(settings.loader_interval_s),
                                 wake_dispatcher=self.dispatcher.wake)
+        self.statistics = StatisticsKeeper(db)
 
     async def run(self, stop: asyncio.Event) -> None:
         log.info("scheduler starting", extra={"owner": self.owner})
@@ -48,7 +50,7 @@ class Scheduler:
             asyncio.create_task(supervise(name, lambda duty=duty: duty(duties_stop), duties_stop),
                                 name=f"scheduler.{name}")
             for name, duty in (("leaser", self.leaser.run), ("loader", self.loader.run),
-                               ("dispatcher", self.dispatcher.run))
+                               ("dispatcher", self.dispatcher.run), ("statistics", self.statistics.run))
         ]
         try:
             await stop.wait()
