@@ -162,7 +162,7 @@ async def executions_page(conn: AsyncConnection, tenant_id: UUID, job_id: UUID, 
                           before: tuple[datetime, UUID] | None, limit: int) -> list[ExecutionSummary]:
     rows = await conn.execute(q("ExecutionListForJob"), {
         "tenant_id": tenant_id, "job_id": job_id,
-        "before_scheduled": before[0] if before else None, "before_id": before[1] if before else None,
+        "before_scheduled": before[0] if before else None,
         "limit": limit,
     })
     return [ExecutionSummary(**r._mapping) for r in rows]

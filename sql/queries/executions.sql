@@ -1,11 +1,10 @@
 -- name: ExecutionListForJob
--- A page of one job's executions, newest occurrence first; keyset cursor on (scheduled_for, execution_id).
+-- A page of one job's executions, newest occurrence first; keyset cursor on scheduled_for (unique within a job, so UNIQUE (job_id, scheduled_for) serves the page read backwards).
 SELECT execution_id, scheduled_for, attempt, state, started_at, finished_at, error, skip_reason
 FROM executions
 WHERE job_id = :job_id AND tenant_id = :tenant_id
-  AND (CAST(:before_scheduled AS TIMESTAMPTZ) IS NULL
-       OR (scheduled_for, execution_id) < (CAST(:before_scheduled AS TIMESTAMPTZ), CAST(:before_id AS UUID)))
-ORDER BY scheduled_for DESC, execution_id DESC
+  AND (CAST(:before_scheduled AS TIMESTAMPTZ) IS NULL OR scheduled_for < CAST(:before_scheduled AS TIMESTAMPTZ))
+ORDER BY scheduled_for DESC
 LIMIT :limit;
 
 -- name: ExecutionCancelUnstartedForJob
