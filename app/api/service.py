@@ -188,11 +188,15 @@ async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
         job = await _locked(conn, tenant_id, job_id)
         if job.state == JobState.PAUSED:
             return job
-        if job.state != JobState.ACTIVE:
+        # An occurrence dispatched ahead of its due time that has not started is taken back (a
+        # one-off so dispatched already reads completed): the pause wins, and resume decides.
+        withdrawn = await store.withdraw_ahead(conn, tenant_id, job.job_id)
+        if job.state != JobState.ACTIVE and not (withdrawn and job.state == JobState.COMPLETED):
             raise errors.InvalidStateTransition(f"a {job.state} job cannot be paused")
         await store.delete_due(conn, job.job_id)
-        # next_nominal_at stays: it is the first occurrence the pause may make us miss.
-        return await _moved(conn, job, JobState.PAUSED, job.next_nominal_at, None)
+        # The first occurrence the pause may make us miss.
+        missed = [at for at in (*withdrawn, job.next_nominal_at) if at is not None]
+        return await _moved(conn, job, JobState.PAUSED, min(missed) if missed else None, None)
 
     return await db.transaction(work)
 

@@ -27,8 +27,14 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
         JobState.PAUSED, JobState.COMPLETED, JobState.CANCELLED,
         JobState.ACTIVE,  # the scheduler advances a cron job to its next occurrence
     }),
-    JobState.PAUSED: frozenset({JobState.ACTIVE, JobState.CANCELLED}),
-    JobState.COMPLETED: frozenset({JobState.CANCELLED}),
+    JobState.PAUSED: frozenset({
+        JobState.ACTIVE, JobState.CANCELLED,
+        JobState.COMPLETED,  # resume of a one-off whose time passed while paused, with missed: skip
+    }),
+    JobState.COMPLETED: frozenset({
+        JobState.CANCELLED,
+        JobState.PAUSED,  # pause withdraws a one-off's execution dispatched ahead of its due time
+    }),
     JobState.CANCELLED: frozenset(),
 }
 

@@ -165,10 +165,16 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             remaining = deadline - time.monotonic()
             if got or remaining <= 0 or self.stopping.is_set():
                 break
+            # Work dispatched ahead is ready at its due time: wake for it then, not at the next poll.
+            # (Due already but not leased means quotas or other leasers hold it: poll as usual.)
+            due_in = await self._call(context, lambda: self.db.transaction(
+                lambda c: ex.next_ready_in(c, queue), isolation=self.config.isolation))
+            pause_s = min(self.config.poll_interval_s, remaining)
+            if due_in is not None and due_in > 0:
+                pause_s = min(pause_s, due_in)
             waits = [asyncio.ensure_future(ready.wait()), asyncio.ensure_future(self.stopping.wait())]
             try:
-                await asyncio.wait(waits, timeout=min(self.config.poll_interval_s, remaining),
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waits, timeout=pause_s, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for w in waits:
                     w.cancel()

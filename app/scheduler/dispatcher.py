@@ -15,6 +15,13 @@ refuses a second execution of an occurrence, one due row per job is a unique ind
 update is guarded on the state the claim read. At SERIALIZABLE on PostgreSQL, concurrent batches
 collide on predicate locks (page-level false positives) and are re-run: correct, but slower.
 
+Dispatch ahead: entries are popped ``ahead_s`` before they are due and become executions whose
+ready_at is their due time, so at the due time only leasing is left (a herd's rows are written,
+and its planner statistics refreshed, before it falls due). What must be decided at the due time
+is not decided early: an occurrence of a job with concurrency forbid or replace, claimed before it
+is due, has its due row put back unchanged and waits in the heap until it is due; cancel cancels
+ready executions, and pause withdraws an execution dispatched ahead (store.jobs.withdraw_ahead).
+
 Cron evaluation is cached: jobs sharing an expression, zone and DST policy share one evaluation
 per nominal instant, and each job's jitter offset is added on top (herds are exactly that case).
 """
@@ -65,6 +72,12 @@ class DispatcherConfig:
     failure_backoff_s: float = 0.5
     # Isolation of dispatch transactions (None: the database default). See the module docstring.
     isolation: str | None = "READ COMMITTED"
+    # How long before its due time an occurrence is dispatched (its execution waits, ready at the due time).
+    ahead_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.ahead_s < 0 or self.batch_size < 1 or self.max_inflight_batches < 1:
+            raise ValueError("ahead_s >= 0, batch_size >= 1 and max_inflight_batches >= 1 are required")
 
     @classmethod
     def from_env(cls) -> DispatcherConfig:
@@ -74,6 +87,7 @@ class DispatcherConfig:
             max_inflight_batches=int(env("KAIROS_DISPATCH_INFLIGHT_BATCHES", str(cls.max_inflight_batches))),
             catch_up_per_tenant_per_s=float(env("KAIROS_CATCH_UP_PER_TENANT_PER_S", "10")),
             isolation=env("KAIROS_DISPATCH_ISOLATION", "READ COMMITTED") or None,
+            ahead_s=float(env("KAIROS_DISPATCH_AHEAD_S", str(cls.ahead_s))),
         )
 
 
@@ -135,6 +149,9 @@ class Plan:
     advance: store.JobAdvance | None = None
     replacement: store.Replacement | None = None
     lag_s: float | None = None
+    # Claimed before it was due, but its overlap policy must be applied at the due time: the due
+    # row goes back unchanged (next_due) and the entry waits in the heap.
+    held: bool = False
 
 
 def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime]) -> Plan:
@@ -145,6 +162,11 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
     assert c.tenant_id is not None and c.nominal_at is not None and c.queue is not None
     assert c.max_attempts is not None
     tenant_id, queue, max_attempts = c.tenant_id, c.queue, c.max_attempts
+    if c.next_run_at > now and c.concurrency != "allow":
+        plan.held = True
+        plan.next_due = store.NextDue(c.shard_id, due_minute(c.next_run_at), c.next_run_at, c.job_id, tenant_id,
+                                      c.nominal_at)
+        return plan
 
     def execution(nominal: datetime, ready_at: datetime, state: str = "ready", reason: str | None = None,
                   note: str | None = None) -> store.NewExecution:
@@ -183,7 +205,7 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
         plan.replacement = store.Replacement(c.job_id, runs[0][0], f"replaced by {_iso(runs[-1][0])}")
     plan.executions.extend(execution(n, r) for n, r in runs)
     if len(runs) == 1 and runs[0][0] == c.nominal_at:
-        plan.lag_s = (now - c.next_run_at).total_seconds()
+        plan.lag_s = max(0.0, (now - c.next_run_at).total_seconds())
     return plan
 
 
@@ -256,7 +278,7 @@ class Dispatcher:
         """Dispatch everything due now, batch after batch (tests call this)."""
         total = BatchResult()
         while True:
-            batch = self.heap.pop_due(self._now().timestamp(), self.config.batch_size)
+            batch = self.heap.pop_due(self._now().timestamp() + self.config.ahead_s, self.config.batch_size)
             if not batch:
                 return total
             total.add(await self.dispatch(batch))
@@ -305,16 +327,20 @@ class Dispatcher:
         if self.inflight_limit < self.config.max_inflight_batches and self._clean_batches >= CLEAN_BATCHES_TO_GROW:
             self.inflight_limit += 1
             self._clean_batches = 0
-        fenced, settled = [], []
+        fenced, settled, held = [], [], []
+        held_ids = {p.next_due.job_id for p in plans if p.held and p.next_due is not None}
         for entry, c in zip(batch, claims, strict=True):  # the claim answers every batch row, in order
             if c.fenced and not c.claimed:
                 fenced.append(entry)
+            elif c.claimed and entry.job_id in held_ids:
+                held.append(entry)
             else:
                 settled.append(entry)
                 if not c.claimed:
                     result.vanished += 1
         self.heap.settle(settled)
-        result.claimed = sum(1 for c in claims if c.claimed)
+        self.heap.hold(held, self.config.ahead_s)
+        result.claimed = sum(1 for c in claims if c.claimed) - len(held)
         if fenced:
             self.heap.forget(fenced)
             result.fenced = len(fenced)
@@ -340,7 +366,7 @@ class Dispatcher:
         try:
             while not stop.is_set():
                 self.wake.clear()
-                now_ts = self._now().timestamp()
+                now_ts = self._now().timestamp() + cfg.ahead_s  # what may be dispatched now
                 while len(inflight) < self.inflight_limit:
                     batch = self.heap.pop_due(now_ts, cfg.batch_size)
                     if not batch:

@@ -214,6 +214,12 @@ class DueHeap:
                 if keys is not None:
                     keys.discard(key)
 
+    def hold(self, entries: Iterable[DueEntry], ahead_s: float) -> None:
+        """Queue popped entries again so that a pop ``ahead_s`` early finds them only when they are due."""
+        for entry in entries:
+            if self._live(entry):
+                heapq.heappush(self._heap, (entry.run_ts + ahead_s, -1.0, next(self._seq), entry))
+
     def requeue(self, entries: Iterable[DueEntry]) -> None:
         """A dispatch attempt failed: queue the entries again, ahead of later work."""
         for entry in entries:

@@ -139,6 +139,11 @@ async def lease(conn: AsyncConnection, queue: str, worker_id: str, limit: int, l
     return [Leased(*r) for r in rows]
 
 
+async def next_ready_in(conn: AsyncConnection, queue: str, *, now: datetime | None = None) -> float | None:
+    """Seconds until the queue's earliest ready execution falls due (<= 0: now); None when none is ready."""
+    return (await conn.execute(q("ExecutionNextReadyIn"), {"queue": queue, "now": now})).scalar_one()
+
+
 async def heartbeat(conn: AsyncConnection, execution_id: UUID, attempt: int, lease_s: float,
                     *, scope: str | None = None, now: datetime | None = None) -> datetime | None:
     """The new lease_until, or None when the attempt is not current (or timed out, or out of scope)."""

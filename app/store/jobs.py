@@ -174,6 +174,14 @@ async def cancel_unstarted(conn: AsyncConnection, tenant_id: UUID, job_id: UUID)
     return len(rows)
 
 
+async def withdraw_ahead(conn: AsyncConnection, tenant_id: UUID, job_id: UUID,
+                         now: datetime | None = None) -> list[datetime]:
+    """Delete the job's executions dispatched ahead and not yet due (never leased); their nominal times."""
+    rows = await conn.execute(q("ExecutionWithdrawAheadForJob"), {"tenant_id": tenant_id, "job_id": job_id,
+                                                                   "now": now})
+    return [r.scheduled_for for r in rows]
+
+
 async def shared_pool_access_many(conn: AsyncConnection,
                                   pairs: Sequence[tuple[UUID, str]]) -> dict[tuple[UUID, str], bool]:
     """For (tenant, pool) pairs naming a shared pool: whether the tenant is granted it (others absent)."""

@@ -14,6 +14,14 @@ WHERE job_id = :job_id AND tenant_id = :tenant_id
   AND state = 'ready'  -- started (leased) work finishes; its result is still recorded
 RETURNING execution_id;
 
+-- name: ExecutionWithdrawAheadForJob
+-- Take back a job's executions dispatched ahead of their due time and never leased (a pause wins over dispatch ahead); their nominal times.
+DELETE FROM executions
+WHERE job_id = :job_id AND tenant_id = :tenant_id
+  AND state = 'ready' AND attempt = 0  -- never leased: nothing ran, nothing to keep
+  AND ready_at > coalesce(CAST(:now AS TIMESTAMPTZ), now())
+RETURNING scheduled_for;
+
 -- name: ExecutionLeaseFair
 -- Lease up to :limit ready executions of one queue, round-robin across tenants weighted by tenants.weight, each tenant capped at its max_inflight leased in this queue; bumps attempt (the fencing token) and opens an attempts row per lease.
 WITH RECURSIVE ready_tenants (tenant_id) AS (
@@ -81,6 +89,26 @@ SELECT l.execution_id, l.job_id, l.tenant_id, l.attempt, l.max_attempts, l.sched
 FROM leased AS l
 JOIN jobs AS j ON j.job_id = l.job_id
 JOIN tenants AS t ON t.tenant_id = l.tenant_id;
+
+-- name: ExecutionNextReadyIn
+-- Seconds until the earliest ready execution of a queue falls due (<= 0: due now), NULL when none is ready; one index probe per tenant with ready work.
+WITH RECURSIVE ready_tenants (tenant_id) AS (
+    (SELECT tenant_id FROM executions
+     WHERE queue = :queue AND state = 'ready'
+     ORDER BY tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.tenant_id FROM executions AS e
+            WHERE e.queue = :queue AND e.state = 'ready' AND e.tenant_id > r.tenant_id
+            ORDER BY e.tenant_id LIMIT 1)
+    FROM ready_tenants AS r
+    WHERE r.tenant_id IS NOT NULL
+)
+SELECT CAST(EXTRACT(EPOCH FROM min(
+           (SELECT e.ready_at FROM executions AS e
+            WHERE e.queue = :queue AND e.tenant_id = r.tenant_id AND e.state = 'ready'
+            ORDER BY e.ready_at LIMIT 1)) - coalesce(CAST(:now AS TIMESTAMPTZ), now())) AS FLOAT8) AS seconds
+FROM ready_tenants AS r
+WHERE r.tenant_id IS NOT NULL;
 
 -- name: ExecutionHeartbeat
 -- Extend the lease of the current attempt to now + :lease_s, never past started_at + the job's timeout.

@@ -55,12 +55,12 @@ class Node:
 
 
 def node(db: Database, clock: FakeClock, owner: str | None = None, *, ttl_s: float = 10.0,
-         loader: LoaderConfig | None = None, batch_size: int = 1000) -> Node:
+         loader: LoaderConfig | None = None, batch_size: int = 1000, ahead_s: float = 0.0) -> Node:
     owner = owner or f"test:{uuid.uuid4().hex[:8]}"
     ownership, heap = Ownership(), DueHeap()
     leaser = ShardLeaser(db, owner, ownership, LeaserConfig(ttl_s=ttl_s), clock)
     load = DueLoader(db, ownership, heap, loader or LoaderConfig(window_interval_s=0), clock)
-    disp = Dispatcher(db, owner, heap, DispatcherConfig(batch_size=batch_size), clock)
+    disp = Dispatcher(db, owner, heap, DispatcherConfig(batch_size=batch_size, ahead_s=ahead_s), clock)
     return Node(owner, ownership, heap, leaser, load, disp)
 
 
@@ -426,3 +426,75 @@ async def test_a_tenant_over_its_dispatch_quota_is_deferred_while_others_pass(db
     got = await rows(db, "SELECT job_id FROM executions WHERE tenant_id = :t ORDER BY dispatched_at, scheduled_for",
                      t=greedy)
     assert [r.job_id for r in got] == greedy_jobs
+
+
+# --- Dispatch ahead -------------------------------------------------------------------------------
+
+
+async def test_occurrences_due_within_the_ahead_window_are_dispatched_ready_at_their_due_time(db: Database) -> None:
+    clock = FakeClock()
+    tenant = await new_tenant(db)
+    a = node(db, clock, "a", ahead_s=2.0)
+    await a.leaser.run_once()
+    soon = await seed(db, tenant, 5, T0 + timedelta(seconds=1.5))
+    later = await seed(db, tenant, 5, T0 + timedelta(seconds=3))
+    await a.loader.run_once()
+    result = await a.dispatcher.run_once()
+    assert result.ready == 5
+    got = await rows(db, "SELECT job_id, ready_at, scheduled_for, dispatched_at FROM executions")
+    assert sorted(r.job_id for r in got) == sorted(soon)
+    assert all(r.ready_at == r.scheduled_for == T0 + timedelta(seconds=1.5) > r.dispatched_at for r in got)
+    clock.advance(1.0)
+    assert (await a.dispatcher.run_once()).ready == 5
+    assert len(await rows(db, "SELECT 1 FROM executions WHERE job_id = ANY(:ids)", ids=later)) == 5
+
+
+@pytest.mark.parametrize("policy", ["forbid", "replace"])
+async def test_overlap_policies_are_applied_at_the_due_time_not_ahead(db: Database, policy: str) -> None:
+    clock = FakeClock()
+    tenant = await new_tenant(db)
+    a = node(db, clock, "a", ahead_s=2.0)
+    await a.leaser.run_once()
+    due = T0 + timedelta(seconds=1)
+    [job_id] = await seed(db, tenant, 1, due, cron="* * * * *", concurrency=policy)
+    await a.loader.run_once()
+    held = await a.dispatcher.run_once()
+    assert (held.claimed, held.ready) == (0, 0)
+    assert await rows(db, "SELECT 1 FROM executions") == []
+    # The due row is back, unchanged, and the job did not advance.
+    assert [(r.next_run_at, r.nominal_at) for r in await rows(db, "SELECT next_run_at, nominal_at FROM due_index")] \
+        == [(due, due)]
+    assert (await a.dispatcher.run_once()).claimed == 0  # still held: not popped again before it is due
+    clock.advance(1.0)
+    done = await a.dispatcher.run_once()
+    assert (done.claimed, done.ready) == (1, 1)
+    [execution] = await rows(db, "SELECT scheduled_for, ready_at FROM executions WHERE job_id = :j", j=job_id)
+    assert execution.scheduled_for == due
+
+
+async def test_pause_withdraws_an_occurrence_dispatched_ahead_and_resume_brings_it_back(db: Database) -> None:
+    from app.api import service
+
+    now = datetime.now(timezone.utc)
+    clock = FakeClock(now)
+    tenant = await new_tenant(db)
+    a = node(db, clock, "a", ahead_s=60.0)
+    await a.leaser.run_once()
+    due = (now + timedelta(seconds=30)).replace(microsecond=0)
+    [one_off] = await seed(db, tenant, 1, due)
+    [cron_job] = await seed(db, tenant, 1, due, cron="* * * * *")
+    [cancelled] = await seed(db, tenant, 1, due)
+    await a.loader.run_once()
+    assert (await a.dispatcher.run_once()).ready == 3
+    paused = await service.pause(db, tenant, one_off)
+    assert (paused.state, paused.next_nominal_at) == ("paused", due)
+    paused_cron = await service.pause(db, tenant, cron_job)
+    assert (paused_cron.state, paused_cron.next_nominal_at) == ("paused", due)
+    left = await rows(db, "SELECT job_id, state FROM executions")
+    assert [(r.job_id, r.state) for r in left] == [(cancelled, "ready")]
+    await service.cancel(db, tenant, cancelled)
+    assert [r.state for r in await rows(db, "SELECT state FROM executions")] == ["cancelled"]
+    resumed = await service.resume(db, tenant, one_off, "skip")
+    assert (resumed.state, resumed.next_run_at) == ("active", due)
+    assert [r.next_run_at for r in await rows(db, "SELECT next_run_at FROM due_index WHERE job_id = :j",
+                                              j=one_off)] == [due]
