@@ -73,7 +73,7 @@ class DispatcherConfig:
     # Isolation of dispatch transactions (None: the database default). See the module docstring.
     isolation: str | None = "READ COMMITTED"
     # How long before its due time an occurrence is dispatched (its execution waits, ready at the due time).
-    ahead_s: float = 2.0
+    ahead_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.ahead_s < 0 or self.batch_size < 1 or self.max_inflight_batches < 1:
