@@ -6,7 +6,7 @@ import logging
 
 import grpc
 
-from app.execution.batching import Outcomes
+from app.executor.batching import Outcomes
 from app.rpc.servicer import ServicerConfig, WorkerServicer
 from app.store.db import Database
 from kairos_sdk._proto import worker_pb2_grpc as pb_grpc

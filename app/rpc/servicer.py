@@ -22,7 +22,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from app import errors, observability
-from app.execution.batching import Outcomes
+from app.executor.batching import Outcomes
 from app.store import executions as ex
 from app.store import tenants
 from app.store.db import Database

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from app.execution import testfactory as tf
+from app.executor import testfactory as tf
 from app.store.db import Database, create_engine
 from tests.conftest import free_port, wait_for
 

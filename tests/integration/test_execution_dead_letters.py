@@ -10,7 +10,7 @@ from litestar.testing import AsyncTestClient
 from app.api import dead_letters
 from app.api.app import create_app
 from app.config import Settings
-from app.execution import testfactory as tf
+from app.executor import testfactory as tf
 from app.store import executions as ex
 from app.store.db import Database
 

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import text
 
 from app.domain.backoff import JITTER
-from app.execution import testfactory as tf
+from app.executor import testfactory as tf
 from app.store import attempts, tenants
 from app.store import executions as ex
 from app.store.db import Database

@@ -14,11 +14,11 @@ import httpx
 import pytest
 
 from app.errors import EgressRefused
-from app.execution import testfactory as tf
-from app.execution.batching import Outcomes
-from app.execution.breaker import BreakerConfig
-from app.execution.egress import EgressPolicy
-from app.execution.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
+from app.executor import testfactory as tf
+from app.executor.batching import Outcomes
+from app.executor.breaker import BreakerConfig
+from app.executor.egress import EgressPolicy
+from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
 from app.store import attempts, tenants
 from app.store.db import Database
 from kairos_sdk.signature import verify

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from app.execution import testfactory as tf
+from app.executor import testfactory as tf
 from app.store import executions as ex
 from app.store.db import Database
 

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import text
 
-from app.execution import testfactory as tf
+from app.executor import testfactory as tf
 from app.scheduler.statistics import StatisticsKeeper, StatisticsKeeperConfig
 from app.store.db import Database
 

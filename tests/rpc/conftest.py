@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.execution.batching import Outcomes
+from app.executor.batching import Outcomes
 from app.rpc import server as rpc_server
 from app.rpc.servicer import ServicerConfig
 from app.store.db import Database

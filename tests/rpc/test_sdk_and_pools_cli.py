@@ -13,8 +13,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from app.execution import testfactory as tf
-from app.execution.batching import Outcomes
+from app.executor import testfactory as tf
+from app.executor.batching import Outcomes
 from app.rpc.servicer import ServicerConfig
 from app.store import attempts
 from app.store import executions as ex

@@ -13,7 +13,7 @@ from uuid import UUID
 import grpc
 import pytest
 
-from app.execution import testfactory as tf
+from app.executor import testfactory as tf
 from app.rpc import codegen
 from app.store import attempts, pools
 from app.store import executions as ex

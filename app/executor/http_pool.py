@@ -25,10 +25,10 @@ import httpx
 from app import observability
 from app.duties import pause
 from app.errors import EgressRefused
-from app.execution.batching import Deferral, Outcomes
-from app.execution.breaker import BreakerConfig, Breakers
-from app.execution.egress import EgressPolicy
-from app.execution.signing import sign
+from app.executor.batching import Deferral, Outcomes
+from app.executor.breaker import BreakerConfig, Breakers
+from app.executor.egress import EgressPolicy
+from app.executor.signing import sign
 from app.store import executions as ex
 from app.store.db import Database
 

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from app import errors
 from app.config import load
-from app.execution.cli import pools, worker
+from app.cli.pools import pools, worker
 from app.runtime import fail, run_command
 
 T = TypeVar("T")
@@ -58,7 +58,7 @@ def scheduler() -> None:
 @main.command()
 def executor() -> None:
     """Serve the gRPC worker protocol, run the HTTP-target pool and the lease reaper."""
-    from app.execution.service import serve
+    from app.executor.service import serve
     from app.runtime import run_service
 
     run_service("executor", load(), serve)
@@ -203,6 +203,3 @@ def run() -> None:
         sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)
 
-
-if __name__ == "__main__":
-    run()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app import errors
-from app.execution.http_pool import HTTP_QUEUE
+from app.executor.http_pool import HTTP_QUEUE
 from app.store import pools as store
 from app.store import tenants
 from app.store.db import Database

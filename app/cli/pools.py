@@ -34,7 +34,7 @@ def pools() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def pools_create(name: str, shared: bool, allow: tuple[str, ...], as_json: bool) -> None:
     """Create shared pool NAME and print its worker key (shown once; only its hash is stored)."""
-    from app.execution import pools as service
+    from app.executor import pools as service
 
     created = run_command(lambda db: service.create(db, _check_pool_name(name), allow))
     if as_json:
@@ -51,7 +51,7 @@ def pools_create(name: str, shared: bool, allow: tuple[str, ...], as_json: bool)
 @click.argument("tenants", nargs=-1, required=True)
 def pools_grant(name: str, tenants: tuple[str, ...]) -> None:
     """Let TENANTS target shared pool NAME."""
-    from app.execution import pools as service
+    from app.executor import pools as service
 
     run_command(lambda db: service.grant(db, name, tenants))
     click.echo(f"granted {', '.join(tenants)} on {name}")
@@ -61,7 +61,7 @@ def pools_grant(name: str, tenants: tuple[str, ...]) -> None:
 @click.argument("name")
 def pools_issue_key(name: str) -> None:
     """Issue another worker key for shared pool NAME."""
-    from app.execution import pools as service
+    from app.executor import pools as service
 
     click.echo(run_command(lambda db: service.issue_key(db, name)))
 
@@ -70,7 +70,7 @@ def pools_issue_key(name: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
 def pools_list(as_json: bool) -> None:
     """Shared pools and the tenants granted each."""
-    from app.execution import pools as service
+    from app.executor import pools as service
 
     for p in run_command(service.list_all):
         if as_json:

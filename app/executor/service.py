@@ -14,10 +14,10 @@ import logging
 
 from app.config import Settings
 from app.duties import supervise
-from app.execution.batching import Outcomes
-from app.execution.egress import EgressPolicy
-from app.execution.http_pool import HttpPool, HttpPoolConfig
-from app.execution.reaper import LeaseReaper
+from app.executor.batching import Outcomes
+from app.executor.egress import EgressPolicy
+from app.executor.http_pool import HttpPool, HttpPoolConfig
+from app.executor.reaper import LeaseReaper
 from app.rpc import server as rpc_server
 from app.store.db import Database
 
