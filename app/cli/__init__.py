@@ -14,9 +14,10 @@ import click
 from rich.console import Console
 
 from app import errors
+from app.cli.pools import pools
+from app.cli.runtime import fail, run_command
+from app.cli.worker import worker
 from app.config import load
-from app.cli.pools import pools, worker
-from app.runtime import fail, run_command
 
 T = TypeVar("T")
 console = Console(stderr=False, highlight=False)
@@ -37,7 +38,7 @@ def api() -> None:
 
     from app import observability
     from app.api.server import run_workers, serve
-    from app.runtime import run_service
+    from app.cli.runtime import run_service
 
     settings = load()
     if settings.api_workers > 1:
@@ -49,7 +50,7 @@ def api() -> None:
 @main.command()
 def scheduler() -> None:
     """Own shards, load due occurrences and dispatch them into executions."""
-    from app.runtime import run_service
+    from app.cli.runtime import run_service
     from app.scheduler.service import serve
 
     run_service("scheduler", load(), serve)
@@ -58,17 +59,20 @@ def scheduler() -> None:
 @main.command()
 def executor() -> None:
     """Serve the gRPC worker protocol, run the HTTP-target pool and the lease reaper."""
+    from app.cli.runtime import run_service
     from app.executor.service import serve
-    from app.runtime import run_service
+    from app.rpc.server import GrpcTransport
 
-    run_service("executor", load(), serve)
+    # The composition root: the executor tier hosts the gRPC transport that sits above it.
+    run_service("executor", load(), lambda settings, db, stop: serve(
+        settings, db, stop, GrpcTransport(settings.grpc_host, settings.grpc_port)))
 
 
 @main.command()
 @click.option("--demo", is_flag=True, help="Submit a demo job once everything is up.")
 def up(demo: bool) -> None:
     """Run everything on one machine (embedded PostgreSQL unless KAIROS_DATABASE_URL is set)."""
-    from app.supervisor import run_all
+    from app.cli.supervisor import run_all
 
     sys.exit(run_all(load(), demo=demo))
 

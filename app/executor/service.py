@@ -1,16 +1,22 @@
-"""``kairos executor``: the gRPC worker protocol, the built-in HTTP-target pool and the lease reaper.
+"""``kairos executor``: the built-in HTTP-target pool and the lease reaper, hosting a worker transport.
 
 Each duty is a named asyncio task under a small supervisor that logs a crash and restarts the
 duty with backoff; nothing here holds state that a restart (or another executor replica) could
 not rebuild from the database. When ``stop`` is set: waiting Lease calls answer at once, the
-gRPC server drains for a few seconds, HTTP deliveries in flight get a short grace and the rest
+transport drains for a few seconds, HTTP deliveries in flight get a short grace and the rest
 are handed back unspent, then the reaper stops.
+
+The worker transport (the gRPC server of ``app.rpc.server``) sits above this tier: it calls into
+``Outcomes`` and the stores, so this module must not import it. ``serve`` takes it as a
+``WorkerTransport`` instead, and the composition root (``kairos executor`` in ``app.cli``, the one
+layer that sees both) passes ``app.rpc.server.GrpcTransport``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Protocol
 
 from app.config import Settings
 from app.duties import supervise
@@ -18,7 +24,6 @@ from app.executor.batching import Outcomes
 from app.executor.egress import EgressPolicy
 from app.executor.http_pool import HttpPool, HttpPoolConfig
 from app.executor.reaper import LeaseReaper
-from app.rpc import server as rpc_server
 from app.store.db import Database
 
 log = logging.getLogger(__name__)
@@ -26,23 +31,39 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 3.0
 
 
-async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:
+class WorkerTransport(Protocol):
+    """What the executor needs of the transport its workers lease and report through."""
+
+    async def start(self, db: Database, outcomes: Outcomes) -> str:
+        """Start serving; returns the address it listens on."""
+
+    def notify_ready(self, count: int) -> None:
+        """``count`` executions became ready: wake waiting Lease calls."""
+
+    async def wait_for_termination(self) -> None:
+        """Return when the transport has stopped serving."""
+
+    async def stop(self, grace_s: float) -> None:
+        """Answer waiting Lease calls now and drain calls in flight for up to ``grace_s``."""
+
+
+async def serve(settings: Settings, db: Database, stop: asyncio.Event, transport: WorkerTransport) -> None:
     outcomes = Outcomes(db)
-    server, servicer, port = await rpc_server.start(db, outcomes, settings.grpc_host, settings.grpc_port)
+    addr = await transport.start(db, outcomes)
     pool = HttpPool(db, outcomes, HttpPoolConfig(concurrency=settings.http_concurrency),
                     egress=EgressPolicy.from_allow_list(settings.http_egress_allow))
 
     def ready(count: int) -> None:
-        servicer.notify_ready(count)
+        transport.notify_ready(count)
         pool.wake.set()
 
     reaper = LeaseReaper(db, on_ready=ready)
     tasks = [
         asyncio.create_task(supervise("http-pool", lambda: pool.run(stop), stop), name="http-pool"),
         asyncio.create_task(supervise("lease-reaper", lambda: reaper.run(stop), stop), name="lease-reaper"),
-        asyncio.create_task(server.wait_for_termination(), name="grpc-server"),
+        asyncio.create_task(transport.wait_for_termination(), name="worker-transport"),
     ]
-    log.info("executor serving", extra={"grpc": f"{settings.grpc_host}:{port}",
+    log.info("executor serving", extra={"transport": addr,
                                         "http_concurrency": settings.http_concurrency})
     stopped = asyncio.create_task(stop.wait(), name="stop")
     try:
@@ -54,7 +75,7 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:
     finally:
         log.info("executor stopping")
         stop.set()
-        await rpc_server.stop(server, servicer, SHUTDOWN_GRACE_S)
+        await transport.stop(SHUTDOWN_GRACE_S)
         await asyncio.wait(tasks[:2], timeout=SHUTDOWN_GRACE_S)  # the pool stops leasing first
         await pool.close(grace_s=SHUTDOWN_GRACE_S)
         for task in tasks:

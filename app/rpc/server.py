@@ -1,4 +1,8 @@
-"""The grpc.aio server hosting the Worker service."""
+"""The grpc.aio server hosting the Worker service.
+
+``GrpcTransport`` is the executor's ``WorkerTransport``: ``kairos executor`` hands it to
+``app.executor.service.serve``, so rpc depends on the executor tier and never the other way round.
+"""
 
 from __future__ import annotations
 
@@ -39,3 +43,28 @@ async def start(db: Database, outcomes: Outcomes, host: str, port: int,
 async def stop(server: grpc.aio.Server, servicer: WorkerServicer, grace_s: float = 3.0) -> None:
     servicer.stopping.set()  # waiting Lease calls answer now
     await server.stop(grace_s)
+
+
+class GrpcTransport:
+    """The Worker service on ``host:port`` (``port`` 0 picks one), started and stopped by the executor."""
+
+    def __init__(self, host: str, port: int, config: ServicerConfig = ServicerConfig()) -> None:
+        self.host, self.port, self.config = host, port, config
+        self.server: grpc.aio.Server | None = None
+        self.servicer: WorkerServicer | None = None
+
+    async def start(self, db: Database, outcomes: Outcomes) -> str:
+        self.server, self.servicer, bound = await start(db, outcomes, self.host, self.port, self.config)
+        return f"{self.host}:{bound}"
+
+    def notify_ready(self, count: int) -> None:
+        if self.servicer is not None:
+            self.servicer.notify_ready(count)
+
+    async def wait_for_termination(self) -> None:
+        if self.server is not None:
+            await self.server.wait_for_termination()
+
+    async def stop(self, grace_s: float) -> None:
+        if self.server is not None and self.servicer is not None:
+            await stop(self.server, self.servicer, grace_s)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +21,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from app import errors, observability
+from app.domain.jobs import POOL_NAME
 from app.executor.batching import Outcomes
 from app.store import executions as ex
 from app.store import tenants
@@ -31,7 +31,6 @@ from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
-POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 @dataclass(frozen=True)

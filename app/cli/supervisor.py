@@ -25,8 +25,8 @@ import httpx
 from rich.console import Console
 
 from app import observability
+from app.cli.runtime import database_url
 from app.config import Settings
-from app.runtime import database_url
 from app.store import migrate, tenants
 from app.store.db import Database
 
