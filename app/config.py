@@ -1,54 +1,238 @@
-"""Settings, read once from KAIROS_* environment variables."""
+"""Settings: every KAIROS_* variable the server reads, parsed and validated here and nowhere else.
+
+Each field of ``Settings`` (and of ``WorkerSettings``, what ``kairos worker`` reads) names its
+variable, its parser and a one-line description in its field metadata. ``load()`` reads the
+environment once; a bad value raises ``InvalidSetting``, which the CLI prints as one line
+(``error: KAIROS_API_PORT must be an integer 1-65535, got 'abc'``) before exiting with code 2.
+The tables of docs/configuration.md are rendered from the same metadata:
+``python -m app.config --markdown`` prints them, ``--write docs/configuration.md`` updates them.
+
+The tier configs (``DispatcherConfig``, ``LeaserConfig``, ``LoaderConfig``, ...) are built from
+``Settings`` by their ``from_settings``; nothing below app/ reads the environment itself. The tenant
+SDK (kairos_sdk) is a separate distribution and reads KAIROS_GRPC_ADDR and KAIROS_API_KEY for itself.
+"""
 
 from __future__ import annotations
 
+import math
 import os
-from dataclasses import dataclass, field
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import Any
+
+from app.errors import KairosError
+
+ISOLATION_LEVELS = ("SERIALIZABLE", "REPEATABLE READ", "READ COMMITTED")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = ("json", "text")
+# Fixed, not a setting (nor is the shard count: the schema pins it, see app.domain.shards.SHARD_COUNT).
+MAX_PAYLOAD_BYTES = 64 * 1024
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(f"KAIROS_{name}", default)
+class InvalidSetting(KairosError):
+    """A KAIROS_* variable has a value the process cannot run with."""
+
+    def __init__(self, variable: str, allowed: str, got: str) -> None:
+        self.variable = variable
+        super().__init__(f"{variable} must be {allowed}, got {got!r}")
 
 
-def _csv(value: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in value.split(",") if part.strip())
+# -- parsers: each turns the variable's text into the field's value or raises ValueError ---------------
+
+@dataclass(frozen=True)
+class Parser:
+    allowed: str  # completes "KAIROS_X must be ...", e.g. "an integer 1-65535"
+    parse: Callable[[str], Any]
+
+
+def integer(low: int, high: int | None = None, note: str = "") -> Parser:
+    def parse(raw: str) -> int:
+        value = int(raw.strip())
+        if value < low or (high is not None and value > high):
+            raise ValueError(raw)
+        return value
+
+    bounds = f"{low}-{high}" if high is not None else f">= {low}"
+    return Parser(f"an integer {bounds}{note}", parse)
+
+
+def number(*, minimum: float = 0.0, exclusive: bool = False) -> Parser:
+    def parse(raw: str) -> float:
+        value = float(raw.strip())
+        if not math.isfinite(value) or value < minimum or (exclusive and value == minimum):
+            raise ValueError(raw)
+        return value
+
+    return Parser(f"a number {'>' if exclusive else '>='} {minimum:g}", parse)
+
+
+def choice(options: tuple[str, ...], *, upper: bool, empty: Any = MISSING) -> Parser:
+    """One of ``options``; case-insensitive, ``_`` for a space; ``empty`` (if given) for the empty value."""
+
+    def parse(raw: str) -> Any:
+        if raw.strip() == "" and empty is not MISSING:
+            return empty
+        value = " ".join(raw.replace("_", " ").split())
+        value = value.upper() if upper else value.lower()
+        if value not in options:
+            raise ValueError(raw)
+        return value
+
+    allowed = "one of " + ", ".join(options) + (" or empty" if empty is not MISSING else "")
+    return Parser(allowed, parse)
+
+
+def text(*, required: bool = True) -> Parser:
+    def parse(raw: str) -> str:
+        if required and not raw.strip():
+            raise ValueError(raw)
+        return raw
+
+    return Parser("a non-empty string" if required else "a string", parse)
+
+
+def _database_url(raw: str) -> str:
+    if raw and not re.match(r"(postgres|postgresql|cockroachdb)(\+\w+)?://", raw):
+        raise ValueError(raw)
+    return raw
+
+
+def _directory(raw: str) -> Path:
+    if not raw.strip():
+        raise ValueError(raw)
+    return Path(raw).resolve()
+
+
+def _csv(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _flag(raw: str) -> bool:
+    if raw.strip() not in ("", "0", "1"):
+        raise ValueError(raw)
+    return raw.strip() == "1"
+
+
+DATABASE_URL = Parser("empty or a postgresql://, postgres:// or cockroachdb:// URL", _database_url)
+DIRECTORY = Parser("a directory path", _directory)
+CSV = Parser("a comma-separated list", _csv)
+FLAG = Parser("1, 0 or empty", _flag)
+
+
+# -- fields --------------------------------------------------------------------------------------------
+
+SECTIONS = {
+    "server": "Server (api, scheduler, executor, `kairos up`, operator commands)",
+    "scheduler": "Scheduler tuning (`app/scheduler/`)",
+    "internal": "Internal",
+    "worker": "Worker side (`kairos worker`)",
+}
+
+
+def setting(variable: str, default: Any, parser: Parser, doc: str, *, section: str = "server",
+            shown: str | None = None, factory: Callable[[], Any] | None = None) -> Any:
+    """A settings field: its variable, parser, the default as the docs show it, and one line of doc."""
+    meta = {"variable": variable, "parser": parser, "doc": doc, "section": section,
+            "shown": shown if shown is not None else (f"`{default}`" if default not in ("", None) else "empty")}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Every knob Kairos has. Field names map to KAIROS_<NAME> (upper case)."""
+    """Every knob the server has; ``load()`` fills it from the environment."""
 
-    home: Path = field(default_factory=lambda: Path(_env("HOME", ".kairos")).resolve())
-    # Empty: start (or join) the embedded PostgreSQL under home/pgdata.
-    database_url: str = field(default_factory=lambda: _env("DATABASE_URL", ""))
+    home: Path = setting(
+        "KAIROS_HOME", ".kairos", DIRECTORY, factory=lambda: Path(".kairos").resolve(),
+        doc="state directory: the embedded database (`pgdata/`), `kairos up`'s child logs (`logs/`) and the "
+            "demo key (`demo.key`)")
+    database_url: str = setting(
+        "KAIROS_DATABASE_URL", "", DATABASE_URL,
+        "`postgresql://...` (PostgreSQL >= 15) or `cockroachdb://...`; empty: start or join the embedded "
+        "PostgreSQL under `KAIROS_HOME`")
     # SERIALIZABLE matches CockroachDB's default; the retry helper absorbs 40001.
-    db_isolation: str = field(default_factory=lambda: _env("DB_ISOLATION", "SERIALIZABLE"))
-    db_pool_size: int = field(default_factory=lambda: int(_env("DB_POOL_SIZE", "10")))
-    api_host: str = field(default_factory=lambda: _env("API_HOST", "127.0.0.1"))
-    api_port: int = field(default_factory=lambda: int(_env("API_PORT", "8080")))
-    # API processes sharing the port (SO_REUSEPORT); one per CPU by default.
-    api_workers: int = field(default_factory=lambda: int(_env("API_WORKERS", str(os.cpu_count() or 1))))
-    grpc_host: str = field(default_factory=lambda: _env("GRPC_HOST", "127.0.0.1"))
-    grpc_port: int = field(default_factory=lambda: int(_env("GRPC_PORT", "50051")))
-    # Scheduler (shard leases, loader, dispatcher).
-    shard_count: int = 256
-    lease_ttl_s: float = field(default_factory=lambda: float(_env("LEASE_TTL_S", "10")))
-    loader_interval_s: float = field(default_factory=lambda: float(_env("LOADER_INTERVAL_S", "1")))
-    # Executor.
-    http_egress_allow: tuple[str, ...] = field(
-        default_factory=lambda: _csv(_env("HTTP_EGRESS_ALLOW", ""))
-    )
-    http_concurrency: int = field(default_factory=lambda: int(_env("HTTP_CONCURRENCY", "64")))
-    # Job limits.
-    max_payload_bytes: int = 64 * 1024
-    max_schedule_horizon_days: int = field(
-        default_factory=lambda: int(_env("MAX_SCHEDULE_HORIZON_DAYS", "3660"))
-    )
+    db_isolation: str = setting(
+        "KAIROS_DB_ISOLATION", "SERIALIZABLE", choice(ISOLATION_LEVELS, upper=True),
+        "isolation of transactions that do not choose their own (the hot paths run at READ COMMITTED, "
+        "see [design.md](design.md))")
+    db_pool_size: int = setting(
+        "KAIROS_DB_POOL_SIZE", 10, integer(1), "connections per process (and as many again as overflow)")
+    api_host: str = setting("KAIROS_API_HOST", "127.0.0.1", text(), "REST API listen address")
+    api_port: int = setting("KAIROS_API_PORT", 8080, integer(1, 65535), "REST API port")
+    api_workers: int = setting(
+        "KAIROS_API_WORKERS", None, integer(1), shown="CPU count", factory=lambda: os.cpu_count() or 1,
+        doc="`kairos api` processes sharing the port (SO_REUSEPORT); with more than 1 the command supervises "
+            "them and restarts one that dies")
+    grpc_host: str = setting("KAIROS_GRPC_HOST", "127.0.0.1", text(), "worker protocol listen address (executor)")
+    grpc_port: int = setting(
+        "KAIROS_GRPC_PORT", 50051, integer(0, 65535, " (0 picks a free port)"), "worker protocol port (executor)")
+    lease_ttl_s: float = setting(
+        "KAIROS_LEASE_TTL_S", 10.0, number(exclusive=True), shown="`10`",
+        doc="scheduler shard lease TTL: how long a dead scheduler's shards stay unowned (not the worker "
+            "lease, which the worker asks for)")
+    loader_interval_s: float = setting(
+        "KAIROS_LOADER_INTERVAL_S", 1.0, number(exclusive=True), shown="`1`",
+        doc="how often the due loader runs its near scan")
+    http_egress_allow: tuple[str, ...] = setting(
+        "KAIROS_HTTP_EGRESS_ALLOW", (), CSV, shown="empty",
+        doc="comma-separated IPs, CIDRs or host names HTTP targets may reach despite the egress policy "
+            "([http-delivery.md](http-delivery.md))")
+    http_concurrency: int = setting("KAIROS_HTTP_CONCURRENCY", 64, integer(1), "HTTP deliveries in flight per executor")
+    max_schedule_horizon_days: int = setting(
+        "KAIROS_MAX_SCHEDULE_HORIZON_DAYS", 3660, integer(1),
+        "how far ahead a `runAt` or a cron job's first occurrence may lie")
     # `kairos up --demo`: the API also serves POST /demo/echo, the demo job's target.
-    demo: bool = field(default_factory=lambda: _env("DEMO", "") == "1")
-    log_level: str = field(default_factory=lambda: _env("LOG_LEVEL", "INFO"))
-    log_format: str = field(default_factory=lambda: _env("LOG_FORMAT", "json"))
+    demo: bool = setting("KAIROS_DEMO", False, FLAG, shown="empty",
+                         doc="`1`: the API also serves `POST /demo/echo` (set by `kairos up --demo`)")
+    log_level: str = setting("KAIROS_LOG_LEVEL", "INFO", choice(LOG_LEVELS, upper=True), "log level")
+    log_format: str = setting(
+        "KAIROS_LOG_FORMAT", "json", choice(LOG_FORMATS, upper=False),
+        "`json` (one object per line on stderr) or `text` (one line per record); `kairos up`'s own output "
+        "is always text")
+
+    # Scheduler duties (DispatcherConfig, LeaserConfig, LoaderConfig.from_settings).
+    leaser_interval_s: float = setting(
+        "KAIROS_LEASER_INTERVAL_S", 0.0, number(), section="scheduler", shown="`0`",
+        doc="time between shard-leaser ticks; 0 means min(`KAIROS_LEASE_TTL_S` / 3, 1 s)")
+    loader_near_s: float | None = setting(
+        "KAIROS_LOADER_NEAR_S", None, number(exclusive=True), section="scheduler",
+        shown="max(5, 3 x `KAIROS_LOADER_INTERVAL_S`)",
+        doc="the near scan reads rows due within this many seconds")
+    loader_window_interval_s: float = setting(
+        "KAIROS_LOADER_WINDOW_INTERVAL_S", 10.0, number(), section="scheduler", shown="`10`",
+        doc="how often the full window scan (up to the end of the next minute) runs")
+    loader_max_rows_per_tick: int = setting(
+        "KAIROS_LOADER_MAX_ROWS_PER_TICK", 100_000, integer(1), section="scheduler", shown="`100000`",
+        doc="rows the window scan reads per tick (a backlog is read over several ticks)")
+    dispatch_batch_size: int = setting(
+        "KAIROS_DISPATCH_BATCH_SIZE", 2000, integer(1), section="scheduler",
+        doc="due entries per dispatch transaction")
+    dispatch_inflight_batches: int = setting(
+        "KAIROS_DISPATCH_INFLIGHT_BATCHES", 3, integer(1), section="scheduler",
+        doc="dispatch transactions in flight at once (halved under contention, grown back after clean batches)")
+    dispatch_ahead_s: float = setting(
+        "KAIROS_DISPATCH_AHEAD_S", 5.0, number(), section="scheduler", shown="`5`",
+        doc="how long before its due time an occurrence becomes an execution (ready at the due time)")
+    catch_up_per_tenant_per_s: float = setting(
+        "KAIROS_CATCH_UP_PER_TENANT_PER_S", 10.0, number(exclusive=True), section="scheduler", shown="`10`",
+        doc="how fast `catch_up` misfires of one tenant become ready")
+    dispatch_isolation: str | None = setting(
+        "KAIROS_DISPATCH_ISOLATION", "READ COMMITTED", choice(ISOLATION_LEVELS, upper=True, empty=None),
+        section="scheduler", doc="isolation of dispatch transactions; empty: `KAIROS_DB_ISOLATION`")
+
+    api_reuse_port: bool = setting(
+        "KAIROS_API_REUSE_PORT", False, FLAG, section="internal", shown="empty",
+        doc="set to `1` by `kairos api` for the worker processes it supervises (they share the port); "
+            "do not set it")
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """Inline payload limit: fixed, not configurable."""
+        return MAX_PAYLOAD_BYTES
 
     @property
     def pgdata(self) -> Path:
@@ -63,5 +247,87 @@ class Settings:
         return f"{self.grpc_host}:{self.grpc_port}"
 
 
-def load() -> Settings:
-    return Settings()
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What ``kairos worker`` reads (the tenant side; kairos_sdk reads the first two itself as well)."""
+
+    grpc_addr: str = setting("KAIROS_GRPC_ADDR", "127.0.0.1:50051", text(), section="worker",
+                             doc="executor address, `host:port`")
+    api_key: str = setting("KAIROS_API_KEY", "", text(required=False), section="worker",
+                           shown="none (required by `kairos worker`)",
+                           doc="a tenant key, or a shared pool's worker key")
+    log_level: str = setting("KAIROS_LOG_LEVEL", "INFO", choice(LOG_LEVELS, upper=True), section="worker",
+                             doc="log level, as for the server")
+    log_format: str = setting("KAIROS_LOG_FORMAT", "json", choice(LOG_FORMATS, upper=False), section="worker",
+                              doc="`json` or `text`, as for the server")
+
+
+def _read(cls: type[Any], environ: Mapping[str, str]) -> Any:
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        raw = environ.get(f.metadata["variable"])
+        if raw is None:
+            continue
+        parser: Parser = f.metadata["parser"]
+        try:
+            values[f.name] = parser.parse(raw)
+        except ValueError:
+            raise InvalidSetting(f.metadata["variable"], parser.allowed, raw) from None
+    return cls(**values)
+
+
+def load(environ: Mapping[str, str] | None = None) -> Settings:
+    """The server's settings from ``environ`` (default: this process's environment); InvalidSetting if bad."""
+    return _read(Settings, os.environ if environ is None else environ)
+
+
+def load_worker(environ: Mapping[str, str] | None = None) -> WorkerSettings:
+    """What ``kairos worker`` reads from ``environ`` (default: this process's environment)."""
+    return _read(WorkerSettings, os.environ if environ is None else environ)
+
+
+# -- docs/configuration.md -----------------------------------------------------------------------------
+
+def markdown_table(section: str) -> str:
+    """The table of one section's variables, as docs/configuration.md shows it."""
+    cls = WorkerSettings if section == "worker" else Settings
+    rows = ["| variable | default | allowed | meaning |", "|---|---|---|---|"]
+    for f in fields(cls):
+        meta = f.metadata
+        if meta["section"] == section:
+            rows.append(f"| `{meta['variable']}` | {meta['shown']} | {meta['parser'].allowed} | {meta['doc']} |")
+    return "\n".join(rows)
+
+
+def _marker(section: str) -> tuple[str, str]:
+    return (f"<!-- settings:{section} (python -m app.config --write docs/configuration.md) -->",
+            f"<!-- /settings:{section} -->")
+
+
+def render_docs(document: str) -> str:
+    """``document`` with each marked settings table replaced by the one the fields describe."""
+    for section in SECTIONS:
+        begin, end = _marker(section)
+        pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.DOTALL)
+        if not pattern.search(document):
+            raise ValueError(f"no {begin} ... {end} block")
+        document = pattern.sub(lambda _m, s=section, b=begin, e=end: f"{b}\n{markdown_table(s)}\n{e}", document)
+    return document
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--markdown"]:
+        for section, title in SECTIONS.items():
+            begin, end = _marker(section)
+            print(f"## {title}\n\n{begin}\n{markdown_table(section)}\n{end}\n")
+        return 0
+    if len(argv) == 2 and argv[0] == "--write":
+        path = Path(argv[1])
+        path.write_text(render_docs(path.read_text()))
+        return 0
+    sys.stderr.write("usage: python -m app.config --markdown | --write docs/configuration.md\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

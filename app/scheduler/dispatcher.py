@@ -31,13 +31,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
 from app import errors, observability
+from app.config import Settings
 from app.domain import schedule as cron
 from app.domain.shards import due_minute, shard_of
 from app.scheduler.heap import DueEntry, DueHeap
@@ -80,14 +80,13 @@ class DispatcherConfig:
             raise ValueError("ahead_s >= 0, batch_size >= 1 and max_inflight_batches >= 1 are required")
 
     @classmethod
-    def from_env(cls) -> DispatcherConfig:
-        env = os.environ.get
+    def from_settings(cls, settings: Settings) -> DispatcherConfig:
         return cls(
-            batch_size=int(env("KAIROS_DISPATCH_BATCH_SIZE", str(cls.batch_size))),
-            max_inflight_batches=int(env("KAIROS_DISPATCH_INFLIGHT_BATCHES", str(cls.max_inflight_batches))),
-            catch_up_per_tenant_per_s=float(env("KAIROS_CATCH_UP_PER_TENANT_PER_S", "10")),
-            isolation=env("KAIROS_DISPATCH_ISOLATION", "READ COMMITTED") or None,
-            ahead_s=float(env("KAIROS_DISPATCH_AHEAD_S", str(cls.ahead_s))),
+            batch_size=settings.dispatch_batch_size,
+            max_inflight_batches=settings.dispatch_inflight_batches,
+            catch_up_per_tenant_per_s=settings.catch_up_per_tenant_per_s,
+            isolation=settings.dispatch_isolation,
+            ahead_s=settings.dispatch_ahead_s,
         )
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -20,6 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app import observability
+from app.config import Settings
+from app.domain.shards import SHARD_COUNT
 from app.duties import pause
 from app.store import shard_leases
 from app.store.db import Database
@@ -40,19 +41,17 @@ class LeaserConfig:
     ttl_s: float = 10.0
     # Time between ticks; 0 means min(ttl_s / 3, LEASER_INTERVAL_MAX_S).
     interval_s: float = 0.0
-    shard_count: int = 256
 
     @property
     def tick_s(self) -> float:
         return self.interval_s or min(self.ttl_s / 3, LEASER_INTERVAL_MAX_S)
 
     @classmethod
-    def from_env(cls, ttl_s: float, shard_count: int) -> LeaserConfig:
-        return cls(ttl_s=ttl_s, shard_count=shard_count,
-                   interval_s=float(os.environ.get("KAIROS_LEASER_INTERVAL_S", "0")))
+    def from_settings(cls, settings: Settings) -> LeaserConfig:
+        return cls(ttl_s=settings.lease_ttl_s, interval_s=settings.leaser_interval_s)
 
 
-def fair_share(members: Iterable[str], me: str, shard_count: int) -> int:
+def fair_share(members: Iterable[str], me: str, shard_count: int = SHARD_COUNT) -> int:
     """How many shards ``me`` should hold when ``members`` are alive: an exact, even split."""
     ordered = sorted(set(members) | {me})
     n = len(ordered)
@@ -117,7 +116,7 @@ class ShardLeaser:
             renewed = await shard_leases.renew(conn, self.owner, cfg.ttl_s, now)
             held = {h.shard_id: h.revision for h in renewed}
             members = await shard_leases.live_members(conn, now)
-            target = fair_share(members, self.owner, cfg.shard_count)
+            target = fair_share(members, self.owner)
             if len(held) > target:
                 excess = sorted(held)[target:]
                 for shard_id in await shard_leases.release(conn, self.owner, excess):

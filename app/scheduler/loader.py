@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
+from app.config import Settings
 from app.duties import pause
 from app.scheduler.heap import DueEntry, DueHeap
 from app.scheduler.leases import Ownership
@@ -48,13 +48,13 @@ class LoaderConfig:
     max_rows_per_tick: int = 100_000
 
     @classmethod
-    def from_env(cls, interval_s: float) -> LoaderConfig:
-        env = os.environ.get
+    def from_settings(cls, settings: Settings) -> LoaderConfig:
+        interval_s = settings.loader_interval_s
         return cls(
             interval_s=interval_s,
-            near_s=float(env("KAIROS_LOADER_NEAR_S", str(max(5.0, 3 * interval_s)))),
-            window_interval_s=float(env("KAIROS_LOADER_WINDOW_INTERVAL_S", "10")),
-            max_rows_per_tick=int(env("KAIROS_LOADER_MAX_ROWS_PER_TICK", "100000")),
+            near_s=settings.loader_near_s if settings.loader_near_s is not None else max(5.0, 3 * interval_s),
+            window_interval_s=settings.loader_window_interval_s,
+            max_rows_per_tick=settings.loader_max_rows_per_tick,
         )
 
 

@@ -35,11 +35,9 @@ class Scheduler:
         self.owner = owner or new_owner_id()
         self.ownership = Ownership()
         self.heap = DueHeap()
-        self.dispatcher = Dispatcher(db, self.owner, self.heap, DispatcherConfig.from_env())
-        self.leaser = ShardLeaser(db, self.owner, self.ownership,
-                                  LeaserConfig.from_env(settings.lease_ttl_s, settings.shard_count))
-        self.loader = DueLoader(db, self.ownership, self.heap,
-                                LoaderConfig.from_env(settings.loader_interval_s),
+        self.dispatcher = Dispatcher(db, self.owner, self.heap, DispatcherConfig.from_settings(settings))
+        self.leaser = ShardLeaser(db, self.owner, self.ownership, LeaserConfig.from_settings(settings))
+        self.loader = DueLoader(db, self.ownership, self.heap, LoaderConfig.from_settings(settings),
                                 wake_dispatcher=self.dispatcher.wake)
         self.statistics = StatisticsKeeper(db)
 
