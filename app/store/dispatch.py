@@ -141,7 +141,7 @@ class SeedJob:
 async def load_due(conn: AsyncConnection, shard_ids: Sequence[int], until: datetime,
                    after: tuple[datetime, UUID] | None, limit: int) -> list[DueRow]:
     rows = await conn.execute(q("DueIndexLoadShards"), {
-        "shard_ids": list(shard_ids), "until": until,
+        "shard_ids": _plain(shard_ids), "until": until,
         "after_run_at": after[0] if after else None, "after_job_id": after[1] if after else None,
         "limit": limit,
     })
@@ -151,7 +151,7 @@ async def load_due(conn: AsyncConnection, shard_ids: Sequence[int], until: datet
 async def load_latest_due(conn: AsyncConnection, shard_ids: Sequence[int], until: datetime,
                           limit: int) -> list[DueRow]:
     rows = await conn.execute(q("DueIndexLoadShardsLatest"), {
-        "shard_ids": list(shard_ids), "until": until, "limit": limit})
+        "shard_ids": _plain(shard_ids), "until": until, "limit": limit})
     return [DueRow(*r) for r in rows]
 
 

@@ -21,6 +21,7 @@ from uuid import UUID
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.backoff import retry_delay_s
+from app.store.arrays import plain, texts
 from app.store.queries import q
 
 
@@ -162,8 +163,8 @@ async def complete_many(conn: AsyncConnection, done: Sequence[Success], *,
     if not done:
         return {}
     rows = await conn.execute(q("ExecutionCompleteMany"), {
-        "execution_ids": [d.execution_id for d in done], "attempts": [d.attempt for d in done],
-        "results": [_json(d.result) for d in done], "scopes": [d.scope for d in done], "now": now,
+        "execution_ids": plain([d.execution_id for d in done]), "attempts": plain([d.attempt for d in done]),
+        "results": texts([_json(d.result) for d in done]), "scopes": texts([d.scope for d in done]), "now": now,
     })
     return {execution_id: bool(ok) for execution_id, ok in rows}
 
@@ -175,15 +176,16 @@ async def fail_many(conn: AsyncConnection, failed: Sequence[Failure], *, now: da
         return {}
     ids = [f.execution_id for f in failed]
     policies = {r.execution_id: r for r in await conn.execute(q("ExecutionRetryPolicyMany"),
-                                                              {"execution_ids": ids})}
+                                                              {"execution_ids": plain(ids)})}
     delays = []
     for f in failed:
         p = policies.get(f.execution_id)
         delays.append(retry_delay_s(max(f.attempt, 1), p.backoff_s, p.max_backoff_s, rng=rng) if p else 0.0)
     rows = await conn.execute(q("ExecutionFailMany"), {
-        "execution_ids": ids, "attempts": [f.attempt for f in failed],
-        "errors": [f.error[-MAX_ERROR_CHARS:] for f in failed], "retryable": [f.retryable for f in failed],
-        "delays_s": delays, "scopes": [f.scope for f in failed], "now": now,
+        "execution_ids": plain(ids), "attempts": plain([f.attempt for f in failed]),
+        "errors": texts([f.error[-MAX_ERROR_CHARS:] for f in failed]),
+        "retryable": plain([f.retryable for f in failed]), "delays_s": plain(delays),
+        "scopes": texts([f.scope for f in failed]), "now": now,
     })
     return {execution_id: FailOutcome(execution_id, state, ready_at if state == "ready" else None)
             for execution_id, state, ready_at in rows}
@@ -195,8 +197,8 @@ async def defer_many(conn: AsyncConnection, held: Sequence[AttemptRef], delays_s
     if not held:
         return 0
     rows = (await conn.execute(q("ExecutionDeferMany"), {
-        "execution_ids": [h.execution_id for h in held], "attempts": [h.attempt for h in held],
-        "delays_s": list(delays_s), "now": now,
+        "execution_ids": plain([h.execution_id for h in held]), "attempts": plain([h.attempt for h in held]),
+        "delays_s": plain(delays_s), "now": now,
     })).all()
     return len(rows)
 

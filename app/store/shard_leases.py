@@ -11,6 +11,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.store.arrays import plain
 from app.store.queries import q
 
 
@@ -70,7 +71,7 @@ async def acquire(conn: AsyncConnection, owner: str, limit: int, ttl_s: float, *
 async def release(conn: AsyncConnection, owner: str, shard_ids: list[int]) -> list[int]:
     if not shard_ids:
         return []
-    rows = await conn.execute(q("ShardLeaseRelease"), {"owner": owner, "shard_ids": list(shard_ids)})
+    rows = await conn.execute(q("ShardLeaseRelease"), {"owner": owner, "shard_ids": plain(shard_ids)})
     return [r.shard_id for r in rows]
 
 
