@@ -47,7 +47,7 @@ def _listen(settings: Settings, reuse_port: bool) -> socket.socket:
 
 
 async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:
-    sock = _listen(settings, reuse_port=os.environ.get("KAIROS_API_REUSE_PORT") == "1")
+    sock = _listen(settings, reuse_port=settings.api_reuse_port)
     config = uvicorn.Config(create_app(settings, db), log_config=None, access_log=False, lifespan="on",
                             timeout_graceful_shutdown=5, http="httptools", backlog=2048)
     server = uvicorn.Server(config)
@@ -62,6 +62,7 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:
 
 def run_workers(settings: Settings) -> int:
     """Supervise ``settings.api_workers`` single-process API workers on one port; their exit code."""
+    # The children read these back through app.config (api_workers, api_reuse_port).
     env = {**os.environ, "KAIROS_API_WORKERS": "1", "KAIROS_API_REUSE_PORT": "1"}
     # Refuse at once, with one line, when the port is taken by something that is not sharing it.
     _listen(settings, reuse_port=True).close()

@@ -17,7 +17,7 @@ from app import errors
 from app.cli.pools import pools
 from app.cli.runtime import fail, run_command
 from app.cli.worker import worker
-from app.config import load
+from app.config import InvalidSetting, load
 
 T = TypeVar("T")
 console = Console(stderr=False, highlight=False)
@@ -194,9 +194,12 @@ main.add_command(worker)
 
 
 def run() -> None:
-    """Console entry point: usage errors become one line and exit code 2."""
+    """Console entry point: usage errors and bad KAIROS_* settings become one line and exit code 2."""
     try:
         code = main(standalone_mode=False)
+    except InvalidSetting as exc:
+        click.echo(f"error: {exc.detail}", err=True)
+        sys.exit(2)
     except click.UsageError as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(2)

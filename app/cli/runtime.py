@@ -44,8 +44,10 @@ def run_command(work: Callable[[Database], Awaitable[T]], *, upgrade: bool = Tru
     Bad input (InvalidInput, TenantNotFound) exits 2 with one line; an unreachable database exits 1.
     """
 
+    settings = load()
+
     async def main() -> T:
-        db = await open_database(load(), upgrade=upgrade)
+        db = await open_database(settings, upgrade=upgrade)
         try:
             return await work(db)
         finally:

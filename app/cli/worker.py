@@ -32,23 +32,22 @@ def worker(pool: str, concurrency: int, lease_seconds: float, worker_id: str | N
     with the last lines of stderr as the error (65 is not retried). Reads KAIROS_GRPC_ADDR
     (default 127.0.0.1:50051) and KAIROS_API_KEY.
     """
-    import os
-
     from app import observability
+    from app.config import load_worker
     from kairos_sdk.command import command_handler
     from kairos_sdk.worker import Worker
 
-    observability.setup_logging(os.environ.get("KAIROS_LOG_LEVEL", "INFO"),
-                                os.environ.get("KAIROS_LOG_FORMAT", "json"), "worker")
-    if not os.environ.get("KAIROS_API_KEY"):
+    settings = load_worker()
+    observability.setup_logging(settings.log_level, settings.log_format, "worker")
+    if not settings.api_key:
         fail("set KAIROS_API_KEY (a tenant key, or a shared pool's worker key)")
     argv = list(command)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    w = Worker(check_pool_name(pool), command_handler(argv), concurrency=concurrency,
-               lease_seconds=lease_seconds, worker_id=worker_id, report_s=report_ms / 1000)
-    logging.getLogger("kairos.worker").info("worker starting", extra={"pool": pool, "addr": os.environ.get(
-        "KAIROS_GRPC_ADDR", "127.0.0.1:50051"), "command": argv})
+    w = Worker(check_pool_name(pool), command_handler(argv), addr=settings.grpc_addr, api_key=settings.api_key,
+               concurrency=concurrency, lease_seconds=lease_seconds, worker_id=worker_id, report_s=report_ms / 1000)
+    logging.getLogger("kairos.worker").info("worker starting", extra={
+        "pool": pool, "addr": settings.grpc_addr, "command": argv})
     try:
         w.run_forever()
     except Exception as exc:  # grpc refusals (bad key, wrong pool) end the worker with a message
