@@ -300,8 +300,7 @@ def markdown_table(section: str) -> str:
 
 
 def _marker(section: str) -> tuple[str, str]:
-    return (f"<!-- settings:{section} (python -m app.config --write docs/configuration.md) -->",
-            f"<!-- /settings:{section} -->")
+    return f"<!-- settings:{section} -->", f"<!-- /settings:{section} -->"
 
 
 def render_docs(document: str) -> str:
