@@ -39,7 +39,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
     SELECT t.tenant_id, t.weight, coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now,
            t.max_inflight - (SELECT count(*) FROM executions AS l
                              WHERE l.queue = :queue AND l.tenant_id = t.tenant_id
-                               AND l.state = 'leased') AS room
+                               AND l.lease_until IS NOT NULL) AS room  -- leased (executions_leased_by_queue)
     FROM ready_tenants AS r
     JOIN tenants AS t ON t.tenant_id = r.tenant_id
 ), share AS (
@@ -153,9 +153,10 @@ WITH input AS (
     RETURNING e.execution_id
 ), recorded AS (
     UPDATE attempts AS a SET
-        outcome = CASE WHEN d.execution_id IS NULL THEN 'discarded' ELSE 'succeeded' END,
+        -- IN (SELECT ...) is one hashed lookup per row (a join with the CTE became a nested loop).
+        outcome = CASE WHEN a.execution_id IN (SELECT execution_id FROM done) THEN 'succeeded' ELSE 'discarded' END,
         finished_at = c.now, result = CAST(i.result AS JSONB)
-    FROM input AS i LEFT JOIN done AS d ON d.execution_id = i.execution_id, clock AS c
+    FROM input AS i, clock AS c
     WHERE a.execution_id = i.execution_id AND a.attempt = i.attempt
       AND a.outcome IN ('running', 'expired', 'cancelled')  -- a repeated call changes nothing
     RETURNING a.execution_id
@@ -201,9 +202,9 @@ WITH input AS (
     RETURNING e.execution_id, e.state, e.ready_at
 ), recorded AS (
     UPDATE attempts AS a SET
-        outcome = CASE WHEN f.execution_id IS NULL THEN 'discarded' ELSE 'failed' END,
+        outcome = CASE WHEN a.execution_id IN (SELECT execution_id FROM failed) THEN 'failed' ELSE 'discarded' END,
         finished_at = c.now, error = i.error
-    FROM input AS i LEFT JOIN failed AS f ON f.execution_id = i.execution_id, clock AS c
+    FROM input AS i, clock AS c
     WHERE a.execution_id = i.execution_id AND a.attempt = i.attempt
       AND a.outcome IN ('running', 'expired', 'cancelled')  -- a repeated call changes nothing
     RETURNING a.execution_id
@@ -240,7 +241,7 @@ WITH clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
 ), expired AS (
     SELECT e.execution_id, e.attempt FROM executions AS e, clock AS c
-    WHERE e.state = 'leased' AND e.lease_until < c.now
+    WHERE e.lease_until < c.now  -- leased and expired (executions_leased_until)
     ORDER BY e.lease_until
     LIMIT CAST(:limit AS INT)
     FOR UPDATE OF e SKIP LOCKED
