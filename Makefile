@@ -8,7 +8,7 @@ SDK := sdk/python
 RUNTIME := $(VENV)/.installed-runtime
 DEV := $(VENV)/.installed-dev
 
-.PHONY: run test lint install proto bench loadtest clean
+.PHONY: run test lint install proto bench bench-probes loadtest clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,13 @@ test: $(DEV) lint
 proto: $(DEV)
 	$(PY) -m app.rpc.codegen
 
-## Long benchmarks, never part of the suite.
+## The end-to-end herd benchmark (REST submit -> scheduler -> executor -> SDK workers, each its own
+## process), never part of the suite; BENCH_ARGS="--scenarios herd10k,light" picks scenarios.
+## Component probes (seeded rows, skipped tiers): bench-probes.
 bench: $(DEV)
+	$(PY) loadtest/herd.py $(BENCH_ARGS)
+
+bench-probes: $(DEV)
 	$(PY) loadtest/dispatch_bench.py
 	$(PY) loadtest/lease_bench.py
 
