@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.config import Settings  # noqa: E402
 from app.domain.shards import shard_of  # noqa: E402
 from app.scheduler.service import Scheduler  # noqa: E402
-from app.store import dispatch as dispatch_store  # noqa: E402
 from app.store import embedded, migrate, tenants  # noqa: E402
 from app.store.db import Database, create_engine  # noqa: E402
+from tests import factories  # noqa: E402
 
 SEED_CHUNK = 5000
 
@@ -83,14 +83,14 @@ async def seed(db: Database, n: int, n_tenants: int, quota: int, at: datetime, c
     for i in range(n):
         job_id = uuid.uuid4()
         tenant = tenant_ids[i % n_tenants]
-        jobs.append(dispatch_store.SeedJob(
+        jobs.append(factories.SeedJob(
             job_id=job_id, tenant_id=tenant, shard_id=shard_of(job_id), name=f"bench-{i}", pool="bench",
             queue=f"tenant:{tenant}:bench", schedule_kind="cron" if cron else "once",
             nominal_at=at, next_run_at=at,
             cron=f"{at.minute} * * * *" if cron else None, tz="UTC" if cron else None))
     for start in range(0, n, SEED_CHUNK):
         chunk = jobs[start:start + SEED_CHUNK]
-        await db.transaction(lambda c: dispatch_store.seed_jobs(c, chunk))
+        await db.transaction(lambda c: factories.seed_jobs(c, chunk))
 
 
 def count(conn: psycopg.Connection) -> int:

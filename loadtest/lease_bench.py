@@ -30,9 +30,9 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.executor import testfactory as tf  # noqa: E402
 from app.store import embedded, migrate, tenants  # noqa: E402
 from app.store.db import Database, create_engine  # noqa: E402
+from tests import factories as tf  # noqa: E402
 
 POOL = "bench"
 

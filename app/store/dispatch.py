@@ -116,28 +116,6 @@ class Recorded:
     advanced: int
 
 
-@dataclass(frozen=True, slots=True)
-class SeedJob:
-    """A job for bulk seeding: a queue target, default retry policy, the given schedule."""
-
-    job_id: UUID
-    tenant_id: UUID
-    shard_id: int
-    name: str
-    pool: str
-    queue: str
-    schedule_kind: str  # 'once' or 'cron'
-    nominal_at: datetime
-    next_run_at: datetime
-    cron: str | None = None
-    tz: str | None = None
-    jitter_s: int = 0
-    dst_gap: str = "shift"
-    dst_repeat: str = "once"
-    concurrency: str = "allow"
-    misfire: str = "run_once"
-
-
 async def load_due(conn: AsyncConnection, shard_ids: Sequence[int], until: datetime,
                    after: tuple[datetime, UUID] | None, limit: int) -> list[DueRow]:
     rows = await conn.execute(q("DueIndexLoadShards"), {
@@ -217,20 +195,3 @@ async def record(conn: AsyncConnection, executions: Sequence[NewExecution], next
         "a_next_run_ats": _plain([x.next_run_at for x in a]),
     })).one()
     return Recorded(row.ready, row.skipped, row.next_due, row.advanced)
-
-
-async def seed_jobs(conn: AsyncConnection, jobs: Sequence[SeedJob]) -> None:
-    """Insert many active jobs with their due_index rows in one statement."""
-    if not jobs:
-        return
-    await conn.execute(q("JobSeedMany"), {
-        "job_ids": [j.job_id for j in jobs], "tenant_ids": [j.tenant_id for j in jobs],
-        "names": [j.name for j in jobs], "pools": [j.pool for j in jobs], "queues": [j.queue for j in jobs],
-        "schedule_kinds": [j.schedule_kind for j in jobs], "crons": [j.cron for j in jobs],
-        "tzs": [j.tz for j in jobs], "jitter_ss": [j.jitter_s for j in jobs],
-        "dst_gaps": [j.dst_gap for j in jobs], "dst_repeats": [j.dst_repeat for j in jobs],
-        "concurrencies": [j.concurrency for j in jobs], "misfires": [j.misfire for j in jobs],
-        "nominal_ats": [j.nominal_at for j in jobs], "next_run_ats": [j.next_run_at for j in jobs],
-        "shard_ids": [j.shard_id for j in jobs],
-        "due_minutes": [j.next_run_at.replace(second=0, microsecond=0) for j in jobs],
-    })

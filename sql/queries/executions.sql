@@ -314,12 +314,3 @@ LIMIT :limit;
 SELECT execution_id, job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, ready_at,
        lease_owner, lease_until, started_at, finished_at, error, result
 FROM executions WHERE tenant_id = :tenant_id AND execution_id = :execution_id;
-
--- name: ExecutionInsertReadyMany
--- Insert ready executions for (job, scheduled_for) pairs in one statement, due at their scheduled time (test factories and benchmarks; the scheduler has its own dispatch statement).
-INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at)
-SELECT j.job_id, j.tenant_id, j.queue, s.scheduled_for, j.max_attempts, 'ready', s.scheduled_for
-FROM unnest(CAST(:job_ids AS UUID[]), CAST(:scheduled_for AS TIMESTAMPTZ[])) AS s (job_id, scheduled_for)
-JOIN jobs AS j ON j.job_id = s.job_id
-ON CONFLICT (job_id, scheduled_for) DO NOTHING
-RETURNING execution_id;

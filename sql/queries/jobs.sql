@@ -1,19 +1,3 @@
--- name: JobInsert
--- Store a new job; with an Idempotency-Key a replay finds the key taken and gets no row.
-INSERT INTO jobs (
-    job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
-    cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
-    timeout_s, concurrency, misfire, state, next_nominal_at, next_run_at, first_run_at,
-    idempotency_key, request_hash
-) VALUES (
-    :job_id, :tenant_id, :name, :target_type, :target_ref, :queue, CAST(:payload AS JSONB), :schedule_kind,
-    :run_at, :cron, :cron_resolved, :tz, :jitter_s, :dst_gap, :dst_repeat, :max_attempts, :backoff_s,
-    :max_backoff_s, :timeout_s, :concurrency, :misfire, 'active', :next_nominal_at, :next_run_at,
-    :next_run_at, :idempotency_key, :request_hash
-)
-ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-RETURNING job_id;
-
 -- name: JobGet
 -- One job of a tenant (another tenant's id finds nothing, like an unknown one).
 SELECT * FROM jobs WHERE tenant_id = :tenant_id AND job_id = :job_id;

@@ -22,9 +22,9 @@ import pytest
 from sqlalchemy import text
 
 from app.domain.shards import shard_of
-from app.store import dispatch as dispatch_store
 from app.store import tenants
 from app.store.db import Database
+from tests import factories
 
 
 def scheduler_command() -> list[str]:
@@ -137,11 +137,11 @@ async def seed_spread(db: Database, tenant_ids: list[UUID], n: int, first: datet
         at = first + timedelta(seconds=span_s * i / max(1, n))
         if cron:
             at = at.replace(second=0, microsecond=0) + timedelta(minutes=cron_minutes_ahead)
-        jobs.append(dispatch_store.SeedJob(
+        jobs.append(factories.SeedJob(
             job_id=job_id, tenant_id=tenant, shard_id=shard_of(job_id), name=f"chaos-{i}", pool="work",
             queue=f"tenant:{tenant}:work", schedule_kind="cron" if cron else "once", nominal_at=at, next_run_at=at,
             cron=cron, tz="UTC" if cron else None))
     for start in range(0, len(jobs), 5000):
         chunk = jobs[start:start + 5000]
-        await db.transaction(lambda c: dispatch_store.seed_jobs(c, chunk))
+        await db.transaction(lambda c: factories.seed_jobs(c, chunk))
     return [j.job_id for j in jobs]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from app.executor import testfactory as tf
 from app.store.db import Database, create_engine
+from tests import factories as tf
 from tests.conftest import free_port, wait_for
 
 pytestmark = pytest.mark.slow

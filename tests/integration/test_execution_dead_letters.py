@@ -10,9 +10,9 @@ from litestar.testing import AsyncTestClient
 from app.api import dead_letters
 from app.api.app import create_app
 from app.config import Settings
-from app.executor import testfactory as tf
 from app.store import executions as ex
 from app.store.db import Database
+from tests import factories as tf
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import text
 
 from app.domain.backoff import JITTER
-from app.executor import testfactory as tf
 from app.store import attempts, tenants
 from app.store import executions as ex
 from app.store.db import Database
+from tests import factories as tf
 
 RC = "READ COMMITTED"
 

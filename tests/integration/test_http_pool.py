@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from app.errors import EgressRefused
-from app.executor import testfactory as tf
 from app.executor.batching import Outcomes
 from app.executor.breaker import BreakerConfig
 from app.executor.egress import EgressPolicy
@@ -22,6 +21,7 @@ from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
 from app.store import attempts, tenants
 from app.store.db import Database
 from kairos_sdk.signature import verify
+from tests import factories as tf
 
 LOCAL = EgressPolicy.from_allow_list(["127.0.0.1"])
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from app.executor import testfactory as tf
 from app.store import executions as ex
 from app.store.db import Database
+from tests import factories as tf
 
 
 async def test_seconds_until_the_earliest_ready_execution_across_tenants(db: Database) -> None:

@@ -21,9 +21,9 @@ from app.scheduler.dispatcher import Dispatcher, DispatcherConfig
 from app.scheduler.heap import DueHeap
 from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser
 from app.scheduler.loader import DueLoader, LoaderConfig
-from app.store import dispatch as dispatch_store
 from app.store import tenants
 from app.store.db import Database
+from tests import factories
 
 NY = "America/New_York"
 
@@ -44,11 +44,11 @@ async def seed_cron(db: Database, tenant_id: UUID, expr: str, tz: str, after: da
                     repeat: str = "once") -> UUID:
     job_id = uuid.uuid4()
     first = cron.next_occurrence(cron.CronSchedule(expr, tz, 0, cron.DstPolicy(gap, repeat)), after, str(job_id))
-    job = dispatch_store.SeedJob(job_id=job_id, tenant_id=tenant_id, shard_id=shard_of(job_id), name=expr,
+    job = factories.SeedJob(job_id=job_id, tenant_id=tenant_id, shard_id=shard_of(job_id), name=expr,
                                  pool="work", queue=f"tenant:{tenant_id}:work", schedule_kind="cron",
                                  nominal_at=first.nominal_utc, next_run_at=first.run_at, cron=expr, tz=tz,
                                  dst_gap=gap, dst_repeat=repeat)
-    await db.transaction(lambda c: dispatch_store.seed_jobs(c, [job]))
+    await db.transaction(lambda c: factories.seed_jobs(c, [job]))
     return job_id
 
 

@@ -19,9 +19,9 @@ from app.scheduler.dispatcher import Dispatcher, DispatcherConfig
 from app.scheduler.heap import DueHeap
 from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser, fair_share
 from app.scheduler.loader import DueLoader, LoaderConfig
-from app.store import dispatch as dispatch_store
 from app.store import shard_leases, tenants
 from app.store.db import Database
+from tests import factories
 
 T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -80,11 +80,11 @@ async def seed(db: Database, tenant_id: UUID, n: int, at: datetime, *, cron: str
     for i in range(n):
         job_id = uuid.uuid4()
         run_at = at + timedelta(seconds=spread_s * i / max(1, n))
-        jobs.append(dispatch_store.SeedJob(
+        jobs.append(factories.SeedJob(
             job_id=job_id, tenant_id=tenant_id, shard_id=shard_of(job_id), name=f"job-{i}", pool="work",
             queue=f"tenant:{tenant_id}:work", schedule_kind="cron" if cron else "once", nominal_at=run_at,
             next_run_at=run_at, cron=cron, tz=tz if cron else None, concurrency=concurrency, misfire=misfire))
-    await db.transaction(lambda c: dispatch_store.seed_jobs(c, jobs))
+    await db.transaction(lambda c: factories.seed_jobs(c, jobs))
     return [j.job_id for j in jobs]
 
 

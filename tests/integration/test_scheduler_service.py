@@ -14,9 +14,9 @@ from sqlalchemy import text
 from app.config import Settings
 from app.domain.shards import shard_of
 from app.scheduler.service import serve
-from app.store import dispatch as dispatch_store
 from app.store import shard_leases, tenants
 from app.store.db import Database
+from tests import factories
 from tests.conftest import poll
 
 
@@ -34,9 +34,9 @@ async def test_serve_dispatches_a_job_due_in_one_second_and_hands_shards_back_on
     job_id = uuid.uuid4()
     # Submitted while the scheduler runs, due one second later ("delaySeconds: 1").
     run_at = datetime.now(timezone.utc) + timedelta(seconds=1)
-    job = dispatch_store.SeedJob(job_id=job_id, tenant_id=tenant.tenant_id, shard_id=shard_of(job_id), name="soon",
+    job = factories.SeedJob(job_id=job_id, tenant_id=tenant.tenant_id, shard_id=shard_of(job_id), name="soon",
                                  pool="work", queue="q", schedule_kind="once", nominal_at=run_at, next_run_at=run_at)
-    await db.transaction(lambda c: dispatch_store.seed_jobs(c, [job]))
+    await db.transaction(lambda c: factories.seed_jobs(c, [job]))
 
     async def dispatched():
         async def read(conn):

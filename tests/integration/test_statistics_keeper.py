@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import text
 
-from app.executor import testfactory as tf
 from app.scheduler.statistics import StatisticsKeeper, StatisticsKeeperConfig
 from app.store.db import Database
+from tests import factories as tf
 
 
 async def flush_stats(db: Database) -> None:

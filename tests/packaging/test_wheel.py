@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import venv
+import zipfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -45,6 +46,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", dist, project)
     wheels = sorted(dist.glob("*.whl"))
     assert [w.name.split("-")[0] for w in wheels] == ["kairos", "kairos_sdk"]
+    with zipfile.ZipFile(wheels[0]) as server_wheel:
+        shipped = server_wheel.namelist()
+    # Test and benchmark helpers live in tests/ (tests/factories.py, tests/sql/): none is shipped.
+    assert [n for n in shipped if n.startswith("tests/") or "factor" in n
+            or Path(n).name.startswith(("test", "conftest"))] == []
+    assert "app/sql/queries/jobs.sql" in shipped
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
     # This interpreter's pip installs into the new environment (no pip bootstrap there); the

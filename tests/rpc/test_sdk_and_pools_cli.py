@@ -13,13 +13,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from app.executor import testfactory as tf
 from app.executor.batching import Outcomes
 from app.rpc.servicer import ServicerConfig
 from app.store import attempts
 from app.store import executions as ex
 from app.store.db import Database
 from kairos_sdk import NonRetryable, Worker, WorkerClient
+from tests import factories as tf
 from tests.conftest import poll
 
 ROOT = Path(__file__).resolve().parents[2]

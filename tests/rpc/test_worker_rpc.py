@@ -13,12 +13,12 @@ from uuid import UUID
 import grpc
 import pytest
 
-from app.executor import testfactory as tf
 from app.rpc import codegen
 from app.store import attempts, pools
 from app.store import executions as ex
 from app.store.db import Database
 from kairos_sdk import WorkerClient
+from tests import factories as tf
 
 ROOT = Path(__file__).resolve().parents[2]
 

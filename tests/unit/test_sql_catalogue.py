@@ -1,4 +1,9 @@
-"""Every SQL statement is named, described, used, and inside the PostgreSQL/CockroachDB rules."""
+"""Every SQL statement is named, described, used, and inside the PostgreSQL/CockroachDB rules.
+
+The shipped catalogue (sql/queries) must be used by app/, and every ``q("Name")`` in app/ must name
+one of its statements; the test-only statements (tests/sql/factories.sql) must be used by
+tests/factories.py and follow the same rules.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,11 @@ import pytest
 
 from app.domain.states import EXECUTION_TRANSITIONS, JOB_TRANSITIONS, ExecutionState, JobState
 from app.store import migrate
-from app.store.queries import catalogue, parse, sql_dir
+from app.store.queries import NamedQuery, catalogue, parse, sql_dir
+from tests import factories
 
 APP = Path(__file__).resolve().parents[2] / "app"
+FACTORIES = Path(factories.__file__)
 
 # Things CockroachDB lacks or ignores (ARCHITECTURE.md, compatibility rules).
 BANNED = {
@@ -38,14 +45,46 @@ def test_catalogue_loads_with_unique_names() -> None:
     assert len(catalogue()) > 10
 
 
-@pytest.mark.parametrize("name", sorted(catalogue()))
-def test_statement_is_described_used_and_portable(name: str) -> None:
-    query = catalogue()[name]
+def check_statement(query: NamedQuery, users: str, where: str) -> None:
+    name = query.name
     assert query.description, f"{name} needs a one-line description under its name"
     assert re.match(r"^[A-Z][A-Za-z0-9]+$", name), f"{name}: noun-first CamelCase names"
-    assert f'"{name}"' in app_source(), f"{name} is never used in app/"
+    assert f'"{name}"' in users, f"{name} is never used in {where}"
     for pattern, why in BANNED.items():
         assert not re.search(pattern, code(query.sql), re.IGNORECASE), f"{name}: {why}"
+
+
+@pytest.mark.parametrize("name", sorted(catalogue()))
+def test_statement_is_described_used_and_portable(name: str) -> None:
+    check_statement(catalogue()[name], app_source(), "app/")
+
+
+@pytest.mark.parametrize("name", sorted(factories.statements()))
+def test_factory_statement_is_described_used_and_portable(name: str) -> None:
+    check_statement(factories.statements()[name], FACTORIES.read_text(), "tests/factories.py")
+
+
+def test_factory_statements_stay_out_of_the_shipped_catalogue() -> None:
+    assert len(factories.statements()) >= 3
+    assert set(factories.statements()) & set(catalogue()) == set()
+
+
+# q("Name"), also split over lines: q(\n "Name").
+CALL = re.compile(r"""\bq\(\s*["'](\w+)["']""")
+
+
+def unknown_statements(source: str, known: set[str]) -> set[str]:
+    return {name for name in CALL.findall(source) if name not in known}
+
+
+def test_every_q_call_in_app_names_a_statement() -> None:
+    assert CALL.findall(app_source()), "expected q(...) calls in app/"
+    assert unknown_statements(app_source(), set(catalogue())) == set()
+
+
+def test_an_unknown_statement_name_is_caught() -> None:
+    source = 'await conn.execute(q("JobGet"), p)\nawait conn.execute(q(\n    "JobSeedMany"), p)\n'
+    assert unknown_statements(source, set(catalogue())) == {"JobSeedMany"}
 
 
 def test_no_sql_strings_outside_the_catalogue() -> None:
