@@ -9,8 +9,6 @@ from datetime import datetime, timedelta, timezone
 from urllib.parse import urlencode
 from uuid import UUID, uuid4
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from app import errors
 from app.api import schemas
 from app.api.submit import Submission
@@ -19,7 +17,7 @@ from app.domain import jobs as spec
 from app.domain import schedule as cron
 from app.domain.states import JobState
 from app.store import jobs as store
-from app.store.db import Database
+from app.store.db import Connection, Database
 
 log = logging.getLogger(__name__)
 PAGE_MAX = 500
@@ -143,7 +141,7 @@ async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | 
     n = page_limit(limit)
     before = decode_cursor(cursor)
 
-    async def work(conn: AsyncConnection) -> list[store.ExecutionSummary]:
+    async def work(conn: Connection) -> list[store.ExecutionSummary]:
         if await store.get(conn, tenant_id, job_id) is None:
             raise errors.JobNotFound()
         return await store.executions_page(conn, tenant_id, job_id, before=before, limit=n + 1)
@@ -168,14 +166,14 @@ def _cron_of(job: store.Job) -> cron.CronSchedule:
                              dst=cron.DstPolicy(gap=job.dst_gap, repeat=job.dst_repeat))  # type: ignore[arg-type]
 
 
-async def _locked(conn: AsyncConnection, tenant_id: UUID, job_id: UUID) -> store.Job:
+async def _locked(conn: Connection, tenant_id: UUID, job_id: UUID) -> store.Job:
     job = await store.get(conn, tenant_id, job_id, for_update=True)
     if job is None:
         raise errors.JobNotFound()
     return job
 
 
-async def _moved(conn: AsyncConnection, job: store.Job, to: JobState, nominal: datetime | None,
+async def _moved(conn: Connection, job: store.Job, to: JobState, nominal: datetime | None,
                  run_at: datetime | None) -> store.Job:
     updated = await store.set_state(conn, job, to.value, next_nominal_at=nominal, next_run_at=run_at)
     if updated is None:
@@ -184,7 +182,7 @@ async def _moved(conn: AsyncConnection, job: store.Job, to: JobState, nominal: d
 
 
 async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
-    async def work(conn: AsyncConnection) -> store.Job:
+    async def work(conn: Connection) -> store.Job:
         job = await _locked(conn, tenant_id, job_id)
         if job.state == JobState.PAUSED:
             return job
@@ -202,7 +200,7 @@ async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
 
 
 async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> store.Job:
-    async def work(conn: AsyncConnection) -> store.Job:
+    async def work(conn: Connection) -> store.Job:
         job = await _locked(conn, tenant_id, job_id)
         if job.state == JobState.ACTIVE:
             return job
@@ -240,7 +238,7 @@ def _resume_point(job: store.Job, now: datetime, missed: str) -> tuple[datetime 
 
 
 async def cancel(db: Database, tenant_id: UUID, job_id: UUID) -> None:
-    async def work(conn: AsyncConnection) -> None:
+    async def work(conn: Connection) -> None:
         job = await _locked(conn, tenant_id, job_id)
         if job.state == JobState.CANCELLED:
             return

@@ -20,12 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from app import errors, observability
 from app.domain import jobs as spec
 from app.store import jobs as store
-from app.store.db import Database
+from app.store.db import Connection, Database
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +75,7 @@ def _row(s: Submission, queue: str) -> store.NewJob:
     )
 
 
-async def store_many(conn: AsyncConnection, subs: Sequence[Submission]) -> list[Outcome]:
+async def store_many(conn: Connection, subs: Sequence[Submission]) -> list[Outcome]:
     """Store submissions in the caller's transaction; one outcome per submission, in order."""
     pools = await store.shared_pool_access_many(conn, sorted({
         (s.tenant_id, s.job.target.ref) for s in subs if s.job.target.type == "queue"}))

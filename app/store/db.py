@@ -18,6 +18,10 @@ from app.config import Settings
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# What a transaction's work receives and passes on to the store's functions: services name the
+# type, never its methods, so SQLAlchemy stays inside app/store.
+Connection = AsyncConnection
+
 # serialization_failure, deadlock_detected: the whole transaction may simply be run again.
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
 
@@ -72,7 +76,7 @@ class Database:
 
     async def transaction(
         self,
-        work: Callable[[AsyncConnection], Awaitable[T]],
+        work: Callable[[Connection], Awaitable[T]],
         *,
         isolation: str | None = None,
     ) -> T:

@@ -1,0 +1,192 @@
+"""Imports point one way (docs/architecture.md, "Layers").
+
+Every module under app/ is parsed with ``ast``; each ``app.*`` import it makes, at module level or
+inside a function, must go to its own layer or one the table below allows. SQLAlchemy and psycopg
+are imported by app/store alone, the generated gRPC modules by app/rpc alone, and the rest of the
+tenant SDK only where the server deliberately shares code with tenants.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+APP = Path(__file__).resolve().parents[2] / "app"
+
+# Layer of each first component under app (a package or a top-level module).
+LAYER_OF = {
+    "cli": "cli",
+    "api": "api",
+    "rpc": "rpc",
+    "scheduler": "scheduler",
+    "executor": "executor",
+    "store": "store",
+    "domain": "domain",
+    "config": "foundation",
+    "errors": "errors",
+    "observability": "foundation",
+    "duties": "foundation",
+}
+
+_BELOW_TIERS = {"store", "domain", "foundation", "errors"}
+
+# layer -> the other layers it may import (its own is always allowed).
+ALLOWED = {
+    # The composition root: starts every process and wires transports to the tiers under them.
+    "cli": {"api", "rpc", "scheduler", "executor", *_BELOW_TIERS},
+    # Transports: on the tier logic, never on each other.
+    "api": {"scheduler", "executor", *_BELOW_TIERS},
+    "rpc": {"scheduler", "executor", *_BELOW_TIERS},
+    # Tier logic: on store and domain, never on each other.
+    "scheduler": _BELOW_TIERS,
+    "executor": _BELOW_TIERS,
+    "store": {"domain", "foundation", "errors"},
+    # Pure: raises our exceptions and nothing else of ours.
+    "domain": {"errors"},
+    # Config, observability, duties: used by every layer, so they use none.
+    "foundation": {"errors"},
+    "errors": set(),
+}
+
+DATABASE_DRIVERS = ("sqlalchemy", "psycopg", "psycopg2", "asyncpg")
+GENERATED = "kairos_sdk._proto"
+# Where the server uses the tenant SDK: the rpc layer, `kairos worker`, and the delivery signature
+# whose format both sides must agree on.
+SDK_USERS = ("app.rpc", "app.cli.worker", "app.executor.signing")
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module, dotted
+    target: str  # what it imports, dotted
+    line: int
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(source: str, module: str, is_package: bool) -> list[Import]:
+    """Every import in ``source``, wherever it is, with relative ones resolved."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [Import(module, alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                stem = ".".join([*base, node.module] if node.module else base)
+            else:
+                stem = node.module or ""
+            # `from app import errors` imports app.errors; `from app.x import name` imports app.x.
+            if stem == "app":
+                found += [Import(module, f"app.{alias.name}", node.lineno) for alias in node.names]
+            else:
+                found.append(Import(module, stem, node.lineno))
+    return found
+
+
+def layer(dotted: str) -> str | None:
+    parts = dotted.split(".")
+    if parts[0] != "app" or len(parts) < 2:
+        return None
+    return LAYER_OF.get(parts[1], "?")
+
+
+def _within(dotted: str, prefixes: tuple[str, ...]) -> bool:
+    return any(dotted == p or dotted.startswith(p + ".") for p in prefixes)
+
+
+def violations(root: Path) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = module_name(path, root)
+        where = f"{path.relative_to(root.parent)}"
+        own = layer(module)
+        if module != "app" and own == "?":
+            found.append(f"{where}: {module} is in no layer (add it to LAYER_OF)")
+            continue
+        for imp in imports_of(path.read_text(), module, path.name == "__init__.py"):
+            at = f"{where}:{imp.line}"
+            if _within(imp.target, DATABASE_DRIVERS) and not _within(module, ("app.store",)):
+                found.append(f"{at}: imports {imp.target}; only app/store talks to the database driver")
+            elif _within(imp.target, (GENERATED,)) and not _within(module, ("app.rpc",)):
+                found.append(f"{at}: imports {imp.target}; only app/rpc uses the generated modules")
+            elif _within(imp.target, ("kairos_sdk",)) and not _within(module, SDK_USERS):
+                found.append(f"{at}: imports {imp.target}; the server uses the SDK only from {SDK_USERS}")
+            target = layer(imp.target)
+            if target is None or own is None or target == own:
+                continue
+            if target == "?":
+                found.append(f"{at}: imports {imp.target}, which is in no layer")
+            elif target not in ALLOWED[own]:
+                found.append(f"{at}: {own} imports {target} ({imp.target}); {own} may use "
+                             f"{', '.join(sorted(ALLOWED[own])) or 'nothing of ours'}")
+    return found
+
+
+def test_the_table_names_every_layer() -> None:
+    assert set(ALLOWED) == set(LAYER_OF.values())
+    for allowed in ALLOWED.values():
+        assert allowed <= set(ALLOWED)
+
+
+def test_every_package_under_app_has_a_layer() -> None:
+    names = {p.stem for p in APP.glob("*.py") if p.stem != "__init__"}
+    names |= {p.parent.name for p in APP.glob("*/__init__.py")}
+    assert names - set(LAYER_OF) == set()
+
+
+def test_nothing_points_up_or_sideways() -> None:
+    assert violations(APP) == []
+
+
+def test_layers_form_no_cycle() -> None:
+    def reaches(start: str, goal: str, seen: frozenset[str] = frozenset()) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in ALLOWED[start])
+
+    assert [name for name in ALLOWED if reaches(name, name)] == []
+
+
+@pytest.mark.parametrize(("path", "source", "complaint"), [
+    ("executor/service.py", "from app.rpc import server\n", "executor imports rpc"),
+    ("rpc/servicer.py", "def f():\n    from app.api import app\n", "rpc imports api"),
+    ("scheduler/x.py", "from app.executor.batching import Outcomes\n", "scheduler imports executor"),
+    ("store/jobs.py", "from app import observability\nfrom app.scheduler import heap\n", "store imports scheduler"),
+    ("domain/jobs.py", "from app.config import load\n", "domain imports foundation"),
+    ("domain/jobs.py", "from app.store import db\n", "domain imports store"),
+    ("duties.py", "import app.store.db\n", "foundation imports store"),
+    ("api/service.py", "from sqlalchemy.ext.asyncio import AsyncConnection\n", "only app/store"),
+    ("executor/pools.py", "import psycopg\n", "only app/store"),
+    ("cli/worker.py", "from kairos_sdk._proto import worker_pb2\n", "only app/rpc"),
+    ("scheduler/x.py", "from kairos_sdk.worker import Worker\n", "uses the SDK only"),
+    ("executor/reaper.py", "from ..rpc import servicer\n", "executor imports rpc"),
+    ("tools.py", "", "in no layer"),
+])
+def test_the_check_catches(tmp_path: Path, path: str, source: str, complaint: str) -> None:
+    root = tmp_path / "app"
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    (root / path).write_text(source)
+    found = violations(root)
+    assert any(complaint in v for v in found), found
+
+
+def test_the_check_allows_the_direction(tmp_path: Path) -> None:
+    root = tmp_path / "app"
+    for path, source in {
+        "cli/__init__.py": "from app.rpc.server import GrpcTransport\nfrom app.api import server\n",
+        "rpc/servicer.py": "from app.executor.batching import Outcomes\nfrom kairos_sdk._proto import worker_pb2\n",
+        "executor/service.py": "from app import duties, errors\nfrom app.store.db import Database\n",
+        "store/db.py": "from sqlalchemy import text\nfrom app.domain import states\n",
+        "domain/jobs.py": "from app.errors import InvalidInput\nfrom . import schedule\n",
+    }.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(source)
+    assert violations(root) == []
