@@ -91,24 +91,10 @@ JOIN jobs AS j ON j.job_id = l.job_id
 JOIN tenants AS t ON t.tenant_id = l.tenant_id;
 
 -- name: ExecutionNextReadyIn
--- Seconds until the earliest ready execution of a queue falls due (<= 0: due now), NULL when none is ready; one index probe per tenant with ready work.
-WITH RECURSIVE ready_tenants (tenant_id) AS (
-    (SELECT tenant_id FROM executions
-     WHERE queue = :queue AND state = 'ready'
-     ORDER BY tenant_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT e.tenant_id FROM executions AS e
-            WHERE e.queue = :queue AND e.state = 'ready' AND e.tenant_id > r.tenant_id
-            ORDER BY e.tenant_id LIMIT 1)
-    FROM ready_tenants AS r
-    WHERE r.tenant_id IS NOT NULL
-)
-SELECT CAST(EXTRACT(EPOCH FROM min(
-           (SELECT e.ready_at FROM executions AS e
-            WHERE e.queue = :queue AND e.tenant_id = r.tenant_id AND e.state = 'ready'
-            ORDER BY e.ready_at LIMIT 1)) - coalesce(CAST(:now AS TIMESTAMPTZ), now())) AS FLOAT8) AS seconds
-FROM ready_tenants AS r
-WHERE r.tenant_id IS NOT NULL;
+-- Seconds until the earliest ready execution of a queue falls due (<= 0: due now), NULL when none is ready (one probe of executions_ready_at).
+SELECT CAST(EXTRACT(EPOCH FROM min(ready_at) - coalesce(CAST(:now AS TIMESTAMPTZ), now())) AS FLOAT8) AS seconds
+FROM executions
+WHERE queue = :queue AND state = 'ready';
 
 -- name: ExecutionHeartbeat
 -- Extend the lease of the current attempt to now + :lease_s, never past started_at + the job's timeout.
