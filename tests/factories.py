@@ -24,7 +24,7 @@ from uuid import UUID
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.jobs import HTTP_QUEUE
+from app.domain.queues import HTTP_QUEUE, shared_queue, tenant_queue
 from app.store import arrays, tenants
 from app.store.db import Database
 from app.store.queries import NamedQuery, parse
@@ -60,14 +60,6 @@ async def tenant(db: Database, name: str | None = None) -> TenantFixture:
     assert created is not None, f"tenant {name} exists"
     t, key = created
     return TenantFixture(t.tenant_id, t.name, key, t.signing_secret)
-
-
-def tenant_queue(tenant_id: UUID, pool: str) -> str:
-    return f"tenant:{tenant_id}:{pool}"
-
-
-def shared_queue(pool: str) -> str:
-    return f"shared:{pool}"
 
 
 async def job(db: Database, tenant_id: UUID, *, queue: str, target_ref: str | None = None,

@@ -12,10 +12,10 @@ from urllib.parse import urlsplit
 from uuid import UUID
 
 from app.domain import schedule as cron
+from app.domain.queues import HTTP_QUEUE, shared_queue, tenant_queue
 from app.errors import InvalidInput, InvalidSchedule
 
 POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-HTTP_QUEUE = "@http"
 MAX_NAME_LEN = 200
 MAX_URL_LEN = 2048
 MAX_ATTEMPTS = 100
@@ -235,4 +235,4 @@ def queue_for(target: Target, tenant_id: UUID, shared_pool: bool) -> str:
     """The ready-queue key executions of this target go to."""
     if target.type == "http":
         return HTTP_QUEUE
-    return f"shared:{target.ref}" if shared_pool else f"tenant:{tenant_id}:{target.ref}"
+    return shared_queue(target.ref) if shared_pool else tenant_queue(tenant_id, target.ref)

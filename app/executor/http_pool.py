@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from app import observability
+from app.domain.queues import HTTP_QUEUE
 from app.duties import pause
 from app.errors import EgressRefused
 from app.executor.batching import Deferral, Outcomes
@@ -34,7 +35,6 @@ from app.store.db import Database
 
 log = logging.getLogger(__name__)
 
-HTTP_QUEUE = "@http"
 RETRYABLE_STATUS = frozenset({408, 429})
 # The lease of an HTTP delivery is the job's timeout (the lease statement caps it there).
 _LEASE_AS_LONG_AS_THE_TIMEOUT_S = 86400.0

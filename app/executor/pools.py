@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app import errors
-from app.executor.http_pool import HTTP_QUEUE
 from app.store import pools as store
 from app.store import tenants
 from app.store.db import Database
 from app.store.pools import SharedPool
 
-__all__ = ["HTTP_QUEUE", "CreatedPool", "SharedPool", "create", "grant", "list_all", "issue_key"]
+__all__ = ["CreatedPool", "SharedPool", "create", "grant", "list_all", "issue_key"]
 
 
 @dataclass(frozen=True)

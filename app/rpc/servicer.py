@@ -21,6 +21,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from app import errors, observability
+from app.domain import queues
 from app.domain.jobs import POOL_NAME
 from app.executor.batching import Outcomes
 from app.store import executions as ex
@@ -56,14 +57,14 @@ class Credential:
         if p.pool is not None:
             if pool != p.pool:
                 raise PermissionError(f"this worker key serves shared pool {p.pool!r}, not {pool!r}")
-            return f"shared:{pool}"
-        return f"tenant:{p.tenant_id}:{pool}"
+            return queues.shared_queue(pool)
+        return queues.tenant_queue(p.tenant_id, pool)
 
     @property
     def scope(self) -> str:
         """Which executions Heartbeat/Complete/Fail may touch (see ExecutionCompleteMany)."""
         p = self.principal
-        return f"shared:{p.pool}" if p.pool is not None else f"tenant:{p.tenant_id}:"
+        return queues.shared_queue(p.pool) if p.pool is not None else queues.tenant_scope(p.tenant_id)
 
 
 def _ts(value: datetime | None) -> Timestamp | None:
@@ -178,7 +179,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                 for w in waits:
                     w.cancel()
         if got:
-            observability.leased.add(len(got), {"queue": "shared" if queue.startswith("shared:") else "tenant"})
+            observability.leased.add(len(got), {"queue": "shared" if queues.is_shared(queue) else "tenant"})
         response = pb.LeaseResponse()
         for e in got:
             m = response.executions.add(

@@ -139,7 +139,8 @@ async def seed_spread(db: Database, tenant_ids: list[UUID], n: int, first: datet
             at = at.replace(second=0, microsecond=0) + timedelta(minutes=cron_minutes_ahead)
         jobs.append(factories.SeedJob(
             job_id=job_id, tenant_id=tenant, shard_id=shard_of(job_id), name=f"chaos-{i}", pool="work",
-            queue=f"tenant:{tenant}:work", schedule_kind="cron" if cron else "once", nominal_at=at, next_run_at=at,
+            queue=factories.tenant_queue(tenant, "work"), schedule_kind="cron" if cron else "once",
+            nominal_at=at, next_run_at=at,
             cron=cron, tz="UTC" if cron else None))
     for start in range(0, len(jobs), 5000):
         chunk = jobs[start:start + 5000]

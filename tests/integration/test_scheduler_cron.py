@@ -45,7 +45,7 @@ async def seed_cron(db: Database, tenant_id: UUID, expr: str, tz: str, after: da
     job_id = uuid.uuid4()
     first = cron.next_occurrence(cron.CronSchedule(expr, tz, 0, cron.DstPolicy(gap, repeat)), after, str(job_id))
     job = factories.SeedJob(job_id=job_id, tenant_id=tenant_id, shard_id=shard_of(job_id), name=expr,
-                                 pool="work", queue=f"tenant:{tenant_id}:work", schedule_kind="cron",
+                                 pool="work", queue=factories.tenant_queue(tenant_id, "work"), schedule_kind="cron",
                                  nominal_at=first.nominal_utc, next_run_at=first.run_at, cron=expr, tz=tz,
                                  dst_gap=gap, dst_repeat=repeat)
     await db.transaction(lambda c: factories.seed_jobs(c, [job]))

@@ -82,8 +82,9 @@ async def seed(db: Database, tenant_id: UUID, n: int, at: datetime, *, cron: str
         run_at = at + timedelta(seconds=spread_s * i / max(1, n))
         jobs.append(factories.SeedJob(
             job_id=job_id, tenant_id=tenant_id, shard_id=shard_of(job_id), name=f"job-{i}", pool="work",
-            queue=f"tenant:{tenant_id}:work", schedule_kind="cron" if cron else "once", nominal_at=run_at,
-            next_run_at=run_at, cron=cron, tz=tz if cron else None, concurrency=concurrency, misfire=misfire))
+            queue=factories.tenant_queue(tenant_id, "work"), schedule_kind="cron" if cron else "once",
+            nominal_at=run_at, next_run_at=run_at, cron=cron, tz=tz if cron else None, concurrency=concurrency,
+            misfire=misfire))
     await db.transaction(lambda c: factories.seed_jobs(c, jobs))
     return [j.job_id for j in jobs]
 
@@ -233,7 +234,7 @@ async def test_dispatch_turns_one_off_jobs_into_ready_executions_and_completes_t
     assert sorted(r.job_id for r in got) == sorted(job_ids)
     for r in got:
         assert (r.state, r.ready_at, r.scheduled_for, r.max_attempts) == ("ready", due, due, 3)
-        assert r.queue == f"tenant:{tenant}:work" and r.dispatched_at == clock()
+        assert r.queue == factories.tenant_queue(tenant, "work") and r.dispatched_at == clock()
     jobs = await rows(db, "SELECT state, next_run_at, version FROM jobs")
     assert {(j.state, j.next_run_at, j.version) for j in jobs} == {("completed", None, 2)}
     assert await rows(db, "SELECT 1 FROM due_index") == []

@@ -8,7 +8,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from app.domain import backoff, jobs
+from app.domain import backoff, jobs, queues
 from app.domain.shards import SHARD_COUNT, due_minute, shard_of
 from app.errors import InvalidInput
 
@@ -53,7 +53,7 @@ def test_queue_keys_keep_tenants_apart() -> None:
     t = jobs.Target("queue", "emails")
     assert jobs.queue_for(t, a, False) != jobs.queue_for(t, b, False)
     assert jobs.queue_for(t, a, True) == jobs.queue_for(t, b, True) == "shared:emails"
-    assert jobs.queue_for(jobs.Target("http", "https://x"), a, False) == jobs.HTTP_QUEUE
+    assert jobs.queue_for(jobs.Target("http", "https://x"), a, False) == queues.HTTP_QUEUE
 
 
 def test_fingerprint_ignores_key_order_and_whitespace() -> None:
