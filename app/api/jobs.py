@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any
 from uuid import UUID
 
 import msgspec
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
+from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
 from app import errors
@@ -118,8 +120,22 @@ def _decode_item(raw: msgspec.Raw) -> tuple[schemas.BatchItemIn, str | None]:
     return item, fingerprint_of(decoded)
 
 
+@dataclass
+class _BatchOperation(Operation):
+    """The batch body is parsed item by item (one bad item must not refuse the rest), so Litestar cannot
+    derive it from the handler: this documents it, each item a JobIn plus its own idempotencyKey."""
+
+    def __post_init__(self) -> None:
+        item = Schema(all_of=[Reference(ref="#/components/schemas/JobIn"), Schema(
+            type=OpenAPIType.OBJECT,
+            properties={"idempotencyKey": Schema(type=OpenAPIType.STRING, min_length=1, max_length=255)})])
+        body = Schema(type=OpenAPIType.OBJECT, required=["jobs"], properties={
+            "jobs": Schema(type=OpenAPIType.ARRAY, items=item, max_items=BATCH_MAX)})
+        self.request_body = RequestBody(required=True, content={"application/json": OpenAPIMediaType(schema=body)})
+
+
 @post("/v1/jobs:batch", operation_id="CreateJobs", status_code=200, tags=["jobs"],
-      request_max_body_size=BATCH_MAX_BODY_BYTES,
+      request_max_body_size=BATCH_MAX_BODY_BYTES, operation_class=_BatchOperation,
       summary="Submit up to 1,000 jobs; each item is validated on its own and the valid ones commit together.")
 async def create_jobs(request: Request, tenant: Tenant, state: State) -> schemas.BatchOut:
     """Body ``{"jobs": [JobIn + optional idempotencyKey, ...]}``; results in request order."""

@@ -95,3 +95,12 @@ def test_concurrent_single_submits_each_create_one_job(api: ApiProcess, tenant: 
         ids = list(pool.map(submit, range(300)))
     assert len(set(ids)) == 300
     assert (jobs_of(api, tenant), due_of(api, tenant)) == (300, 300)
+
+
+def test_the_openapi_document_describes_the_batch_body(api: ApiProcess) -> None:
+    doc = httpx.get(f"{api.url}/schema/openapi.json").json()
+    body = doc["paths"]["/v1/jobs:batch"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    items = body["properties"]["jobs"]["items"]["allOf"]
+    assert body["properties"]["jobs"]["maxItems"] == 1000
+    assert {"$ref": "#/components/schemas/JobIn"} in items
+    assert "JobIn" in doc["components"]["schemas"]
