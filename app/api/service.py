@@ -162,8 +162,7 @@ def execution_out(e: store.ExecutionSummary) -> schemas.ExecutionOut:
 
 def _cron_of(job: store.Job) -> cron.CronSchedule:
     assert job.cron_resolved is not None and job.tz is not None
-    return cron.CronSchedule(expr=job.cron_resolved, tz=job.tz, jitter_s=job.jitter_s,
-                             dst=cron.DstPolicy(gap=job.dst_gap, repeat=job.dst_repeat))  # type: ignore[arg-type]
+    return spec.stored_schedule(job.cron_resolved, job.tz, job.jitter_s, job.dst_gap, job.dst_repeat)
 
 
 async def _locked(conn: Connection, tenant_id: UUID, job_id: UUID) -> store.Job:

@@ -28,6 +28,8 @@ MAX_PAST_S = 86400
 
 Concurrency = Literal["allow", "forbid", "replace"]
 Misfire = Literal["run_once", "catch_up", "skip"]
+DstGap = Literal["shift", "skip"]
+DstRepeat = Literal["once", "twice"]
 
 
 @dataclass(frozen=True)
@@ -188,12 +190,38 @@ def cron_schedule(expr: str, tz: str | None, jitter_s: int | None, gap: str | No
     window = jitter_s or 0
     if not 0 <= window <= MAX_JITTER_S:
         raise InvalidSchedule("schedule.jitterSeconds", f"must be between 0 and {MAX_JITTER_S}")
-    if gap not in (None, "shift", "skip"):
+    return cron.CronSchedule(expr=expr, tz=tz, jitter_s=window, dst=dst_policy(gap, repeat)), resolved
+
+
+_DST_GAPS: dict[str, DstGap] = {"shift": "shift", "skip": "skip"}
+_DST_REPEATS: dict[str, DstRepeat] = {"once": "once", "twice": "twice"}
+_MISFIRES: dict[str, Misfire] = {"run_once": "run_once", "catch_up": "catch_up", "skip": "skip"}
+
+
+def dst_policy(gap: str | None, repeat: str | None) -> cron.DstPolicy:
+    """The DST policy named by a request or a stored row (None: the default of each)."""
+    gap_policy = _DST_GAPS.get(gap or "shift")
+    if gap_policy is None:
         raise InvalidSchedule("schedule.dst.gap", "must be 'shift' or 'skip'")
-    if repeat not in (None, "once", "twice"):
+    repeat_policy = _DST_REPEATS.get(repeat or "once")
+    if repeat_policy is None:
         raise InvalidSchedule("schedule.dst.repeat", "must be 'once' or 'twice'")
-    policy = cron.DstPolicy(gap=gap or "shift", repeat=repeat or "once")  # type: ignore[arg-type]
-    return cron.CronSchedule(expr=expr, tz=tz, jitter_s=window, dst=policy), resolved
+    return cron.DstPolicy(gap=gap_policy, repeat=repeat_policy)
+
+
+def misfire_policy(value: str) -> Misfire:
+    """The misfire policy a stored row names."""
+    policy = _MISFIRES.get(value)
+    if policy is None:
+        raise InvalidSchedule("misfire", "must be 'run_once', 'catch_up' or 'skip'")
+    return policy
+
+
+def stored_schedule(expr: str, tz: str, jitter_s: int | None, gap: str | None, repeat: str | None,
+                    ) -> cron.CronSchedule:
+    """The schedule a stored job row evaluates: its resolved expression (no H tokens), zone,
+    jitter window and DST policy, as the jobs and dispatch rows hold them."""
+    return cron.CronSchedule(expr=expr, tz=tz, jitter_s=jitter_s or 0, dst=dst_policy(gap, repeat))
 
 
 def resolved_schedule(s: cron.CronSchedule, resolved: str) -> cron.CronSchedule:
