@@ -200,10 +200,10 @@ _MISFIRES: dict[str, Misfire] = {"run_once": "run_once", "catch_up": "catch_up",
 
 def dst_policy(gap: str | None, repeat: str | None) -> cron.DstPolicy:
     """The DST policy named by a request or a stored row (None: the default of each)."""
-    gap_policy = _DST_GAPS.get(gap or "shift")
+    gap_policy = _DST_GAPS.get("shift" if gap is None else gap)
     if gap_policy is None:
         raise InvalidSchedule("schedule.dst.gap", "must be 'shift' or 'skip'")
-    repeat_policy = _DST_REPEATS.get(repeat or "once")
+    repeat_policy = _DST_REPEATS.get("once" if repeat is None else repeat)
     if repeat_policy is None:
         raise InvalidSchedule("schedule.dst.repeat", "must be 'once' or 'twice'")
     return cron.DstPolicy(gap=gap_policy, repeat=repeat_policy)
