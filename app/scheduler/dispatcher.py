@@ -2,8 +2,8 @@
 
 One transaction per batch: a fenced claim (DispatchClaimDue deletes the batch's due_index rows
 of shards still held under the revision the entries were loaded with, and returns each row's
-job), then the plan for every claimed row is computed here (overlap policy, misfire policy,
-the cron chain's next occurrence) and written by at most two more statements over arrays
+job), then the plan for every claimed row is computed by app.scheduler.planning (overlap
+policy, misfire policy, the cron chain's next occurrence; pure) and written by at most two more statements over arrays
 (DispatchCancelReplaced for replace-overlap jobs, DispatchRecord for executions, next due rows
 and job updates). Batches that were fenced are dropped from the heap: whoever holds the shard
 now loads them.
@@ -21,15 +21,11 @@ and its planner statistics refreshed, before it falls due). What must be decided
 is not decided early: an occurrence of a job with concurrency forbid or replace, claimed before it
 is due, has its due row put back unchanged and waits in the heap until it is due; cancel cancels
 ready executions, and pause withdraws an execution dispatched ahead (store.jobs.withdraw_ahead).
-
-Cron evaluation is cached: jobs sharing an expression, zone and DST policy share one evaluation
-per nominal instant, and each job's jitter offset is added on top (herds are exactly that case).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,9 +34,8 @@ from uuid import UUID
 
 from app import errors, observability
 from app.config import Settings
-from app.domain import schedule as cron
-from app.domain.shards import due_minute, shard_of
 from app.scheduler.heap import DueEntry, DueHeap
+from app.scheduler.planning import Plan, plan_claim
 from app.store import dispatch as store
 from app.store.db import Database
 
@@ -48,11 +43,6 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 
-# Kubernetes' bound: a job never catches up more than this many missed occurrences.
-MISFIRE_CAP = 100
-# Gap-skipped occurrences recorded ahead in one chain step (a schedule that only ever falls in
-# DST gaps would otherwise loop; real schedules have at most a couple in a row).
-MAX_SKIPPED_AHEAD = 16
 # The dispatch_lag histogram gets at most about this many points per batch (an even sample).
 LAG_SAMPLES_PER_BATCH = 64
 # Clean batches in a row before one more batch may be in flight again after contention.
@@ -104,140 +94,6 @@ class BatchResult:
         for name in ("claimed", "fenced", "vanished", "ready", "skipped", "failed"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.lags_s.extend(other.lags_s)
-
-
-# ----------------------------------------------------------------------------------------------
-# Planning (pure)
-# ----------------------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=65_536)
-def _chain_step(expr: str, tz: str, gap: str, repeat: str, after: datetime,
-                ) -> tuple[tuple[cron.Occurrence, ...], cron.Occurrence | None]:
-    """Gap-skipped occurrences, then the first one that runs, strictly after ``after`` (no jitter).
-
-    ``expr`` is the resolved expression (no H tokens), so the job key plays no part here.
-    """
-    policy = cron.DstPolicy(gap=gap, repeat=repeat)  # type: ignore[arg-type]
-    schedule = cron.CronSchedule(expr=expr, tz=tz, jitter_s=0, dst=policy)
-    skipped: list[cron.Occurrence] = []
-    for occ in cron.occurrences_after(schedule, after, "resolved"):
-        if not occ.skipped:
-            return tuple(skipped), occ
-        skipped.append(occ)
-        if len(skipped) >= MAX_SKIPPED_AHEAD:
-            break
-    return tuple(skipped), None
-
-
-@functools.lru_cache(maxsize=262_144)
-def _jitter(job_id: UUID, window_s: int) -> timedelta:
-    return timedelta(seconds=cron.jitter_offset_s(str(job_id), window_s))
-
-
-def _iso(at: datetime) -> str:
-    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass
-class Plan:
-    """Everything one claimed due row turns into."""
-
-    executions: list[store.NewExecution] = field(default_factory=list)
-    next_due: store.NextDue | None = None
-    advance: store.JobAdvance | None = None
-    replacement: store.Replacement | None = None
-    lag_s: float | None = None
-    # Claimed before it was due, but its overlap policy must be applied at the due time: the due
-    # row goes back unchanged (next_due) and the entry waits in the heap.
-    held: bool = False
-
-
-def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime]) -> Plan:
-    """Turn one claimed due row into executions, the next due row and the job's new state."""
-    plan = Plan()
-    if c.job_state != "active":
-        return plan  # paused/cancelled/completed (or deleted): the orphan row is gone, nothing runs
-    assert c.tenant_id is not None and c.nominal_at is not None and c.queue is not None
-    assert c.max_attempts is not None
-    tenant_id, queue, max_attempts = c.tenant_id, c.queue, c.max_attempts
-    if c.next_run_at > now and c.concurrency != "allow":
-        plan.held = True
-        plan.next_due = store.NextDue(c.shard_id, due_minute(c.next_run_at), c.next_run_at, c.job_id, tenant_id,
-                                      c.nominal_at)
-        return plan
-
-    def execution(nominal: datetime, ready_at: datetime, state: str = "ready", reason: str | None = None,
-                  note: str | None = None) -> store.NewExecution:
-        return store.NewExecution(c.job_id, tenant_id, queue, nominal, max_attempts, state, ready_at,
-                                  reason, note)
-
-    # (nominal, ready_at) of every occurrence that runs now, oldest first.
-    runs: list[tuple[datetime, datetime]] = [(c.nominal_at, c.next_run_at)]
-    if c.schedule_kind == "once":
-        plan.advance = store.JobAdvance(c.job_id, "completed", None, None)
-    else:
-        assert c.cron_resolved and c.tz and c.dst_gap and c.dst_repeat
-        jitter = _jitter(c.job_id, c.jitter_s or 0)
-        gap_skipped, following = _chain_step(c.cron_resolved, c.tz, c.dst_gap, c.dst_repeat, c.nominal_at)
-        if following is not None and following.nominal_utc <= now:
-            # Misfire: later occurrences are already due too; Kairos was down (or far behind).
-            runs, misfire_records, following, gap_skipped = _plan_misfire(c, now, catch_up_slot)
-            plan.executions.extend(execution(*record) for record in misfire_records)
-        for occ in gap_skipped:
-            plan.executions.append(execution(occ.nominal_utc, occ.nominal_utc + jitter, "skipped", "dst_gap",
-                                             occ.dst_note))
-        if following is None:
-            plan.advance = store.JobAdvance(c.job_id, "completed", None, None)
-        else:
-            run_at = following.nominal_utc + jitter
-            plan.next_due = store.NextDue(shard_of(c.job_id), due_minute(run_at), run_at,
-                                          c.job_id, c.tenant_id, following.nominal_utc)
-            plan.advance = store.JobAdvance(c.job_id, "active", following.nominal_utc, run_at)
-    if not runs:
-        return plan
-    if c.overlapping and c.concurrency == "forbid":
-        note = "the previous execution was still unfinished"
-        plan.executions.extend(execution(n, r, "skipped", "overlap", note) for n, r in runs)
-        return plan
-    if c.overlapping and c.concurrency == "replace":
-        plan.replacement = store.Replacement(c.job_id, runs[0][0], f"replaced by {_iso(runs[-1][0])}")
-    plan.executions.extend(execution(n, r) for n, r in runs)
-    if len(runs) == 1 and runs[0][0] == c.nominal_at:
-        plan.lag_s = max(0.0, (now - c.next_run_at).total_seconds())
-    return plan
-
-
-def _plan_misfire(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime],
-                  ) -> tuple[list[tuple[datetime, datetime]], list[tuple], cron.Occurrence | None,
-                             tuple[cron.Occurrence, ...]]:
-    """Runs, skipped records, the next occurrence after now and gap-skips before it."""
-    assert c.cron_resolved and c.tz and c.nominal_at and c.misfire and c.tenant_id
-    key = str(c.job_id)
-    policy = cron.DstPolicy(gap=c.dst_gap, repeat=c.dst_repeat)  # type: ignore[arg-type]
-    schedule = cron.CronSchedule(expr=c.cron_resolved, tz=c.tz, jitter_s=c.jitter_s or 0, dst=policy)
-    missed, total = cron.missed_occurrences(schedule, c.nominal_at, now, key, cap=MISFIRE_CAP)
-    this = cron.Occurrence(c.nominal_at, c.next_run_at, c.nominal_at, False, None, None)
-    listed = ([this] + missed)[-MISFIRE_CAP:]
-    decision = cron.plan_misfire(c.misfire, listed, total + 1, cap=MISFIRE_CAP)  # type: ignore[arg-type]
-    run_ids = {occ.nominal_utc for occ in decision.run}
-    unlisted = total + 1 - len(listed)
-    records = []
-    for i, occ in enumerate(o for o in listed if o.nominal_utc not in run_ids):
-        note = f"missed while no scheduler ran; misfire policy {c.misfire}"
-        if i == 0 and unlisted:
-            note += f" ({unlisted} older missed occurrences since {_iso(c.nominal_at)} are not listed)"
-        records.append((occ.nominal_utc, occ.run_at, "skipped", "misfire", note))
-    runs = []
-    for occ in decision.run:
-        ready_at = occ.run_at
-        if c.misfire == "catch_up":
-            ready_at = max(ready_at, catch_up_slot(c.tenant_id))
-        runs.append((occ.nominal_utc, ready_at))
-    after = listed[-1].nominal_utc if listed else now
-    gap_skipped, following = _chain_step(c.cron_resolved, c.tz, c.dst_gap,  # type: ignore[arg-type]
-                                         c.dst_repeat, max(after, now))
-    return runs, records, following, gap_skipped
 
 
 # ----------------------------------------------------------------------------------------------

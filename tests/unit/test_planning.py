@@ -1,0 +1,137 @@
+"""Dispatch planning: what one claimed due row turns into. Pure; claims are built by hand."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from uuid import UUID
+
+from app.domain.queues import tenant_queue
+from app.domain.shards import due_minute, shard_of
+from app.scheduler import planning
+from app.store.dispatch import Claim
+
+UTC = timezone.utc
+TENANT = UUID("00000000-0000-4000-8000-000000000001")
+JOB = UUID("00000000-0000-4000-8000-0000000000aa")
+QUEUE = tenant_queue(TENANT, "work")
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def claim(*, nominal: datetime = T0, run_at: datetime | None = None, kind: str = "once", cron: str | None = None,
+          concurrency: str = "allow", misfire: str = "run_once", overlapping: bool = False,
+          state: str | None = "active") -> Claim:
+    run_at = nominal if run_at is None else run_at
+    return Claim(shard_id=shard_of(JOB), next_run_at=run_at, job_id=JOB, claimed=True, fenced=False,
+                 tenant_id=TENANT, nominal_at=nominal, job_state=state, schedule_kind=kind, cron_resolved=cron,
+                 tz="UTC" if cron else None, jitter_s=0 if cron else None, dst_gap="shift" if cron else None,
+                 dst_repeat="once" if cron else None, concurrency=concurrency, misfire=misfire, queue=QUEUE,
+                 max_attempts=3, overlapping=overlapping)
+
+
+def no_slot(tenant_id: UUID) -> datetime:
+    raise AssertionError("only catch_up asks for a slot")
+
+
+def states(plan: planning.Plan) -> list[tuple[datetime, str, str | None]]:
+    return [(e.scheduled_for, e.state, e.skip_reason) for e in plan.executions]
+
+
+def test_a_one_off_runs_once_and_completes_the_job() -> None:
+    plan = planning.plan_claim(claim(), at(0.5), no_slot)
+    assert states(plan) == [(T0, "ready", None)]
+    [execution] = plan.executions
+    assert (execution.job_id, execution.tenant_id, execution.queue, execution.ready_at) == (JOB, TENANT, QUEUE, T0)
+    assert plan.advance == planning.store.JobAdvance(JOB, "completed", None, None)
+    assert plan.next_due is None and plan.replacement is None and not plan.held
+    assert plan.lag_s == 30.0
+
+
+def test_a_job_no_longer_active_plans_nothing() -> None:
+    for state in ("paused", "cancelled", "completed", None):
+        plan = planning.plan_claim(claim(state=state), at(1), no_slot)
+        assert plan == planning.Plan()
+
+
+def test_a_cron_step_runs_the_occurrence_and_moves_the_due_row_to_the_next() -> None:
+    plan = planning.plan_claim(claim(kind="cron", cron="*/5 * * * *"), at(0.25), no_slot)
+    assert states(plan) == [(T0, "ready", None)]
+    assert plan.next_due == planning.store.NextDue(shard_of(JOB), due_minute(at(5)), at(5), JOB, TENANT, at(5))
+    assert plan.advance == planning.store.JobAdvance(JOB, "active", at(5), at(5))
+
+
+def test_forbid_skips_an_occurrence_while_the_previous_execution_is_unfinished() -> None:
+    plan = planning.plan_claim(claim(kind="cron", cron="*/5 * * * *", concurrency="forbid", overlapping=True),
+                               at(0), no_slot)
+    assert states(plan) == [(T0, "skipped", "overlap")]
+    assert plan.next_due is not None and plan.next_due.nominal_at == at(5)  # the chain goes on
+    assert plan.replacement is None and plan.lag_s is None
+
+
+def test_replace_cancels_the_unfinished_execution_and_runs() -> None:
+    plan = planning.plan_claim(claim(concurrency="replace", overlapping=True), at(0), no_slot)
+    assert states(plan) == [(T0, "ready", None)]
+    assert plan.replacement == planning.store.Replacement(JOB, T0, "replaced by 2026-11-30T10:00:00Z")
+
+
+def test_overlap_policies_are_applied_at_the_due_time_not_when_dispatched_ahead() -> None:
+    for concurrency in ("forbid", "replace"):
+        early = claim(kind="cron", cron="*/5 * * * *", concurrency=concurrency, overlapping=False)
+        plan = planning.plan_claim(early, T0 - timedelta(seconds=3), no_slot)
+        assert plan.held
+        assert plan.next_due == planning.store.NextDue(early.shard_id, due_minute(T0), T0, JOB, TENANT, T0)
+        assert plan.executions == [] and plan.advance is None and plan.replacement is None
+        assert not planning.plan_claim(early, T0, no_slot).held  # at its due time it is planned
+    # allow is dispatched ahead: ready at its due time.
+    ahead = planning.plan_claim(claim(), T0 - timedelta(seconds=3), no_slot)
+    assert not ahead.held and states(ahead) == [(T0, "ready", None)] and ahead.executions[0].ready_at == T0
+    assert ahead.lag_s == 0.0
+
+
+def missed(misfire: str, slot=no_slot) -> planning.Plan:
+    # Due at 10:00, planned at 10:17: 10:05, 10:10 and 10:15 were missed too.
+    return planning.plan_claim(claim(kind="cron", cron="*/5 * * * *", misfire=misfire), at(17), slot)
+
+
+def test_misfire_run_once_runs_the_newest_and_records_the_rest() -> None:
+    plan = missed("run_once")
+    assert states(plan) == [(at(0), "skipped", "misfire"), (at(5), "skipped", "misfire"),
+                            (at(10), "skipped", "misfire"), (at(15), "ready", None)]
+    assert "misfire policy run_once" in (plan.executions[0].note or "")
+    assert plan.advance == planning.store.JobAdvance(JOB, "active", at(20), at(20))
+    assert plan.lag_s is None  # not the claimed occurrence alone
+
+
+def test_misfire_catch_up_runs_every_missed_occurrence_at_the_tenant_pace() -> None:
+    slots = iter(at(17) + timedelta(seconds=i) for i in range(10))
+    plan = missed("catch_up", lambda tenant_id: next(slots))
+    assert states(plan) == [(at(m), "ready", None) for m in (0, 5, 10, 15)]
+    assert [e.ready_at for e in plan.executions] == [at(17) + timedelta(seconds=i) for i in range(4)]
+    assert plan.next_due is not None and plan.next_due.nominal_at == at(20)
+
+
+def test_misfire_skip_runs_none() -> None:
+    plan = missed("skip")
+    assert states(plan) == [(at(m), "skipped", "misfire") for m in (0, 5, 10, 15)]
+    assert plan.next_due is not None and plan.next_due.nominal_at == at(20)
+
+
+def test_misfire_keeps_at_most_the_cap_and_says_how_many_it_left_out() -> None:
+    plan = planning.plan_claim(claim(kind="cron", cron="* * * * *", misfire="skip"), at(150), no_slot)
+    assert len(plan.executions) == planning.MISFIRE_CAP
+    assert "older missed occurrences" in (plan.executions[0].note or "")
+
+
+def test_a_dst_gap_skip_is_recorded_before_the_next_occurrence() -> None:
+    # 02:30 does not exist in New York on 2026-03-08; with gap skip it is recorded, not run.
+    nominal = datetime(2026, 3, 7, 7, 30, tzinfo=UTC)  # 02:30 EST on the 7th
+    c = replace(claim(kind="cron", cron="30 2 * * *", nominal=nominal), tz="America/New_York", dst_gap="skip")
+    plan = planning.plan_claim(c, nominal, no_slot)
+    gap = datetime(2026, 3, 8, 7, 0, tzinfo=UTC)  # where the gap ends: 03:00 EDT
+    assert sorted(states(plan)) == [(nominal, "ready", None), (gap, "skipped", "dst_gap")]
+    assert plan.next_due is not None
+    assert plan.next_due.nominal_at == datetime(2026, 3, 9, 6, 30, tzinfo=UTC)  # 02:30 EDT on the 9th
