@@ -24,11 +24,10 @@ import calendar
 import functools
 import hashlib
 import re
+from bisect import bisect_right
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime
-
-from croniter import CroniterBadDateError, croniter
+from datetime import date, datetime, timedelta
 
 from app.errors import InvalidSchedule
 
@@ -103,7 +102,8 @@ class CompiledCron:
     days_restricted: bool
     weekdays_restricted: bool
     hour_is_wildcard: bool
-    # Microseconds since midnight of every matching (hour, minute), sorted: per-day counting.
+    # Every matching (hour, minute), sorted, and the same as microseconds since midnight.
+    times_of_day: tuple[tuple[int, int], ...]
     times_of_day_us: tuple[int, ...]
 
     def matches_date(self, day: date) -> bool:
@@ -120,13 +120,45 @@ class CompiledCron:
         return True
 
     def walls_after(self, start: datetime) -> Iterator[datetime]:
-        """Matching naive wall times strictly after ``start``, in order, for up to 50 years."""
-        walls = croniter(self.resolved, start)
+        """Matching naive wall times strictly after ``start``, in order.
+
+        Ends when no day matches for 50 years (validation refuses expressions that never match,
+        and the sparsest valid one, February 29, matches every 8 years) or at the calendar's end.
+        """
+        times = self.times_of_day
+        day = start.date()
+        first = bisect_right(self.times_of_day_us, micros_of_day(start))
+        searched_since = day
         while True:
-            try:
-                yield walls.get_next(datetime)
-            except CroniterBadDateError:
-                return  # no match within croniter's 50-year search: the schedule has ended
+            if day.month not in self.months:
+                following = _first_of_next_month(day)
+            else:
+                if self.matches_date(day):
+                    for hour, minute in times[first:] if first else times:
+                        yield datetime(day.year, day.month, day.day, hour, minute)
+                    searched_since = day
+                following = _next_day(day)
+            first = 0
+            if following is None or (following - searched_since).days > _GIVE_UP_DAYS:
+                return
+            day = following
+
+_ONE_DAY = timedelta(days=1)
+_GIVE_UP_DAYS = 50 * 366
+
+
+def micros_of_day(moment: datetime) -> int:
+    return ((moment.hour * 60 + moment.minute) * 60 + moment.second) * 1_000_000 + moment.microsecond
+
+
+def _next_day(day: date) -> date | None:
+    return None if day == date.max else day + _ONE_DAY
+
+
+def _first_of_next_month(day: date) -> date | None:
+    if day.month < 12:
+        return date(day.year, day.month + 1, 1)
+    return None if day.year == date.max.year else date(day.year + 1, 1, 1)
 
 
 def stable_int(*parts: str) -> int:
@@ -287,7 +319,7 @@ def compile_cron(expr: str, job_key: str) -> CompiledCron:
                 f"day-of-month {_compress(days)} never occurs in month {_compress(months)}, so it never fires"
             )
 
-    times = sorted((hour * 3600 + minute * 60) * 1_000_000 for hour in hours for minute in minutes)
+    times = sorted((hour, minute) for hour in hours for minute in minutes)
     return CompiledCron(
         resolved=" ".join(rendered),
         minutes=tuple(sorted(minutes)),
@@ -298,7 +330,8 @@ def compile_cron(expr: str, job_key: str) -> CompiledCron:
         days_restricted=days_restricted,
         weekdays_restricted=weekdays_restricted,
         hour_is_wildcard=rendered[1].startswith("*"),
-        times_of_day_us=tuple(times),
+        times_of_day=tuple(times),
+        times_of_day_us=tuple((hour * 3600 + minute * 60) * 1_000_000 for hour, minute in times),
     )
 
 

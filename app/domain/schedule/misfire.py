@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from app.domain.schedule.cron import micros_of_day
 from app.domain.schedule.timeline import CronSchedule, Occurrence, Timeline
 from app.domain.schedule.zone import as_utc, unsettled_windows
 
@@ -60,7 +61,7 @@ def _count_walls(timeline: Timeline, after: datetime, until: datetime) -> int:
     if until <= after:
         return 0
     times = timeline.cron.times_of_day_us
-    after_us, until_us = _micros_of_day(after), _micros_of_day(until)
+    after_us, until_us = micros_of_day(after), micros_of_day(until)
     first_day, last_day = after.date(), until.date()
     matches = timeline.cron.matches_date
     if first_day == last_day:
@@ -78,10 +79,6 @@ def _count_walls(timeline: Timeline, after: datetime, until: datetime) -> int:
         whole_days += matches(day)
         day += timedelta(days=1)
     return total + whole_days * len(times)
-
-
-def _micros_of_day(moment: datetime) -> int:
-    return ((moment.hour * 60 + moment.minute) * 60 + moment.second) * 1_000_000 + moment.microsecond
 
 
 def missed_occurrences(
