@@ -14,7 +14,7 @@ from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Refe
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
 from app import errors
-from app.api import problems, schemas, service
+from app.api import pagination, problems, schemas, service
 from app.api.auth import DB, Tenant
 from app.api.submit import Created, Submission, SubmitWriter, fingerprint_of
 from app.domain import jobs as spec
@@ -68,7 +68,7 @@ class JobController(Controller):
         rows, nxt = await service.list_jobs(db, tenant.tenant_id, state=job_state, name=name, cursor=cursor,
                                             limit=limit)
         page = schemas.JobPage(jobs=[service.job_out(j) for j in rows], next_cursor=nxt)
-        headers = {"Link": service.next_link("/v1/jobs", nxt, state=job_state, name=name, limit=limit)} if nxt else None
+        headers = {"Link": pagination.next_link("/v1/jobs", nxt, state=job_state, name=name, limit=limit)} if nxt else None
         return Response(page, headers=headers)
 
     @get("/{job_ref:str}", operation_id="GetJob", summary="One job.")
@@ -97,7 +97,7 @@ class JobController(Controller):
                          limit: FromQuery[int | None] = None) -> Response[list[schemas.ExecutionOut]]:
         job_id, _ = parse_job_ref(job_ref, action=False)
         rows, nxt = await service.executions(db, tenant.tenant_id, job_id, cursor, limit)
-        headers = {"Link": service.next_link(f"/v1/jobs/{job_id}/executions", nxt, limit=limit)} if nxt else None
+        headers = {"Link": pagination.next_link(f"/v1/jobs/{job_id}/executions", nxt, limit=limit)} if nxt else None
         return Response([service.execution_out(e) for e in rows], headers=headers)
 
 

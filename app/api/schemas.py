@@ -160,3 +160,66 @@ class FireTimeOut(Wire):
 
 class PreviewOut(Wire):
     fire_times: list[FireTimeOut]
+
+
+# -- dead letters ----------------------------------------------------------------------------------
+
+class RetryOverride(Wire):
+    """Replay with a different retry policy; a field left out keeps the job's."""
+
+    max_attempts: int | None = None
+    backoff_seconds: float | None = None
+    max_backoff_seconds: float | None = None
+
+
+class ReplayIn(Wire):
+    """Replay one dead execution; ``payload`` left out keeps the job's payload."""
+
+    payload: Any = msgspec.UNSET
+    retry: RetryOverride | None = None
+
+
+class BulkReplayIn(Wire):
+    """Replay up to ``limit`` dead executions of a job or finished in a window (all optional)."""
+
+    job_id: str | None = None
+    finished_after: datetime | None = None
+    finished_before: datetime | None = None
+    limit: int = 100
+
+
+class DeadLetterOut(Wire):
+    execution_id: str
+    job_id: str
+    scheduled_for: datetime
+    attempt: int
+    max_attempts: int
+    finished_at: datetime
+    error: str | None
+
+
+class ReplayedOut(Wire):
+    execution_id: str
+    job_id: str
+    state: str
+    attempt: int
+    max_attempts: int
+    ready_at: datetime
+
+
+class BulkReplayedOut(Wire):
+    replayed: int
+    execution_ids: list[str]
+    budget_left: int
+    budget_resets_at: datetime
+
+
+class AttemptOut(Wire):
+    attempt: int
+    worker_id: str
+    leased_at: datetime
+    lease_until: datetime
+    finished_at: datetime | None
+    outcome: str
+    error: str | None
+    result: Any

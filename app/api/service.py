@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 from datetime import datetime, timedelta, timezone
-from urllib.parse import urlencode
 from uuid import UUID, uuid4
 
 from app import errors
 from app.api import schemas
+from app.api.pagination import decode_cursor, page_limit, split_page
 from app.api.submit import Submission
 from app.config import Settings
 from app.domain import jobs as spec
@@ -20,47 +18,12 @@ from app.store import jobs as store
 from app.store.db import Connection, Database
 
 log = logging.getLogger(__name__)
-PAGE_MAX = 500
 _EPSILON = timedelta(microseconds=1)
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
-
-# -- cursors: opaque base64url of a small JSON array -------------------------------------------------
-
-def encode_cursor(at: datetime, ident: UUID) -> str:
-    raw = json.dumps([at.isoformat(), str(ident)]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
-    if not cursor:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, ident = json.loads(raw)
-        return datetime.fromisoformat(at), UUID(ident)
-    except (ValueError, TypeError):
-        raise errors.InvalidInput("cursor", "is not a cursor this API issued") from None
-
-
-def next_link(path: str, cursor: str, **params: object) -> str:
-    """RFC 8288 Link header value for the next page."""
-    query = {k: v for k, v in params.items() if v is not None}
-    query["cursor"] = cursor
-    return f'<{path}?{urlencode(query)}>; rel="next"'
-
-
-def page_limit(limit: int | None, default: int = 50) -> int:
-    value = default if limit is None else limit
-    if not 1 <= value <= PAGE_MAX:
-        raise errors.InvalidInput("limit", f"must be between 1 and {PAGE_MAX}")
-    return value
-
-
-# -- building a job from the request ------------------------------------------------------------------
 
 def build_spec(body: schemas.JobIn, settings: Settings, now: datetime) -> spec.JobSpec:
     """Validate everything that needs no database; raises InvalidInput naming the field."""
@@ -131,9 +94,7 @@ async def list_jobs(db: Database, tenant_id: UUID, *, state: str | None, name: s
     after = decode_cursor(cursor)
     rows = await db.transaction(lambda c: store.list_page(c, tenant_id, state=state, name=name, after=after,
                                                           limit=n + 1))
-    more = len(rows) > n
-    rows = rows[:n]
-    return rows, encode_cursor(rows[-1].created_at, rows[-1].job_id) if more else None
+    return split_page(rows, n, lambda j: (j.created_at, j.job_id))
 
 
 async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | None,
@@ -146,10 +107,7 @@ async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | 
             raise errors.JobNotFound()
         return await store.executions_page(conn, tenant_id, job_id, before=before, limit=n + 1)
 
-    rows = await db.transaction(work)
-    more = len(rows) > n
-    rows = rows[:n]
-    return rows, encode_cursor(rows[-1].scheduled_for, rows[-1].execution_id) if more else None
+    return split_page(await db.transaction(work), n, lambda e: (e.scheduled_for, e.execution_id))
 
 
 def execution_out(e: store.ExecutionSummary) -> schemas.ExecutionOut:

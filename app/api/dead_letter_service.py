@@ -1,0 +1,125 @@
+"""What the dead-letter endpoints do, one transaction each, scoped to one tenant.
+
+A dead letter is an execution in state ``dead``: attempts exhausted or a non-retryable error.
+Replaying one makes it ready again with a fresh attempt budget (the attempt number, being the
+fencing token, keeps counting up), optionally with an edited payload and retry policy. Bulk
+replay is budgeted per tenant in the database (``replay_budgets``), so every API replica
+shares one limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from app import errors
+from app.api import schemas
+from app.api.pagination import decode_cursor, page_limit, split_page
+from app.domain.jobs import MAX_ATTEMPTS, MAX_BACKOFF_S, validate_payload
+from app.store import attempts as attempts_store
+from app.store import executions as store
+from app.store.db import Connection, Database
+
+BULK_REPLAY_MAX = 1000
+
+
+def parse_uuid(value: str | None, field: str) -> UUID | None:
+    if value is None:
+        return None
+    try:
+        return UUID(value)
+    except ValueError:
+        raise errors.InvalidInput(field, "is not a UUID") from None
+
+
+def validate_retry(retry: schemas.RetryOverride | None) -> schemas.RetryOverride:
+    retry = retry or schemas.RetryOverride()
+    if retry.max_attempts is not None and not 1 <= retry.max_attempts <= MAX_ATTEMPTS:
+        raise errors.InvalidInput("retry.maxAttempts", f"must be between 1 and {MAX_ATTEMPTS}")
+    if retry.backoff_seconds is not None and not 0 <= retry.backoff_seconds <= MAX_BACKOFF_S:
+        raise errors.InvalidInput("retry.backoffSeconds", f"must be between 0 and {MAX_BACKOFF_S}")
+    if retry.max_backoff_seconds is not None and not 0 <= retry.max_backoff_seconds <= MAX_BACKOFF_S:
+        raise errors.InvalidInput("retry.maxBackoffSeconds", f"must be between 0 and {MAX_BACKOFF_S}")
+    if (retry.backoff_seconds is not None and retry.max_backoff_seconds is not None
+            and retry.max_backoff_seconds < retry.backoff_seconds):
+        raise errors.InvalidInput("retry.maxBackoffSeconds", "must be at least backoffSeconds")
+    return retry
+
+
+async def list_dead(db: Database, tenant_id: UUID, *, job_id: str | None, cursor: str | None,
+                    limit: int | None) -> tuple[list[store.DeadLetter], str | None]:
+    """A page of dead letters, newest first, and the cursor of the next page."""
+    n = page_limit(limit)
+    before = decode_cursor(cursor)
+    job = parse_uuid(job_id, "jobId")
+    rows = await db.transaction(lambda c: store.list_dead(c, tenant_id, job_id=job, before=before, limit=n + 1))
+    return split_page(rows, n, lambda d: (d.finished_at, d.execution_id))
+
+
+async def replay_many(db: Database, tenant_id: UUID, body: schemas.BulkReplayIn, *, per_window: int,
+                      window_s: float) -> schemas.BulkReplayedOut:
+    """Replay what the filter matches, up to what is left of the tenant's budget of ``per_window``
+    executions per ``window_s``; a spent budget is TenantQuotaExceeded."""
+    if not 1 <= body.limit <= BULK_REPLAY_MAX:
+        raise errors.InvalidInput("limit", f"must be between 1 and {BULK_REPLAY_MAX}")
+    job = parse_uuid(body.job_id, "jobId")
+
+    async def work(conn: Connection) -> schemas.BulkReplayedOut:
+        budget = await attempts_store.replay_budget(conn, tenant_id, per_window=per_window, window_s=window_s)
+        if budget.left == 0:
+            raise errors.TenantQuotaExceeded(
+                f"the bulk replay budget of {per_window} per {window_s:g}s is spent; "
+                f"it resets at {budget.resets_at.isoformat()}")
+        ids = await store.replay_dead_many(conn, tenant_id, limit=min(body.limit, budget.left), job_id=job,
+                                           finished_after=body.finished_after, finished_before=body.finished_before)
+        budget = await attempts_store.spend_replay_budget(conn, tenant_id, budget, len(ids))
+        return schemas.BulkReplayedOut(len(ids), [str(i) for i in ids], budget.left, budget.resets_at)
+
+    return await db.transaction(work)
+
+
+async def replay(db: Database, tenant_id: UUID, execution_id: UUID, body: schemas.ReplayIn,
+                 max_payload_bytes: int) -> store.Replayed:
+    retry = validate_retry(body.retry)
+    payload: Any = None
+    if body.payload is not msgspec.UNSET:
+        payload = validate_payload(body.payload, max_payload_bytes)
+
+    async def work(conn: Connection) -> store.Replayed:
+        done = await store.replay(conn, tenant_id, execution_id, payload=payload, max_attempts=retry.max_attempts,
+                                  backoff_s=retry.backoff_seconds, max_backoff_s=retry.max_backoff_seconds)
+        if done is None:
+            current = await store.get(conn, tenant_id, execution_id)
+            if current is None:
+                raise errors.ExecutionNotFound()
+            raise errors.InvalidStateTransition(f"only a dead execution can be replayed; this one is {current.state}")
+        return done
+
+    return await db.transaction(work)
+
+
+async def attempts(db: Database, tenant_id: UUID, execution_id: UUID) -> list[attempts_store.Attempt]:
+    async def work(conn: Connection) -> list[attempts_store.Attempt]:
+        if await store.get(conn, tenant_id, execution_id) is None:
+            raise errors.ExecutionNotFound()
+        return await attempts_store.list_for_execution(conn, tenant_id, execution_id)
+
+    return await db.transaction(work)
+
+
+def dead_letter_out(d: store.DeadLetter) -> schemas.DeadLetterOut:
+    return schemas.DeadLetterOut(str(d.execution_id), str(d.job_id), d.scheduled_for, d.attempt, d.max_attempts,
+                                 d.finished_at, d.error)
+
+
+def replayed_out(done: store.Replayed) -> schemas.ReplayedOut:
+    return schemas.ReplayedOut(str(done.execution_id), str(done.job_id), "ready", done.attempt, done.max_attempts,
+                               done.ready_at)
+
+
+def attempt_out(a: attempts_store.Attempt) -> schemas.AttemptOut:
+    return schemas.AttemptOut(a.attempt, a.worker_id, a.leased_at, a.lease_until, a.finished_at, a.outcome, a.error,
+                              a.result)
+
