@@ -142,7 +142,8 @@ async def lease(conn: AsyncConnection, queue: str, worker_id: str, limit: int, l
 
 async def next_ready_in(conn: AsyncConnection, queue: str, *, now: datetime | None = None) -> float | None:
     """Seconds until the queue's earliest ready execution falls due (<= 0: now); None when none is ready."""
-    return (await conn.execute(q("ExecutionNextReadyIn"), {"queue": queue, "now": now})).scalar_one()
+    seconds: float | None = (await conn.execute(q("ExecutionNextReadyIn"), {"queue": queue, "now": now})).scalar_one()
+    return seconds
 
 
 async def heartbeat(conn: AsyncConnection, execution_id: UUID, attempt: int, lease_s: float,

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.shards import due_minute, shard_of
@@ -80,7 +81,7 @@ class ExecutionSummary:
     skip_reason: str | None
 
 
-def _job(row) -> Job:
+def _job(row: Row[Any]) -> Job:
     return Job(**row._mapping)
 
 

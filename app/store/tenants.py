@@ -7,8 +7,10 @@ import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from uuid import UUID, uuid4
 
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.store.db import Database
@@ -68,7 +70,7 @@ class KeyCache:
         return principal
 
 
-def _tenant(row) -> Tenant:
+def _tenant(row: Row[Any]) -> Tenant:
     return Tenant(**row._mapping)
 
 
