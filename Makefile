@@ -8,7 +8,7 @@ SDK := sdk/python
 RUNTIME := $(VENV)/.installed-runtime
 DEV := $(VENV)/.installed-dev
 
-.PHONY: run test lint install proto bench bench-probes loadtest clean
+.PHONY: run test lint typecheck install proto bench bench-probes loadtest clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,12 @@ run: $(RUNTIME)
 lint: $(DEV)
 	$(BIN)/ruff check .
 
-## Lint, the SDK's own tests, then the whole server suite (unit, integration, API, gRPC, chaos, packaging).
-test: $(DEV) lint
+## mypy, strict on app/domain and app/store (configured under [tool.mypy] in pyproject.toml).
+typecheck: $(DEV)
+	$(BIN)/mypy
+
+## Lint, type checks, the SDK's own tests, then the whole server suite (unit, integration, API, gRPC, chaos, packaging).
+test: $(DEV) lint typecheck
 	cd $(SDK) && $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
