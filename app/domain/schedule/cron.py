@@ -143,6 +143,7 @@ class CompiledCron:
                 return
             day = following
 
+
 _ONE_DAY = timedelta(days=1)
 _GIVE_UP_DAYS = 50 * 366
 
