@@ -45,15 +45,22 @@ async def supervise(name: str, duty: Callable[[], Awaitable[None]], stop: asynci
 
 
 async def run_every(name: str, interval_s: float, stop: asyncio.Event, run_once: Callable[[], Awaitable[R]], *,
-                    again: Callable[[R], bool] = lambda _result: False, wakes: tuple[asyncio.Event, ...] = ()) -> None:
-    """A duty's loop: ``run_once`` every ``interval_s`` until ``stop``; a failed pass is logged and the
-    loop keeps going; ``again(result)`` true runs the next pass at once (more work is waiting)."""
+                    again: Callable[[R], bool] = lambda _result: False, wakes: tuple[asyncio.Event, ...] = (),
+                    on_error: Callable[[], object] = lambda: None) -> None:
+    """A duty's loop: ``run_once`` every ``interval_s`` until ``stop``; a failed pass is logged, then
+    ``on_error()`` runs and the loop keeps going; ``again(result)`` true runs the next pass at once
+    (more work is waiting). ``wakes`` are cleared before each pass, so a hint that arrives while a
+    pass runs cuts the next pause short instead of being lost."""
     while not stop.is_set():
+        for wake in wakes:
+            wake.clear()
         try:
             if again(await run_once()):
+                await asyncio.sleep(0)  # a bounded pass; the rest follows at once, after others had a turn
                 continue
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("duty pass failed", extra={"duty": name})
+            on_error()
         await pause(interval_s, stop, *wakes)

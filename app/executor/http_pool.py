@@ -125,6 +125,9 @@ class HttpPool:
         return got
 
     async def run(self, stop: asyncio.Event) -> None:
+        # Not app.duties.run_every: what may cut the pause short depends on the pass (a freed slot
+        # only while every slot is busy; an idle pool woken per finished delivery would poll per
+        # completion).
         while not stop.is_set():
             try:
                 got = await self.lease_batch()

@@ -21,7 +21,7 @@ from datetime import datetime
 from app import observability
 from app.config import Settings
 from app.domain.shards import SHARD_COUNT
-from app.duties import pause
+from app.duties import run_every
 from app.store import shard_leases
 from app.store.db import Database
 
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 LEASER_INTERVAL_MAX_S = 1.0
 # Membership rows of processes dead for this long are deleted by the survivors.
 MEMBER_SWEEP_GRACE_S = 3600.0
+# Ticks between sweeps of departed members (with the default 1 s tick: every ten minutes).
+MEMBER_SWEEP_EVERY_TICKS = 600
 
 Clock = Callable[[], datetime]
 
@@ -162,15 +164,13 @@ class ShardLeaser:
 
     async def run(self, stop: asyncio.Event) -> None:
         ticks = 0
-        while not stop.is_set():
-            try:
-                await self.run_once()
-                if ticks % 600 == 0:
-                    await self.sweep()
-                ticks += 1
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("shard lease tick failed", extra={"owner": self.owner})
-                self.expire_if_stale()
-            await pause(self.config.tick_s, stop)
+
+        async def tick() -> None:
+            nonlocal ticks
+            await self.run_once()
+            if ticks % MEMBER_SWEEP_EVERY_TICKS == 0:
+                await self.sweep()
+            ticks += 1
+
+        # A tick that fails (the database unreachable) drops the shards once their TTL is past.
+        await run_every(f"shard-leaser[{self.owner}]", self.config.tick_s, stop, tick, on_error=self.expire_if_stale)

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
 from app.config import Settings
-from app.duties import pause
+from app.duties import run_every
 from app.scheduler.heap import DueEntry, DueHeap
 from app.scheduler.leases import Ownership
 from app.store import dispatch as dispatch_store
@@ -170,17 +170,6 @@ class DueLoader:
         return result
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            self.wake.clear()
-            more = False
-            try:
-                result = await self.run_once()
-                more = not result.window_done
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("due loader tick failed")
-            if more:
-                await asyncio.sleep(0)  # a bounded tick; the rest of the backlog follows at once
-                continue
-            await pause(self.config.interval_s, stop, self.wake)
+        # A bounded tick that did not reach the end of the window: the rest of the backlog follows at once.
+        await run_every("due-loader", self.config.interval_s, stop, self.run_once,
+                        again=lambda result: not result.window_done, wakes=(self.wake,))
