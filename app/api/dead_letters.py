@@ -12,7 +12,7 @@ from uuid import UUID
 
 from litestar import Controller, Response, get, post
 from litestar.datastructures import State
-from litestar.openapi.spec import Operation
+from litestar.openapi.spec import Operation, RequestBody
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from app import errors
@@ -30,7 +30,7 @@ class OptionalBodyOperation(Operation):
     """Litestar marks every declared body required; these routes take none as all defaults."""
 
     def __post_init__(self) -> None:
-        if self.request_body is not None:
+        if isinstance(self.request_body, RequestBody):
             self.request_body.required = False
 
 

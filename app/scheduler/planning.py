@@ -137,7 +137,8 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
 
 
 def _plan_misfire(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime],
-                  ) -> tuple[list[tuple[datetime, datetime]], list[tuple], cron.Occurrence | None,
+                  ) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime, str, str, str]],
+                             cron.Occurrence | None,
                              tuple[cron.Occurrence, ...]]:
     """Runs, skipped records, the next occurrence after now and gap-skips before it."""
     assert c.cron_resolved and c.tz and c.nominal_at and c.misfire and c.tenant_id and c.dst_gap and c.dst_repeat
@@ -150,13 +151,13 @@ def _plan_misfire(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID],
     decision = cron.plan_misfire(misfire, listed, total + 1, cap=MISFIRE_CAP)
     run_ids = {occ.nominal_utc for occ in decision.run}
     unlisted = total + 1 - len(listed)
-    records = []
+    records: list[tuple[datetime, datetime, str, str, str]] = []
     for i, occ in enumerate(o for o in listed if o.nominal_utc not in run_ids):
         note = f"missed while no scheduler ran; misfire policy {misfire}"
         if i == 0 and unlisted:
             note += f" ({unlisted} older missed occurrences since {_iso(c.nominal_at)} are not listed)"
         records.append((occ.nominal_utc, occ.run_at, "skipped", "misfire", note))
-    runs = []
+    runs: list[tuple[datetime, datetime]] = []
     for occ in decision.run:
         ready_at = occ.run_at
         if misfire == "catch_up":
