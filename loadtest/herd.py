@@ -55,7 +55,7 @@ from app.store import tenants as tenant_store  # noqa: E402
 from app.store.db import Database, create_engine  # noqa: E402
 
 POOL = "herd"
-ALL_SCENARIOS = ("herd100k", "herd10k", "mixed", "light", "steady", "short", "submit")
+ALL_SCENARIOS = ("herd100k", "herd10k", "mixed", "light", "steady", "short", "submit", "command")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -83,6 +83,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--lead-min", type=float, default=5.0,
                    help="least seconds between the end of the submits and T")
     g = p.add_argument_group("scenario sizes")
+    g.add_argument("--command-jobs", type=int, default=2000, help="command: jobs due at T for `kairos worker -- true`")
+    g.add_argument("--command-workers", type=int, default=2, help="command: `kairos worker` processes")
+    g.add_argument("--command-concurrency", type=int, default=16, help="command: concurrency of each")
     g.add_argument("--hog", type=int, default=90_000, help="herd100k: jobs of tenant hog")
     g.add_argument("--small-tenants", type=int, default=100, help="herd100k: small tenants")
     g.add_argument("--small-jobs", type=int, default=100, help="herd100k: jobs per small tenant")
@@ -556,8 +559,10 @@ class TenantInfo:
 class Stack:
     """A fresh database, the three tiers and the workers of one scenario."""
 
-    def __init__(self, run: Run, label: str) -> None:
+    def __init__(self, run: Run, label: str, command: list[str] | None = None) -> None:
         self.run = run
+        # None: SDK worker processes with a no-op handler; else `kairos worker -- command` processes.
+        self.command = command
         self.label = label
         self.url = ""
         self.db: Database | None = None
@@ -601,10 +606,14 @@ class Stack:
         spec = {"pool": POOL, "addr": f"127.0.0.1:{self.grpc_port}",
                 "concurrency": self.run.args.worker_concurrency, "batch": self.run.args.lease_batch}
         wenv = dict(env, KAIROS_GRPC_ADDR=spec["addr"], KAIROS_API_KEY=self.worker_key)
-        for i in range(self.run.args.workers):
-            self.workers.append(self.run.procs.start(
-                f"{self.label}-worker{i + 1}", [sys.executable, str(Path(__file__).resolve()),
-                                                "--worker-child", json.dumps(spec)], wenv))
+        if self.command is None:
+            argvs = [[sys.executable, str(Path(__file__).resolve()), "--worker-child", json.dumps(spec)]
+                     ] * self.run.args.workers
+        else:
+            argvs = [[*cmd, "worker", "--pool", POOL, "--concurrency", str(self.run.args.command_concurrency),
+                      "--", *self.command]] * self.run.args.command_workers
+        for i, argv in enumerate(argvs):
+            self.workers.append(self.run.procs.start(f"{self.label}-worker{i + 1}", argv, wenv))
         await asyncio.sleep(1.5)
         self.check_alive()
 
@@ -923,11 +932,12 @@ def drain_timeout(run: Run, jobs: int) -> float:
 
 # -- herd scenarios ----------------------------------------------------------------------------------
 
-async def herd(run: Run, name: str, groups: list[tuple[str, int]]) -> dict[str, Any]:
+async def herd(run: Run, name: str, groups: list[tuple[str, int]],
+               command: list[str] | None = None) -> dict[str, Any]:
     """All jobs of groups [(tenant, jobs)] due at one instant T, submitted (interleaved) before T."""
     args = run.args
     total = sum(n for _, n in groups)
-    stack = Stack(run, name)
+    stack = Stack(run, name, command)
     try:
         await stack.up([g for g, _ in groups])
         keys = [stack.tenants[g].key for g, n in groups for _ in range(n)]
@@ -1243,8 +1253,49 @@ async def scenario_submit(run: Run) -> None:
         await stack.down()
 
 
+async def spawn_rate(argv: list[str], count: int, concurrency: int, *, pipes: bool = False) -> float:
+    """Processes per second that asyncio starts and reaps, ``concurrency`` in flight, from this process;
+    with ``pipes``, each also gets a payload on stdin and its stdout and stderr read (as a command worker does)."""
+    slots = asyncio.Semaphore(concurrency)
+    io = asyncio.subprocess.PIPE if pipes else asyncio.subprocess.DEVNULL
+
+    async def one() -> None:
+        async with slots:
+            proc = await asyncio.create_subprocess_exec(*argv, stdin=io, stdout=io, stderr=io)
+            if pipes:
+                await proc.communicate(b"{}")
+            else:
+                await proc.wait()
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(one() for _ in range(count)))
+    return count / (time.monotonic() - t0)
+
+
+async def scenario_command(run: Run) -> None:
+    """`kairos worker -- true` (a process per execution) against asyncio spawning `true` on the same machine."""
+    a = run.args
+    baseline = await spawn_rate(["true"], a.command_jobs, a.command_concurrency)
+    with_pipes = await spawn_rate(["true"], a.command_jobs, a.command_concurrency, pipes=True)
+    res = await herd(run, "command", [("cmd", a.command_jobs)], command=["true"])
+    res.pop("_occ")
+    res["asyncioSpawnPerS"] = baseline
+    res["asyncioSpawnWithPipesPerS"] = with_pipes
+    run.results["command"] = res
+    herd_rows(run, "command", res, max_lag_target=None, drain_target=None)
+    drain = res.get("drainPerS") or 0.0
+    workers = f"{a.command_workers} x concurrency {a.command_concurrency}"
+    run.row("command", f"asyncio spawns of true, {a.command_concurrency} in flight (one process)", "-",
+            fmt_rate(baseline), None)
+    run.row("command", "the same with stdin, stdout and stderr piped (what a command worker does)", "-",
+            fmt_rate(with_pipes), None)
+    run.row("command", f"kairos worker -- true ({workers}) vs asyncio spawns", ">= 80 %",
+            f"{100 * drain / baseline:.0f} % ({100 * drain / with_pipes:.0f} % of piped)", drain >= 0.8 * baseline)
+
+
 SCENARIOS = {"herd100k": scenario_herd100k, "herd10k": scenario_herd10k, "mixed": scenario_mixed,
-             "light": scenario_light, "steady": scenario_steady, "short": scenario_short, "submit": scenario_submit}
+             "light": scenario_light, "steady": scenario_steady, "short": scenario_short, "submit": scenario_submit,
+             "command": scenario_command}
 
 
 # -- output ------------------------------------------------------------------------------------------
