@@ -67,6 +67,10 @@ class Worker:
         self.report_max = report_max
         self.stats = {"completed": 0, "failed": 0, "lease_lost": 0}
         self._running: dict[asyncio.Task[None], Execution] = {}
+        # Executions leased and not yet past their handler: what `concurrency` bounds. An execution
+        # whose outcome is only being reported holds no slot (the report is batched and brief).
+        self._busy = 0
+        self._slot_freed = asyncio.Event()
         self._handlers: dict[str, asyncio.Task[Any]] = {}  # execution_id -> its task, while in the handler
         self._stopped_late: set[asyncio.Task[Any]] = set()  # cancelled by shutdown, not by a lost lease
         self._reporter: OutcomeReporter | None = None
@@ -102,9 +106,12 @@ class Worker:
         stopped = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set():
-                free = self.concurrency - len(self._running)
+                free = self.concurrency - self._busy
                 if free <= 0:
-                    await asyncio.wait([stopped, *self._running], return_when=asyncio.FIRST_COMPLETED)
+                    self._slot_freed.clear()
+                    freed = asyncio.ensure_future(self._slot_freed.wait())
+                    await asyncio.wait([stopped, freed], return_when=asyncio.FIRST_COMPLETED)
+                    freed.cancel()
                     continue
                 call = asyncio.ensure_future(client.lease(self.pool, self.worker_id, min(free, self.batch),
                                                           self.lease_seconds, self.wait_seconds))
@@ -128,6 +135,7 @@ class Worker:
                     backoff = min(5.0, backoff * 2)
                     continue
                 for execution in got:
+                    self._busy += 1
                     task = asyncio.create_task(self._run_one(client, execution),
                                                name=f"execution-{execution.execution_id}")
                     self._running[task] = execution
@@ -192,6 +200,8 @@ class Worker:
             beat.stop()
             self._handlers.pop(eid, None)
             self._stopped_late.discard(task)
+            self._busy -= 1
+            self._slot_freed.set()
         try:
             if error is None:
                 answer = await self._reporter.complete(eid, attempt, result)

@@ -32,6 +32,8 @@ class FakeExecutor(pb_grpc.WorkerServicer):
     keys: list[str] = field(default_factory=list)
     outcomes: dict[str, tuple] = field(default_factory=dict)  # execution_id -> ("complete", result) | ("fail", ...)
     lost: set[str] = field(default_factory=set)
+    # Set: CompleteMany answers only once it is released (an executor slow to acknowledge).
+    hold_completes: asyncio.Event | None = None
     _ready: list[pb.LeasedExecution] = field(default_factory=list)
     _added: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -92,6 +94,8 @@ class FakeExecutor(pb_grpc.WorkerServicer):
         if not self.batched:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
         self._record("CompleteMany", context)
+        if self.hold_completes is not None:
+            await self.hold_completes.wait()
         return pb.CompleteManyResponse(results=[
             pb.CompleteManyItem(execution_id=i.execution_id, attempt=i.attempt, outcome=self._complete(i))
             for i in request.items])

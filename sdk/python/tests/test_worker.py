@@ -139,3 +139,25 @@ async def test_a_handler_past_its_timeout_fails_retryably(served: Served) -> Non
     stop.set()
     await asyncio.wait_for(run, 10)
     assert served.executor.outcomes[eid] == ("fail", "timed out after 1s", True)
+
+
+async def test_a_slot_is_free_once_the_handler_returns_not_when_its_outcome_is_acknowledged(served: Served) -> None:
+    fake = served.executor
+    fake.hold_completes = asyncio.Event()
+    first, second = fake.add({"n": 1}), fake.add({"n": 2})
+    started: list[str] = []
+
+    async def handler(execution):
+        started.append(execution.execution_id)
+
+    worker = Worker("jobs", handler, addr=served.addr, api_key="k1", concurrency=1, wait_seconds=0.2)
+    stop, run = await _run(worker)
+    # With one slot, the second handler runs while the first outcome still waits for its answer.
+    await until(lambda: len(started) == 2, what="both handlers started")
+    assert fake.outcomes == {}
+    fake.hold_completes.set()
+    await until(lambda: len(fake.outcomes) == 2, what="both outcomes")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert started == [first, second]
+    assert worker.stats == {"completed": 2, "failed": 0, "lease_lost": 0}
