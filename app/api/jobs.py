@@ -42,6 +42,18 @@ def parse_job_ref(ref: str, *, action: bool) -> tuple[UUID, str | None]:
     return job_id, None
 
 
+@dataclass
+class _ResumeOperation(Operation):
+    """`:pause` takes no body and `:resume` an optional one, parsed by the handler once it knows the
+    action; this documents the resume body ({missed}, default skip)."""
+
+    def __post_init__(self) -> None:
+        body = Schema(type=OpenAPIType.OBJECT, properties={"missed": Schema(
+            type=OpenAPIType.STRING, enum=["skip", "run_once"], default="skip",
+            description=":resume only: what happens to occurrences missed while paused")})
+        self.request_body = RequestBody(required=False, content={"application/json": OpenAPIMediaType(schema=body)})
+
+
 class JobController(Controller):
     path = "/v1/jobs"
     tags = ["jobs"]
@@ -82,7 +94,7 @@ class JobController(Controller):
         job_id, _ = parse_job_ref(job_ref, action=False)
         await service.cancel(db, tenant.tenant_id, job_id)
 
-    @post("/{job_ref:str}", operation_id="PauseOrResumeJob", status_code=200,
+    @post("/{job_ref:str}", operation_id="PauseOrResumeJob", status_code=200, operation_class=_ResumeOperation,
           summary="POST /v1/jobs/{jobId}:pause or :resume (body {missed: skip|run_once}, default skip).")
     async def job_action(self, request: Request, job_ref: FromPath[str], db: DB, tenant: Tenant) -> schemas.JobOut:
         job_id, verb = parse_job_ref(job_ref, action=True)

@@ -286,3 +286,10 @@ def test_openapi_health_and_readiness(api: ApiProcess) -> None:
     assert "/v1/jobs" in schema["paths"] and "/v1/schedules/preview" in schema["paths"]
     assert httpx.get(f"{api.url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{api.url}/readyz").json() == {"status": "ready"}
+
+
+def test_the_openapi_document_describes_the_resume_body(api: ApiProcess) -> None:
+    doc = httpx.get(f"{api.url}/schema/openapi.json").json()
+    body = doc["paths"]["/v1/jobs/{job_ref}"]["post"]["requestBody"]
+    assert body["required"] is False
+    assert body["content"]["application/json"]["schema"]["properties"]["missed"]["enum"] == ["skip", "run_once"]
