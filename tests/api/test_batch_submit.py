@@ -104,4 +104,3 @@ def test_the_openapi_document_describes_the_batch_body(api: ApiProcess) -> None:
     assert body["properties"]["jobs"]["maxItems"] == 1000
     assert {"$ref": "#/components/schemas/JobIn"} in items
     assert "JobIn" in doc["components"]["schemas"]
-
