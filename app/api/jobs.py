@@ -16,7 +16,7 @@ from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, Quer
 from app import errors
 from app.api import pagination, problems, schemas, service
 from app.api.auth import DB, Tenant
-from app.api.submit import Created, Submission, SubmitWriter, fingerprint_of
+from app.api.submit import Created, Submission, SubmitWriter
 from app.domain import jobs as spec
 
 BATCH_MAX = 1000
@@ -129,7 +129,7 @@ def _decode_item(raw: msgspec.Raw) -> tuple[schemas.BatchItemIn, str | None]:
         return item, None
     decoded: dict[str, Any] = msgspec.json.decode(raw)
     decoded.pop("idempotencyKey")
-    return item, fingerprint_of(decoded)
+    return item, spec.value_fingerprint(decoded)
 
 
 @dataclass

@@ -13,7 +13,6 @@ request's fault never fails another's.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,11 +48,6 @@ class Created:
 
 
 Outcome = Created | errors.KairosError
-
-
-def fingerprint_of(item: dict) -> str:
-    """Idempotency fingerprint of a decoded body (canonical JSON), as for the raw body of a single submit."""
-    return spec.request_fingerprint(json.dumps(item).encode())
 
 
 def _row(s: Submission, queue: str) -> store.NewJob:

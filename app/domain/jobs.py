@@ -253,10 +253,14 @@ def first_occurrence(s: cron.CronSchedule, resolved: str, now: datetime, job_key
 def request_fingerprint(body: bytes) -> str:
     """Idempotency: the same key must come with the same body (compared canonically)."""
     try:
-        canonical = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
+        return value_fingerprint(json.loads(body))
     except ValueError:
-        canonical = body
-    return hashlib.sha256(canonical).hexdigest()
+        return hashlib.sha256(body).hexdigest()
+
+
+def value_fingerprint(value: Any) -> str:
+    """The fingerprint of an already decoded body (a batch item): equal to request_fingerprint of its JSON."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def queue_for(target: Target, tenant_id: UUID, shared_pool: bool) -> str:

@@ -93,3 +93,11 @@ def test_first_occurrence_reports_dst_gap_skips_before_it() -> None:
     first, skipped = jobs.first_occurrence(shift, resolved, before_gap, key, 3660)
     assert first.nominal_utc == datetime(2026, 3, 8, 7, 0, tzinfo=timezone.utc) and skipped == ()
     assert isinstance(first, cron.Occurrence)
+
+
+def test_a_decoded_batch_item_fingerprints_like_the_same_body_sent_alone() -> None:
+    raw = b'{"name": "r", "payload": {"b": [1, 2.5, null], "a": "\\u00e9"}, "schedule": {"delaySeconds": 90}}'
+    import json
+
+    assert jobs.value_fingerprint(json.loads(raw)) == jobs.request_fingerprint(raw)
+    assert jobs.value_fingerprint({"name": "r"}) != jobs.request_fingerprint(raw)
