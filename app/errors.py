@@ -75,3 +75,23 @@ class DatabaseUnavailable(KairosError):
 
 class TransactionRetriesExhausted(KairosError):
     """The transaction kept conflicting with concurrent ones and was given up."""
+
+
+class StoreError(KairosError):
+    """The database failed the request."""
+
+    def __init__(self, detail: str | None = None, *, sqlstate: str | None = None) -> None:
+        super().__init__(detail)
+        self.sqlstate = sqlstate
+
+
+class StoreConflict(StoreError):
+    """A concurrent change conflicts with this one; try again."""
+
+
+class StoreRejected(StoreError):
+    """The database refused a value in the request."""
+
+
+class StoreFailure(StoreError):
+    """The database failed the request."""

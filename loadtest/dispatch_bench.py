@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.config import Settings  # noqa: E402
 from app.domain.shards import shard_of  # noqa: E402
 from app.scheduler.service import Scheduler  # noqa: E402
-from app.store import embedded, migrate, tenants  # noqa: E402
+from app.store import embedded, migrate  # noqa: E402
 from app.store.db import Database, create_engine  # noqa: E402
 from tests import factories  # noqa: E402
 
@@ -76,8 +76,8 @@ def with_database(url: str, name: str) -> str:
 async def seed(db: Database, n: int, n_tenants: int, quota: int, at: datetime, cron: bool) -> None:
     tenant_ids = []
     for i in range(n_tenants):
-        tenant, _ = await db.transaction(lambda c, i=i: tenants.create(c, f"bench-{i}"))
-        await db.transaction(lambda c, t=tenant: tenants.set_quota(c, t.tenant_id, max_dispatch_per_s=quota))
+        tenant, _ = await db.transaction(lambda tx, i=i: tx.tenants.create(f"bench-{i}"))
+        await db.transaction(lambda tx, t=tenant: tx.tenants.set_quota(t.tenant_id, max_dispatch_per_s=quota))
         tenant_ids.append(tenant.tenant_id)
     jobs = []
     for i in range(n):
@@ -90,7 +90,7 @@ async def seed(db: Database, n: int, n_tenants: int, quota: int, at: datetime, c
             cron=f"{at.minute} * * * *" if cron else None, tz="UTC" if cron else None))
     for start in range(0, n, SEED_CHUNK):
         chunk = jobs[start:start + SEED_CHUNK]
-        await db.transaction(lambda c: factories.seed_jobs(c, chunk))
+        await factories.raw(db, lambda c: factories.seed_jobs(c, chunk))
 
 
 def count(conn: psycopg.Connection) -> int:

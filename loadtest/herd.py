@@ -50,8 +50,11 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 
 from app.domain.schedule import jitter_offset_s  # noqa: E402
-from app.store import embedded, migrate  # noqa: E402
-from app.store import tenants as tenant_store  # noqa: E402
+from app.store import (  # noqa: E402
+    Store,  # noqa: E402
+    embedded,
+    migrate,
+)
 from app.store.db import Database, create_engine  # noqa: E402
 
 POOL = "herd"
@@ -621,13 +624,13 @@ class Stack:
         assert self.db is not None
         args = self.run.args
 
-        async def work(conn: Any) -> list[tuple[Any, str]]:
+        async def work(tx: Store) -> list[tuple[Any, str]]:
             out = []
             for n in names:
-                created = await tenant_store.create(conn, n)
+                created = await tx.tenants.create(n)
                 assert created is not None, f"tenant {n} exists"
                 if args.max_inflight or args.max_dispatch_per_s:
-                    await tenant_store.set_quota(conn, created[0].tenant_id, max_inflight=args.max_inflight,
+                    await tx.tenants.set_quota(created[0].tenant_id, max_inflight=args.max_inflight,
                                                  max_dispatch_per_s=args.max_dispatch_per_s)
                 out.append(created)
             return out

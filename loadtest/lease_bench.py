@@ -30,7 +30,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.store import embedded, migrate, tenants  # noqa: E402
+from app.store import embedded, migrate  # noqa: E402
 from app.store.db import Database, create_engine  # noqa: E402
 from tests import factories as tf  # noqa: E402
 
@@ -103,7 +103,7 @@ async def main() -> None:
     try:
         await migrate.upgrade(db)
         tenant = await tf.tenant(db, "bench")
-        await db.transaction(lambda c: tenants.set_quota(c, tenant.tenant_id, max_inflight=1_000_000))
+        await db.transaction(lambda tx: tx.tenants.set_quota(tenant.tenant_id, max_inflight=1_000_000))
         job = await tf.job(db, tenant.tenant_id, queue=tf.tenant_queue(tenant.tenant_id, POOL))
         port = free_port()
         env = dict(os.environ, KAIROS_DATABASE_URL=url, KAIROS_GRPC_PORT=str(port), KAIROS_LOG_LEVEL="WARNING",

@@ -14,8 +14,7 @@ from app.api.health import DemoController, HealthController
 from app.api.jobs import JobController, ScheduleController, create_jobs
 from app.api.submit import SubmitWriter
 from app.config import Settings
-from app.store import tenants
-from app.store.db import Database
+from app.store import Database, tenants
 
 
 def controllers(settings: Settings) -> list[type]:

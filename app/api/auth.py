@@ -10,8 +10,7 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 
 from app import errors
-from app.store import tenants
-from app.store.db import Database
+from app.store import Database, tenants
 
 
 @dataclass(frozen=True)

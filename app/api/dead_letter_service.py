@@ -18,9 +18,10 @@ from app import errors
 from app.api import schemas
 from app.api.pagination import decode_cursor, page_limit, split_page
 from app.domain.jobs import MAX_ATTEMPTS, MAX_BACKOFF_S, validate_payload
+from app.domain.states import ExecutionState
+from app.store import Database, Store
 from app.store import attempts as attempts_store
 from app.store import executions as store
-from app.store.db import Connection, Database
 
 BULK_REPLAY_MAX = 1000
 
@@ -54,7 +55,7 @@ async def list_dead(db: Database, tenant_id: UUID, *, job_id: str | None, cursor
     n = page_limit(limit)
     before = decode_cursor(cursor)
     job = parse_uuid(job_id, "jobId")
-    rows = await db.transaction(lambda c: store.list_dead(c, tenant_id, job_id=job, before=before, limit=n + 1))
+    rows = await db.transaction(lambda tx: tx.executions.list_dead(tenant_id, job_id=job, before=before, limit=n + 1))
     return split_page(rows, n, lambda d: (d.finished_at, d.execution_id))
 
 
@@ -66,15 +67,15 @@ async def replay_many(db: Database, tenant_id: UUID, body: schemas.BulkReplayIn,
         raise errors.InvalidInput("limit", f"must be between 1 and {BULK_REPLAY_MAX}")
     job = parse_uuid(body.job_id, "jobId")
 
-    async def work(conn: Connection) -> schemas.BulkReplayedOut:
-        budget = await attempts_store.replay_budget(conn, tenant_id, per_window=per_window, window_s=window_s)
+    async def work(tx: Store) -> schemas.BulkReplayedOut:
+        budget = await tx.attempts.replay_budget(tenant_id, per_window=per_window, window_s=window_s)
         if budget.left == 0:
             raise errors.TenantQuotaExceeded(
                 f"the bulk replay budget of {per_window} per {window_s:g}s is spent; "
                 f"it resets at {budget.resets_at.isoformat()}")
-        ids = await store.replay_dead_many(conn, tenant_id, limit=min(body.limit, budget.left), job_id=job,
+        ids = await tx.executions.replay_dead_many(tenant_id, limit=min(body.limit, budget.left), job_id=job,
                                            finished_after=body.finished_after, finished_before=body.finished_before)
-        budget = await attempts_store.spend_replay_budget(conn, tenant_id, budget, len(ids))
+        budget = await tx.attempts.spend_replay_budget(tenant_id, budget, len(ids))
         return schemas.BulkReplayedOut(len(ids), [str(i) for i in ids], budget.left, budget.resets_at)
 
     return await db.transaction(work)
@@ -87,11 +88,11 @@ async def replay(db: Database, tenant_id: UUID, execution_id: UUID, body: schema
     if body.payload is not msgspec.UNSET:
         payload = validate_payload(body.payload, max_payload_bytes)
 
-    async def work(conn: Connection) -> store.Replayed:
-        done = await store.replay(conn, tenant_id, execution_id, payload=payload, max_attempts=retry.max_attempts,
+    async def work(tx: Store) -> store.Replayed:
+        done = await tx.executions.replay(tenant_id, execution_id, payload=payload, max_attempts=retry.max_attempts,
                                   backoff_s=retry.backoff_seconds, max_backoff_s=retry.max_backoff_seconds)
         if done is None:
-            current = await store.get(conn, tenant_id, execution_id)
+            current = await tx.executions.get(tenant_id, execution_id)
             if current is None:
                 raise errors.ExecutionNotFound()
             raise errors.InvalidStateTransition(f"only a dead execution can be replayed; this one is {current.state}")
@@ -101,10 +102,10 @@ async def replay(db: Database, tenant_id: UUID, execution_id: UUID, body: schema
 
 
 async def attempts(db: Database, tenant_id: UUID, execution_id: UUID) -> list[attempts_store.Attempt]:
-    async def work(conn: Connection) -> list[attempts_store.Attempt]:
-        if await store.get(conn, tenant_id, execution_id) is None:
+    async def work(tx: Store) -> list[attempts_store.Attempt]:
+        if await tx.executions.get(tenant_id, execution_id) is None:
             raise errors.ExecutionNotFound()
-        return await attempts_store.list_for_execution(conn, tenant_id, execution_id)
+        return await tx.attempts.list_for_execution(tenant_id, execution_id)
 
     return await db.transaction(work)
 
@@ -115,8 +116,8 @@ def dead_letter_out(d: store.DeadLetter) -> schemas.DeadLetterOut:
 
 
 def replayed_out(done: store.Replayed) -> schemas.ReplayedOut:
-    return schemas.ReplayedOut(str(done.execution_id), str(done.job_id), "ready", done.attempt, done.max_attempts,
-                               done.ready_at)
+    return schemas.ReplayedOut(str(done.execution_id), str(done.job_id), ExecutionState.READY, done.attempt,
+                               done.max_attempts, done.ready_at)
 
 
 def attempt_out(a: attempts_store.Attempt) -> schemas.AttemptOut:

@@ -26,6 +26,8 @@ _STATUS: dict[type[errors.KairosError], tuple[int, str]] = {
     errors.TenantQuotaExceeded: (429, "quota-exceeded"),
     errors.DatabaseUnavailable: (503, "database-unavailable"),
     errors.TransactionRetriesExhausted: (503, "contention"),
+    errors.StoreConflict: (409, "conflict"),
+    errors.StoreRejected: (422, "invalid-input"),
 }
 
 

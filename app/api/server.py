@@ -22,7 +22,7 @@ import uvicorn
 
 from app.api.app import create_app
 from app.config import Settings
-from app.store.db import Database
+from app.store import Database
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from app.config import Settings
 from app.domain import jobs as spec
 from app.domain import schedule as cron
 from app.domain.states import JobState
+from app.store import Database, Store
 from app.store import jobs as store
-from app.store.db import Connection, Database
 
 log = logging.getLogger(__name__)
 _EPSILON = timedelta(microseconds=1)
@@ -80,7 +80,7 @@ def job_out(job: store.Job) -> schemas.JobOut:
 
 
 async def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
-    job = await db.transaction(lambda c: store.get(c, tenant_id, job_id))
+    job = await db.transaction(lambda tx: tx.jobs.get(tenant_id, job_id))
     if job is None:
         raise errors.JobNotFound()
     return job
@@ -90,9 +90,10 @@ async def list_jobs(db: Database, tenant_id: UUID, *, state: str | None, name: s
                     limit: int | None) -> tuple[list[store.Job], str | None]:
     if state is not None and state not in {s.value for s in JobState}:
         raise errors.InvalidInput("state", f"must be one of {', '.join(s.value for s in JobState)}")
+    wanted = JobState(state) if state is not None else None
     n = page_limit(limit)
     after = decode_cursor(cursor)
-    rows = await db.transaction(lambda c: store.list_page(c, tenant_id, state=state, name=name, after=after,
+    rows = await db.transaction(lambda tx: tx.jobs.list_page(tenant_id, state=wanted, name=name, after=after,
                                                           limit=n + 1))
     return split_page(rows, n, lambda j: (j.created_at, j.job_id))
 
@@ -102,10 +103,10 @@ async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | 
     n = page_limit(limit)
     before = decode_cursor(cursor)
 
-    async def work(conn: Connection) -> list[store.ExecutionSummary]:
-        if await store.get(conn, tenant_id, job_id) is None:
+    async def work(tx: Store) -> list[store.ExecutionSummary]:
+        if await tx.jobs.get(tenant_id, job_id) is None:
             raise errors.JobNotFound()
-        return await store.executions_page(conn, tenant_id, job_id, before=before, limit=n + 1)
+        return await tx.jobs.executions_page(tenant_id, job_id, before=before, limit=n + 1)
 
     return split_page(await db.transaction(work), n, lambda e: (e.scheduled_for, e.execution_id))
 
@@ -123,42 +124,42 @@ def _cron_of(job: store.Job) -> cron.CronSchedule:
     return spec.stored_schedule(job.cron_resolved, job.tz, job.jitter_s, job.dst_gap, job.dst_repeat)
 
 
-async def _locked(conn: Connection, tenant_id: UUID, job_id: UUID) -> store.Job:
-    job = await store.get(conn, tenant_id, job_id, for_update=True)
+async def _locked(tx: Store, tenant_id: UUID, job_id: UUID) -> store.Job:
+    job = await tx.jobs.get(tenant_id, job_id, for_update=True)
     if job is None:
         raise errors.JobNotFound()
     return job
 
 
-async def _moved(conn: Connection, job: store.Job, to: JobState, nominal: datetime | None,
+async def _moved(tx: Store, job: store.Job, to: JobState, nominal: datetime | None,
                  run_at: datetime | None) -> store.Job:
-    updated = await store.set_state(conn, job, to.value, next_nominal_at=nominal, next_run_at=run_at)
+    updated = await tx.jobs.set_state(job, to, next_nominal_at=nominal, next_run_at=run_at)
     if updated is None:
         raise errors.InvalidStateTransition("the job changed concurrently; retry")
     return updated
 
 
 async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
-    async def work(conn: Connection) -> store.Job:
-        job = await _locked(conn, tenant_id, job_id)
+    async def work(tx: Store) -> store.Job:
+        job = await _locked(tx, tenant_id, job_id)
         if job.state == JobState.PAUSED:
             return job
         # An occurrence dispatched ahead of its due time that has not started is taken back (a
         # one-off so dispatched already reads completed): the pause wins, and resume decides.
-        withdrawn = await store.withdraw_ahead(conn, tenant_id, job.job_id)
+        withdrawn = await tx.jobs.withdraw_ahead(tenant_id, job.job_id)
         if job.state != JobState.ACTIVE and not (withdrawn and job.state == JobState.COMPLETED):
             raise errors.InvalidStateTransition(f"a {job.state} job cannot be paused")
-        await store.delete_due(conn, job.job_id)
+        await tx.jobs.delete_due(job.job_id)
         # The first occurrence the pause may make us miss.
         missed = [at for at in (*withdrawn, job.next_nominal_at) if at is not None]
-        return await _moved(conn, job, JobState.PAUSED, min(missed) if missed else None, None)
+        return await _moved(tx, job, JobState.PAUSED, min(missed) if missed else None, None)
 
     return await db.transaction(work)
 
 
 async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> store.Job:
-    async def work(conn: Connection) -> store.Job:
-        job = await _locked(conn, tenant_id, job_id)
+    async def work(tx: Store) -> store.Job:
+        job = await _locked(tx, tenant_id, job_id)
         if job.state == JobState.ACTIVE:
             return job
         if job.state != JobState.PAUSED:
@@ -167,11 +168,11 @@ async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> st
         nominal, run_at = _resume_point(job, now, missed)
         if nominal is None:
             # A one-off job whose time passed while paused, and the caller chose to skip it.
-            await store.record_skipped(conn, job.job_id, job.tenant_id, job.queue, job.max_attempts,
+            await tx.jobs.record_skipped(job.job_id, job.tenant_id, job.queue, job.max_attempts,
                                        [job.next_nominal_at or now], "misfire")
-            return await _moved(conn, job, JobState.COMPLETED, None, None)
-        await store.insert_due(conn, job.job_id, job.tenant_id, nominal, run_at)
-        return await _moved(conn, job, JobState.ACTIVE, nominal, run_at)
+            return await _moved(tx, job, JobState.COMPLETED, None, None)
+        await tx.jobs.insert_due(job.job_id, job.tenant_id, nominal, run_at)
+        return await _moved(tx, job, JobState.ACTIVE, nominal, run_at)
 
     return await db.transaction(work)
 
@@ -195,13 +196,13 @@ def _resume_point(job: store.Job, now: datetime, missed: str) -> tuple[datetime 
 
 
 async def cancel(db: Database, tenant_id: UUID, job_id: UUID) -> None:
-    async def work(conn: Connection) -> None:
-        job = await _locked(conn, tenant_id, job_id)
+    async def work(tx: Store) -> None:
+        job = await _locked(tx, tenant_id, job_id)
         if job.state == JobState.CANCELLED:
             return
-        await store.delete_due(conn, job.job_id)
-        await store.cancel_unstarted(conn, tenant_id, job.job_id)
-        await _moved(conn, job, JobState.CANCELLED, None, None)
+        await tx.jobs.delete_due(job.job_id)
+        await tx.jobs.cancel_unstarted(tenant_id, job.job_id)
+        await _moved(tx, job, JobState.CANCELLED, None, None)
 
     await db.transaction(work)
 

@@ -21,8 +21,8 @@ from uuid import UUID
 
 from app import errors, observability
 from app.domain import jobs as spec
+from app.store import Database, Store
 from app.store import jobs as store
-from app.store.db import Connection, Database
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +69,9 @@ def _row(s: Submission, queue: str) -> store.NewJob:
     )
 
 
-async def store_many(conn: Connection, subs: Sequence[Submission]) -> list[Outcome]:
+async def store_many(tx: Store, subs: Sequence[Submission]) -> list[Outcome]:
     """Store submissions in the caller's transaction; one outcome per submission, in order."""
-    pools = await store.shared_pool_access_many(conn, sorted({
+    pools = await tx.jobs.shared_pool_access_many(sorted({
         (s.tenant_id, s.job.target.ref) for s in subs if s.job.target.type == "queue"}))
     out: list[Outcome | None] = [None] * len(subs)
     rows: list[store.NewJob] = []
@@ -81,10 +81,10 @@ async def store_many(conn: Connection, subs: Sequence[Submission]) -> list[Outco
             out[i] = errors.Forbidden(f"pool {s.job.target.ref!r} is a shared pool this tenant is not granted")
             continue
         rows.append(_row(s, spec.queue_for(s.job.target, s.tenant_id, bool(granted))))
-    inserted = await store.insert_many(conn, rows)
+    inserted = await tx.jobs.insert_many(rows)
     taken = sorted({(s.tenant_id, s.idempotency_key) for i, s in enumerate(subs)
                     if out[i] is None and s.job.job_id not in inserted and s.idempotency_key is not None})
-    earlier = await store.by_idempotency_keys(conn, taken)
+    earlier = await tx.jobs.by_idempotency_keys(taken)
     for i, s in enumerate(subs):
         if out[i] is not None:
             continue
@@ -98,7 +98,7 @@ async def store_many(conn: Connection, subs: Sequence[Submission]) -> list[Outco
     queues = {r.job_id: r.queue for r in rows}
     for s, outcome in zip(subs, out, strict=True):
         if isinstance(outcome, Created) and not outcome.replayed and s.job.skipped_before_first:
-            await store.record_skipped(conn, s.job.job_id, s.tenant_id, queues[s.job.job_id],
+            await tx.jobs.record_skipped(s.job.job_id, s.tenant_id, queues[s.job.job_id],
                                        s.job.retry.max_attempts,
                                        [o.nominal_utc for o in s.job.skipped_before_first], "dst_gap")
     return out  # type: ignore[return-value]
@@ -159,7 +159,7 @@ class SubmitWriter:
     async def _flush(self, group: list[_Request]) -> None:
         subs = [s for r in group for s in r.subs]
         try:
-            outcomes = await self.db.transaction(lambda conn: store_many(conn, subs))
+            outcomes = await self.db.transaction(lambda tx: store_many(tx, subs))
         except (errors.DatabaseUnavailable, errors.TransactionRetriesExhausted) as exc:
             for r in group:
                 _settle(r, exc)

@@ -18,6 +18,7 @@ from app.cli.pools import pools
 from app.cli.runtime import fail, run_command
 from app.cli.worker import worker
 from app.config import InvalidSetting, load
+from app.store import Store
 
 T = TypeVar("T")
 console = Console(stderr=False, highlight=False)
@@ -110,11 +111,9 @@ def _tenant_json(t: Any) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def tenants_create(name: str, as_json: bool) -> None:
     """Create a tenant; prints its id, API key and HTTP signing secret (shown once)."""
-    from app.store import tenants as store
-
     if not name.strip() or len(name) > 100:
         fail("a tenant name is 1-100 characters")
-    created = run_command(lambda d: d.transaction(lambda c: store.create(c, name)))
+    created = run_command(lambda d: d.transaction(lambda tx: tx.tenants.create(name)))
     if created is None:
         fail(f"tenant {name!r} already exists")
     tenant, key = created
@@ -126,14 +125,12 @@ def tenants_create(name: str, as_json: bool) -> None:
                       f"signing    {tenant.signing_secret}\n[dim]The key is stored only as a hash: keep it now.[/]")
 
 
-def _need_tenant(conn_work: Callable[[Any, Any], Awaitable[T]], name: str) -> T:
-    from app.store import tenants as store
-
-    async def work(conn: Any) -> T:
-        tenant = await store.get_by_name(conn, name)
+def _need_tenant(tenant_work: Callable[[Store, Any], Awaitable[T]], name: str) -> T:
+    async def work(tx: Store) -> T:
+        tenant = await tx.tenants.get_by_name(name)
         if tenant is None:
             raise errors.TenantNotFound(f"no tenant named {name!r}")
-        return await conn_work(conn, tenant)
+        return await tenant_work(tx, tenant)
 
     return run_command(lambda d: d.transaction(work))
 
@@ -143,9 +140,7 @@ def _need_tenant(conn_work: Callable[[Any, Any], Awaitable[T]], name: str) -> T:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def tenants_rotate_key(name: str, as_json: bool) -> None:
     """Issue a new API key and revoke the old ones at once."""
-    from app.store import tenants as store
-
-    key, revoked = _need_tenant(lambda c, t: store.rotate_key(c, t.tenant_id), name)
+    key, revoked = _need_tenant(lambda tx, t: tx.tenants.rotate_key(t.tenant_id), name)
     if as_json:
         click.echo(json.dumps({"name": name, "apiKey": key, "revoked": revoked}))
     else:
@@ -160,11 +155,9 @@ def tenants_rotate_key(name: str, as_json: bool) -> None:
 def tenants_set_quota(name: str, weight: int | None, max_inflight: int | None,
                       max_dispatch_per_s: int | None) -> None:
     """Change a tenant's quotas."""
-    from app.store import tenants as store
-
     if weight is None and max_inflight is None and max_dispatch_per_s is None:
         fail("give at least one of --weight, --max-inflight, --max-dispatch-per-s")
-    tenant = _need_tenant(lambda c, t: store.set_quota(c, t.tenant_id, weight=weight, max_inflight=max_inflight,
+    tenant = _need_tenant(lambda tx, t: tx.tenants.set_quota(t.tenant_id, weight=weight, max_inflight=max_inflight,
                                                        max_dispatch_per_s=max_dispatch_per_s), name)
     click.echo(json.dumps(_tenant_json(tenant)))
 
@@ -183,9 +176,7 @@ def tenants_show(name: str) -> None:
 @tenants.command("list")
 def tenants_list() -> None:
     """All tenants."""
-    from app.store import tenants as store
-
-    for t in run_command(lambda d: d.transaction(store.list_all)):
+    for t in run_command(lambda d: d.transaction(lambda tx: tx.tenants.list_all())):
         click.echo(json.dumps(_tenant_json(t)))
 
 

@@ -11,8 +11,7 @@ from typing import NoReturn, TypeVar
 
 from app import errors, observability
 from app.config import Settings, load
-from app.store import embedded, migrate
-from app.store.db import Database
+from app.store import Database, embedded, migrate
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

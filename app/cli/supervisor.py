@@ -27,8 +27,7 @@ from rich.console import Console
 from app import observability
 from app.cli.runtime import database_url
 from app.config import Settings
-from app.store import migrate, tenants
-from app.store.db import Database
+from app.store import Database, Store, migrate
 
 log = logging.getLogger(__name__)
 TIERS = ("api", "scheduler", "executor")
@@ -57,18 +56,18 @@ async def ensure_demo_tenant(db: Database, home: Path) -> str:
     """The demo tenant's key; kept in KAIROS_HOME/demo.key (0600) because only its hash is stored."""
     key_file = home / "demo.key"
 
-    async def work(conn) -> str:
-        tenant = await tenants.get_by_name(conn, DEMO_TENANT)
+    async def work(tx: Store) -> str:
+        tenant = await tx.tenants.get_by_name(DEMO_TENANT)
         if tenant is None:
-            created = await tenants.create(conn, DEMO_TENANT)
+            created = await tx.tenants.create(DEMO_TENANT)
             assert created is not None
             return created[1]
         if key_file.exists():
             key = key_file.read_text().strip()
-            principal = await tenants.resolve_key(conn, key)
+            principal = await tx.tenants.resolve_key(key)
             if principal is not None and principal.tenant_id == tenant.tenant_id:
                 return key
-        key, _ = await tenants.rotate_key(conn, tenant.tenant_id)
+        key, _ = await tx.tenants.rotate_key(tenant.tenant_id)
         return key
 
     key = await db.transaction(work)

@@ -68,3 +68,17 @@ EXECUTION_TRANSITIONS: dict[ExecutionState, frozenset[ExecutionState]] = {
     ExecutionState.CANCELLED: frozenset(),
     ExecutionState.SKIPPED: frozenset(),
 }
+
+
+class AttemptOutcome(StrEnum):
+    RUNNING = "running"
+    """The worker holds the lease; the attempt has no outcome yet."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """The worker (or the HTTP pool) reported an error: retried or dead-lettered by the execution."""
+    EXPIRED = "expired"
+    """The lease ran out before an outcome arrived (the reaper returned or dead-lettered it)."""
+    CANCELLED = "cancelled"
+    """The execution was cancelled or replaced while the attempt ran."""
+    DISCARDED = "discarded"
+    """A late outcome from an attempt that had lost its lease: kept for history, changed nothing."""

@@ -16,8 +16,9 @@ from typing import Generic, TypeVar
 from uuid import UUID
 
 from app import observability
+from app.domain.states import ExecutionState
+from app.store import Database
 from app.store import executions as ex
-from app.store.db import Database
 
 log = logging.getLogger(__name__)
 In = TypeVar("In")
@@ -102,7 +103,7 @@ class Outcomes:
         return await self._fail(items) if items else []
 
     async def _complete(self, items: Sequence[ex.Success]) -> list[bool]:
-        answers = await self.db.transaction(lambda c: ex.complete_many(c, items), isolation=self.isolation)
+        answers = await self.db.transaction(lambda tx: tx.executions.complete_many(items), isolation=self.isolation)
         out = [answers.get(i.execution_id, False) for i in items]
         ok = sum(out)
         if ok:
@@ -112,17 +113,17 @@ class Outcomes:
         return out
 
     async def _fail(self, items: Sequence[ex.Failure]) -> list[ex.FailOutcome]:
-        answers = await self.db.transaction(lambda c: ex.fail_many(c, items), isolation=self.isolation)
+        answers = await self.db.transaction(lambda tx: tx.executions.fail_many(items), isolation=self.isolation)
         out = [answers.get(i.execution_id) or ex.FailOutcome(i.execution_id, None, None) for i in items]
         for o in out:
             if o.state is None:
                 observability.lease_lost.add(1, {"call": "fail"})
             else:
-                observability.finished.add(1, {"outcome": "retry" if o.state == "ready" else "dead"})
+                observability.finished.add(1, {"outcome": "retry" if o.state == ExecutionState.READY else "dead"})
         return out
 
     async def _defer(self, items: Sequence[Deferral]) -> list[bool]:
         refs = [ex.AttemptRef(i.execution_id, i.attempt) for i in items]
-        await self.db.transaction(lambda c: ex.defer_many(c, refs, [i.delay_s for i in items]),
+        await self.db.transaction(lambda tx: tx.executions.defer_many(refs, [i.delay_s for i in items]),
                                   isolation=self.isolation)
         return [True] * len(items)

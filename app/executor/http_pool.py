@@ -30,8 +30,8 @@ from app.executor.batching import Deferral, Outcomes
 from app.executor.breaker import BreakerConfig, Breakers
 from app.executor.egress import EgressPolicy
 from app.executor.signing import sign
+from app.store import Database
 from app.store import executions as ex
-from app.store.db import Database
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class HttpPool:
         if free <= 0:
             return []
         got = await self.db.transaction(
-            lambda c: ex.lease(c, HTTP_QUEUE, self.config.worker_id, min(free, self.config.batch),
+            lambda tx: tx.executions.lease(HTTP_QUEUE, self.config.worker_id, min(free, self.config.batch),
                                _LEASE_AS_LONG_AS_THE_TIMEOUT_S),
             isolation=self.config.isolation)
         if got:
@@ -153,7 +153,7 @@ class HttpPool:
         if left:
             refs = [ex.AttemptRef(i.execution_id, i.attempt) for i in left]
             try:
-                await self.db.transaction(lambda c: ex.defer_many(c, refs, [0.0] * len(refs)))
+                await self.db.transaction(lambda tx: tx.executions.defer_many(refs, [0.0] * len(refs)))
             except Exception:
                 log.exception("could not hand back deliveries in flight; their leases will expire")
             log.info("handed back deliveries in flight", extra={"count": len(left)})

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app import errors
-from app.store import pools as store
-from app.store import tenants
-from app.store.db import Database
+from app.store import Database, Store
 from app.store.pools import SharedPool
 
 __all__ = ["CreatedPool", "SharedPool", "create", "grant", "list_all", "issue_key"]
@@ -20,10 +18,10 @@ class CreatedPool:
     tenants: tuple[str, ...]
 
 
-async def _tenant_ids(conn, names: tuple[str, ...]):
+async def _tenant_ids(tx: Store, names: tuple[str, ...]):
     ids = []
     for name in names:
-        t = await tenants.get_by_name(conn, name)
+        t = await tx.tenants.get_by_name(name)
         if t is None:
             raise errors.TenantNotFound(f"no tenant named {name!r}")
         ids.append(t.tenant_id)
@@ -31,8 +29,8 @@ async def _tenant_ids(conn, names: tuple[str, ...]):
 
 
 async def create(db: Database, name: str, allow: tuple[str, ...]) -> CreatedPool:
-    async def work(conn) -> CreatedPool:
-        key = await store.create(conn, name, await _tenant_ids(conn, allow))
+    async def work(tx: Store) -> CreatedPool:
+        key = await tx.pools.create(name, await _tenant_ids(tx, allow))
         if key is None:
             raise errors.InvalidInput("name", f"a shared pool named {name!r} exists")
         return CreatedPool(name, key, tuple(sorted(allow)))
@@ -41,23 +39,23 @@ async def create(db: Database, name: str, allow: tuple[str, ...]) -> CreatedPool
 
 
 async def grant(db: Database, name: str, allow: tuple[str, ...]) -> None:
-    async def work(conn) -> None:
-        if not any(p.name == name for p in await store.list_all(conn)):
+    async def work(tx: Store) -> None:
+        if not any(p.name == name for p in await tx.pools.list_all()):
             raise errors.InvalidInput("name", f"no shared pool named {name!r}")
-        for tenant_id in await _tenant_ids(conn, allow):
-            await store.grant(conn, name, tenant_id)
+        for tenant_id in await _tenant_ids(tx, allow):
+            await tx.pools.grant(name, tenant_id)
 
     await db.transaction(work)
 
 
 async def issue_key(db: Database, name: str) -> str:
-    async def work(conn) -> str:
-        if not any(p.name == name for p in await store.list_all(conn)):
+    async def work(tx: Store) -> str:
+        if not any(p.name == name for p in await tx.pools.list_all()):
             raise errors.InvalidInput("name", f"no shared pool named {name!r}")
-        return await store.issue_worker_key(conn, name)
+        return await tx.pools.issue_worker_key(name)
 
     return await db.transaction(work)
 
 
 async def list_all(db: Database) -> list[SharedPool]:
-    return await db.transaction(store.list_all)
+    return await db.transaction(lambda tx: tx.pools.list_all())

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app import observability
+from app.domain.states import ExecutionState
 from app.duties import run_every
-from app.store import executions as ex
-from app.store.db import Database
+from app.store import Database
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class LeaseReaper:
     total: dict[str, int] = field(default_factory=lambda: {"ready": 0, "dead": 0})
 
     async def run_once(self) -> dict[str, int]:
-        reaped = await self.db.transaction(lambda c: ex.reap_expired(c, self.config.batch),
+        reaped = await self.db.transaction(lambda tx: tx.executions.reap_expired(self.config.batch),
                                            isolation=self.config.isolation)
         for state, n in reaped.items():
             if n:
@@ -51,8 +51,8 @@ class LeaseReaper:
                 observability.reaped.add(n, {"to": state})
         if any(reaped.values()):
             log.info("expired leases reaped", extra=reaped)
-        if reaped["ready"] and self.on_ready:
-            self.on_ready(reaped["ready"])
+        if reaped[ExecutionState.READY] and self.on_ready:
+            self.on_ready(reaped[ExecutionState.READY])
         return reaped
 
     async def run(self, stop: asyncio.Event) -> None:

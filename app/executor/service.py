@@ -24,7 +24,7 @@ from app.executor.batching import Outcomes
 from app.executor.egress import EgressPolicy
 from app.executor.http_pool import HttpPool, HttpPoolConfig
 from app.executor.reaper import LeaseReaper
-from app.store.db import Database
+from app.store import Database
 
 log = logging.getLogger(__name__)
 

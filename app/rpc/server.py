@@ -12,7 +12,7 @@ import grpc
 
 from app.executor.batching import Outcomes
 from app.rpc.servicer import ServicerConfig, WorkerServicer
-from app.store.db import Database
+from app.store import Database
 from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)

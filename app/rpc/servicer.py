@@ -23,10 +23,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from app import errors, observability
 from app.domain import queues
 from app.domain.jobs import POOL_NAME
+from app.domain.states import ExecutionState
 from app.executor.batching import Outcomes
+from app.store import Database, tenants
 from app.store import executions as ex
-from app.store import tenants
-from app.store.db import Database
 from kairos_sdk._proto import worker_pb2 as pb
 from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
 
@@ -119,6 +119,12 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"database unavailable: {exc.detail}")
         except errors.TransactionRetriesExhausted as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, exc.detail)
+        except errors.StoreConflict as exc:
+            await context.abort(grpc.StatusCode.ABORTED, exc.detail)
+        except errors.StoreRejected as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, exc.detail)
+        except errors.StoreFailure as exc:
+            await context.abort(grpc.StatusCode.INTERNAL, exc.detail)
 
     @staticmethod
     async def _execution_id(context: grpc.aio.ServicerContext, value: str) -> UUID:
@@ -161,14 +167,14 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         while True:
             ready = self._ready
             got = await self._call(context, lambda: self.db.transaction(
-                lambda c: ex.lease(c, queue, worker_id, limit, lease_s), isolation=self.config.isolation))
+                lambda tx: tx.executions.lease(queue, worker_id, limit, lease_s), isolation=self.config.isolation))
             remaining = deadline - time.monotonic()
             if got or remaining <= 0 or self.stopping.is_set():
                 break
             # Work dispatched ahead is ready at its due time: wake for it then, not at the next poll.
             # (Due already but not leased means quotas or other leasers hold it: poll as usual.)
             due_in = await self._call(context, lambda: self.db.transaction(
-                lambda c: ex.next_ready_in(c, queue), isolation=self.config.isolation))
+                lambda tx: tx.executions.next_ready_in(queue), isolation=self.config.isolation))
             pause_s = min(self.config.poll_interval_s, remaining)
             if due_in is not None and due_in > 0:
                 pause_s = min(pause_s, due_in)
@@ -195,7 +201,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         eid = await self._execution_id(context, request.execution_id)
         lease_s = max(1.0, min(request.lease_seconds or self.config.default_lease_s, self.config.max_lease_s))
         until = await self._call(context, lambda: self.db.transaction(
-            lambda c: ex.heartbeat(c, eid, request.attempt, lease_s, scope=cred.scope)))
+            lambda tx: tx.executions.heartbeat(eid, request.attempt, lease_s, scope=cred.scope)))
         if until is None:
             observability.lease_lost.add(1, {"call": "heartbeat"})
             return pb.HeartbeatResponse(outcome=pb.LEASE_LOST, message=(
@@ -227,7 +233,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         if out.state is None:
             return pb.FailResponse(outcome=pb.LEASE_LOST,
                                    message="attempt is not current: its error was recorded as discarded")
-        if out.state == "dead":
+        if out.state == ExecutionState.DEAD:
             return pb.FailResponse(outcome=pb.DEAD, message="no attempts left or not retryable: dead letter")
         return pb.FailResponse(outcome=pb.RETRY_SCHEDULED, retry_at=_ts(out.retry_at))
 
@@ -265,7 +271,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             r = pb.FailManyItem(execution_id=item.execution_id, attempt=item.attempt)
             if out.state is None:
                 r.outcome, r.message = pb.LEASE_LOST, "attempt is not current: its error was recorded as discarded"
-            elif out.state == "dead":
+            elif out.state == ExecutionState.DEAD:
                 r.outcome, r.message = pb.DEAD, "no attempts left or not retryable: dead letter"
             else:
                 r.outcome = pb.RETRY_SCHEDULED

@@ -36,8 +36,8 @@ from app import errors, observability
 from app.config import Settings
 from app.scheduler.heap import DueEntry, DueHeap
 from app.scheduler.planning import Plan, plan_claim
+from app.store import Database, Store
 from app.store import dispatch as store
-from app.store.db import Database
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +143,9 @@ class Dispatcher:
         sql_now = self._sql_now()
         slots_before = dict(self._catch_up_slots)
 
-        async def work(conn) -> tuple[list[store.Claim], list[Plan], store.Recorded | None]:
+        async def work(tx: Store) -> tuple[list[store.Claim], list[Plan], store.Recorded | None]:
             self._catch_up_slots = dict(slots_before)  # a retried transaction plans afresh
-            claims = await store.claim(conn, self.owner, batch, sql_now)
+            claims = await tx.dispatch.claim(self.owner, batch, sql_now)
             now = self._now()
             plans = [plan_claim(c, now, self._catch_up_slot) for c in claims if c.claimed]
             executions = [e for p in plans for e in p.executions]
@@ -154,8 +154,8 @@ class Dispatcher:
             replacements = [p.replacement for p in plans if p.replacement is not None]
             if not (executions or next_due or advances):
                 return claims, plans, None
-            await store.cancel_replaced(conn, replacements, sql_now)
-            recorded = await store.record(conn, executions, next_due, advances, sql_now)
+            await tx.dispatch.cancel_replaced(replacements, sql_now)
+            recorded = await tx.dispatch.record(executions, next_due, advances, sql_now)
             return claims, plans, recorded
 
         result = BatchResult()

@@ -22,8 +22,7 @@ from app import observability
 from app.config import Settings
 from app.domain.shards import SHARD_COUNT
 from app.duties import run_every
-from app.store import shard_leases
-from app.store.db import Database
+from app.store import Database, Store
 
 log = logging.getLogger(__name__)
 
@@ -113,18 +112,18 @@ class ShardLeaser:
         cfg = self.config
         started = time.monotonic()
 
-        async def tick(conn) -> dict[int, int]:
-            await shard_leases.heartbeat_member(conn, self.owner, cfg.ttl_s, now)
-            renewed = await shard_leases.renew(conn, self.owner, cfg.ttl_s, now)
+        async def tick(tx: Store) -> dict[int, int]:
+            await tx.shard_leases.heartbeat_member(self.owner, cfg.ttl_s, now)
+            renewed = await tx.shard_leases.renew(self.owner, cfg.ttl_s, now)
             held = {h.shard_id: h.revision for h in renewed}
-            members = await shard_leases.live_members(conn, now)
+            members = await tx.shard_leases.live_members(now)
             target = fair_share(members, self.owner)
             if len(held) > target:
                 excess = sorted(held)[target:]
-                for shard_id in await shard_leases.release(conn, self.owner, excess):
+                for shard_id in await tx.shard_leases.release(self.owner, excess):
                     held.pop(shard_id, None)
             elif len(held) < target:
-                got = await shard_leases.acquire(conn, self.owner, target - len(held), cfg.ttl_s,
+                got = await tx.shard_leases.acquire(self.owner, target - len(held), cfg.ttl_s,
                                                   salt=self._salt, now=now)
                 held.update({h.shard_id: h.revision for h in got})
             return held
@@ -146,16 +145,16 @@ class ShardLeaser:
 
     async def sweep(self) -> None:
         now = self._now()
-        await self.db.transaction(lambda c: shard_leases.sweep_members(c, MEMBER_SWEEP_GRACE_S, now))
+        await self.db.transaction(lambda tx: tx.shard_leases.sweep_members(MEMBER_SWEEP_GRACE_S, now))
 
     async def release_all(self) -> list[int]:
         """Graceful shutdown: hand every shard back and leave the membership at once."""
         held = sorted(self.ownership.held)
         self.ownership.replace({})
 
-        async def leave(conn) -> list[int]:
-            released = await shard_leases.release(conn, self.owner, held)
-            await shard_leases.leave(conn, self.owner)
+        async def leave(tx: Store) -> list[int]:
+            released = await tx.shard_leases.release(self.owner, held)
+            await tx.shard_leases.leave(self.owner)
             return released
 
         released = await self.db.transaction(leave)

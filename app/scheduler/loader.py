@@ -26,8 +26,8 @@ from app.config import Settings
 from app.duties import run_every
 from app.scheduler.heap import DueEntry, DueHeap
 from app.scheduler.leases import Ownership
+from app.store import Database, Store
 from app.store import dispatch as dispatch_store
-from app.store.db import Database
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +112,10 @@ class DueLoader:
 
     async def _read(self, shards: list[int], until: datetime, after: tuple[datetime, UUID] | None,
                     limit: int, *, latest: bool = False) -> list[dispatch_store.DueRow]:
-        async def read(conn) -> list[dispatch_store.DueRow]:
+        async def read(tx: Store) -> list[dispatch_store.DueRow]:
             if latest:
-                return await dispatch_store.load_latest_due(conn, shards, until, limit)
-            return await dispatch_store.load_due(conn, shards, until, after, limit)
+                return await tx.dispatch.load_latest_due(shards, until, limit)
+            return await tx.dispatch.load_due(shards, until, after, limit)
 
         # A pure hint read: READ COMMITTED keeps it from adding serialization conflicts to dispatch.
         return await self.db.transaction(read, isolation="READ COMMITTED")

@@ -31,6 +31,7 @@ from uuid import UUID
 from app.domain import jobs
 from app.domain import schedule as cron
 from app.domain.shards import due_minute, shard_of
+from app.domain.states import ExecutionState, JobState
 from app.store import dispatch as store
 
 # Kubernetes' bound: a job never catches up more than this many missed occurrences.
@@ -84,7 +85,7 @@ class Plan:
 def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime]) -> Plan:
     """Turn one claimed due row into executions, the next due row and the job's new state."""
     plan = Plan()
-    if c.job_state != "active":
+    if c.job_state != JobState.ACTIVE:
         return plan  # paused/cancelled/completed (or deleted): the orphan row is gone, nothing runs
     assert c.tenant_id is not None and c.nominal_at is not None and c.queue is not None
     assert c.max_attempts is not None
@@ -95,15 +96,15 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
                                       c.nominal_at)
         return plan
 
-    def execution(nominal: datetime, ready_at: datetime, state: str = "ready", reason: str | None = None,
-                  note: str | None = None) -> store.NewExecution:
+    def execution(nominal: datetime, ready_at: datetime, state: ExecutionState = ExecutionState.READY,
+                  reason: str | None = None, note: str | None = None) -> store.NewExecution:
         return store.NewExecution(c.job_id, tenant_id, queue, nominal, max_attempts, state, ready_at,
                                   reason, note)
 
     # (nominal, ready_at) of every occurrence that runs now, oldest first.
     runs: list[tuple[datetime, datetime]] = [(c.nominal_at, c.next_run_at)]
     if c.schedule_kind == "once":
-        plan.advance = store.JobAdvance(c.job_id, "completed", None, None)
+        plan.advance = store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
     else:
         assert c.cron_resolved and c.tz and c.dst_gap and c.dst_repeat
         jitter = _jitter(c.job_id, c.jitter_s or 0)
@@ -113,20 +114,20 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
             runs, misfire_records, following, gap_skipped = _plan_misfire(c, now, catch_up_slot)
             plan.executions.extend(execution(*record) for record in misfire_records)
         for occ in gap_skipped:
-            plan.executions.append(execution(occ.nominal_utc, occ.nominal_utc + jitter, "skipped", "dst_gap",
-                                             occ.dst_note))
+            plan.executions.append(execution(occ.nominal_utc, occ.nominal_utc + jitter, ExecutionState.SKIPPED,
+                                             "dst_gap", occ.dst_note))
         if following is None:
-            plan.advance = store.JobAdvance(c.job_id, "completed", None, None)
+            plan.advance = store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
         else:
             run_at = following.nominal_utc + jitter
             plan.next_due = store.NextDue(shard_of(c.job_id), due_minute(run_at), run_at,
                                           c.job_id, c.tenant_id, following.nominal_utc)
-            plan.advance = store.JobAdvance(c.job_id, "active", following.nominal_utc, run_at)
+            plan.advance = store.JobAdvance(c.job_id, JobState.ACTIVE, following.nominal_utc, run_at)
     if not runs:
         return plan
     if c.overlapping and c.concurrency == "forbid":
         note = "the previous execution was still unfinished"
-        plan.executions.extend(execution(n, r, "skipped", "overlap", note) for n, r in runs)
+        plan.executions.extend(execution(n, r, ExecutionState.SKIPPED, "overlap", note) for n, r in runs)
         return plan
     if c.overlapping and c.concurrency == "replace":
         plan.replacement = store.Replacement(c.job_id, runs[0][0], f"replaced by {_iso(runs[-1][0])}")
@@ -137,7 +138,7 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
 
 
 def _plan_misfire(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime],
-                  ) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime, str, str, str]],
+                  ) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime, ExecutionState, str, str]],
                              cron.Occurrence | None,
                              tuple[cron.Occurrence, ...]]:
     """Runs, skipped records, the next occurrence after now and gap-skips before it."""
@@ -151,12 +152,12 @@ def _plan_misfire(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID],
     decision = cron.plan_misfire(misfire, listed, total + 1, cap=MISFIRE_CAP)
     run_ids = {occ.nominal_utc for occ in decision.run}
     unlisted = total + 1 - len(listed)
-    records: list[tuple[datetime, datetime, str, str, str]] = []
+    records: list[tuple[datetime, datetime, ExecutionState, str, str]] = []
     for i, occ in enumerate(o for o in listed if o.nominal_utc not in run_ids):
         note = f"missed while no scheduler ran; misfire policy {misfire}"
         if i == 0 and unlisted:
             note += f" ({unlisted} older missed occurrences since {_iso(c.nominal_at)} are not listed)"
-        records.append((occ.nominal_utc, occ.run_at, "skipped", "misfire", note))
+        records.append((occ.nominal_utc, occ.run_at, ExecutionState.SKIPPED, "misfire", note))
     runs: list[tuple[datetime, datetime]] = []
     for occ in decision.run:
         ready_at = occ.run_at

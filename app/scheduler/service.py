@@ -15,7 +15,7 @@ from app.scheduler.heap import DueHeap
 from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser
 from app.scheduler.loader import DueLoader, LoaderConfig
 from app.scheduler.statistics import StatisticsKeeper
-from app.store.db import Database
+from app.store import Database
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,7 @@ import logging
 from dataclasses import dataclass
 
 from app.duties import run_every
-from app.store import statistics
-from app.store.db import Database
+from app.store import Database
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +55,10 @@ class StatisticsKeeper:
     async def run_once(self) -> StatisticsResult:
         cfg = self.config
         stale = await self.db.transaction(
-            lambda c: statistics.stale_tables(c, min_rows=cfg.min_rows, fraction=cfg.fraction))
+            lambda tx: tx.statistics.stale_tables(min_rows=cfg.min_rows, fraction=cfg.fraction))
         if not stale:
             return StatisticsResult(())
-        await self.db.transaction(statistics.analyze_hot_tables, isolation="READ COMMITTED")
+        await self.db.transaction(lambda tx: tx.statistics.analyze_hot_tables(), isolation="READ COMMITTED")
         log.info("planner statistics refreshed", extra={"stale": sorted(stale)})
         return StatisticsResult(tuple(sorted(stale)))
 

@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from app.domain.states import AttemptOutcome
 from app.store.queries import q
+from app.store.table import Table
 
 
 @dataclass(frozen=True)
@@ -20,14 +20,9 @@ class Attempt:
     leased_at: datetime
     lease_until: datetime
     finished_at: datetime | None
-    outcome: str
+    outcome: AttemptOutcome
     error: str | None
     result: Any
-
-
-async def list_for_execution(conn: AsyncConnection, tenant_id: UUID, execution_id: UUID) -> list[Attempt]:
-    rows = await conn.execute(q("AttemptListForExecution"), {"tenant_id": tenant_id, "execution_id": execution_id})
-    return [Attempt(**r._mapping) for r in rows]
 
 
 @dataclass(frozen=True)
@@ -48,18 +43,25 @@ class ReplayBudget:
         return self.window_start + timedelta(seconds=self.window_s)
 
 
-async def replay_budget(conn: AsyncConnection, tenant_id: UUID, *, per_window: int, window_s: float,
-                        now: datetime | None = None) -> ReplayBudget:
-    await conn.execute(q("ReplayBudgetEnsure"), {"tenant_id": tenant_id})
-    row = (await conn.execute(q("ReplayBudgetGet"), {"tenant_id": tenant_id, "now": now})).one()
-    start, used = row.window_start, row.used
-    if start + timedelta(seconds=window_s) <= row.now:
-        start, used = row.now, 0
-    return ReplayBudget(start, used, per_window, window_s)
+class Attempts(Table):
+    """The attempts statements of one transaction."""
 
+    async def list_for_execution(self, tenant_id: UUID, execution_id: UUID) -> list[Attempt]:
+        rows = await self._conn.execute(q("AttemptListForExecution"),
+                                        {"tenant_id": tenant_id, "execution_id": execution_id})
+        return [Attempt(**{**r._mapping, "outcome": AttemptOutcome(r.outcome)}) for r in rows]
 
-async def spend_replay_budget(conn: AsyncConnection, tenant_id: UUID, budget: ReplayBudget, n: int) -> ReplayBudget:
-    spent = ReplayBudget(budget.window_start, budget.used + n, budget.per_window, budget.window_s)
-    await conn.execute(q("ReplayBudgetPut"), {"tenant_id": tenant_id, "window_start": spent.window_start,
-                                              "used": spent.used})
-    return spent
+    async def replay_budget(self, tenant_id: UUID, *, per_window: int, window_s: float,
+                            now: datetime | None = None) -> ReplayBudget:
+        await self._conn.execute(q("ReplayBudgetEnsure"), {"tenant_id": tenant_id})
+        row = (await self._conn.execute(q("ReplayBudgetGet"), {"tenant_id": tenant_id, "now": now})).one()
+        start, used = row.window_start, row.used
+        if start + timedelta(seconds=window_s) <= row.now:
+            start, used = row.now, 0
+        return ReplayBudget(start, used, per_window, window_s)
+
+    async def spend_replay_budget(self, tenant_id: UUID, budget: ReplayBudget, n: int) -> ReplayBudget:
+        spent = ReplayBudget(budget.window_start, budget.used + n, budget.per_window, budget.window_s)
+        await self._conn.execute(q("ReplayBudgetPut"), {"tenant_id": tenant_id, "window_start": spent.window_start,
+                                                        "used": spent.used})
+        return spent

@@ -10,17 +10,15 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app import errors, observability
 from app.config import Settings
+from app.store.seam import Store
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-# What a transaction's work receives and passes on to the store's functions: services name the
-# type, never its methods, so SQLAlchemy stays inside app/store.
-Connection = AsyncConnection
 
 # serialization_failure, deadlock_detected: the whole transaction may simply be run again.
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
@@ -36,6 +34,21 @@ class RetryConfig:
 def sqlstate(exc: BaseException) -> str | None:
     orig = getattr(exc, "orig", None)
     return getattr(orig, "sqlstate", None) or getattr(exc, "sqlstate", None)
+
+
+def translate(exc: DBAPIError) -> errors.KairosError:
+    """The Kairos error for a database error that re-running the transaction will not cure."""
+    state = sqlstate(exc)
+    detail = str(getattr(exc, "orig", exc)).splitlines()[0]
+    if state is None and isinstance(exc, (OperationalError, InterfaceError)):
+        return errors.DatabaseUnavailable(detail)
+    if state is not None and state[:2] in ("08", "57", "53"):  # connection lost, shutdown or cancel, resources
+        return errors.DatabaseUnavailable(detail)
+    if state is not None and state[:2] == "23":  # integrity constraint: a concurrent writer got there first
+        return errors.StoreConflict(detail, sqlstate=state)
+    if state is not None and state[:2] == "22":  # data exception: a value the schema cannot hold
+        return errors.StoreRejected(detail, sqlstate=state)
+    return errors.StoreFailure(f"database error {state or 'unknown'}: {detail}", sqlstate=state)
 
 
 def normalise_url(url: str) -> str:
@@ -76,14 +89,15 @@ class Database:
 
     async def transaction(
         self,
-        work: Callable[[Connection], Awaitable[T]],
+        work: Callable[[Store], Awaitable[T]],
         *,
         isolation: str | None = None,
     ) -> T:
         """Run ``work`` in one transaction, re-running it whole on 40001/40P01.
 
-        ``work`` must be safe to run again: it gets a fresh connection each time and must not
-        keep state from a failed run.
+        ``work`` must be safe to run again: it gets a fresh ``Store`` each time and must not keep
+        state from a failed run. Any other database error leaves as an ``app.errors`` exception
+        (``translate``), so callers never see SQLAlchemy or psycopg.
         """
         delay = self.retry.base_s
         for attempt in range(1, self.retry.attempts + 1):
@@ -92,12 +106,10 @@ class Database:
                     if isolation:
                         await conn.execution_options(isolation_level=isolation)
                     async with conn.begin():
-                        return await work(conn)
+                        return await work(Store(conn))
             except DBAPIError as exc:
-                if isinstance(exc, (OperationalError, InterfaceError)) and sqlstate(exc) is None:
-                    raise errors.DatabaseUnavailable(str(exc.orig)) from exc
                 if sqlstate(exc) not in RETRYABLE_SQLSTATES:
-                    raise
+                    raise translate(exc) from exc
                 if attempt == self.retry.attempts:
                     raise errors.TransactionRetriesExhausted() from exc
                 self.retries += 1
@@ -105,6 +117,8 @@ class Database:
                 # Full jitter: concurrent losers spread out instead of colliding again.
                 await asyncio.sleep(random.uniform(0, delay))
                 delay = min(self.retry.max_s, delay * 2)
+            except PoolTimeout as exc:
+                raise errors.DatabaseUnavailable("no database connection free in the pool") from exc
         raise AssertionError("unreachable")
 
     async def close(self) -> None:

@@ -18,11 +18,11 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from app.domain.backoff import retry_delay_s
+from app.domain.states import ExecutionState
 from app.store.arrays import plain, texts
 from app.store.queries import q
+from app.store.table import Table
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Failure:
 @dataclass(frozen=True)
 class FailOutcome:
     execution_id: UUID
-    state: str | None  # 'ready' (retry at retry_at), 'dead', or None: the attempt was stale
+    state: ExecutionState | None  # READY (retry at retry_at), DEAD, or None: the attempt was stale
     retry_at: datetime | None
 
 
@@ -108,7 +108,7 @@ class Execution:
     scheduled_for: datetime
     attempt: int
     max_attempts: int
-    state: str
+    state: ExecutionState
     ready_at: datetime
     lease_owner: str | None
     lease_until: datetime | None
@@ -128,123 +128,122 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"))
 
 
-async def lease(conn: AsyncConnection, queue: str, worker_id: str, limit: int, lease_s: float,
-                *, now: datetime | None = None) -> list[Leased]:
-    """Lease up to ``limit`` ready executions of ``queue``, fairly across tenants."""
-    rows = await conn.execute(q("ExecutionLeaseFair"), {
-        "queue": queue, "worker_id": worker_id, "limit": limit, "lease_s": lease_s, "now": now,
-        "salt": secrets.token_hex(4),
-    })
-    if tuple(rows.keys()) != _LEASED_COLUMNS:
-        raise RuntimeError(f"ExecutionLeaseFair returns {tuple(rows.keys())}, Leased expects {_LEASED_COLUMNS}")
-    return [Leased(*r) for r in rows]
+class Executions(Table):
+    """The executions statements of one transaction."""
 
+    async def lease(self, queue: str, worker_id: str, limit: int, lease_s: float,
+                    *, now: datetime | None = None) -> list[Leased]:
+        """Lease up to ``limit`` ready executions of ``queue``, fairly across tenants."""
+        rows = await self._conn.execute(q("ExecutionLeaseFair"), {
+            "queue": queue, "worker_id": worker_id, "limit": limit, "lease_s": lease_s, "now": now,
+            "salt": secrets.token_hex(4),
+        })
+        if tuple(rows.keys()) != _LEASED_COLUMNS:
+            raise RuntimeError(f"ExecutionLeaseFair returns {tuple(rows.keys())}, Leased expects {_LEASED_COLUMNS}")
+        return [Leased(*r) for r in rows]
 
-async def next_ready_in(conn: AsyncConnection, queue: str, *, now: datetime | None = None) -> float | None:
-    """Seconds until the queue's earliest ready execution falls due (<= 0: now); None when none is ready."""
-    seconds: float | None = (await conn.execute(q("ExecutionNextReadyIn"), {"queue": queue, "now": now})).scalar_one()
-    return seconds
+    async def next_ready_in(self, queue: str, *, now: datetime | None = None) -> float | None:
+        """Seconds until the queue's earliest ready execution falls due (<= 0: now); None when none is ready."""
+        rows = await self._conn.execute(q("ExecutionNextReadyIn"), {"queue": queue, "now": now})
+        seconds: float | None = rows.scalar_one()
+        return seconds
 
+    async def heartbeat(self, execution_id: UUID, attempt: int, lease_s: float,
+                        *, scope: str | None = None, now: datetime | None = None) -> datetime | None:
+        """The new lease_until, or None when the attempt is not current (or timed out, or out of scope)."""
+        row = (await self._conn.execute(q("ExecutionHeartbeat"), {
+            "execution_id": execution_id, "attempt": attempt, "lease_s": lease_s, "now": now, "scope": scope,
+        })).first()
+        return row.lease_until if row else None
 
-async def heartbeat(conn: AsyncConnection, execution_id: UUID, attempt: int, lease_s: float,
-                    *, scope: str | None = None, now: datetime | None = None) -> datetime | None:
-    """The new lease_until, or None when the attempt is not current (or timed out, or out of scope)."""
-    row = (await conn.execute(q("ExecutionHeartbeat"), {
-        "execution_id": execution_id, "attempt": attempt, "lease_s": lease_s, "now": now, "scope": scope,
-    })).first()
-    return row.lease_until if row else None
+    async def complete_many(self, done: Sequence[Success], *,
+                            now: datetime | None = None) -> dict[UUID, bool]:
+        """execution_id -> True (recorded, or already recorded by this attempt) / False (lease lost).
 
+        Executions outside a caller's scope (or unknown) are missing from the answer: lease lost too.
+        """
+        if not done:
+            return {}
+        rows = await self._conn.execute(q("ExecutionCompleteMany"), {
+            "execution_ids": plain([d.execution_id for d in done]), "attempts": plain([d.attempt for d in done]),
+            "results": texts([_json(d.result) for d in done]), "scopes": texts([d.scope for d in done]), "now": now,
+        })
+        return {execution_id: bool(ok) for execution_id, ok in rows}
 
-async def complete_many(conn: AsyncConnection, done: Sequence[Success], *,
-                        now: datetime | None = None) -> dict[UUID, bool]:
-    """execution_id -> True (recorded, or already recorded by this attempt) / False (lease lost).
+    async def fail_many(self, failed: Sequence[Failure], *, now: datetime | None = None,
+                        rng: random.Random | None = None) -> dict[UUID, FailOutcome]:
+        """Schedule retries (backoff from app.domain.backoff) or dead-letter; stale attempts change nothing."""
+        if not failed:
+            return {}
+        ids = [f.execution_id for f in failed]
+        policies = {r.execution_id: r for r in await self._conn.execute(q("ExecutionRetryPolicyMany"),
+                                                                        {"execution_ids": plain(ids)})}
+        delays = []
+        for f in failed:
+            p = policies.get(f.execution_id)
+            delays.append(retry_delay_s(max(f.attempt, 1), p.backoff_s, p.max_backoff_s, rng=rng) if p else 0.0)
+        rows = await self._conn.execute(q("ExecutionFailMany"), {
+            "execution_ids": plain(ids), "attempts": plain([f.attempt for f in failed]),
+            "errors": texts([f.error[-MAX_ERROR_CHARS:] for f in failed]),
+            "retryable": plain([f.retryable for f in failed]), "delays_s": plain(delays),
+            "scopes": texts([f.scope for f in failed]), "now": now,
+        })
+        return {execution_id: FailOutcome(execution_id, ExecutionState(state),
+                                          ready_at if state == ExecutionState.READY else None)
+                if state is not None else FailOutcome(execution_id, None, None)
+                for execution_id, state, ready_at in rows}
 
-    Executions outside a caller's scope (or unknown) are missing from the answer: lease lost too.
-    """
-    if not done:
-        return {}
-    rows = await conn.execute(q("ExecutionCompleteMany"), {
-        "execution_ids": plain([d.execution_id for d in done]), "attempts": plain([d.attempt for d in done]),
-        "results": texts([_json(d.result) for d in done]), "scopes": texts([d.scope for d in done]), "now": now,
-    })
-    return {execution_id: bool(ok) for execution_id, ok in rows}
+    async def defer_many(self, held: Sequence[AttemptRef], delays_s: Sequence[float], *,
+                         now: datetime | None = None) -> int:
+        """Give leased executions back unrun for ``delays_s`` without spending an attempt."""
+        if not held:
+            return 0
+        rows = (await self._conn.execute(q("ExecutionDeferMany"), {
+            "execution_ids": plain([h.execution_id for h in held]), "attempts": plain([h.attempt for h in held]),
+            "delays_s": plain(delays_s), "now": now,
+        })).all()
+        return len(rows)
 
+    async def reap_expired(self, limit: int, *, now: datetime | None = None) -> dict[ExecutionState, int]:
+        """{READY: n, DEAD: m}: expired leases returned to the queue or dead-lettered."""
+        rows = await self._conn.execute(q("ExecutionReapExpired"), {"limit": limit, "now": now})
+        out = {ExecutionState.READY: 0, ExecutionState.DEAD: 0}
+        for r in rows:
+            out[ExecutionState(r.state)] = int(r.n)
+        return out
 
-async def fail_many(conn: AsyncConnection, failed: Sequence[Failure], *, now: datetime | None = None,
-                    rng: random.Random | None = None) -> dict[UUID, FailOutcome]:
-    """Schedule retries (backoff from app.domain.backoff) or dead-letter; stale attempts change nothing."""
-    if not failed:
-        return {}
-    ids = [f.execution_id for f in failed]
-    policies = {r.execution_id: r for r in await conn.execute(q("ExecutionRetryPolicyMany"),
-                                                              {"execution_ids": plain(ids)})}
-    delays = []
-    for f in failed:
-        p = policies.get(f.execution_id)
-        delays.append(retry_delay_s(max(f.attempt, 1), p.backoff_s, p.max_backoff_s, rng=rng) if p else 0.0)
-    rows = await conn.execute(q("ExecutionFailMany"), {
-        "execution_ids": plain(ids), "attempts": plain([f.attempt for f in failed]),
-        "errors": texts([f.error[-MAX_ERROR_CHARS:] for f in failed]),
-        "retryable": plain([f.retryable for f in failed]), "delays_s": plain(delays),
-        "scopes": texts([f.scope for f in failed]), "now": now,
-    })
-    return {execution_id: FailOutcome(execution_id, state, ready_at if state == "ready" else None)
-            for execution_id, state, ready_at in rows}
+    async def replay(self, tenant_id: UUID, execution_id: UUID, *, payload: Any = None,
+                     max_attempts: int | None = None, backoff_s: float | None = None,
+                     max_backoff_s: float | None = None, now: datetime | None = None) -> Replayed | None:
+        """None when the tenant has no dead execution of that id."""
+        row = (await self._conn.execute(q("ExecutionReplay"), {
+            "tenant_id": tenant_id, "execution_id": execution_id, "payload": _json(payload),
+            "max_attempts": max_attempts, "backoff_s": backoff_s, "max_backoff_s": max_backoff_s, "now": now,
+        })).first()
+        return Replayed(**row._mapping) if row else None
 
+    async def replay_dead_many(self, tenant_id: UUID, *, limit: int, job_id: UUID | None = None,
+                               finished_after: datetime | None = None, finished_before: datetime | None = None,
+                               now: datetime | None = None) -> list[UUID]:
+        rows = await self._conn.execute(q("ExecutionReplayDeadMany"), {
+            "tenant_id": tenant_id, "limit": limit, "job_id": job_id, "finished_after": finished_after,
+            "finished_before": finished_before, "now": now,
+        })
+        return [r.execution_id for r in rows]
 
-async def defer_many(conn: AsyncConnection, held: Sequence[AttemptRef], delays_s: Sequence[float], *,
-                     now: datetime | None = None) -> int:
-    """Give leased executions back unrun for ``delays_s`` without spending an attempt."""
-    if not held:
-        return 0
-    rows = (await conn.execute(q("ExecutionDeferMany"), {
-        "execution_ids": plain([h.execution_id for h in held]), "attempts": plain([h.attempt for h in held]),
-        "delays_s": plain(delays_s), "now": now,
-    })).all()
-    return len(rows)
+    async def list_dead(self, tenant_id: UUID, *, job_id: UUID | None,
+                        before: tuple[datetime, UUID] | None, limit: int) -> list[DeadLetter]:
+        rows = await self._conn.execute(q("ExecutionListDead"), {
+            "tenant_id": tenant_id, "job_id": job_id,
+            "before_finished": before[0] if before else None, "before_id": before[1] if before else None,
+            "limit": limit,
+        })
+        return [DeadLetter(**r._mapping) for r in rows]
 
-
-async def reap_expired(conn: AsyncConnection, limit: int, *, now: datetime | None = None) -> dict[str, int]:
-    """{'ready': n, 'dead': m}: expired leases returned to the queue or dead-lettered."""
-    rows = await conn.execute(q("ExecutionReapExpired"), {"limit": limit, "now": now})
-    out = {"ready": 0, "dead": 0}
-    for r in rows:
-        out[r.state] = int(r.n)
-    return out
-
-
-async def replay(conn: AsyncConnection, tenant_id: UUID, execution_id: UUID, *, payload: Any = None,
-                 max_attempts: int | None = None, backoff_s: float | None = None,
-                 max_backoff_s: float | None = None, now: datetime | None = None) -> Replayed | None:
-    """None when the tenant has no dead execution of that id."""
-    row = (await conn.execute(q("ExecutionReplay"), {
-        "tenant_id": tenant_id, "execution_id": execution_id, "payload": _json(payload),
-        "max_attempts": max_attempts, "backoff_s": backoff_s, "max_backoff_s": max_backoff_s, "now": now,
-    })).first()
-    return Replayed(**row._mapping) if row else None
-
-
-async def replay_dead_many(conn: AsyncConnection, tenant_id: UUID, *, limit: int, job_id: UUID | None = None,
-                           finished_after: datetime | None = None, finished_before: datetime | None = None,
-                           now: datetime | None = None) -> list[UUID]:
-    rows = await conn.execute(q("ExecutionReplayDeadMany"), {
-        "tenant_id": tenant_id, "limit": limit, "job_id": job_id, "finished_after": finished_after,
-        "finished_before": finished_before, "now": now,
-    })
-    return [r.execution_id for r in rows]
-
-
-async def list_dead(conn: AsyncConnection, tenant_id: UUID, *, job_id: UUID | None,
-                    before: tuple[datetime, UUID] | None, limit: int) -> list[DeadLetter]:
-    rows = await conn.execute(q("ExecutionListDead"), {
-        "tenant_id": tenant_id, "job_id": job_id,
-        "before_finished": before[0] if before else None, "before_id": before[1] if before else None,
-        "limit": limit,
-    })
-    return [DeadLetter(**r._mapping) for r in rows]
-
-
-async def get(conn: AsyncConnection, tenant_id: UUID, execution_id: UUID) -> Execution | None:
-    row = (await conn.execute(q("ExecutionGetForTenant"),
-                              {"tenant_id": tenant_id, "execution_id": execution_id})).first()
-    return Execution(**row._mapping) if row else None
+    async def get(self, tenant_id: UUID, execution_id: UUID) -> Execution | None:
+        row = (await self._conn.execute(q("ExecutionGetForTenant"),
+                                        {"tenant_id": tenant_id, "execution_id": execution_id})).first()
+        if row is None:
+            return None
+        m = row._mapping
+        return Execution(**{**m, "state": ExecutionState(m["state"])})

@@ -10,11 +10,12 @@ from typing import Any
 from uuid import UUID
 
 from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.shards import due_minute, shard_of
+from app.domain.states import ExecutionState, JobState
 from app.store.arrays import plain, texts
 from app.store.queries import q
+from app.store.table import Table
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Job(NewJob):
 
     next_nominal_at/next_run_at are NULL once the schedule has ended."""
 
-    state: str
+    state: JobState
     first_run_at: datetime | None
     paused_at: datetime | None
     version: int
@@ -74,7 +75,7 @@ class ExecutionSummary:
     execution_id: UUID
     scheduled_for: datetime
     attempt: int
-    state: str
+    state: ExecutionState
     started_at: datetime | None
     finished_at: datetime | None
     error: str | None
@@ -82,121 +83,111 @@ class ExecutionSummary:
 
 
 def _job(row: Row[Any]) -> Job:
-    return Job(**row._mapping)
+    return Job(**{**row._mapping, "state": JobState(row.state)})
 
 
-async def insert_many(conn: AsyncConnection, jobs: Sequence[NewJob]) -> set[UUID]:
-    """Insert jobs and their due_index rows in one statement; the ids inserted (a job whose
-    idempotency key is already taken, by an earlier request or earlier in ``jobs``, is not)."""
-    if not jobs:
-        return set()
-    rows = await conn.execute(q("JobInsertMany"), {
-        "job_ids": plain([j.job_id for j in jobs]), "tenant_ids": plain([j.tenant_id for j in jobs]),
-        "names": texts([j.name for j in jobs]), "target_types": texts([j.target_type for j in jobs]),
-        "target_refs": texts([j.target_ref for j in jobs]), "queues": texts([j.queue for j in jobs]),
-        "payloads": texts([json.dumps(j.payload, separators=(",", ":")) for j in jobs]),
-        "schedule_kinds": texts([j.schedule_kind for j in jobs]), "run_ats": plain([j.run_at for j in jobs]),
-        "crons": texts([j.cron for j in jobs]), "cron_resolveds": texts([j.cron_resolved for j in jobs]),
-        "tzs": texts([j.tz for j in jobs]), "jitter_ss": plain([j.jitter_s for j in jobs]),
-        "dst_gaps": texts([j.dst_gap for j in jobs]), "dst_repeats": texts([j.dst_repeat for j in jobs]),
-        "max_attemptss": plain([j.max_attempts for j in jobs]), "backoff_ss": plain([j.backoff_s for j in jobs]),
-        "max_backoff_ss": plain([j.max_backoff_s for j in jobs]), "timeout_ss": plain([j.timeout_s for j in jobs]),
-        "concurrencies": texts([j.concurrency for j in jobs]), "misfires": texts([j.misfire for j in jobs]),
-        "next_nominal_ats": plain([j.next_nominal_at for j in jobs]),
-        "next_run_ats": plain([j.next_run_at for j in jobs]),
-        "idempotency_keys": texts([j.idempotency_key for j in jobs]),
-        "request_hashes": texts([j.request_hash for j in jobs]),
-        "shard_ids": plain([shard_of(j.job_id) for j in jobs]),
-        "due_minutes": plain([due_minute(j.next_run_at) for j in jobs]),
-    })
-    return {r[0] for r in rows}
+class Jobs(Table):
+    """The jobs statements of one transaction."""
 
+    async def insert_many(self, jobs: Sequence[NewJob]) -> set[UUID]:
+        """Insert jobs and their due_index rows in one statement; the ids inserted (a job whose
+        idempotency key is already taken, by an earlier request or earlier in ``jobs``, is not)."""
+        if not jobs:
+            return set()
+        rows = await self._conn.execute(q("JobInsertMany"), {
+            "job_ids": plain([j.job_id for j in jobs]), "tenant_ids": plain([j.tenant_id for j in jobs]),
+            "names": texts([j.name for j in jobs]), "target_types": texts([j.target_type for j in jobs]),
+            "target_refs": texts([j.target_ref for j in jobs]), "queues": texts([j.queue for j in jobs]),
+            "payloads": texts([json.dumps(j.payload, separators=(",", ":")) for j in jobs]),
+            "schedule_kinds": texts([j.schedule_kind for j in jobs]), "run_ats": plain([j.run_at for j in jobs]),
+            "crons": texts([j.cron for j in jobs]), "cron_resolveds": texts([j.cron_resolved for j in jobs]),
+            "tzs": texts([j.tz for j in jobs]), "jitter_ss": plain([j.jitter_s for j in jobs]),
+            "dst_gaps": texts([j.dst_gap for j in jobs]), "dst_repeats": texts([j.dst_repeat for j in jobs]),
+            "max_attemptss": plain([j.max_attempts for j in jobs]), "backoff_ss": plain([j.backoff_s for j in jobs]),
+            "max_backoff_ss": plain([j.max_backoff_s for j in jobs]), "timeout_ss": plain([j.timeout_s for j in jobs]),
+            "concurrencies": texts([j.concurrency for j in jobs]), "misfires": texts([j.misfire for j in jobs]),
+            "next_nominal_ats": plain([j.next_nominal_at for j in jobs]),
+            "next_run_ats": plain([j.next_run_at for j in jobs]),
+            "idempotency_keys": texts([j.idempotency_key for j in jobs]),
+            "request_hashes": texts([j.request_hash for j in jobs]),
+            "shard_ids": plain([shard_of(j.job_id) for j in jobs]),
+            "due_minutes": plain([due_minute(j.next_run_at) for j in jobs]),
+        })
+        return {r[0] for r in rows}
 
-async def insert_due(conn: AsyncConnection, job_id: UUID, tenant_id: UUID, nominal_at: datetime,
-                     run_at: datetime) -> None:
-    await conn.execute(q("DueIndexInsert"), {
-        "shard_id": shard_of(job_id), "due_minute": due_minute(run_at), "next_run_at": run_at,
-        "job_id": job_id, "tenant_id": tenant_id, "nominal_at": nominal_at,
-    })
+    async def insert_due(self, job_id: UUID, tenant_id: UUID, nominal_at: datetime,
+                         run_at: datetime) -> None:
+        await self._conn.execute(q("DueIndexInsert"), {
+            "shard_id": shard_of(job_id), "due_minute": due_minute(run_at), "next_run_at": run_at,
+            "job_id": job_id, "tenant_id": tenant_id, "nominal_at": nominal_at,
+        })
 
+    async def delete_due(self, job_id: UUID) -> bool:
+        return (await self._conn.execute(q("DueIndexDeleteForJob"), {"job_id": job_id})).first() is not None
 
-async def delete_due(conn: AsyncConnection, job_id: UUID) -> bool:
-    return (await conn.execute(q("DueIndexDeleteForJob"), {"job_id": job_id})).first() is not None
+    async def by_idempotency_keys(self, keys: Sequence[tuple[UUID, str]]) -> dict[tuple[UUID, str], IdempotentHit]:
+        """The jobs earlier requests created under these (tenant, key) pairs."""
+        if not keys:
+            return {}
+        rows = await self._conn.execute(q("JobGetByIdempotencyKeyMany"), {
+            "tenant_ids": plain([t for t, _ in keys]), "idempotency_keys": texts([k for _, k in keys])})
+        return {(r.tenant_id, r.idempotency_key): IdempotentHit(r.job_id, r.request_hash, r.first_run_at) for r in rows}
 
+    async def get(self, tenant_id: UUID, job_id: UUID, *, for_update: bool = False) -> Job | None:
+        stmt = q("JobGetForUpdate" if for_update else "JobGet")
+        row = (await self._conn.execute(stmt, {"tenant_id": tenant_id, "job_id": job_id})).first()
+        return _job(row) if row else None
 
-async def by_idempotency_keys(conn: AsyncConnection,
-                              keys: Sequence[tuple[UUID, str]]) -> dict[tuple[UUID, str], IdempotentHit]:
-    """The jobs earlier requests created under these (tenant, key) pairs."""
-    if not keys:
-        return {}
-    rows = await conn.execute(q("JobGetByIdempotencyKeyMany"), {
-        "tenant_ids": plain([t for t, _ in keys]), "idempotency_keys": texts([k for _, k in keys])})
-    return {(r.tenant_id, r.idempotency_key): IdempotentHit(r.job_id, r.request_hash, r.first_run_at) for r in rows}
+    async def list_page(self, tenant_id: UUID, *, state: JobState | None, name: str | None,
+                        after: tuple[datetime, UUID] | None, limit: int) -> list[Job]:
+        rows = await self._conn.execute(q("JobList"), {
+            "tenant_id": tenant_id, "state": state, "name": name,
+            "after_created": after[0] if after else None, "after_id": after[1] if after else None,
+            "limit": limit,
+        })
+        return [_job(r) for r in rows]
 
+    async def set_state(self, job: Job, to_state: JobState, *, next_nominal_at: datetime | None,
+                        next_run_at: datetime | None) -> Job | None:
+        row = (await self._conn.execute(q("JobSetState"), {
+            "tenant_id": job.tenant_id, "job_id": job.job_id, "from_state": job.state, "version": job.version,
+            "to_state": to_state, "next_nominal_at": next_nominal_at, "next_run_at": next_run_at,
+        })).first()
+        return _job(row) if row else None
 
-async def get(conn: AsyncConnection, tenant_id: UUID, job_id: UUID, *, for_update: bool = False) -> Job | None:
-    stmt = q("JobGetForUpdate" if for_update else "JobGet")
-    row = (await conn.execute(stmt, {"tenant_id": tenant_id, "job_id": job_id})).first()
-    return _job(row) if row else None
+    async def executions_page(self, tenant_id: UUID, job_id: UUID, *,
+                              before: tuple[datetime, UUID] | None, limit: int) -> list[ExecutionSummary]:
+        rows = await self._conn.execute(q("ExecutionListForJob"), {
+            "tenant_id": tenant_id, "job_id": job_id,
+            "before_scheduled": before[0] if before else None,
+            "limit": limit,
+        })
+        return [ExecutionSummary(**{**r._mapping, "state": ExecutionState(r.state)}) for r in rows]
 
+    async def cancel_unstarted(self, tenant_id: UUID, job_id: UUID) -> int:
+        rows = (await self._conn.execute(q("ExecutionCancelUnstartedForJob"),
+                                         {"tenant_id": tenant_id, "job_id": job_id})).all()
+        return len(rows)
 
-async def list_page(conn: AsyncConnection, tenant_id: UUID, *, state: str | None, name: str | None,
-                    after: tuple[datetime, UUID] | None, limit: int) -> list[Job]:
-    rows = await conn.execute(q("JobList"), {
-        "tenant_id": tenant_id, "state": state, "name": name,
-        "after_created": after[0] if after else None, "after_id": after[1] if after else None,
-        "limit": limit,
-    })
-    return [_job(r) for r in rows]
+    async def withdraw_ahead(self, tenant_id: UUID, job_id: UUID,
+                             now: datetime | None = None) -> list[datetime]:
+        """Delete the job's executions dispatched ahead and not yet due (never leased); their nominal times."""
+        rows = await self._conn.execute(q("ExecutionWithdrawAheadForJob"), {"tenant_id": tenant_id, "job_id": job_id,
+                                                                            "now": now})
+        return [r.scheduled_for for r in rows]
 
+    async def shared_pool_access_many(self, pairs: Sequence[tuple[UUID, str]]) -> dict[tuple[UUID, str], bool]:
+        """For (tenant, pool) pairs naming a shared pool: whether the tenant is granted it (others absent)."""
+        if not pairs:
+            return {}
+        rows = await self._conn.execute(q("PoolLookupForTenantMany"), {
+            "tenant_ids": plain([t for t, _ in pairs]), "names": texts([p for _, p in pairs])})
+        return {(r.tenant_id, r.name): bool(r.granted) for r in rows}
 
-async def set_state(conn: AsyncConnection, job: Job, to_state: str, *, next_nominal_at: datetime | None,
-                    next_run_at: datetime | None) -> Job | None:
-    row = (await conn.execute(q("JobSetState"), {
-        "tenant_id": job.tenant_id, "job_id": job.job_id, "from_state": job.state, "version": job.version,
-        "to_state": to_state, "next_nominal_at": next_nominal_at, "next_run_at": next_run_at,
-    })).first()
-    return _job(row) if row else None
-
-
-async def executions_page(conn: AsyncConnection, tenant_id: UUID, job_id: UUID, *,
-                          before: tuple[datetime, UUID] | None, limit: int) -> list[ExecutionSummary]:
-    rows = await conn.execute(q("ExecutionListForJob"), {
-        "tenant_id": tenant_id, "job_id": job_id,
-        "before_scheduled": before[0] if before else None,
-        "limit": limit,
-    })
-    return [ExecutionSummary(**r._mapping) for r in rows]
-
-
-async def cancel_unstarted(conn: AsyncConnection, tenant_id: UUID, job_id: UUID) -> int:
-    rows = (await conn.execute(q("ExecutionCancelUnstartedForJob"),
-                               {"tenant_id": tenant_id, "job_id": job_id})).all()
-    return len(rows)
-
-
-async def withdraw_ahead(conn: AsyncConnection, tenant_id: UUID, job_id: UUID,
-                         now: datetime | None = None) -> list[datetime]:
-    """Delete the job's executions dispatched ahead and not yet due (never leased); their nominal times."""
-    rows = await conn.execute(q("ExecutionWithdrawAheadForJob"), {"tenant_id": tenant_id, "job_id": job_id,
-                                                                   "now": now})
-    return [r.scheduled_for for r in rows]
-
-
-async def shared_pool_access_many(conn: AsyncConnection,
-                                  pairs: Sequence[tuple[UUID, str]]) -> dict[tuple[UUID, str], bool]:
-    """For (tenant, pool) pairs naming a shared pool: whether the tenant is granted it (others absent)."""
-    if not pairs:
-        return {}
-    rows = await conn.execute(q("PoolLookupForTenantMany"), {
-        "tenant_ids": plain([t for t, _ in pairs]), "names": texts([p for _, p in pairs])})
-    return {(r.tenant_id, r.name): bool(r.granted) for r in rows}
-
-
-async def record_skipped(conn: AsyncConnection, job_id: UUID, tenant_id: UUID, queue: str, max_attempts: int,
-                         scheduled_for: list[datetime], reason: str) -> None:
-    """Record occurrences that will not run, so the job's history says why."""
-    await conn.execute(q("JobRecordSkippedOccurrences"), {
-        "job_id": job_id, "tenant_id": tenant_id, "queue": queue, "scheduled_fors": scheduled_for,
-        "max_attempts": max_attempts, "reason": reason,
-    })
+    async def record_skipped(self, job_id: UUID, tenant_id: UUID, queue: str, max_attempts: int,
+                             scheduled_for: list[datetime], reason: str) -> None:
+        """Record occurrences that will not run, so the job's history says why."""
+        await self._conn.execute(q("JobRecordSkippedOccurrences"), {
+            "job_id": job_id, "tenant_id": tenant_id, "queue": queue, "scheduled_fors": scheduled_for,
+            "max_attempts": max_attempts, "reason": reason,
+        })

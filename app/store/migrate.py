@@ -14,17 +14,17 @@ import re
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 
-from sqlalchemy.exc import DBAPIError, ProgrammingError
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from app.store.db import Database, sqlstate
-from app.store.queries import q, sql_files
+from app import errors
+from app.store.db import Database
+from app.store.queries import sql_files
+from app.store.seam import Store
 
 log = logging.getLogger(__name__)
 
 # Concurrent CREATE TABLE IF NOT EXISTS can collide in the catalogue (unique_violation,
 # duplicate_table/object) before either commits; running it again then finds the table.
 _CATALOGUE_RACES = frozenset({"23505", "42P07", "42710"})
+UNDEFINED_TABLE = "42P01"  # schema_migrations itself is missing: nothing applied yet
 _MIGRATION = re.compile(r"^(\d{4}_.+)\.sql$")
 
 
@@ -39,7 +39,18 @@ class Migration:
 
     @property
     def checksum(self) -> str:
+        """Of the statements alone: rewording a whole-line ``--`` comment is not a schema change."""
+        return statements_checksum(self.script)
+
+    @property
+    def legacy_checksum(self) -> str:
+        """Of the whole file, as recorded before comments were left out."""
         return hashlib.sha256(self.script.encode()).hexdigest()
+
+
+def statements_checksum(script: str) -> str:
+    kept = [line.rstrip() for line in script.splitlines() if line.strip() and not line.lstrip().startswith("--")]
+    return hashlib.sha256("\n".join(kept).encode()).hexdigest()
 
 
 def available() -> list[Migration]:
@@ -49,24 +60,22 @@ def available() -> list[Migration]:
 async def _ensure_table(db: Database) -> None:
     for _ in range(10):
         try:
-            await db.transaction(lambda c: c.execute(q("SchemaMigrationsCreate")))
+            await db.transaction(lambda s: s.schema.create_ledger())
             return
-        except (DBAPIError, ProgrammingError) as exc:
-            if sqlstate(exc) not in _CATALOGUE_RACES:
+        except errors.StoreError as exc:
+            if exc.sqlstate not in _CATALOGUE_RACES:
                 raise
             await asyncio.sleep(0.05)
     raise RuntimeError("could not create schema_migrations")
 
 
 async def applied(db: Database) -> dict[str, str]:
-    async def read(conn: AsyncConnection) -> dict[str, str]:
-        rows = await conn.execute(q("SchemaMigrationsList"))
-        return {r.version: r.checksum for r in rows}
-
     try:
-        return await db.transaction(read)
-    except ProgrammingError:
-        return {}
+        return await db.transaction(lambda s: s.schema.applied())
+    except errors.StoreFailure as exc:
+        if exc.sqlstate == UNDEFINED_TABLE:
+            return {}
+        raise
 
 
 async def upgrade(db: Database) -> list[str]:
@@ -75,12 +84,10 @@ async def upgrade(db: Database) -> list[str]:
     done: list[str] = []
     for migration in available():
 
-        async def apply(conn: AsyncConnection, m: Migration = migration) -> bool:
-            claimed = (await conn.execute(q("SchemaMigrationClaim"),
-                                          {"version": m.version, "checksum": m.checksum})).first()
-            if claimed is None:
+        async def apply(s: Store, m: Migration = migration) -> bool:
+            if not await s.schema.claim(m.version, m.checksum):
                 return False
-            await conn.exec_driver_sql(m.script)
+            await s.schema.run_script(m.script)
             return True
 
         if await db.transaction(apply):
@@ -88,7 +95,7 @@ async def upgrade(db: Database) -> list[str]:
             done.append(migration.version)
     known = await applied(db)
     for migration in available():
-        if known.get(migration.version) not in (None, migration.checksum):
+        if known.get(migration.version) not in (None, migration.checksum, migration.legacy_checksum):
             log.warning("migration file changed after it was applied", extra={"version": migration.version})
     return done
 

@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from app.store import tenants
 from app.store.queries import q
+from app.store.table import Table
+from app.store.tenants import Tenants
 
 
 @dataclass(frozen=True)
@@ -19,24 +18,24 @@ class SharedPool:
     tenants: tuple[str, ...]
 
 
-async def create(conn: AsyncConnection, name: str, allow: list[UUID]) -> str | None:
-    """Create the pool, grant ``allow``, and return its new worker key; None when the name is taken."""
-    row = (await conn.execute(q("PoolInsert"), {"name": name})).first()
-    if row is None:
-        return None
-    for tenant_id in allow:
-        await grant(conn, name, tenant_id)
-    return await tenants.issue_key(conn, None, pool=name, label=f"pool {name}")
+class Pools(Table):
+    """The pools statements of one transaction."""
 
+    async def create(self, name: str, allow: list[UUID]) -> str | None:
+        """Create the pool, grant ``allow``, and return its new worker key; None when the name is taken."""
+        row = (await self._conn.execute(q("PoolInsert"), {"name": name})).first()
+        if row is None:
+            return None
+        for tenant_id in allow:
+            await self.grant(name, tenant_id)
+        return await Tenants(self._conn).issue_key(None, pool=name, label=f"pool {name}")
 
-async def grant(conn: AsyncConnection, pool: str, tenant_id: UUID) -> None:
-    await conn.execute(q("PoolGrantInsert"), {"pool": pool, "tenant_id": tenant_id})
+    async def grant(self, pool: str, tenant_id: UUID) -> None:
+        await self._conn.execute(q("PoolGrantInsert"), {"pool": pool, "tenant_id": tenant_id})
 
+    async def issue_worker_key(self, pool: str) -> str:
+        return await Tenants(self._conn).issue_key(None, pool=pool, label=f"pool {pool}")
 
-async def issue_worker_key(conn: AsyncConnection, pool: str) -> str:
-    return await tenants.issue_key(conn, None, pool=pool, label=f"pool {pool}")
-
-
-async def list_all(conn: AsyncConnection) -> list[SharedPool]:
-    rows = await conn.execute(q("PoolList"))
-    return [SharedPool(r.name, r.created_at, tuple(r.tenants)) for r in rows]
+    async def list_all(self) -> list[SharedPool]:
+        rows = await self._conn.execute(q("PoolList"))
+        return [SharedPool(r.name, r.created_at, tuple(r.tenants)) for r in rows]

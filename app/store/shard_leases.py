@@ -9,10 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from app.store.arrays import plain
 from app.store.queries import q
+from app.store.table import Table
 
 
 @dataclass(frozen=True)
@@ -35,45 +34,41 @@ def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
-async def heartbeat_member(conn: AsyncConnection, owner: str, ttl_s: float,
-                           now: datetime | None = None) -> None:
-    await conn.execute(q("SchedulerMemberHeartbeat"), {"owner": owner, "ttl_ms": _ms(ttl_s), "now": now})
+class ShardLeases(Table):
+    """The shard leases statements of one transaction."""
 
+    async def heartbeat_member(self, owner: str, ttl_s: float,
+                               now: datetime | None = None) -> None:
+        await self._conn.execute(q("SchedulerMemberHeartbeat"), {"owner": owner, "ttl_ms": _ms(ttl_s), "now": now})
 
-async def live_members(conn: AsyncConnection, now: datetime | None = None) -> list[str]:
-    return [r.owner for r in await conn.execute(q("SchedulerMemberListLive"), {"now": now})]
+    async def live_members(self, now: datetime | None = None) -> list[str]:
+        return [r.owner for r in await self._conn.execute(q("SchedulerMemberListLive"), {"now": now})]
 
+    async def leave(self, owner: str) -> None:
+        await self._conn.execute(q("SchedulerMemberLeave"), {"owner": owner})
 
-async def leave(conn: AsyncConnection, owner: str) -> None:
-    await conn.execute(q("SchedulerMemberLeave"), {"owner": owner})
+    async def sweep_members(self, grace_s: float, now: datetime | None = None) -> None:
+        await self._conn.execute(q("SchedulerMemberSweep"), {"grace_ms": _ms(grace_s), "now": now})
 
+    async def renew(self, owner: str, ttl_s: float,
+                    now: datetime | None = None) -> list[HeldShard]:
+        rows = await self._conn.execute(q("ShardLeaseRenew"), {"owner": owner, "ttl_ms": _ms(ttl_s), "now": now})
+        return [HeldShard(r.shard_id, r.revision) for r in rows]
 
-async def sweep_members(conn: AsyncConnection, grace_s: float, now: datetime | None = None) -> None:
-    await conn.execute(q("SchedulerMemberSweep"), {"grace_ms": _ms(grace_s), "now": now})
+    async def acquire(self, owner: str, limit: int, ttl_s: float, *, salt: int = 0,
+                      now: datetime | None = None) -> list[HeldShard]:
+        if limit <= 0:
+            return []
+        rows = await self._conn.execute(q("ShardLeaseAcquire"), {
+            "owner": owner, "limit": limit, "ttl_ms": _ms(ttl_s), "salt": salt % 256, "now": now,
+        })
+        return [HeldShard(r.shard_id, r.revision) for r in rows]
 
+    async def release(self, owner: str, shard_ids: list[int]) -> list[int]:
+        if not shard_ids:
+            return []
+        rows = await self._conn.execute(q("ShardLeaseRelease"), {"owner": owner, "shard_ids": plain(shard_ids)})
+        return [r.shard_id for r in rows]
 
-async def renew(conn: AsyncConnection, owner: str, ttl_s: float,
-                now: datetime | None = None) -> list[HeldShard]:
-    rows = await conn.execute(q("ShardLeaseRenew"), {"owner": owner, "ttl_ms": _ms(ttl_s), "now": now})
-    return [HeldShard(r.shard_id, r.revision) for r in rows]
-
-
-async def acquire(conn: AsyncConnection, owner: str, limit: int, ttl_s: float, *, salt: int = 0,
-                  now: datetime | None = None) -> list[HeldShard]:
-    if limit <= 0:
-        return []
-    rows = await conn.execute(q("ShardLeaseAcquire"), {
-        "owner": owner, "limit": limit, "ttl_ms": _ms(ttl_s), "salt": salt % 256, "now": now,
-    })
-    return [HeldShard(r.shard_id, r.revision) for r in rows]
-
-
-async def release(conn: AsyncConnection, owner: str, shard_ids: list[int]) -> list[int]:
-    if not shard_ids:
-        return []
-    rows = await conn.execute(q("ShardLeaseRelease"), {"owner": owner, "shard_ids": plain(shard_ids)})
-    return [r.shard_id for r in rows]
-
-
-async def list_all(conn: AsyncConnection) -> list[ShardLease]:
-    return [ShardLease(**r._mapping) for r in await conn.execute(q("ShardLeaseList"))]
+    async def list_all(self) -> list[ShardLease]:
+        return [ShardLease(**r._mapping) for r in await self._conn.execute(q("ShardLeaseList"))]

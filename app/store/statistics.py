@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from app.store.queries import q
+from app.store.table import Table
 
 
-async def stale_tables(conn: AsyncConnection, *, min_rows: int, fraction: float) -> list[str]:
-    rows = await conn.execute(q("StatisticsStaleTables"), {"min_rows": min_rows, "fraction": fraction})
-    return [r.relname for r in rows]
+class Statistics(Table):
+    """The statistics statements of one transaction."""
 
+    async def stale_tables(self, *, min_rows: int, fraction: float) -> list[str]:
+        rows = await self._conn.execute(q("StatisticsStaleTables"), {"min_rows": min_rows, "fraction": fraction})
+        return [r.relname for r in rows]
 
-async def analyze_hot_tables(conn: AsyncConnection) -> None:
-    await conn.execute(q("StatisticsAnalyzeHotTables"))
+    async def analyze_hot_tables(self) -> None:
+        await self._conn.execute(q("StatisticsAnalyzeHotTables"))

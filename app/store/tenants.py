@@ -7,14 +7,16 @@ import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.store.db import Database
 from app.store.queries import q
+from app.store.table import Table
+
+if TYPE_CHECKING:
+    from app.store.db import Database
 
 KEY_PREFIX = "kairos_"
 
@@ -62,7 +64,7 @@ class KeyCache:
         cached = self._entries.get(digest)
         if cached and cached[0] > time.monotonic():
             return cached[1]
-        principal = await db.transaction(lambda c: resolve_key(c, key))
+        principal = await db.transaction(lambda s: s.tenants.resolve_key(key))
         if principal is not None:
             if len(self._entries) >= self.max_entries:
                 self._entries.clear()
@@ -74,60 +76,56 @@ def _tenant(row: Row[Any]) -> Tenant:
     return Tenant(**row._mapping)
 
 
-async def create(conn: AsyncConnection, name: str) -> tuple[Tenant, str] | None:
-    """Create a tenant and its first API key; None when the name is taken."""
-    row = (await conn.execute(q("TenantInsert"), {
-        "tenant_id": uuid4(), "name": name, "signing_secret": secrets.token_hex(32),
-    })).first()
-    if row is None:
-        return None
-    tenant = _tenant(row)
-    key = await issue_key(conn, tenant.tenant_id, label="initial")
-    return tenant, key
+class Tenants(Table):
+    """The tenants statements of one transaction."""
 
+    async def create(self, name: str) -> tuple[Tenant, str] | None:
+        """Create a tenant and its first API key; None when the name is taken."""
+        row = (await self._conn.execute(q("TenantInsert"), {
+            "tenant_id": uuid4(), "name": name, "signing_secret": secrets.token_hex(32),
+        })).first()
+        if row is None:
+            return None
+        tenant = _tenant(row)
+        key = await self.issue_key(tenant.tenant_id, label="initial")
+        return tenant, key
 
-async def issue_key(conn: AsyncConnection, tenant_id: UUID | None, *, pool: str | None = None,
-                    label: str = "") -> str:
-    key = new_key()
-    await conn.execute(q("ApiKeyInsert"), {
-        "key_hash": hash_key(key), "tenant_id": tenant_id, "pool": pool, "label": label,
-    })
-    return key
+    async def issue_key(self, tenant_id: UUID | None, *, pool: str | None = None,
+                        label: str = "") -> str:
+        key = new_key()
+        await self._conn.execute(q("ApiKeyInsert"), {
+            "key_hash": hash_key(key), "tenant_id": tenant_id, "pool": pool, "label": label,
+        })
+        return key
 
+    async def rotate_key(self, tenant_id: UUID) -> tuple[str, int]:
+        """Issue a new key and revoke all others; returns (key, how many were revoked)."""
+        key = await self.issue_key(tenant_id, label="rotated")
+        revoked = (await self._conn.execute(q("ApiKeyRevokeForTenant"),
+                                            {"tenant_id": tenant_id, "keep_hash": hash_key(key)})).all()
+        return key, len(revoked)
 
-async def rotate_key(conn: AsyncConnection, tenant_id: UUID) -> tuple[str, int]:
-    """Issue a new key and revoke all others; returns (key, how many were revoked)."""
-    key = await issue_key(conn, tenant_id, label="rotated")
-    revoked = (await conn.execute(q("ApiKeyRevokeForTenant"),
-                                  {"tenant_id": tenant_id, "keep_hash": hash_key(key)})).all()
-    return key, len(revoked)
+    async def resolve_key(self, key: str) -> Principal | None:
+        row = (await self._conn.execute(q("ApiKeyResolve"), {"key_hash": hash_key(key)})).first()
+        if row is None:
+            return None
+        return Principal(row.tenant_id, row.tenant_name, row.pool)
 
+    async def get_by_name(self, name: str) -> Tenant | None:
+        row = (await self._conn.execute(q("TenantGetByName"), {"name": name})).first()
+        return _tenant(row) if row else None
 
-async def resolve_key(conn: AsyncConnection, key: str) -> Principal | None:
-    row = (await conn.execute(q("ApiKeyResolve"), {"key_hash": hash_key(key)})).first()
-    if row is None:
-        return None
-    return Principal(row.tenant_id, row.tenant_name, row.pool)
+    async def get(self, tenant_id: UUID) -> Tenant | None:
+        row = (await self._conn.execute(q("TenantGetById"), {"tenant_id": tenant_id})).first()
+        return _tenant(row) if row else None
 
+    async def list_all(self) -> list[Tenant]:
+        return [_tenant(r) for r in await self._conn.execute(q("TenantList"))]
 
-async def get_by_name(conn: AsyncConnection, name: str) -> Tenant | None:
-    row = (await conn.execute(q("TenantGetByName"), {"name": name})).first()
-    return _tenant(row) if row else None
-
-
-async def get(conn: AsyncConnection, tenant_id: UUID) -> Tenant | None:
-    row = (await conn.execute(q("TenantGetById"), {"tenant_id": tenant_id})).first()
-    return _tenant(row) if row else None
-
-
-async def list_all(conn: AsyncConnection) -> list[Tenant]:
-    return [_tenant(r) for r in await conn.execute(q("TenantList"))]
-
-
-async def set_quota(conn: AsyncConnection, tenant_id: UUID, *, weight: int | None = None,
-                    max_inflight: int | None = None, max_dispatch_per_s: int | None = None) -> Tenant | None:
-    row = (await conn.execute(q("TenantSetQuota"), {
-        "tenant_id": tenant_id, "weight": weight, "max_inflight": max_inflight,
-        "max_dispatch_per_s": max_dispatch_per_s,
-    })).first()
-    return _tenant(row) if row else None
+    async def set_quota(self, tenant_id: UUID, *, weight: int | None = None,
+                        max_inflight: int | None = None, max_dispatch_per_s: int | None = None) -> Tenant | None:
+        row = (await self._conn.execute(q("TenantSetQuota"), {
+            "tenant_id": tenant_id, "weight": weight, "max_inflight": max_inflight,
+            "max_dispatch_per_s": max_dispatch_per_s,
+        })).first()
+        return _tenant(row) if row else None

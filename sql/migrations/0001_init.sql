@@ -1,6 +1,6 @@
 -- Kairos schema, version 1. Runs unchanged on PostgreSQL >= 15 and CockroachDB >= 24.1:
 -- no sequences, no SERIAL, UUID v4 keys, partial indexes, CHECKs tying columns to states.
--- CockroachDB-only DDL (regions, hash sharding, row-level TTL) lives in sql/cockroach/.
+-- CockroachDB-only DDL (regions, hash sharding, row-level TTL) never goes in these portable files.
 
 CREATE TABLE IF NOT EXISTS tenants (
     tenant_id            UUID        PRIMARY KEY DEFAULT gen_random_uuid(),

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from app.store import tenants
 from app.store.db import Database, create_engine
 from tests.conftest import free_port, wait_for
 
@@ -66,7 +65,7 @@ def make_tenant(database_url: str, name: str | None = None) -> TenantKey:
     async def work() -> TenantKey:
         db = Database(create_engine(database_url, pool_size=1))
         try:
-            created = await db.transaction(lambda c: tenants.create(c, name or f"t-{uuid.uuid4().hex[:8]}"))
+            created = await db.transaction(lambda c: c.tenants.create(name or f"t-{uuid.uuid4().hex[:8]}"))
             assert created is not None
             t, key = created
             return TenantKey(t.tenant_id, t.name, key, t.signing_secret)

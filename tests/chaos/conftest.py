@@ -22,7 +22,6 @@ import pytest
 from sqlalchemy import text
 
 from app.domain.shards import shard_of
-from app.store import tenants
 from app.store.db import Database
 from tests import factories
 
@@ -106,7 +105,7 @@ async def query(db: Database, sql: str, **params) -> list:
     async def read(conn):
         return (await conn.execute(text(sql), params)).all()
 
-    return await db.transaction(read, isolation="READ COMMITTED")
+    return await factories.raw(db, read, isolation="READ COMMITTED")
 
 
 async def owners(db: Database) -> dict[int, str | None]:
@@ -118,7 +117,7 @@ async def owners(db: Database) -> dict[int, str | None]:
 async def new_tenants(db: Database, n: int) -> list[UUID]:
     out = []
     for _ in range(n):
-        tenant, _ = await db.transaction(lambda c: tenants.create(c, f"chaos-{uuid.uuid4().hex[:8]}"))
+        tenant, _ = await db.transaction(lambda c: c.tenants.create(f"chaos-{uuid.uuid4().hex[:8]}"))
         out.append(tenant.tenant_id)
     return out
 
@@ -144,5 +143,5 @@ async def seed_spread(db: Database, tenant_ids: list[UUID], n: int, first: datet
             cron=cron, tz="UTC" if cron else None))
     for start in range(0, len(jobs), 5000):
         chunk = jobs[start:start + 5000]
-        await db.transaction(lambda c: factories.seed_jobs(c, chunk))
+        await factories.raw(db, lambda c: factories.seed_jobs(c, chunk))
     return [j.job_id for j in jobs]

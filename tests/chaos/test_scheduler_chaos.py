@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from app.store.db import Database
+from tests import factories
 from tests.chaos.conftest import new_tenants, owners, query, seed_spread
 from tests.conftest import poll
 
@@ -62,7 +63,7 @@ async def assert_cron_chains_unbroken(db: Database, job_ids: list[UUID]) -> None
                                        {"ids": job_ids})).all()
         return history, due_rows
 
-    got, due_rows = await db.transaction(read, isolation="REPEATABLE READ")
+    got, due_rows = await factories.raw(db, read, isolation="REPEATABLE READ")
     by_job: dict[UUID, list[datetime]] = {}
     for r in got:
         by_job.setdefault(r.job_id, []).append(r.scheduled_for)

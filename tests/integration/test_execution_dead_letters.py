@@ -25,8 +25,8 @@ async def dead_execution(db: Database, t: tf.TenantFixture, error: str = "boom",
     queue = tf.tenant_queue(t.tenant_id, "p")
     job = await tf.job(db, t.tenant_id, queue=queue, max_attempts=1, payload=payload)
     [eid] = await tf.ready_executions(db, job)
-    [held] = await db.transaction(lambda c: ex.lease(c, queue, "w", 1, 30))
-    await db.transaction(lambda c: ex.fail_many(c, [ex.Failure(eid, held.attempt, error)]))
+    [held] = await db.transaction(lambda c: c.executions.lease(queue, "w", 1, 30))
+    await db.transaction(lambda c: c.executions.fail_many([ex.Failure(eid, held.attempt, error)]))
     return job, eid
 
 
@@ -63,7 +63,7 @@ async def test_replay_one_with_edited_payload_and_policy(db: Database, api: Asyn
     body = r.json()
     assert body["state"] == "ready" and body["attempt"] == 1 and body["maxAttempts"] == 3
     queue = tf.tenant_queue(t.tenant_id, "p")
-    [held] = await db.transaction(lambda c: ex.lease(c, queue, "w", 1, 30))
+    [held] = await db.transaction(lambda c: c.executions.lease(queue, "w", 1, 30))
     assert held.execution_id == eid and held.attempt == 2 and held.payload == {"v": 2}
     # Not dead any more: a second replay is a conflict, a bad verb or id is refused.
     assert (await api.post(f"/v1/executions/{eid}:replay", headers=auth(t))).status_code == 409

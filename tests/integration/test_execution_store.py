@@ -7,7 +7,6 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import text
 
 from app.domain.backoff import JITTER
-from app.store import attempts, tenants
 from app.store import executions as ex
 from app.store.db import Database
 from tests import factories as tf
@@ -17,11 +16,11 @@ RC = "READ COMMITTED"
 
 async def lease(db: Database, queue: str, n: int, lease_s: float = 30, now: datetime | None = None,
                 worker: str = "w1") -> list[ex.Leased]:
-    return await db.transaction(lambda c: ex.lease(c, queue, worker, n, lease_s, now=now), isolation=RC)
+    return await db.transaction(lambda c: c.executions.lease(queue, worker, n, lease_s, now=now), isolation=RC)
 
 
 async def state_of(db: Database, tenant_id, execution_id) -> ex.Execution:
-    return await db.transaction(lambda c: ex.get(c, tenant_id, execution_id))
+    return await db.transaction(lambda c: c.executions.get(tenant_id, execution_id))
 
 
 async def test_lease_bumps_attempt_and_a_stale_attempt_changes_nothing(db: Database) -> None:
@@ -34,23 +33,24 @@ async def test_lease_bumps_attempt_and_a_stale_attempt_changes_nothing(db: Datab
     assert await lease(db, queue, 10) == []
     # Expire and re-lease: attempt 2 owns it now.
     later = datetime.now(timezone.utc) + timedelta(seconds=31)
-    assert await db.transaction(lambda c: ex.reap_expired(c, 100, now=later)) == {"ready": 1, "dead": 0}
+    assert await db.transaction(lambda c: c.executions.reap_expired(100, now=later)) == {"ready": 1, "dead": 0}
     [second] = await lease(db, queue, 10, now=later)
     assert second.attempt == 2
     # The stale holder: heartbeat, complete and fail all change nothing.
-    assert await db.transaction(lambda c: ex.heartbeat(c, eid, 1, 30)) is None
-    stale = await db.transaction(lambda c: ex.complete_many(c, [ex.Success(eid, 1, {"by": "stale"})]))
+    assert await db.transaction(lambda c: c.executions.heartbeat(eid, 1, 30)) is None
+    stale = await db.transaction(lambda c: c.executions.complete_many([ex.Success(eid, 1, {"by": "stale"})]))
     assert stale == {eid: False}
-    failed = await db.transaction(lambda c: ex.fail_many(c, [ex.Failure(eid, 1, "boom")]))
+    failed = await db.transaction(lambda c: c.executions.fail_many([ex.Failure(eid, 1, "boom")]))
     assert failed[eid].state is None
     assert (await state_of(db, t.tenant_id, eid)).state == "leased"
-    ok = await db.transaction(lambda c: ex.complete_many(c, [ex.Success(eid, 2, {"by": "current"})]))
+    ok = await db.transaction(lambda c: c.executions.complete_many([ex.Success(eid, 2, {"by": "current"})]))
     assert ok == {eid: True}
     # A repeated Complete of the same attempt is idempotent.
-    assert await db.transaction(lambda c: ex.complete_many(c, [ex.Success(eid, 2, {"by": "current"})])) == {eid: True}
+    again = [ex.Success(eid, 2, {"by": "current"})]
+    assert await db.transaction(lambda c: c.executions.complete_many(again)) == {eid: True}
     row = await state_of(db, t.tenant_id, eid)
     assert row.state == "succeeded" and row.result == {"by": "current"}
-    history = await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, eid))
+    history = await db.transaction(lambda c: c.attempts.list_for_execution(t.tenant_id, eid))
     assert [(a.attempt, a.outcome) for a in history] == [(1, "discarded"), (2, "succeeded")]
     assert history[0].result == {"by": "stale"}  # the late result is kept on its own attempt, not the outcome
 
@@ -65,7 +65,8 @@ async def test_retries_follow_the_backoff_formula_then_dead(db: Database) -> Non
     for attempt in range(1, 5):
         [held] = await lease(db, queue, 1, now=now)
         assert held.attempt == attempt
-        out = await db.transaction(lambda c: ex.fail_many(c, [ex.Failure(eid, attempt, f"err {attempt}")], now=now))
+        failed = [ex.Failure(eid, attempt, f"err {attempt}")]
+        out = await db.transaction(lambda c, failed=failed: c.executions.fail_many(failed, now=now))
         if attempt < 4:
             assert out[eid].state == "ready"
             delay = (out[eid].retry_at - now).total_seconds()
@@ -87,7 +88,7 @@ async def test_non_retryable_failure_is_dead_at_once(db: Database) -> None:
     job = await tf.job(db, t.tenant_id, queue=queue, max_attempts=5)
     [eid] = await tf.ready_executions(db, job)
     [held] = await lease(db, queue, 1)
-    out = await db.transaction(lambda c: ex.fail_many(c, [ex.Failure(eid, held.attempt, "bad input", False)]))
+    out = await db.transaction(lambda c: c.executions.fail_many([ex.Failure(eid, held.attempt, "bad input", False)]))
     assert out[eid].state == "dead"
 
 
@@ -101,12 +102,12 @@ async def test_poison_job_ends_dead_after_max_attempts_expiries(db: Database) ->
         [held] = await lease(db, queue, 1, lease_s=5, now=now)
         assert held.attempt == attempt
         now += timedelta(seconds=6)
-        reaped = await db.transaction(lambda c: ex.reap_expired(c, 10, now=now))
+        reaped = await db.transaction(lambda c: c.executions.reap_expired(10, now=now))
         assert reaped == ({"ready": 1, "dead": 0} if attempt < 3 else {"ready": 0, "dead": 1})
     assert await lease(db, queue, 1, now=now) == []
     row = await state_of(db, t.tenant_id, eid)
     assert row.state == "dead" and "lease expired" in row.error
-    history = await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, eid))
+    history = await db.transaction(lambda c: c.attempts.list_for_execution(t.tenant_id, eid))
     assert [a.outcome for a in history] == ["expired"] * 3
 
 
@@ -120,12 +121,12 @@ async def test_heartbeat_never_extends_beyond_the_job_timeout(db: Database) -> N
     row = await state_of(db, t.tenant_id, eid)
     deadline = row.started_at + timedelta(seconds=20)
     assert held.lease_until == deadline  # the first lease is already capped
-    until = await db.transaction(lambda c: ex.heartbeat(c, eid, 1, 8, now=now + timedelta(seconds=5)))
+    until = await db.transaction(lambda c: c.executions.heartbeat(eid, 1, 8, now=now + timedelta(seconds=5)))
     assert until == now + timedelta(seconds=13)
-    until = await db.transaction(lambda c: ex.heartbeat(c, eid, 1, 8, now=now + timedelta(seconds=15)))
+    until = await db.transaction(lambda c: c.executions.heartbeat(eid, 1, 8, now=now + timedelta(seconds=15)))
     assert until == deadline
     # Past the timeout, a heartbeat is refused: the attempt is over.
-    assert await db.transaction(lambda c: ex.heartbeat(c, eid, 1, 8, now=now + timedelta(seconds=21))) is None
+    assert await db.transaction(lambda c: c.executions.heartbeat(eid, 1, 8, now=now + timedelta(seconds=21))) is None
 
 
 async def test_cancelled_execution_makes_the_holder_lose_its_lease(db: Database) -> None:
@@ -139,9 +140,9 @@ async def test_cancelled_execution_makes_the_holder_lose_its_lease(db: Database)
         await conn.execute(text("UPDATE executions SET state = 'cancelled', finished_at = now(), "
                                 "lease_owner = NULL, lease_until = NULL WHERE execution_id = :e"), {"e": eid})
 
-    await db.transaction(cancel)
-    assert await db.transaction(lambda c: ex.heartbeat(c, eid, held.attempt, 30)) is None
-    assert await db.transaction(lambda c: ex.complete_many(c, [ex.Success(eid, held.attempt)])) == {eid: False}
+    await tf.raw(db, cancel)
+    assert await db.transaction(lambda c: c.executions.heartbeat(eid, held.attempt, 30)) is None
+    assert await db.transaction(lambda c: c.executions.complete_many([ex.Success(eid, held.attempt)])) == {eid: False}
 
 
 async def test_defer_refunds_the_attempt(db: Database) -> None:
@@ -150,10 +151,11 @@ async def test_defer_refunds_the_attempt(db: Database) -> None:
     [eid] = await tf.ready_executions(db, job)
     [held] = await lease(db, tf.HTTP_QUEUE, 1)
     now = datetime.now(timezone.utc)
-    assert await db.transaction(lambda c: ex.defer_many(c, [ex.AttemptRef(eid, held.attempt)], [60], now=now)) == 1
+    held_refs = [ex.AttemptRef(eid, held.attempt)]
+    assert await db.transaction(lambda c: c.executions.defer_many(held_refs, [60], now=now)) == 1
     row = await state_of(db, t.tenant_id, eid)
     assert (row.state, row.attempt, row.max_attempts, row.ready_at) == ("ready", 1, 3, now + timedelta(seconds=60))
-    assert await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, eid)) == []
+    assert await db.transaction(lambda c: c.attempts.list_for_execution(t.tenant_id, eid)) == []
 
 
 async def test_replay_gives_a_fresh_attempt_budget_and_overrides(db: Database) -> None:
@@ -163,33 +165,34 @@ async def test_replay_gives_a_fresh_attempt_budget_and_overrides(db: Database) -
     job = await tf.job(db, t.tenant_id, queue=queue, max_attempts=1, payload={"v": 1})
     [eid] = await tf.ready_executions(db, job)
     [held] = await lease(db, queue, 1)
-    await db.transaction(lambda c: ex.fail_many(c, [ex.Failure(eid, held.attempt, "nope")]))
-    dead = await db.transaction(lambda c: ex.list_dead(c, t.tenant_id, job_id=None, before=None, limit=10))
+    await db.transaction(lambda c: c.executions.fail_many([ex.Failure(eid, held.attempt, "nope")]))
+    dead = await db.transaction(lambda c: c.executions.list_dead(t.tenant_id, job_id=None, before=None, limit=10))
     assert [(d.execution_id, d.error) for d in dead] == [(eid, "nope")]
-    assert await db.transaction(lambda c: ex.list_dead(c, other.tenant_id, job_id=None, before=None, limit=10)) == []
-    assert await db.transaction(lambda c: ex.replay(c, other.tenant_id, eid)) is None
-    replayed = await db.transaction(lambda c: ex.replay(c, t.tenant_id, eid, payload={"v": 2}, max_attempts=2))
+    theirs = await db.transaction(lambda c: c.executions.list_dead(other.tenant_id, job_id=None, before=None, limit=10))
+    assert theirs == []
+    assert await db.transaction(lambda c: c.executions.replay(other.tenant_id, eid)) is None
+    replayed = await db.transaction(lambda c: c.executions.replay(t.tenant_id, eid, payload={"v": 2}, max_attempts=2))
     assert replayed is not None and replayed.max_attempts == 3
     [again] = await lease(db, queue, 1)
     assert again.attempt == 2 and again.payload == {"v": 2}
-    assert await db.transaction(lambda c: ex.replay(c, t.tenant_id, eid)) is None  # not dead any more
+    assert await db.transaction(lambda c: c.executions.replay(t.tenant_id, eid)) is None  # not dead any more
 
 
 async def test_in_flight_limit_per_tenant_and_queue(db: Database) -> None:
     t = await tf.tenant(db)
-    await db.transaction(lambda c: tenants.set_quota(c, t.tenant_id, max_inflight=3))
+    await db.transaction(lambda c: c.tenants.set_quota(t.tenant_id, max_inflight=3))
     job = await tf.job(db, t.tenant_id, queue=tf.shared_queue("fleet"))
     await tf.ready_executions(db, job, 10)
     assert len(await lease(db, tf.shared_queue("fleet"), 10)) == 3
     assert await lease(db, tf.shared_queue("fleet"), 10) == []
     # A quota lowered below what is already in flight leases nothing (and is no error).
-    await db.transaction(lambda c: tenants.set_quota(c, t.tenant_id, max_inflight=1))
+    await db.transaction(lambda c: c.tenants.set_quota(t.tenant_id, max_inflight=1))
     assert await lease(db, tf.shared_queue("fleet"), 10) == []
 
 
 async def test_weights_share_a_batch(db: Database) -> None:
     a, b = await tf.tenant(db), await tf.tenant(db)
-    await db.transaction(lambda c: tenants.set_quota(c, a.tenant_id, weight=3))
+    await db.transaction(lambda c: c.tenants.set_quota(a.tenant_id, weight=3))
     queue = tf.shared_queue("fleet")
     for t in (a, b):
         await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue), 100)
@@ -203,7 +206,7 @@ async def test_weights_share_a_batch(db: Database) -> None:
 async def test_fairness_shared_pool_50000_backlog_does_not_delay_50(db: Database) -> None:
     """Tenant A has 50,000 ready in a shared pool; B's 50 are all leased within two batches."""
     a, b = await tf.tenant(db), await tf.tenant(db)
-    await db.transaction(lambda c: tenants.set_quota(c, a.tenant_id, max_inflight=100_000))
+    await db.transaction(lambda c: c.tenants.set_quota(a.tenant_id, max_inflight=100_000))
     queue = tf.shared_queue("fleet")
     job_a = await tf.job(db, a.tenant_id, queue=queue)
     old = datetime.now(timezone.utc) - timedelta(hours=1)

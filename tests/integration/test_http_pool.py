@@ -18,7 +18,6 @@ from app.executor.batching import Outcomes
 from app.executor.breaker import BreakerConfig
 from app.executor.egress import EgressPolicy
 from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
-from app.store import attempts, tenants
 from app.store.db import Database
 from kairos_sdk.signature import verify
 from tests import factories as tf
@@ -86,7 +85,7 @@ async def execution(db: Database, eid):
     async def read(conn):
         return (await conn.execute(text("SELECT * FROM executions WHERE execution_id = :e"), {"e": eid})).first()
 
-    return await db.transaction(read)
+    return await tf.raw(db, read)
 
 
 async def test_delivery_is_signed_and_completes(db: Database, target: Target) -> None:
@@ -210,7 +209,7 @@ async def test_circuit_breaker_opens_defers_without_spending_attempts_then_close
         assert len(deferred) == 1 and len(target.requests) == 3
         row = await execution(db, deferred[0].execution_id)
         assert row.state == "ready" and row.max_attempts == 4 and row.ready_at > row.dispatched_at
-        history = await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, row.execution_id))
+        history = await db.transaction(lambda c: c.attempts.list_for_execution(t.tenant_id, row.execution_id))
         assert all(a.attempt != row.attempt for a in history)
         # The endpoint recovers; after the cool-down a probe closes the circuit and work flows.
         target.status = 200
@@ -234,7 +233,7 @@ async def test_fairness_http_pool_50000_backlog_does_not_delay_50(db: Database) 
     sent: list[httpx.Request] = []
     transport = httpx.MockTransport(lambda r: sent.append(r) or httpx.Response(200))
     a, b = await tf.tenant(db), await tf.tenant(db)
-    await db.transaction(lambda c: tenants.set_quota(c, a.tenant_id, max_inflight=100_000))
+    await db.transaction(lambda c: c.tenants.set_quota(a.tenant_id, max_inflight=100_000))
     job_a = await tf.job(db, a.tenant_id, queue=HTTP_QUEUE, target_ref="http://127.0.0.1:9/a")
     from datetime import datetime, timedelta, timezone
 

@@ -21,7 +21,6 @@ from app.scheduler.dispatcher import Dispatcher, DispatcherConfig
 from app.scheduler.heap import DueHeap
 from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser
 from app.scheduler.loader import DueLoader, LoaderConfig
-from app.store import tenants
 from app.store.db import Database
 from tests import factories
 
@@ -48,7 +47,7 @@ async def seed_cron(db: Database, tenant_id: UUID, expr: str, tz: str, after: da
                                  pool="work", queue=factories.tenant_queue(tenant_id, "work"), schedule_kind="cron",
                                  nominal_at=first.nominal_utc, next_run_at=first.run_at, cron=expr, tz=tz,
                                  dst_gap=gap, dst_repeat=repeat)
-    await db.transaction(lambda c: factories.seed_jobs(c, [job]))
+    await factories.raw(db, lambda c: factories.seed_jobs(c, [job]))
     return job_id
 
 
@@ -58,7 +57,8 @@ async def history(db: Database, job_id: UUID) -> list[tuple[str, str, str | None
             "SELECT scheduled_for, state, skip_reason FROM executions WHERE job_id = :j ORDER BY scheduled_for"),
             {"j": job_id})).all()
 
-    return [(r.scheduled_for.strftime("%Y-%m-%dT%H:%MZ"), r.state, r.skip_reason) for r in await db.transaction(read)]
+    rows = await factories.raw(db, read)
+    return [(r.scheduled_for.strftime("%Y-%m-%dT%H:%MZ"), r.state, r.skip_reason) for r in rows]
 
 
 async def walk(db: Database, start: datetime, end: datetime, step: timedelta, after_step=None) -> None:
@@ -81,7 +81,7 @@ async def walk(db: Database, start: datetime, end: datetime, step: timedelta, af
 
 @pytest.mark.parametrize("season", ["spring", "fall"])
 async def test_dst_days_in_new_york_fire_exactly_as_the_time_rules_demand(db: Database, season: str) -> None:
-    tenant, _ = await db.transaction(lambda c: tenants.create(c, "dst"))
+    tenant, _ = await db.transaction(lambda c: c.tenants.create("dst"))
     t = tenant.tenant_id
     if season == "spring":  # 2026-03-08 02:00 EST -> 03:00 EDT (07:00Z)
         start, end = utc("2026-03-06T12:00Z"), utc("2026-03-09T12:00Z")
@@ -123,7 +123,7 @@ async def test_dst_days_in_new_york_fire_exactly_as_the_time_rules_demand(db: Da
 
 
 async def test_a_cron_chain_survives_executions_that_all_die(db: Database) -> None:
-    tenant, _ = await db.transaction(lambda c: tenants.create(c, "doomed"))
+    tenant, _ = await db.transaction(lambda c: c.tenants.create("doomed"))
     start = utc("2026-06-01T12:00:30Z")
     job_id = await seed_cron(db, tenant.tenant_id, "* * * * *", "UTC", start)
 
@@ -132,7 +132,7 @@ async def test_a_cron_chain_survives_executions_that_all_die(db: Database) -> No
             await conn.execute(text("UPDATE executions SET state = 'dead', finished_at = now(), error = 'boom' "
                                     "WHERE state = 'ready'"))
 
-        await db.transaction(dead)
+        await factories.raw(db, dead)
 
     await walk(db, start, start + timedelta(minutes=10), timedelta(seconds=30), after_step=kill_everything)
     got = await history(db, job_id)
@@ -142,5 +142,5 @@ async def test_a_cron_chain_survives_executions_that_all_die(db: Database) -> No
     async def due(conn):
         return (await conn.execute(text("SELECT nominal_at FROM due_index WHERE job_id = :j"), {"j": job_id})).all()
 
-    [(nominal,)] = await db.transaction(due)
+    [(nominal,)] = await factories.raw(db, due)
     assert nominal == utc("2026-06-01T12:11:00Z")

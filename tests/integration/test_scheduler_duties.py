@@ -19,7 +19,6 @@ from app.scheduler.dispatcher import Dispatcher, DispatcherConfig
 from app.scheduler.heap import DueHeap
 from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser, fair_share
 from app.scheduler.loader import DueLoader, LoaderConfig
-from app.store import shard_leases, tenants
 from app.store.db import Database
 from tests import factories
 
@@ -66,9 +65,9 @@ def node(db: Database, clock: FakeClock, owner: str | None = None, *, ttl_s: flo
 
 async def new_tenant(db: Database, name: str | None = None, *, max_dispatch_per_s: int | None = None,
                      weight: int | None = None) -> UUID:
-    tenant, _ = await db.transaction(lambda c: tenants.create(c, name or f"t-{uuid.uuid4().hex[:8]}"))
+    tenant, _ = await db.transaction(lambda c: c.tenants.create(name or f"t-{uuid.uuid4().hex[:8]}"))
     if max_dispatch_per_s is not None or weight is not None:
-        await db.transaction(lambda c: tenants.set_quota(c, tenant.tenant_id, weight=weight,
+        await db.transaction(lambda c: c.tenants.set_quota(tenant.tenant_id, weight=weight,
                                                          max_dispatch_per_s=max_dispatch_per_s))
     return tenant.tenant_id
 
@@ -85,7 +84,7 @@ async def seed(db: Database, tenant_id: UUID, n: int, at: datetime, *, cron: str
             queue=factories.tenant_queue(tenant_id, "work"), schedule_kind="cron" if cron else "once",
             nominal_at=run_at, next_run_at=run_at, cron=cron, tz=tz if cron else None, concurrency=concurrency,
             misfire=misfire))
-    await db.transaction(lambda c: factories.seed_jobs(c, jobs))
+    await factories.raw(db, lambda c: factories.seed_jobs(c, jobs))
     return [j.job_id for j in jobs]
 
 
@@ -93,7 +92,7 @@ async def rows(db: Database, sql: str, **params) -> list:
     async def read(conn):
         return (await conn.execute(text(sql), params)).all()
 
-    return await db.transaction(read)
+    return await factories.raw(db, read)
 
 
 # --- ShardLeaser ---------------------------------------------------------------------------------
@@ -121,7 +120,7 @@ async def test_leaser_takes_every_shard_alone_then_splits_evenly_with_a_second(d
     assert set(a.ownership.held).isdisjoint(b.ownership.held)
     for shard, revision in b.ownership.held.items():
         assert revision == before[shard] + 1  # every takeover bumps the revision
-    leases = await db.transaction(shard_leases.list_all)
+    leases = await db.transaction(lambda tx: tx.shard_leases.list_all())
     assert {lease.owner for lease in leases} == {"a", "b"}
 
 
@@ -157,9 +156,9 @@ async def test_graceful_release_hands_every_shard_back(db: Database) -> None:
     a = node(db, clock, "a")
     await a.leaser.run_once()
     assert len(await a.leaser.release_all()) == 256
-    leases = await db.transaction(shard_leases.list_all)
+    leases = await db.transaction(lambda tx: tx.shard_leases.list_all())
     assert all(lease.owner is None for lease in leases)
-    assert await db.transaction(lambda c: shard_leases.live_members(c, clock())) == []
+    assert await db.transaction(lambda c: c.shard_leases.live_members(clock())) == []
 
 
 # --- DueLoader ----------------------------------------------------------------------------------

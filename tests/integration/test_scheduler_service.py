@@ -14,7 +14,6 @@ from sqlalchemy import text
 from app.config import Settings
 from app.domain.shards import shard_of
 from app.scheduler.service import serve
-from app.store import shard_leases, tenants
 from app.store.db import Database
 from tests import factories
 from tests.conftest import poll
@@ -26,23 +25,23 @@ async def test_serve_dispatches_a_job_due_in_one_second_and_hands_shards_back_on
     task = asyncio.create_task(serve(settings, db, stop), name="test.scheduler")
 
     async def owned() -> int:
-        leases = await db.transaction(shard_leases.list_all)
+        leases = await db.transaction(lambda tx: tx.shard_leases.list_all())
         return sum(lease.owner is not None for lease in leases)
 
     assert await poll(lambda: _eq(owned(), 256), timeout_s=10, interval_s=0.05, what="every shard to be owned")
-    tenant, _ = await db.transaction(lambda c: tenants.create(c, "soon"))
+    tenant, _ = await db.transaction(lambda c: c.tenants.create("soon"))
     job_id = uuid.uuid4()
     # Submitted while the scheduler runs, due one second later ("delaySeconds: 1").
     run_at = datetime.now(timezone.utc) + timedelta(seconds=1)
     job = factories.SeedJob(job_id=job_id, tenant_id=tenant.tenant_id, shard_id=shard_of(job_id), name="soon",
                                  pool="work", queue="q", schedule_kind="once", nominal_at=run_at, next_run_at=run_at)
-    await db.transaction(lambda c: factories.seed_jobs(c, [job]))
+    await factories.raw(db, lambda c: factories.seed_jobs(c, [job]))
 
     async def dispatched():
         async def read(conn):
             return (await conn.execute(text("SELECT dispatched_at, ready_at FROM executions WHERE job_id = :j"),
                                        {"j": job_id})).first()
-        return await db.transaction(read)
+        return await factories.raw(db, read)
 
     row = await poll(dispatched, timeout_s=10, interval_s=0.05, what="the job to be dispatched")
     assert row is not None, "the job was never dispatched"

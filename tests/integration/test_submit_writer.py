@@ -13,7 +13,6 @@ from app import errors
 from app.api import schemas, service
 from app.api.submit import Created, SubmitWriter, WriterConfig
 from app.config import Settings
-from app.store import tenants
 from app.store.db import Database
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
@@ -25,7 +24,7 @@ def job(name: str) -> schemas.JobIn:
 
 
 async def new_tenant(db: Database) -> uuid.UUID:
-    created = await db.transaction(lambda c: tenants.create(c, f"t-{uuid.uuid4().hex[:8]}"))
+    created = await db.transaction(lambda c: c.tenants.create(f"t-{uuid.uuid4().hex[:8]}"))
     assert created is not None
     return created[0].tenant_id
 
@@ -66,7 +65,8 @@ async def test_a_request_that_fails_in_a_shared_transaction_fails_alone(db: Data
         writer.submit([first]), writer.submit([good]), writer.submit([bad]), return_exceptions=True)
     assert isinstance(ran_first, list) and isinstance(ran_first[0], Created)
     assert isinstance(ran_good, list) and isinstance(ran_good[0], Created)
-    assert isinstance(ran_bad, Exception) and not isinstance(ran_bad, errors.KairosError)
+    # The seam translates the database's refusal (23503) into a Kairos error; it reaches only its request.
+    assert isinstance(ran_bad, errors.StoreConflict) and ran_bad.sqlstate == "23503"
     assert await counts(db, tenant_id) == (2, 2)
 
 

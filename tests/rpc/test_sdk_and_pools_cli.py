@@ -15,8 +15,6 @@ import pytest
 
 from app.executor.batching import Outcomes
 from app.rpc.servicer import ServicerConfig
-from app.store import attempts
-from app.store import executions as ex
 from app.store.db import Database
 from kairos_sdk import NonRetryable, Worker, WorkerClient
 from tests import factories as tf
@@ -45,7 +43,7 @@ async def test_worker_completes_fails_and_dead_letters(db: Database, addr: str) 
     run = asyncio.create_task(worker.run(stop))
 
     async def states():
-        rows = [await db.transaction(lambda c, e=e: ex.get(c, t.tenant_id, e)) for e in (e_ok, e_bad, e_flaky)]
+        rows = [await db.transaction(lambda c, e=e: c.executions.get(t.tenant_id, e)) for e in (e_ok, e_bad, e_flaky)]
         return [r.state for r in rows] == ["succeeded", "dead", "ready"] and rows
 
     rows = await poll(states, timeout_s=15, interval_s=0.05, what="all three outcomes")
@@ -77,13 +75,13 @@ async def test_lease_lost_on_heartbeat_cancels_the_handler(db: Database, addr: s
     await asyncio.wait_for(started.wait(), 10)
     # Another worker takes the execution over (as after an expiry): attempt 2 is current now.
     later = datetime.now(timezone.utc) + timedelta(seconds=5)
-    await db.transaction(lambda c: ex.reap_expired(c, 10, now=later))
-    await db.transaction(lambda c: ex.lease(c, queue, "other", 1, 60, now=later))
+    await db.transaction(lambda c: c.executions.reap_expired(10, now=later))
+    await db.transaction(lambda c: c.executions.lease(queue, "other", 1, 60, now=later))
     await asyncio.wait_for(cancelled.wait(), 10)  # the next heartbeat answered LEASE_LOST
     stop.set()
     await asyncio.wait_for(run, 10)
     assert worker.stats["lease_lost"] == 1 and worker.stats["completed"] == 0 and worker.stats["failed"] == 0
-    history = await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, eid))
+    history = await db.transaction(lambda c: c.attempts.list_for_execution(t.tenant_id, eid))
     assert [(a.attempt, a.outcome) for a in history] == [(1, "expired"), (2, "running")]
 
 
@@ -141,14 +139,14 @@ async def test_buffered_outcomes_are_flushed_on_shutdown(db: Database, addr: str
     await asyncio.wait_for(all_handled.wait(), 10)
 
     async def state(eid):
-        return (await db.transaction(lambda c: ex.get(c, t.tenant_id, eid))).state
+        return (await db.transaction(lambda c: c.executions.get(t.tenant_id, eid))).state
 
     assert [await state(e) for e in (*good, bad)] == ["leased"] * 4  # buffered, not sent yet
     stop.set()
     await asyncio.wait_for(run, 10)
     assert [await state(e) for e in (*good, bad)] == ["succeeded"] * 3 + ["ready"]
     assert worker.stats == {"completed": 3, "failed": 1, "lease_lost": 0}
-    row = await db.transaction(lambda c: ex.get(c, t.tenant_id, good[0]))
+    row = await db.transaction(lambda c: c.executions.get(t.tenant_id, good[0]))
     assert row.result == {"id": str(good[0])}
 
 
@@ -170,8 +168,8 @@ async def test_lease_lost_in_a_batched_complete_discards_the_result(db: Database
     await asyncio.wait_for(started.wait(), 10)
     # Another worker owns the execution now (attempt 2); the SDK's handler then returns.
     later = datetime.now(timezone.utc) + timedelta(seconds=60)
-    await db.transaction(lambda c: ex.reap_expired(c, 10, now=later))
-    await db.transaction(lambda c: ex.lease(c, queue, "other", 1, 600, now=later))
+    await db.transaction(lambda c: c.executions.reap_expired(10, now=later))
+    await db.transaction(lambda c: c.executions.lease(queue, "other", 1, 600, now=later))
     [fresh] = await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue, payload={"n": 2}))
     release.set()
 
@@ -181,11 +179,11 @@ async def test_lease_lost_in_a_batched_complete_discards_the_result(db: Database
     await poll(reported, timeout_s=15, interval_s=0.05, what="both outcomes to be reported")
     stop.set()
     await asyncio.wait_for(run, 10)
-    history = await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, stale))
+    history = await db.transaction(lambda c: c.attempts.list_for_execution(t.tenant_id, stale))
     assert [(a.attempt, a.outcome) for a in history] == [(1, "discarded"), (2, "running")]
-    row = await db.transaction(lambda c: ex.get(c, t.tenant_id, stale))
+    row = await db.transaction(lambda c: c.executions.get(t.tenant_id, stale))
     assert (row.state, row.result) == ("leased", None)
-    assert (await db.transaction(lambda c: ex.get(c, t.tenant_id, fresh))).state == "succeeded"
+    assert (await db.transaction(lambda c: c.executions.get(t.tenant_id, fresh))).state == "succeeded"
 
 
 async def test_shutdown_fails_handlers_still_running_after_the_grace(db: Database, addr: str) -> None:
@@ -211,7 +209,7 @@ async def test_shutdown_fails_handlers_still_running_after_the_grace(db: Databas
     await asyncio.wait_for(run, 10)
     assert cancelled.is_set()
     assert worker.stats == {"completed": 0, "failed": 1, "lease_lost": 0}
-    row = await db.transaction(lambda c: ex.get(c, t.tenant_id, stuck))
+    row = await db.transaction(lambda c: c.executions.get(t.tenant_id, stuck))
     assert (row.state, row.error) == ("ready", "worker stopped before the handler finished")
 
 
@@ -249,7 +247,7 @@ async def test_sdk_reports_one_call_per_execution_to_an_executor_without_batched
         await poll(done, timeout_s=15, interval_s=0.05, what="outcomes reported one by one")
         stop.set()
         await asyncio.wait_for(run, 10)
-        states = [(await db.transaction(lambda c, e=e: ex.get(c, t.tenant_id, e))).state for e in (*ok, bad)]
+        states = [(await db.transaction(lambda c, e=e: c.executions.get(t.tenant_id, e))).state for e in (*ok, bad)]
         assert states == ["succeeded", "succeeded", "dead"]
         assert worker._reporter is not None and not worker._reporter.batched  # it did fall back
     finally:

@@ -14,8 +14,6 @@ import grpc
 import pytest
 
 from app.rpc import codegen
-from app.store import attempts, pools
-from app.store import executions as ex
 from app.store.db import Database
 from kairos_sdk import WorkerClient
 from tests import factories as tf
@@ -47,8 +45,8 @@ async def test_missing_or_unknown_key_is_unauthenticated(db: Database, addr: str
 
 async def test_pool_key_serves_only_its_shared_pool(db: Database, addr: str) -> None:
     a = await tf.tenant(db)
-    key = await db.transaction(lambda c: pools.create(c, "fleet", [a.tenant_id]))
-    other_key = await db.transaction(lambda c: pools.create(c, "other", [a.tenant_id]))
+    key = await db.transaction(lambda c: c.pools.create("fleet", [a.tenant_id]))
+    other_key = await db.transaction(lambda c: c.pools.create("other", [a.tenant_id]))
     job = await tf.job(db, a.tenant_id, queue=tf.shared_queue("fleet"))
     [eid] = await tf.ready_executions(db, job)
     async with WorkerClient(addr, key) as client:
@@ -101,16 +99,16 @@ async def test_fencing_results_over_the_wire(db: Database, addr: str) -> None:
         assert beat.outcome == "ok" and beat.at is not None
         # The lease expires and the reaper hands it to attempt 2.
         later = datetime.now(timezone.utc) + timedelta(seconds=6)
-        await db.transaction(lambda c: ex.reap_expired(c, 10, now=later))
-        await db.transaction(lambda c: ex.lease(c, queue, "w2", 1, 30, now=later))
+        await db.transaction(lambda c: c.executions.reap_expired(10, now=later))
+        await db.transaction(lambda c: c.executions.lease(queue, "w2", 1, 30, now=later))
         assert (await client.heartbeat(str(eid), 1)).lease_lost
         lost = await client.complete(str(eid), 1, {"late": True})
         assert lost.lease_lost and "discarded" in lost.message
         failed = await client.fail(str(eid), 2, "boom")
         assert failed.outcome == "dead"  # attempt 2 of 2
-    row = await db.transaction(lambda c: ex.get(c, t.tenant_id, eid))
+    row = await db.transaction(lambda c: c.executions.get(t.tenant_id, eid))
     assert row.state == "dead" and row.result is None
-    history = await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, eid))
+    history = await db.transaction(lambda c: c.attempts.list_for_execution(t.tenant_id, eid))
     assert [(a.attempt, a.outcome) for a in history] == [(1, "discarded"), (2, "failed")]
     assert history[0].result == {"late": True}
 
@@ -152,8 +150,8 @@ async def _stale_and_current(db: Database, client: WorkerClient, t, queue: str, 
     [held] = await client.lease(pool, "w1", 10, lease_seconds=5)
     assert held.execution_id == str(stale)
     later = datetime.now(timezone.utc) + timedelta(seconds=6)
-    await db.transaction(lambda c: ex.reap_expired(c, 10, now=later))
-    [again] = await db.transaction(lambda c: ex.lease(c, queue, "w2", 10, 60, now=later))
+    await db.transaction(lambda c: c.executions.reap_expired(10, now=later))
+    [again] = await db.transaction(lambda c: c.executions.lease(queue, "w2", 10, 60, now=later))
     assert again.attempt == 2
     job = await tf.job(db, t.tenant_id, queue=queue)
     await tf.ready_executions(db, job, 2)
@@ -174,12 +172,12 @@ async def test_complete_many_fences_each_item(db: Database, addr: str) -> None:
         # Sending the same batch again changes nothing and answers the same.
         again = await client.complete_many([(b.execution_id, 1, {"n": "b"}), (str(stale), 1, {"late": True})])
         assert [a.outcome for a in again] == ["ok", "lease_lost"]
-    rows = {e: await db.transaction(lambda conn, e=e: ex.get(conn, t.tenant_id, e))
+    rows = {e: await db.transaction(lambda conn, e=e: conn.executions.get(t.tenant_id, e))
             for e in (stale, UUID(b.execution_id), UUID(c.execution_id))}
     assert (rows[stale].state, rows[stale].attempt, rows[stale].result) == ("leased", 2, None)
     assert (rows[UUID(b.execution_id)].state, rows[UUID(b.execution_id)].result) == ("succeeded", {"n": "b"})
     assert rows[UUID(c.execution_id)].state == "succeeded"
-    history = await db.transaction(lambda conn: attempts.list_for_execution(conn, t.tenant_id, stale))
+    history = await db.transaction(lambda conn: conn.attempts.list_for_execution(t.tenant_id, stale))
     assert [(a.attempt, a.outcome, a.result) for a in history] == [(1, "discarded", {"late": True}),
                                                                   (2, "running", None)]
 
@@ -196,9 +194,9 @@ async def test_batched_calls_touch_only_executions_the_credential_covers(db: Dat
         assert [x.outcome for x in answers] == ["lease_lost", "ok"]
         failed = await client_b.fail_many([(str(ea), held_a.attempt, "hijack", False)])
         assert [x.outcome for x in failed] == ["lease_lost"]
-        row = await db.transaction(lambda c: ex.get(c, a.tenant_id, ea))
+        row = await db.transaction(lambda c: c.executions.get(a.tenant_id, ea))
         assert (row.state, row.attempt, row.result, row.error) == ("leased", 1, None, None)  # unchanged
-        history = await db.transaction(lambda c: attempts.list_for_execution(c, a.tenant_id, ea))
+        history = await db.transaction(lambda c: c.attempts.list_for_execution(a.tenant_id, ea))
         assert [(h.attempt, h.outcome, h.result) for h in history] == [(1, "running", None)]
         assert [x.outcome for x in await client_a.complete_many([(str(ea), held_a.attempt, None)])] == ["ok"]
 
@@ -226,12 +224,12 @@ async def test_fail_many_schedules_retries_and_dead_letters_per_item(db: Databas
     assert [a.outcome for a in answers] == ["retry_scheduled", "lease_lost", "dead", "dead"]
     assert before + timedelta(seconds=40 * 0.8) - timedelta(seconds=1) <= answers[0].at <= after + timedelta(seconds=40)
     assert all(a.at is None for a in answers[1:])
-    rows = {n: await db.transaction(lambda c, e=e: ex.get(c, t.tenant_id, e)) for n, e in ids.items()}
+    rows = {n: await db.transaction(lambda c, e=e: c.executions.get(t.tenant_id, e)) for n, e in ids.items()}
     assert (rows["retry"].state, rows["retry"].ready_at, rows["retry"].error) == ("ready", answers[0].at, "try later")
     assert (rows["last"].state, rows["fatal"].state, rows["fatal"].error) == ("dead", "dead", "never works")
-    row = await db.transaction(lambda c: ex.get(c, t.tenant_id, stale))
+    row = await db.transaction(lambda c: c.executions.get(t.tenant_id, stale))
     assert (row.state, row.attempt) == ("leased", 2) and row.error.startswith("lease expired")  # not "late error"
-    history = await db.transaction(lambda c: attempts.list_for_execution(c, t.tenant_id, stale))
+    history = await db.transaction(lambda c: c.attempts.list_for_execution(t.tenant_id, stale))
     assert [(a.attempt, a.outcome) for a in history] == [(1, "discarded"), (2, "running")]
 
 

@@ -104,6 +104,17 @@ def _within(dotted: str, prefixes: tuple[str, ...]) -> bool:
     return any(dotted == p or dotted.startswith(p + ".") for p in prefixes)
 
 
+# What a tier may not touch on the objects app/store hands out: the engine behind a Database, or
+# statements run past the Store's typed methods.
+STORE_INTERNALS = frozenset({"engine", "execute", "exec_driver_sql", "_conn"})
+
+
+def seam_bypasses(source: str) -> list[int]:
+    """Lines reaching past the seam: ``db.engine``, ``x.execute(...)``, a table's ``_conn``."""
+    return sorted({node.lineno for node in ast.walk(ast.parse(source))
+                   if isinstance(node, ast.Attribute) and node.attr in STORE_INTERNALS})
+
+
 def violations(root: Path) -> list[str]:
     found = []
     for path in sorted(root.rglob("*.py")):
@@ -113,6 +124,9 @@ def violations(root: Path) -> list[str]:
         if module != "app" and own == "?":
             found.append(f"{where}: {module} is in no layer (add it to LAYER_OF)")
             continue
+        if not _within(module, ("app.store",)):
+            found.extend(f"{where}:{line}: reaches past the Store (engine, execute, _conn); only app/store may"
+                         for line in seam_bypasses(path.read_text()))
         for imp in imports_of(path.read_text(), module, path.name == "__init__.py"):
             at = f"{where}:{imp.line}"
             if _within(imp.target, DATABASE_DRIVERS) and not _within(module, ("app.store",)):
@@ -169,6 +183,8 @@ def test_layers_form_no_cycle() -> None:
     ("scheduler/x.py", "from kairos_sdk.worker import Worker\n", "uses the SDK only"),
     ("executor/reaper.py", "from ..rpc import servicer\n", "executor imports rpc"),
     ("tools.py", "", "in no layer"),
+    ("api/service.py", "async def f(db):\n    async with db.engine.connect() as c:\n        pass\n", "past the Store"),
+    ("scheduler/x.py", "async def f(tx):\n    await tx.jobs._conn.execute('SELECT 1')\n", "past the Store"),
 ])
 def test_the_check_catches(tmp_path: Path, path: str, source: str, complaint: str) -> None:
     root = tmp_path / "app"
@@ -185,6 +201,8 @@ def test_the_check_allows_the_direction(tmp_path: Path) -> None:
         "rpc/servicer.py": "from app.executor.batching import Outcomes\nfrom kairos_sdk._proto import worker_pb2\n",
         "executor/service.py": "from app import duties, errors\nfrom app.store.db import Database\n",
         "store/db.py": "from sqlalchemy import text\nfrom app.domain import states\n",
+        "store/jobs.py": "async def get(self):\n    return await self._conn.execute(q('JobGet'))\n",
+        "api/service.py": "async def f(db):\n    return await db.transaction(lambda tx: tx.jobs.get())\n",
         "domain/jobs.py": "from app.errors import InvalidInput\nfrom . import schedule\n",
     }.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)

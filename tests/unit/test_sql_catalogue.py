@@ -140,3 +140,10 @@ def test_parser_reads_names_descriptions_and_bodies() -> None:
     assert [(q.name, q.description, q.sql) for q in parsed] == [("ThingGet", "Get a thing.", "SELECT 1"),
                                                                 ("ThingPut", "Put.", "SELECT 2")]
     assert sql_dir().is_dir()
+
+
+def test_a_migration_checksum_covers_statements_not_comments() -> None:
+    script = "-- the schema\nCREATE TABLE t (a INT);\n"
+    assert migrate.statements_checksum(script) == migrate.statements_checksum(
+        "-- the schema, reworded\n\nCREATE TABLE t (a INT);  \n")
+    assert migrate.statements_checksum(script) != migrate.statements_checksum("CREATE TABLE t (a BIGINT);\n")
