@@ -174,7 +174,7 @@ def checkov() -> Path:
         started = time.monotonic()
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(env_dir)], check=True, timeout=120)
         done = subprocess.run([str(env_dir / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-                               "-r", str(CHECKOV_REQUIREMENTS)], capture_output=True, text=True, timeout=540)
+                               "-r", str(CHECKOV_REQUIREMENTS)], capture_output=True, text=True, timeout=270)
         assert done.returncode == 0, f"installing checkov failed:\n{done.stderr[-3000:]}"
         (env_dir / ".installed").write_text(f"installed in {time.monotonic() - started:.0f} s\n")
     return binary
