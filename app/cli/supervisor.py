@@ -52,28 +52,35 @@ class Child:
     started_at: float = field(default=0.0)
 
 
-async def ensure_demo_tenant(db: Database, home: Path) -> str:
-    """The demo tenant's key; kept in KAIROS_HOME/demo.key (0600) because only its hash is stored."""
+@dataclass(frozen=True)
+class DemoTenant:
+    key: str  # its API key (Bearer), for REST and gRPC
+    signing_secret: str  # keys the Kairos-Signature header of its HTTP deliveries
+
+
+async def ensure_demo_tenant(db: Database, home: Path) -> DemoTenant:
+    """The demo tenant's key and signing secret; the key is kept in KAIROS_HOME/demo.key (0600) because
+    only its hash is stored."""
     key_file = home / "demo.key"
 
-    async def work(tx: Store) -> str:
+    async def work(tx: Store) -> DemoTenant:
         tenant = await tx.tenants.get_by_name(DEMO_TENANT)
         if tenant is None:
             created = await tx.tenants.create(DEMO_TENANT)
             assert created is not None
-            return created[1]
+            return DemoTenant(created[1], created[0].signing_secret)
         if key_file.exists():
             key = key_file.read_text().strip()
             principal = await tx.tenants.resolve_key(key)
             if principal is not None and principal.tenant_id == tenant.tenant_id:
-                return key
+                return DemoTenant(key, tenant.signing_secret)
         key, _ = await tx.tenants.rotate_key(tenant.tenant_id)
-        return key
+        return DemoTenant(key, tenant.signing_secret)
 
-    key = await db.transaction(work)
-    key_file.write_text(key + "\n")
+    demo = await db.transaction(work)
+    key_file.write_text(demo.key + "\n")
     key_file.chmod(0o600)
-    return key
+    return demo
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -172,7 +179,7 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
         if not settings.http_egress_allow:
             extra_env["KAIROS_HTTP_EGRESS_ALLOW"] = "127.0.0.1"
 
-    async def prepare() -> str:
+    async def prepare() -> DemoTenant:
         db = Database.from_settings(settings, url)
         try:
             await migrate.upgrade(db)
@@ -180,7 +187,8 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
         finally:
             await db.close()
 
-    key = asyncio.run(prepare())
+    demo_tenant = asyncio.run(prepare())
+    key = demo_tenant.key
     sup = Supervisor(settings, url, config, extra_env)
 
     async def main() -> None:
@@ -198,6 +206,7 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
                       f"  database  {where}\n"
                       f"  logs      {settings.home / 'logs'}\n"
                       f"  demo key  {key}\n"
+                      f"  signing   {demo_tenant.signing_secret}   (the demo tenant's HTTP signing secret)\n"
                       f"Try:  curl -H 'Authorization: Bearer {key}' {settings.api_url}/v1/jobs\n"
                       f"Stop with Ctrl-C.", soft_wrap=True)
         if demo:

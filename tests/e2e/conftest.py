@@ -25,6 +25,7 @@ class KairosUp:
     api: str
     grpc_addr: str
     key: str
+    signing_secret: str | None  # the demo tenant's, as the banner prints it
     output: list[str] = field(default_factory=list)
 
     @property
@@ -37,7 +38,7 @@ class KairosUp:
 
 @contextmanager
 def kairos_up(tmp_path: Path, *args: str, **extra_env: str) -> Iterator[KairosUp]:
-    """Start `kairos up ARGS`, wait for its banner, yield; on exit SIGINT it and wait for it to stop."""
+    """Start `kairos up ARGS`, read its banner to its last line, yield; on exit SIGINT it and wait for it to stop."""
     home = tmp_path / "home"
     api_port, grpc_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")}
@@ -47,19 +48,22 @@ def kairos_up(tmp_path: Path, *args: str, **extra_env: str) -> Iterator[KairosUp
                             stderr=subprocess.STDOUT, text=True)
     output: list[str] = []
     try:
-        key = None
         deadline = time.monotonic() + 90
-        while key is None and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line and proc.poll() is not None:
                 break
             output.append(line)
-            if m := re.search(r"demo key\s+(\S+)", line):
-                key = m.group(1)
-        assert key, "".join(output)
+            if line.startswith("Stop with Ctrl-C."):  # the banner's last line
+                break
+        banner = "".join(output)
+        key = re.search(r"demo key\s+(\S+)", banner)
+        secret = re.search(r"^  signing\s+(\S+)", banner, re.MULTILINE)
+        assert key, banner
         # Keep draining the output so `kairos up` never blocks on a full pipe.
         threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True).start()
-        yield KairosUp(proc, env, home, f"http://127.0.0.1:{api_port}", f"127.0.0.1:{grpc_port}", key, output)
+        yield KairosUp(proc, env, home, f"http://127.0.0.1:{api_port}", f"127.0.0.1:{grpc_port}", key.group(1),
+                       secret.group(1) if secret else None, output)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
