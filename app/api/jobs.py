@@ -73,20 +73,28 @@ class JobController(Controller):
         body = schemas.JobCreated(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at)
         return Response(body, status_code=201, headers={"Location": f"/v1/jobs/{outcome.job_id}"})
 
-    @get("/", operation_id="ListJobs", summary="A tenant's jobs, newest first, filtered by state and name.")
-    async def list_jobs(self, db: DB, tenant: Tenant, job_state: Annotated[str | None, QueryParameter(name="state")] = None,
-                   name: FromQuery[str | None] = None, cursor: FromQuery[str | None] = None,
-                   limit: FromQuery[int | None] = None) -> Response[schemas.JobPage]:
+    @get("/", operation_id="ListJobs",
+         summary="A tenant's jobs, newest first, filtered by state, name, name prefix and labels.")
+    async def list_jobs(self, db: DB, tenant: Tenant,
+                        job_state: Annotated[str | None, QueryParameter(
+                            name="state", description="active, paused, completed, failed or cancelled")] = None,
+                        name: FromQuery[str | None] = None,
+                        name_prefix: Annotated[str | None, QueryParameter(name="namePrefix")] = None,
+                        label: Annotated[list[str] | None, QueryParameter(
+                            name="label", description="key:value; repeat to require several")] = None,
+                        cursor: FromQuery[str | None] = None,
+                        limit: FromQuery[int | None] = None) -> Response[schemas.JobPage]:
         rows, nxt = await service.list_jobs(db, tenant.tenant_id, state=job_state, name=name, cursor=cursor,
-                                            limit=limit)
+                                            limit=limit, name_prefix=name_prefix, labels=label)
         page = schemas.JobPage(jobs=[service.job_out(j) for j in rows], next_cursor=nxt)
-        headers = {"Link": pagination.next_link("/v1/jobs", nxt, state=job_state, name=name, limit=limit)} if nxt else None
+        headers = {"Link": pagination.next_link("/v1/jobs", nxt, state=job_state, name=name, namePrefix=name_prefix,
+                                                label=label, limit=limit)} if nxt else None
         return Response(page, headers=headers)
 
-    @get("/{job_ref:str}", operation_id="GetJob", summary="One job.")
+    @get("/{job_ref:str}", operation_id="GetJob", summary="One job, with how its executions stand.")
     async def get_job(self, job_ref: FromPath[str], db: DB, tenant: Tenant) -> schemas.JobOut:
         job_id, _ = parse_job_ref(job_ref, action=False)
-        return service.job_out(await service.get_job(db, tenant.tenant_id, job_id))
+        return service.job_out(*await service.get_job_with_counts(db, tenant.tenant_id, job_id))
 
     @delete("/{job_ref:str}", operation_id="CancelJob", status_code=204,
             summary="Cancel a job: removes its next occurrence and cancels executions not yet started.")
@@ -108,9 +116,9 @@ class JobController(Controller):
     async def job_executions(self, job_ref: FromPath[str], db: DB, tenant: Tenant, cursor: FromQuery[str | None] = None,
                          limit: FromQuery[int | None] = None) -> Response[list[schemas.ExecutionOut]]:
         job_id, _ = parse_job_ref(job_ref, action=False)
-        rows, nxt = await service.executions(db, tenant.tenant_id, job_id, cursor, limit)
+        job, rows, nxt = await service.executions(db, tenant.tenant_id, job_id, cursor, limit)
         headers = {"Link": pagination.next_link(f"/v1/jobs/{job_id}/executions", nxt, limit=limit)} if nxt else None
-        return Response([service.execution_out(e) for e in rows], headers=headers)
+        return Response([service.execution_out(job, e) for e in rows], headers=headers)
 
 
 def _item_error(exc: errors.KairosError, index: int) -> schemas.BatchItemOut:

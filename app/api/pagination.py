@@ -57,4 +57,4 @@ def next_link(path: str, cursor: str, **params: object) -> str:
     """RFC 8288 Link header value for the next page."""
     query = {k: v for k, v in params.items() if v is not None}
     query["cursor"] = cursor
-    return f'<{path}?{urlencode(query)}>; rel="next"'
+    return f'<{path}?{urlencode(query, doseq=True)}>; rel="next"'

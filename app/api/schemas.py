@@ -32,6 +32,8 @@ def decode_body(raw: bytes, type_: type[W]) -> W:
 class TargetIn(Wire):
     type: str
     ref: str
+    method: str | None = None
+    headers: dict[str, str] | None = None
 
 
 class DstIn(Wire):
@@ -46,12 +48,15 @@ class ScheduleIn(Wire):
     tz: str | None = None
     jitter_seconds: int | None = None
     dst: DstIn | None = None
+    start_at: str | None = None
+    end_at: str | None = None
 
 
 class RetryIn(Wire):
     max_attempts: int | None = None
     backoff_seconds: float | None = None
     max_backoff_seconds: float | None = None
+    max_retry_duration_seconds: float | None = None
 
 
 class JobIn(Wire):
@@ -63,6 +68,8 @@ class JobIn(Wire):
     timeout_seconds: int | None = None
     concurrency: Literal["allow", "forbid", "replace"] | None = None
     misfire: Literal["run_once", "catch_up", "skip"] | None = None
+    labels: dict[str, str] | None = None
+    dry_run: bool = False
 
 
 class BatchItemIn(JobIn):
@@ -98,6 +105,8 @@ class JobCreated(Wire):
 class TargetOut(Wire):
     type: str
     ref: str
+    method: str | None = None
+    headers: dict[str, str] | None = None
 
 
 class ScheduleOut(Wire):
@@ -106,12 +115,25 @@ class ScheduleOut(Wire):
     tz: str | None = None
     jitter_seconds: int | None = None
     dst: DstIn | None = None
+    start_at: datetime | None = None
+    end_at: datetime | None = None
 
 
 class RetryOut(Wire):
     max_attempts: int
     backoff_seconds: float
     max_backoff_seconds: float
+    max_retry_duration_seconds: float | None = None
+
+
+class ExecutionCounts(Wire):
+    """How the job's executions ended so far, and how many are still to run."""
+
+    succeeded: int = 0
+    dead: int = 0
+    cancelled: int = 0
+    skipped: int = 0
+    pending: int = 0
 
 
 class JobOut(Wire):
@@ -130,6 +152,13 @@ class JobOut(Wire):
     created_at: datetime
     updated_at: datetime
     version: int
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    dry_run: bool = False
+    # The state of the newest finished execution (succeeded, dead, cancelled, skipped) and when.
+    last_outcome: str | None = None
+    last_finished_at: datetime | None = None
+    # On GET /v1/jobs/{jobId} only.
+    executions: ExecutionCounts | None = None
 
 
 class JobPage(Wire):
@@ -149,6 +178,14 @@ class ExecutionOut(Wire):
     started_at: datetime | None
     finished_at: datetime | None
     error: str | None
+    skip_reason: str | None = None
+    # schedule, manual (POST :run) or backfill (POST :backfill).
+    trigger: str = "schedule"
+    # When it was due: the nominal time plus the job's jitter offset (its first ready_at).
+    due_at: datetime | None = None
+    dispatched_at: datetime | None = None
+    first_started_at: datetime | None = None
+    start_lag_ms: int | None = None
 
 
 class FireTimeOut(Wire):

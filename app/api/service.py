@@ -13,7 +13,7 @@ from app.api.submit import Submission
 from app.config import Settings
 from app.domain import jobs as spec
 from app.domain import schedule as cron
-from app.domain.states import JobState
+from app.domain.states import REPORTED_JOB_STATES, JobState
 from app.store import Database, Store
 from app.store import jobs as store
 
@@ -34,6 +34,11 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime) -> spec.J
     r = body.retry or schemas.RetryIn()
     retry = spec.validate_retry(r.max_attempts, r.backoff_seconds, r.max_backoff_seconds)
     timeout_s = spec.validate_timeout(body.timeout_seconds)
+    method, headers = spec.validate_http(target, body.target.method, body.target.headers)
+    start_at, end_at = spec.validate_bounds(body.schedule.start_at, body.schedule.end_at)
+    options = spec.Options(labels=spec.validate_labels(body.labels), start_at=start_at, end_at=end_at,
+                           dry_run=body.dry_run, max_retry_duration_s=spec.validate_retry_duration(
+                               r.max_retry_duration_seconds), http_method=method, http_headers=headers)
     s = body.schedule
     given = [k for k, v in (("runAt", s.run_at), ("delaySeconds", s.delay_seconds), ("cron", s.cron))
              if v is not None]
@@ -41,15 +46,24 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime) -> spec.J
         raise errors.InvalidInput("schedule", "give exactly one of runAt, delaySeconds or cron"
                                   + (f" (got {', '.join(given)})" if given else ""))
     common = dict(job_id=job_id, name=name, target=target, payload=payload, retry=retry, timeout_s=timeout_s,
-                  concurrency=body.concurrency or "allow", misfire=body.misfire or "run_once")
+                  concurrency=body.concurrency or "allow", misfire=body.misfire or "run_once", options=options)
     if s.cron is None:
         if s.tz is not None or s.jitter_seconds is not None or s.dst is not None:
             raise errors.InvalidInput("schedule", "tz, jitterSeconds and dst apply to cron schedules only")
+        if start_at is not None or end_at is not None:
+            raise errors.InvalidInput("schedule", "startAt and endAt bound recurring schedules only")
         once = spec.once_schedule(s.run_at, s.delay_seconds, now, settings.max_schedule_horizon_days)
         return spec.JobSpec(schedule=once, **common)
     dst = s.dst or schemas.DstIn()
     schedule, resolved = spec.cron_schedule(s.cron, s.tz, s.jitter_seconds, dst.gap, dst.repeat, str(job_id))
-    first, skipped = spec.first_occurrence(schedule, resolved, now, str(job_id), settings.max_schedule_horizon_days)
+    # The first occurrence at or after startAt (a schedule that starts later waits for it).
+    after = max(now, start_at - _EPSILON) if start_at is not None else now
+    first, skipped = spec.first_occurrence(schedule, resolved, after, str(job_id),
+                                           settings.max_schedule_horizon_days
+                                           + max(0, (after - now).days))
+    if end_at is not None and first.nominal_utc > end_at:
+        raise errors.InvalidInput("schedule.endAt", f"no occurrence falls before endAt (the first is "
+                                                    f"{first.nominal_utc.isoformat()})")
     return spec.JobSpec(schedule=schedule, cron_resolved=resolved, first=first, skipped_before_first=skipped,
                         **common)
 
@@ -64,18 +78,24 @@ def submission(body: schemas.JobIn, settings: Settings, tenant_id: UUID, idem_ke
 
 # -- reading -------------------------------------------------------------------------------------------
 
-def job_out(job: store.Job) -> schemas.JobOut:
+def job_out(job: store.Job, counts: store.ExecutionCounts | None = None) -> schemas.JobOut:
     dst = schemas.DstIn(gap=job.dst_gap, repeat=job.dst_repeat) if job.schedule_kind == "cron" else None
+    http = job.target_type == "http"
     return schemas.JobOut(
-        job_id=str(job.job_id), name=job.name, state=job.state,
-        target=schemas.TargetOut(job.target_type, job.target_ref),
+        job_id=str(job.job_id), name=job.name, state=job.reported_state,
+        target=schemas.TargetOut(job.target_type, job.target_ref, method=job.http_method if http else None,
+                                 headers=job.http_headers if http else None),
         schedule=schemas.ScheduleOut(run_at=job.run_at, cron=job.cron, tz=job.tz,
-                                     jitter_seconds=job.jitter_s if job.cron else None, dst=dst),
+                                     jitter_seconds=job.jitter_s if job.cron else None, dst=dst,
+                                     start_at=job.start_at, end_at=job.end_at),
         payload=job.payload,
-        retry=schemas.RetryOut(job.max_attempts, job.backoff_s, job.max_backoff_s),
+        retry=schemas.RetryOut(job.max_attempts, job.backoff_s, job.max_backoff_s, job.max_retry_duration_s),
         timeout_seconds=job.timeout_s, concurrency=job.concurrency, misfire=job.misfire,
         next_run_at=job.next_run_at, paused_at=job.paused_at, created_at=job.created_at,
-        updated_at=job.updated_at, version=job.version,
+        updated_at=job.updated_at, version=job.version, labels=job.labels, dry_run=job.dry_run,
+        last_outcome=job.last_outcome, last_finished_at=job.last_finished_at,
+        executions=schemas.ExecutionCounts(counts.succeeded, counts.dead, counts.cancelled, counts.skipped,
+                                           counts.pending) if counts else None,
     )
 
 
@@ -86,35 +106,62 @@ async def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
     return job
 
 
+async def get_job_with_counts(db: Database, tenant_id: UUID, job_id: UUID,
+                              ) -> tuple[store.Job, store.ExecutionCounts]:
+    async def work(tx: Store) -> tuple[store.Job, store.ExecutionCounts]:
+        job = await tx.jobs.get(tenant_id, job_id)
+        if job is None:
+            raise errors.JobNotFound()
+        return job, await tx.jobs.execution_counts(tenant_id, job_id)
+
+    return await db.transaction(work, isolation="REPEATABLE READ")
+
+
 async def list_jobs(db: Database, tenant_id: UUID, *, state: str | None, name: str | None, cursor: str | None,
-                    limit: int | None) -> tuple[list[store.Job], str | None]:
-    if state is not None and state not in {s.value for s in JobState}:
-        raise errors.InvalidInput("state", f"must be one of {', '.join(s.value for s in JobState)}")
-    wanted = JobState(state) if state is not None else None
+                    limit: int | None, name_prefix: str | None = None,
+                    labels: list[str] | None = None) -> tuple[list[store.Job], str | None]:
+    if state is not None and state not in REPORTED_JOB_STATES:
+        raise errors.InvalidInput("state", f"must be one of {', '.join(REPORTED_JOB_STATES)}")
+    wanted: dict[str, str] = {}
+    for label in labels or ():
+        wanted.update(spec.parse_label_filter(label))
     n = page_limit(limit)
     after = decode_cursor(cursor)
-    rows = await db.transaction(lambda tx: tx.jobs.list_page(tenant_id, state=wanted, name=name, after=after,
-                                                          limit=n + 1))
+    rows = await db.transaction(lambda tx: tx.jobs.list_page(
+        tenant_id, state=state, name=name, after=after, limit=n + 1,  # type: ignore[arg-type]
+        name_prefix=name_prefix or None, labels=wanted or None))
     return split_page(rows, n, lambda j: (j.created_at, j.job_id))
 
 
 async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | None,
-                     limit: int | None) -> tuple[list[store.ExecutionSummary], str | None]:
+                     limit: int | None) -> tuple[store.Job, list[store.ExecutionSummary], str | None]:
     n = page_limit(limit)
     before = decode_cursor(cursor)
 
-    async def work(tx: Store) -> list[store.ExecutionSummary]:
-        if await tx.jobs.get(tenant_id, job_id) is None:
+    async def work(tx: Store) -> tuple[store.Job, list[store.ExecutionSummary]]:
+        job = await tx.jobs.get(tenant_id, job_id)
+        if job is None:
             raise errors.JobNotFound()
-        return await tx.jobs.executions_page(tenant_id, job_id, before=before, limit=n + 1)
+        return job, await tx.jobs.executions_page(tenant_id, job_id, before=before, limit=n + 1)
 
-    return split_page(await db.transaction(work), n, lambda e: (e.scheduled_for, e.execution_id))
+    job, rows = await db.transaction(work)
+    page, nxt = split_page(rows, n, lambda e: (e.scheduled_for, e.execution_id))
+    return job, page, nxt
 
 
-def execution_out(e: store.ExecutionSummary) -> schemas.ExecutionOut:
+def execution_out(job: store.Job, e: store.ExecutionSummary) -> schemas.ExecutionOut:
+    """One execution with its start lag: due at the nominal time plus the job's jitter offset (manual
+    runs and backfills carry no jitter), started when its first attempt was leased."""
     error = e.error if e.error is not None else (f"skipped: {e.skip_reason}" if e.skip_reason else None)
+    jitter = job.jitter_s if job.schedule_kind != "once" and e.trigger == "schedule" else 0
+    due_at = e.scheduled_for + timedelta(seconds=cron.jitter_offset_s(str(job.job_id), jitter)) if jitter else \
+        e.scheduled_for
+    lag_ms = (None if e.first_started_at is None
+              else max(0, round((e.first_started_at - due_at).total_seconds() * 1000)))
     return schemas.ExecutionOut(str(e.execution_id), e.scheduled_for, e.attempt, e.state, e.started_at,
-                                e.finished_at, error)
+                                e.finished_at, error, skip_reason=e.skip_reason, trigger=e.trigger, due_at=due_at,
+                                dispatched_at=e.dispatched_at, first_started_at=e.first_started_at,
+                                start_lag_ms=lag_ms)
 
 
 # -- state changes -------------------------------------------------------------------------------------
@@ -166,15 +213,32 @@ async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> st
             raise errors.InvalidStateTransition(f"a {job.state} job cannot be resumed")
         now = utcnow()
         nominal, run_at = _resume_point(job, now, missed)
+        skipped = _skipped_while_paused(job, now, nominal)
+        if skipped:
+            await tx.jobs.record_skipped(job.job_id, job.tenant_id, job.queue, job.max_attempts, skipped, "paused")
         if nominal is None:
             # A one-off job whose time passed while paused, and the caller chose to skip it.
-            await tx.jobs.record_skipped(job.job_id, job.tenant_id, job.queue, job.max_attempts,
-                                       [job.next_nominal_at or now], "misfire")
             return await _moved(tx, job, JobState.COMPLETED, None, None)
         await tx.jobs.insert_due(job.job_id, job.tenant_id, nominal, run_at)
         return await _moved(tx, job, JobState.ACTIVE, nominal, run_at)
 
     return await db.transaction(work)
+
+
+# A long pause records at most this many of the occurrences it skipped (the newest ones).
+MAX_SKIPPED_RECORDS = 100
+
+
+def _skipped_while_paused(job: store.Job, now: datetime, resumed_at: datetime | None) -> list[datetime]:
+    """Nominal times that fell inside the pause and will not run: history records them as skipped."""
+    first = job.next_nominal_at
+    if first is None or first > now:
+        return []
+    if job.schedule_kind == "once":
+        return [first] if resumed_at is None else []
+    newest, _total = cron.missed_occurrences(_cron_of(job), first - _EPSILON, now, str(job.job_id),
+                                             cap=MAX_SKIPPED_RECORDS)
+    return [o.nominal_utc for o in newest if o.nominal_utc != resumed_at]
 
 
 def _resume_point(job: store.Job, now: datetime, missed: str) -> tuple[datetime | None, datetime]:

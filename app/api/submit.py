@@ -66,6 +66,10 @@ def _row(s: Submission, queue: str) -> store.NewJob:
         timeout_s=job.timeout_s, concurrency=job.concurrency, misfire=job.misfire,
         next_nominal_at=job.first_nominal_at, next_run_at=job.first_run_at,
         idempotency_key=s.idempotency_key, request_hash=s.fingerprint,
+        start_at=job.options.start_at, end_at=job.options.end_at, every_s=None, anchor_at=None,
+        labels=job.options.labels, dry_run=job.options.dry_run,
+        max_retry_duration_s=job.options.max_retry_duration_s, http_method=job.options.http_method,
+        http_headers=job.options.http_headers,
     )
 
 

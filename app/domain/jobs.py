@@ -30,6 +30,19 @@ Concurrency = Literal["allow", "forbid", "replace"]
 Misfire = Literal["run_once", "catch_up", "skip"]
 DstGap = Literal["shift", "skip"]
 DstRepeat = Literal["once", "twice"]
+HttpMethod = Literal["POST", "PUT", "PATCH", "GET"]
+HTTP_METHODS: tuple[HttpMethod, ...] = ("POST", "PUT", "PATCH", "GET")
+MAX_LABELS = 32
+LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$")
+MAX_LABEL_VALUE_LEN = 128
+MAX_HEADERS = 32
+MAX_HEADER_VALUE_LEN = 4096
+HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
+# Set by the HTTP delivery itself (content, signature, idempotency); a job cannot override them.
+RESERVED_HEADERS = frozenset({"content-type", "content-length", "host", "transfer-encoding", "connection",
+                              "idempotency-key", "traceparent"})
+RESERVED_HEADER_PREFIX = "kairos-"
+MAX_RETRY_DURATION_S = 30 * 86400
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,19 @@ class OnceSchedule:
 
 
 @dataclass(frozen=True)
+class Options:
+    """What a job carries besides its schedule: labels, bounds, dry run, retry deadline, HTTP shape."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    dry_run: bool = False
+    max_retry_duration_s: float | None = None
+    http_method: HttpMethod = "POST"
+    http_headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A validated job, ready to be stored."""
 
@@ -68,6 +94,7 @@ class JobSpec:
     concurrency: Concurrency = "allow"
     misfire: Misfire = "run_once"
     cron_resolved: str | None = None
+    options: Options = field(default_factory=Options)
     first: cron.Occurrence | None = field(default=None)
     # Occurrences before the first that a DST rule dropped (gap: skip): history records them.
     skipped_before_first: tuple[cron.Occurrence, ...] = ()
@@ -157,6 +184,71 @@ def validate_retry(max_attempts: int | None, backoff_s: float | None, max_backof
     if policy.max_backoff_s is not None and not policy.backoff_s <= policy.max_backoff_s <= MAX_BACKOFF_S:
         raise InvalidInput("retry.maxBackoffSeconds", f"must be between backoffSeconds and {MAX_BACKOFF_S}")
     return policy
+
+
+def validate_labels(labels: dict[str, str] | None) -> dict[str, str]:
+    """Kubernetes-style keys (lower case, digits, . _ / -), string values; filterable with ?label=k:v."""
+    if not labels:
+        return {}
+    if len(labels) > MAX_LABELS:
+        raise InvalidInput("labels", f"at most {MAX_LABELS} labels")
+    for key, value in labels.items():
+        if not LABEL_KEY.match(key):
+            raise InvalidInput(f"labels.{key}", "a label key is 1-63 of a-z 0-9 . _ / - starting and ending "
+                                                "with a letter or digit")
+        if not isinstance(value, str) or len(value) > MAX_LABEL_VALUE_LEN:
+            raise InvalidInput(f"labels.{key}", f"a label value is a string of at most {MAX_LABEL_VALUE_LEN} "
+                                                "characters")
+        _no_nul(value, f"labels.{key}")
+    return dict(labels)
+
+
+def parse_label_filter(value: str) -> dict[str, str]:
+    """``?label=team:payments`` -> {"team": "payments"}."""
+    key, sep, wanted = value.partition(":")
+    if not sep or not LABEL_KEY.match(key):
+        raise InvalidInput("label", "filter as key:value, e.g. team:payments")
+    return {key: wanted}
+
+
+def validate_http(target: Target, method: str | None,
+                  headers: dict[str, str] | None) -> tuple[HttpMethod, dict[str, str]]:
+    if target.type != "http":
+        if method is not None or headers:
+            raise InvalidInput("target", "method and headers apply to http targets only")
+        return "POST", {}
+    chosen = (method or "POST").upper()
+    if chosen not in HTTP_METHODS:
+        raise InvalidInput("target.method", f"must be one of {', '.join(HTTP_METHODS)}")
+    out: dict[str, str] = {}
+    for name, value in (headers or {}).items():
+        if not HEADER_NAME.match(name):
+            raise InvalidInput(f"target.headers.{name}", "is not a valid HTTP header name")
+        lowered = name.lower()
+        if lowered in RESERVED_HEADERS or lowered.startswith(RESERVED_HEADER_PREFIX):
+            raise InvalidInput(f"target.headers.{name}", "is set by Kairos itself and cannot be overridden")
+        if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE_LEN or any(c in value for c in "\r\n\x00"):
+            raise InvalidInput(f"target.headers.{name}", f"a header value is one line of at most "
+                                                         f"{MAX_HEADER_VALUE_LEN} characters")
+        out[name] = value
+    if len(out) > MAX_HEADERS:
+        raise InvalidInput("target.headers", f"at most {MAX_HEADERS} headers")
+    return chosen, out
+
+
+def validate_bounds(start_at: str | None, end_at: str | None) -> tuple[datetime | None, datetime | None]:
+    start = parse_instant(start_at, "schedule.startAt") if start_at is not None else None
+    end = parse_instant(end_at, "schedule.endAt") if end_at is not None else None
+    if start is not None and end is not None and start >= end:
+        raise InvalidInput("schedule.endAt", "must be after startAt")
+    return start, end
+
+
+def validate_retry_duration(value: float | None) -> float | None:
+    if value is not None and not 0 < value <= MAX_RETRY_DURATION_S:
+        raise InvalidInput("retry.maxRetryDurationSeconds",
+                           f"must be between 0 (exclusive) and {MAX_RETRY_DURATION_S}")
+    return None if value is None else float(value)
 
 
 def validate_timeout(timeout_s: int | None) -> int:

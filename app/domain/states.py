@@ -7,6 +7,7 @@ tables; ``tests/unit/test_sql_catalogue.py`` checks that every guarded UPDATE ma
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 
 class JobState(StrEnum):
@@ -37,6 +38,24 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     }),
     JobState.CANCELLED: frozenset(),
 }
+
+
+ReportedJobState = Literal["active", "paused", "completed", "failed", "cancelled"]
+REPORTED_JOB_STATES: tuple[ReportedJobState, ...] = ("active", "paused", "completed", "failed", "cancelled")
+
+
+def reported_job_state(stored: JobState, has_open: bool, last_outcome: str | None) -> ReportedJobState:
+    """What the API calls a job: a job whose schedule has ended stays active until its last
+    execution is final, and reads failed when that execution was dead-lettered.
+
+    The same rule is written in SQL in JobList (sql/queries/jobs.sql) so ?state= filters on it;
+    tests/integration test both against each other."""
+    if stored == JobState.COMPLETED:
+        if has_open:
+            return "active"
+        if last_outcome == "dead":
+            return "failed"
+    return stored.value
 
 
 class ExecutionState(StrEnum):

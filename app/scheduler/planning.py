@@ -101,6 +101,10 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
         return store.NewExecution(c.job_id, tenant_id, queue, nominal, max_attempts, state, ready_at,
                                   reason, note)
 
+    if c.end_at is not None and c.nominal_at > c.end_at:
+        # endAt moved before this occurrence (an update): the schedule is over.
+        plan.advance = store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
+        return plan
     # (nominal, ready_at) of every occurrence that runs now, oldest first.
     runs: list[tuple[datetime, datetime]] = [(c.nominal_at, c.next_run_at)]
     if c.schedule_kind == "once":
@@ -113,10 +117,23 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
             # Misfire: later occurrences are already due too; Kairos was down (or far behind).
             runs, misfire_records, following, gap_skipped = _plan_misfire(c, now, catch_up_slot)
             plan.executions.extend(execution(*record) for record in misfire_records)
+        if c.end_at is not None:
+            gap_skipped = tuple(o for o in gap_skipped if o.nominal_utc <= c.end_at)
+            if following is not None and following.nominal_utc > c.end_at:
+                following = None  # the schedule's last occurrence has run (or runs now)
         for occ in gap_skipped:
             plan.executions.append(execution(occ.nominal_utc, occ.nominal_utc + jitter, ExecutionState.SKIPPED,
                                              "dst_gap", occ.dst_note))
-        if following is None:
+        if c.concurrency == "forbid" and len(runs) > 1:
+            # Catch-up under forbid runs one missed occurrence at a time: the next one becomes the
+            # due row, and its own dispatch applies the overlap rule then (runs, or is recorded as
+            # skipped because this one is still unfinished); the misfire maths resumes from it.
+            (nominal, ready_at), runs = runs[1], runs[:1]
+            plan.next_due = store.NextDue(shard_of(c.job_id), due_minute(ready_at), ready_at,
+                                          c.job_id, c.tenant_id, nominal)
+            plan.advance = store.JobAdvance(c.job_id, JobState.ACTIVE, nominal, ready_at)
+            following = None
+        elif following is None:
             plan.advance = store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
         else:
             run_at = following.nominal_utc + jitter
@@ -128,6 +145,11 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
     if c.overlapping and c.concurrency == "forbid":
         note = "the previous execution was still unfinished"
         plan.executions.extend(execution(n, r, ExecutionState.SKIPPED, "overlap", note) for n, r in runs)
+        return plan
+    if c.dry_run:
+        # Recorded where it would have run, never delivered: compare with the old cron, then flip.
+        note = "dry run: recorded, not delivered"
+        plan.executions.extend(execution(n, r, ExecutionState.SKIPPED, "dry_run", note) for n, r in runs)
         return plan
     if c.overlapping and c.concurrency == "replace":
         plan.replacement = store.Replacement(c.job_id, runs[0][0], f"replaced by {_iso(runs[-1][0])}")

@@ -68,6 +68,8 @@ class Claim:
     queue: str | None
     max_attempts: int | None
     overlapping: bool | None
+    dry_run: bool | None = None
+    end_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

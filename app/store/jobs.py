@@ -12,7 +12,7 @@ from uuid import UUID
 from sqlalchemy import Row
 
 from app.domain.shards import due_minute, shard_of
-from app.domain.states import ExecutionState, JobState
+from app.domain.states import ExecutionState, JobState, ReportedJobState, reported_job_state
 from app.store.arrays import plain, texts
 from app.store.queries import q
 from app.store.table import Table
@@ -47,6 +47,15 @@ class NewJob:
     next_run_at: datetime
     idempotency_key: str | None
     request_hash: str | None
+    start_at: datetime | None
+    end_at: datetime | None
+    every_s: int | None
+    anchor_at: datetime | None
+    labels: dict[str, str]
+    dry_run: bool
+    max_retry_duration_s: float | None
+    http_method: str
+    http_headers: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,15 @@ class Job(NewJob):
     version: int
     created_at: datetime
     updated_at: datetime
+    # Read with the job (JobGet, JobList): its newest finished execution, and whether one is still
+    # to run (ready or leased).
+    last_outcome: ExecutionState | None = None
+    last_finished_at: datetime | None = None
+    has_open: bool = False
+
+    @property
+    def reported_state(self) -> ReportedJobState:
+        return reported_job_state(self.state, self.has_open, self.last_outcome)
 
 
 @dataclass(frozen=True)
@@ -80,10 +98,26 @@ class ExecutionSummary:
     finished_at: datetime | None
     error: str | None
     skip_reason: str | None
+    trigger: str
+    dispatched_at: datetime
+    first_started_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ExecutionCounts:
+    succeeded: int
+    dead: int
+    cancelled: int
+    skipped: int
+    pending: int
 
 
 def _job(row: Row[Any]) -> Job:
-    return Job(**{**row._mapping, "state": JobState(row.state)})
+    m = {k: v for k, v in row._mapping.items() if k != "reported_state"}  # JobList's filter column
+    last = m.get("last_outcome")
+    return Job(**{**m, "state": JobState(m["state"]),
+                  "last_outcome": ExecutionState(last) if last is not None else None,
+                  "has_open": bool(m.get("has_open"))})
 
 
 class Jobs(Table):
@@ -110,6 +144,13 @@ class Jobs(Table):
             "next_run_ats": plain([j.next_run_at for j in jobs]),
             "idempotency_keys": texts([j.idempotency_key for j in jobs]),
             "request_hashes": texts([j.request_hash for j in jobs]),
+        "start_ats": plain([j.start_at for j in jobs]), "end_ats": plain([j.end_at for j in jobs]),
+        "every_ss": plain([j.every_s for j in jobs]), "anchor_ats": plain([j.anchor_at for j in jobs]),
+        "labelss": texts([json.dumps(j.labels, separators=(",", ":")) for j in jobs]),
+        "dry_runs": plain([j.dry_run for j in jobs]),
+        "max_retry_duration_ss": plain([j.max_retry_duration_s for j in jobs]),
+        "http_methods": texts([j.http_method for j in jobs]),
+        "http_headerss": texts([json.dumps(j.http_headers, separators=(",", ":")) for j in jobs]),
             "shard_ids": plain([shard_of(j.job_id) for j in jobs]),
             "due_minutes": plain([due_minute(j.next_run_at) for j in jobs]),
         })
@@ -138,10 +179,12 @@ class Jobs(Table):
         row = (await self._conn.execute(stmt, {"tenant_id": tenant_id, "job_id": job_id})).first()
         return _job(row) if row else None
 
-    async def list_page(self, tenant_id: UUID, *, state: JobState | None, name: str | None,
-                        after: tuple[datetime, UUID] | None, limit: int) -> list[Job]:
+    async def list_page(self, tenant_id: UUID, *, state: ReportedJobState | None, name: str | None,
+                        after: tuple[datetime, UUID] | None, limit: int, name_prefix: str | None = None,
+                        labels: dict[str, str] | None = None) -> list[Job]:
         rows = await self._conn.execute(q("JobList"), {
-            "tenant_id": tenant_id, "state": state, "name": name,
+            "tenant_id": tenant_id, "state": state, "name": name, "name_prefix": name_prefix,
+            "labels": json.dumps(labels) if labels else None,
             "after_created": after[0] if after else None, "after_id": after[1] if after else None,
             "limit": limit,
         })
@@ -163,6 +206,14 @@ class Jobs(Table):
             "limit": limit,
         })
         return [ExecutionSummary(**{**r._mapping, "state": ExecutionState(r.state)}) for r in rows]
+
+    async def execution_counts(self, tenant_id: UUID, job_id: UUID) -> ExecutionCounts:
+        """How the job's executions stand, by state (ready and leased count as pending)."""
+        rows = await self._conn.execute(q("ExecutionCountsForJob"), {"tenant_id": tenant_id, "job_id": job_id})
+        by = {r.state: int(r.n) for r in rows}
+        return ExecutionCounts(succeeded=by.get("succeeded", 0), dead=by.get("dead", 0),
+                               cancelled=by.get("cancelled", 0), skipped=by.get("skipped", 0),
+                               pending=by.get("ready", 0) + by.get("leased", 0))
 
     async def cancel_unstarted(self, tenant_id: UUID, job_id: UUID) -> int:
         rows = (await self._conn.execute(q("ExecutionCancelUnstartedForJob"),

@@ -1,11 +1,19 @@
 -- name: ExecutionListForJob
 -- A page of one job's executions, newest occurrence first; keyset cursor on scheduled_for (unique within a job, so UNIQUE (job_id, scheduled_for) serves the page read backwards).
-SELECT execution_id, scheduled_for, attempt, state, started_at, finished_at, error, skip_reason
+SELECT execution_id, scheduled_for, attempt, state, started_at, finished_at, error, skip_reason, trigger,
+       dispatched_at,
+       (SELECT min(a.leased_at) FROM attempts AS a WHERE a.execution_id = executions.execution_id) AS first_started_at
 FROM executions
 WHERE job_id = :job_id AND tenant_id = :tenant_id
   AND (CAST(:before_scheduled AS TIMESTAMPTZ) IS NULL OR scheduled_for < CAST(:before_scheduled AS TIMESTAMPTZ))
 ORDER BY scheduled_for DESC
 LIMIT :limit;
+
+-- name: ExecutionCountsForJob
+-- How many of one job's executions are in each state.
+SELECT state, count(*) AS n FROM executions
+WHERE job_id = :job_id AND tenant_id = :tenant_id
+GROUP BY state;
 
 -- name: ExecutionCancelUnstartedForJob
 -- Cancel a job's executions that no worker holds yet (job deleted).

@@ -1,19 +1,50 @@
 -- name: JobGet
--- One job of a tenant (another tenant's id finds nothing, like an unknown one).
-SELECT * FROM jobs WHERE tenant_id = :tenant_id AND job_id = :job_id;
+-- One job of a tenant (another tenant's id finds nothing, like an unknown one), with its newest finished execution and whether one is still to run.
+SELECT j.*, fin.state AS last_outcome, fin.finished_at AS last_finished_at,
+       (open.execution_id IS NOT NULL) AS has_open
+FROM jobs AS j
+LEFT JOIN LATERAL (
+    SELECT e.state, e.finished_at FROM executions AS e
+    WHERE e.job_id = j.job_id AND e.state NOT IN ('ready', 'leased')
+    ORDER BY e.scheduled_for DESC LIMIT 1
+) AS fin ON true
+LEFT JOIN LATERAL (
+    SELECT e.execution_id FROM executions AS e
+    WHERE e.job_id = j.job_id AND e.state IN ('ready', 'leased') LIMIT 1
+) AS open ON true
+WHERE j.tenant_id = :tenant_id AND j.job_id = :job_id;
 
 -- name: JobGetForUpdate
 -- One job of a tenant, locked for a state change.
 SELECT * FROM jobs WHERE tenant_id = :tenant_id AND job_id = :job_id FOR UPDATE;
 
 -- name: JobList
--- A page of a tenant's jobs, newest first, optionally filtered by state and exact name; keyset cursor.
-SELECT * FROM jobs
-WHERE tenant_id = :tenant_id
-  AND (CAST(:state AS TEXT) IS NULL OR state = CAST(:state AS TEXT))
-  AND (CAST(:name AS TEXT) IS NULL OR name = CAST(:name AS TEXT))
-  AND (CAST(:after_created AS TIMESTAMPTZ) IS NULL
-       OR (created_at, job_id) < (CAST(:after_created AS TIMESTAMPTZ), CAST(:after_id AS UUID)))
+-- A page of a tenant's jobs, newest first, filtered by reported state (app.domain.states.reported_job_state), exact name, name prefix and labels (all given pairs); keyset cursor.
+SELECT * FROM (
+    SELECT j.*, fin.state AS last_outcome, fin.finished_at AS last_finished_at,
+           (open.execution_id IS NOT NULL) AS has_open,
+           CASE WHEN j.state = 'completed' AND open.execution_id IS NOT NULL THEN 'active'
+                WHEN j.state = 'completed' AND fin.state = 'dead' THEN 'failed'
+                ELSE j.state END AS reported_state
+    FROM jobs AS j
+    LEFT JOIN LATERAL (
+        SELECT e.state, e.finished_at FROM executions AS e
+        WHERE e.job_id = j.job_id AND e.state NOT IN ('ready', 'leased')
+        ORDER BY e.scheduled_for DESC LIMIT 1
+    ) AS fin ON true
+    LEFT JOIN LATERAL (
+        SELECT e.execution_id FROM executions AS e
+        WHERE e.job_id = j.job_id AND e.state IN ('ready', 'leased') LIMIT 1
+    ) AS open ON true
+    WHERE j.tenant_id = :tenant_id
+      AND (CAST(:name AS TEXT) IS NULL OR j.name = CAST(:name AS TEXT))
+      AND (CAST(:name_prefix AS TEXT) IS NULL
+           OR substr(j.name, 1, length(CAST(:name_prefix AS TEXT))) = CAST(:name_prefix AS TEXT))
+      AND (CAST(:labels AS JSONB) IS NULL OR j.labels @> CAST(:labels AS JSONB))
+      AND (CAST(:after_created AS TIMESTAMPTZ) IS NULL
+           OR (j.created_at, j.job_id) < (CAST(:after_created AS TIMESTAMPTZ), CAST(:after_id AS UUID)))
+) AS listed
+WHERE CAST(:state AS TEXT) IS NULL OR reported_state = CAST(:state AS TEXT)
 ORDER BY created_at DESC, job_id DESC
 LIMIT :limit;
 
@@ -52,22 +83,29 @@ WITH input AS (
                 CAST(:timeout_ss AS INT[]), CAST(:concurrencies AS TEXT[]), CAST(:misfires AS TEXT[]),
                 CAST(:next_nominal_ats AS TIMESTAMPTZ[]), CAST(:next_run_ats AS TIMESTAMPTZ[]),
                 CAST(:idempotency_keys AS TEXT[]), CAST(:request_hashes AS TEXT[]),
-                CAST(:shard_ids AS INT[]), CAST(:due_minutes AS TIMESTAMPTZ[]))
+                CAST(:shard_ids AS INT[]), CAST(:due_minutes AS TIMESTAMPTZ[]),
+                CAST(:start_ats AS TIMESTAMPTZ[]), CAST(:end_ats AS TIMESTAMPTZ[]), CAST(:every_ss AS INT[]),
+                CAST(:anchor_ats AS TIMESTAMPTZ[]), CAST(:labelss AS TEXT[]), CAST(:dry_runs AS BOOL[]),
+                CAST(:max_retry_duration_ss AS FLOAT8[]), CAST(:http_methods AS TEXT[]),
+                CAST(:http_headerss AS TEXT[]))
         AS i (job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
               cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
               timeout_s, concurrency, misfire, next_nominal_at, next_run_at, idempotency_key, request_hash,
-              shard_id, due_minute)
+              shard_id, due_minute, start_at, end_at, every_s, anchor_at, labels, dry_run,
+              max_retry_duration_s, http_method, http_headers)
 ), inserted AS (
     INSERT INTO jobs (
         job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
         cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
         timeout_s, concurrency, misfire, state, next_nominal_at, next_run_at, first_run_at,
-        idempotency_key, request_hash
+        idempotency_key, request_hash, start_at, end_at, every_s, anchor_at, labels, dry_run,
+        max_retry_duration_s, http_method, http_headers
     )
     SELECT job_id, tenant_id, name, target_type, target_ref, queue, CAST(payload AS JSONB), schedule_kind, run_at,
            cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
            timeout_s, concurrency, misfire, 'active', next_nominal_at, next_run_at, next_run_at,
-           idempotency_key, request_hash
+           idempotency_key, request_hash, start_at, end_at, every_s, anchor_at, CAST(labels AS JSONB), dry_run,
+           max_retry_duration_s, http_method, CAST(http_headers AS JSONB)
     FROM input
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING job_id

@@ -40,7 +40,7 @@ def test_create_then_get_one_off_job_writes_job_and_due_row(api: ApiProcess, cli
     assert datetime.fromisoformat(created["nextRunAt"]) == datetime.fromisoformat(body["schedule"]["runAt"])
     job = client.get(f"/v1/jobs/{created['jobId']}").json()
     assert job["state"] == "active" and job["name"] == "nightly-report"
-    assert job["target"] == {"type": "http", "ref": "https://example.com/hook"}
+    assert job["target"] == {"type": "http", "ref": "https://example.com/hook", "method": "POST", "headers": {}}
     assert job["payload"] == {"report": "sales"}
     rows = query(api.database_url, "SELECT next_run_at, due_minute FROM due_index WHERE job_id = %s",
                  (created["jobId"],))
@@ -170,6 +170,7 @@ def test_list_filters_and_paginates(client: httpx.Client) -> None:
     while True:
         params = {"limit": 3, **({"cursor": cursor} if cursor else {})}
         resp = client.get("/v1/jobs", params=params)
+        assert resp.status_code == 200, resp.text
         page = resp.json()
         seen += [j["jobId"] for j in page["jobs"]]
         pages += 1
@@ -255,7 +256,8 @@ def test_execution_history_newest_first_with_link_pagination(api: ApiProcess, cl
     assert first.status_code == 200
     page = first.json()
     assert len(page) == 2 and set(page[0]) == {"executionId", "scheduledFor", "attempt", "state", "startedAt",
-                                               "finishedAt", "error"}
+                                               "finishedAt", "error", "skipReason", "trigger", "dueAt",
+                                               "dispatchedAt", "firstStartedAt", "startLagMs"}
     assert page[0]["scheduledFor"] > page[1]["scheduledFor"]
     link = first.headers["link"]
     assert link.endswith('rel="next"')

@@ -135,3 +135,34 @@ def test_a_dst_gap_skip_is_recorded_before_the_next_occurrence() -> None:
     assert sorted(states(plan)) == [(nominal, "ready", None), (gap, "skipped", "dst_gap")]
     assert plan.next_due is not None
     assert plan.next_due.nominal_at == datetime(2026, 3, 9, 6, 30, tzinfo=UTC)  # 02:30 EDT on the 9th
+
+
+def test_catch_up_under_forbid_runs_one_missed_occurrence_at_a_time() -> None:
+    """Two catch-up runs released together overlapped (issue 9): under forbid only the oldest runs,
+    the next missed occurrence becomes the due row and its own dispatch applies the overlap rule."""
+    c = claim(nominal=at(0), kind="cron", cron="* * * * *", concurrency="forbid", misfire="catch_up")
+    plan = planning.plan_claim(c, at(2.5), lambda _t: at(2.5))
+    assert states(plan) == [(at(0), "ready", None)]
+    assert plan.next_due is not None and plan.next_due.nominal_at == at(1)
+    assert plan.advance == planning.store.JobAdvance(JOB, "active", at(1), plan.next_due.next_run_at)
+    # That next occurrence, dispatched while the first still runs, is recorded as an overlap skip.
+    again = planning.plan_claim(replace(c, nominal_at=at(1), next_run_at=plan.next_due.next_run_at,
+                                        overlapping=True), at(6), lambda _t: at(6))
+    assert [s for s in states(again) if s[2] == "overlap"][0][0] == at(1)
+    assert all(s[1] != "ready" for s in states(again))
+
+
+def test_a_dry_run_job_records_its_occurrences_and_delivers_nothing() -> None:
+    plan = planning.plan_claim(replace(claim(kind="cron", cron="* * * * *"), dry_run=True), at(0.1), no_slot)
+    assert states(plan) == [(T0, "skipped", "dry_run")]
+    assert plan.next_due is not None and plan.next_due.nominal_at == at(1)
+
+
+def test_end_at_stops_the_schedule_after_its_last_occurrence() -> None:
+    c = replace(claim(kind="cron", cron="* * * * *"), end_at=at(0.5))
+    plan = planning.plan_claim(c, at(0.1), no_slot)
+    assert states(plan) == [(T0, "ready", None)]
+    assert plan.next_due is None and plan.advance == planning.store.JobAdvance(JOB, "completed", None, None)
+    # An occurrence already past a lowered endAt does not run at all.
+    late = planning.plan_claim(replace(c, nominal_at=at(1), next_run_at=at(1)), at(1.1), no_slot)
+    assert late.executions == [] and late.advance == planning.store.JobAdvance(JOB, "completed", None, None)
