@@ -196,9 +196,13 @@ class HttpPool:
         except EgressRefused as exc:
             self.breakers.record_success(origin)  # never a probe's failure: nothing was sent
             return Verdict("dead", exc.detail)
-        body = json.dumps(item.payload, separators=(",", ":")).encode()
+        # GET carries no body (the signature then covers the empty body); the others carry the payload.
+        method = item.http_method
+        body = b"" if method == "GET" else json.dumps(item.payload, separators=(",", ":")).encode()
         scheduled = item.scheduled_for.isoformat().replace("+00:00", "Z")
         headers = {
+            # The job's static headers first: the delivery's own headers below always win.
+            **(item.http_headers or {}),
             "Content-Type": "application/json",
             "User-Agent": "Kairos/1",
             "Host": url.netloc.decode("ascii"),
@@ -215,8 +219,8 @@ class HttpPool:
         timeout = max(0.5, item.timeout_s - 0.5)
         async with self._origin_slot(origin):
             try:
-                response = await self.client.post(pinned, content=body, headers=headers, timeout=timeout,
-                                                   extensions=extensions)
+                response = await self.client.request(method, pinned, content=body or None, headers=headers,
+                                                     timeout=timeout, extensions=extensions)
             except httpx.TimeoutException:
                 self.breakers.record_failure(origin)
                 return Verdict("retry", f"timed out after {timeout:g}s")

@@ -39,6 +39,8 @@ class Leased:
     target_ref: str
     timeout_s: int
     signing_secret: str
+    http_method: str = "POST"
+    http_headers: dict[str, str] | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -177,15 +179,23 @@ class Executions(Table):
             return {}
         ids = [f.execution_id for f in failed]
         policies = {r.execution_id: r for r in await self._conn.execute(q("ExecutionRetryPolicyMany"),
-                                                                        {"execution_ids": plain(ids)})}
-        delays = []
+                                                                        {"execution_ids": plain(ids), "now": now})}
+        delays, retryable, messages = [], [], []
         for f in failed:
             p = policies.get(f.execution_id)
-            delays.append(retry_delay_s(max(f.attempt, 1), p.backoff_s, p.max_backoff_s, rng=rng) if p else 0.0)
+            delay = retry_delay_s(max(f.attempt, 1), p.backoff_s, p.max_backoff_s, rng=rng) if p else 0.0
+            delays.append(delay)
+            # maxRetryDurationSeconds (Cloud Scheduler's): no retry starts after the deadline, counted
+            # from the first attempt, whatever attempts are left.
+            past_deadline = (p is not None and p.max_retry_duration_s is not None and p.retrying_for_s is not None
+                             and float(p.retrying_for_s) + delay > p.max_retry_duration_s)
+            retryable.append(f.retryable and not past_deadline)
+            note = " (retry deadline maxRetryDurationSeconds passed)" if past_deadline and f.retryable else ""
+            messages.append(f.error[-(MAX_ERROR_CHARS - len(note)):] + note)
         rows = await self._conn.execute(q("ExecutionFailMany"), {
             "execution_ids": plain(ids), "attempts": plain([f.attempt for f in failed]),
-            "errors": texts([f.error[-MAX_ERROR_CHARS:] for f in failed]),
-            "retryable": plain([f.retryable for f in failed]), "delays_s": plain(delays),
+            "errors": texts(messages),
+            "retryable": plain(retryable), "delays_s": plain(delays),
             "scopes": texts([f.scope for f in failed]), "now": now,
         })
         return {execution_id: FailOutcome(execution_id, ExecutionState(state),

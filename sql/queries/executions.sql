@@ -93,7 +93,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
 )
 SELECT l.execution_id, l.job_id, l.tenant_id, l.attempt, l.max_attempts, l.scheduled_for, l.lease_until,
        coalesce(l.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s,
-       t.signing_secret
+       t.signing_secret, j.http_method, j.http_headers
 FROM leased AS l
 JOIN jobs AS j ON j.job_id = l.job_id
 JOIN tenants AS t ON t.tenant_id = l.tenant_id;
@@ -163,10 +163,14 @@ SELECT i.execution_id,
 FROM input AS i LEFT JOIN done AS d ON d.execution_id = i.execution_id;
 
 -- name: ExecutionRetryPolicyMany
--- The effective retry policy (replay override or the job's) of many executions.
+-- The effective retry policy (replay override or the job's) of many executions, with the retry deadline's inputs: the job's maxRetryDurationSeconds and how long ago the first attempt started.
 SELECT e.execution_id,
        coalesce(e.backoff_s, j.backoff_s) AS backoff_s,
-       coalesce(e.max_backoff_s, j.max_backoff_s) AS max_backoff_s
+       coalesce(e.max_backoff_s, j.max_backoff_s) AS max_backoff_s,
+       j.max_retry_duration_s,
+       extract(epoch FROM coalesce(CAST(:now AS TIMESTAMPTZ), now())
+                         - (SELECT min(a.leased_at) FROM attempts AS a WHERE a.execution_id = e.execution_id))
+           AS retrying_for_s
 FROM executions AS e
 JOIN jobs AS j ON j.job_id = e.job_id
 WHERE e.execution_id = ANY (CAST(:execution_ids AS UUID[]));

@@ -92,6 +92,33 @@ async def test_non_retryable_failure_is_dead_at_once(db: Database) -> None:
     assert out[eid].state == "dead"
 
 
+async def test_no_retry_starts_after_the_jobs_max_retry_duration(db: Database) -> None:
+    """maxRetryDurationSeconds counts from the first attempt: attempts left do not extend it."""
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "p")
+    job = await tf.job(db, t.tenant_id, queue=queue, max_attempts=50, backoff_s=10, max_backoff_s=10)
+
+    async def deadline(conn) -> None:
+        await conn.execute(text("UPDATE jobs SET max_retry_duration_s = 25 WHERE job_id = :j"), {"j": job})
+
+    await tf.raw(db, deadline)
+    [eid] = await tf.ready_executions(db, job)
+    now = datetime.now(timezone.utc)
+    outcomes = []
+    while True:
+        [held] = await lease(db, queue, 1, now=now)
+        failed = [ex.Failure(eid, held.attempt, "HTTP 503")]
+        out = (await db.transaction(lambda c, failed=failed: c.executions.fail_many(failed, now=now)))[eid]
+        outcomes.append(out.state)
+        if out.state == "dead":
+            break
+        now = out.retry_at
+    # Retries 10 s apart (jitter only shortens them): attempts at 0, ~10, ~20 s; the next would start past 25 s.
+    assert 2 <= outcomes.count("ready") <= 3 and outcomes[-1] == "dead"
+    row = await state_of(db, t.tenant_id, eid)
+    assert row.state == "dead" and "maxRetryDurationSeconds" in row.error and row.attempt < 50
+
+
 async def test_poison_job_ends_dead_after_max_attempts_expiries(db: Database) -> None:
     t = await tf.tenant(db)
     queue = tf.tenant_queue(t.tenant_id, "p")

@@ -48,7 +48,7 @@ def target() -> Iterator[Target]:
         def do_POST(self) -> None:  # noqa: N802
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with state.lock:
-                state.requests.append({"headers": dict(self.headers), "body": body})
+                state.requests.append({"headers": dict(self.headers), "body": body, "method": self.command})
                 status, delay = state.status, state.delay_s
             if delay:
                 time.sleep(delay)
@@ -59,6 +59,8 @@ def target() -> Iterator[Target]:
                 self.wfile.write(b"answer %d" % status)
             except BrokenPipeError:  # the client timed out first
                 pass
+
+        do_PUT = do_PATCH = do_GET = do_POST  # noqa: N815
 
         def log_message(self, *args: object) -> None:
             pass
@@ -110,6 +112,32 @@ async def test_delivery_is_signed_and_completes(db: Database, target: Target) ->
     assert h["host"] == f"127.0.0.1:{target.port}"
     row = await execution(db, eid)
     assert row.state == "succeeded" and row.result == {"status": 200}
+
+
+@pytest.mark.parametrize("method", ["PUT", "GET"])
+async def test_a_job_chooses_the_method_and_adds_static_headers(db: Database, target: Target, method: str) -> None:
+    from sqlalchemy import text
+
+    t = await tf.tenant(db)
+    job = await tf.job(db, t.tenant_id, queue=HTTP_QUEUE, target_ref=target.url, payload={"order": 7})
+
+    async def shape(conn) -> None:
+        await conn.execute(text("UPDATE jobs SET http_method = :m, http_headers = CAST(:h AS JSONB) WHERE job_id = :j"),
+                           {"m": method, "h": json.dumps({"X-Team": "payments"}), "j": job})
+
+    await tf.raw(db, shape)
+    [eid] = await tf.ready_executions(db, job)
+    pool = make_pool(db)
+    try:
+        await pool.run_once()
+    finally:
+        await pool.close()
+    [req] = target.requests
+    h = {k.lower(): v for k, v in req["headers"].items()}
+    assert req["method"] == method and h["x-team"] == "payments"
+    assert req["body"] == (b"" if method == "GET" else b'{"order":7}')
+    assert verify(t.signing_secret, h["kairos-signature"], req["body"])
+    assert (await execution(db, eid)).state == "succeeded"
 
 
 @pytest.mark.parametrize(("status", "state"), [(500, "ready"), (503, "ready"), (429, "ready"), (408, "ready"),
