@@ -18,6 +18,9 @@ fenced by its own attempt: an item answered LEASE_LOST is counted and logged as 
 exactly as a single Complete would be (executors without the batched calls get one call per
 execution). On SIGTERM or SIGINT it stops leasing, sends what is buffered at once, lets running
 handlers finish for ``grace_s``, and fails the rest as retryable.
+A worker that has leased nothing for ``idle_notice_s`` (60 s) with nothing running says so at INFO,
+once per such stretch: a pool that no job of the key's tenant targets looks exactly like a quiet
+one from here (the protocol has no call to ask), and this line is the hint.
 Configuration comes from KAIROS_GRPC_ADDR (default 127.0.0.1:50051) and KAIROS_API_KEY.
 """
 
@@ -42,6 +45,7 @@ log = logging.getLogger("kairos.worker")
 
 Handler = Callable[[Execution], Any] | Callable[[Execution], Awaitable[Any]]
 MAX_ERROR_CHARS = 4000
+IDLE_NOTICE_S_DEFAULT = 60.0
 
 
 class NonRetryable(Exception):
@@ -52,7 +56,8 @@ class Worker:
     def __init__(self, pool: str, handler: Handler, *, addr: str | None = None, api_key: str | None = None,
                  concurrency: int = 10, lease_seconds: float = 30.0, wait_seconds: float = 5.0,
                  batch: int | None = None, worker_id: str | None = None, grace_s: float | None = None,
-                 report_s: float = 0.005, report_max: int = 500) -> None:
+                 report_s: float = 0.005, report_max: int = 500,
+                 idle_notice_s: float | None = IDLE_NOTICE_S_DEFAULT) -> None:
         self.pool = pool
         self.handler = handler
         self.addr = addr
@@ -65,6 +70,7 @@ class Worker:
         self.grace_s = lease_seconds if grace_s is None else grace_s
         self.report_s = report_s
         self.report_max = report_max
+        self.idle_notice_s = idle_notice_s  # None or 0: never
         self.stats = {"completed": 0, "failed": 0, "lease_lost": 0}
         self._running: dict[asyncio.Task[None], Execution] = {}
         # Executions leased and not yet past their handler: what `concurrency` bounds. An execution
@@ -101,9 +107,22 @@ class Worker:
         log.info("worker stopped", extra={"pool": self.pool, **self.stats})
 
     # -- leasing -----------------------------------------------------------------------------
+    def _note_idle(self, leased: int, idle_since: float) -> float:
+        """After a Lease answer: when the current idle stretch began, logging once it lasts ``idle_notice_s``."""
+        now = asyncio.get_running_loop().time()
+        if leased or self._running:
+            return now
+        if self.idle_notice_s and now - idle_since >= self.idle_notice_s:
+            log.info("no work leased from pool %s in the last %g s: is any job targeting queue %s with this "
+                     "tenant's key?", self.pool, self.idle_notice_s, self.pool,
+                     extra={"pool": self.pool, "idle_s": round(now - idle_since, 1)})
+            return now
+        return idle_since
+
     async def _lease_loop(self, client: WorkerClient, stop: asyncio.Event) -> None:
         backoff = 0.2
         stopped = asyncio.ensure_future(stop.wait())
+        idle_since = asyncio.get_running_loop().time()
         try:
             while not stop.is_set():
                 free = self.concurrency - self._busy
@@ -123,6 +142,7 @@ class Worker:
                 try:
                     got = call.result()
                     backoff = 0.2
+                    idle_since = self._note_idle(len(got), idle_since)
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
                                       grpc.StatusCode.INVALID_ARGUMENT):

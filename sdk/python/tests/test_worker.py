@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
+import pytest
 from fake_executor import Served, until
 
 from kairos_sdk import NonRetryable, Worker
@@ -161,3 +163,33 @@ async def test_a_slot_is_free_once_the_handler_returns_not_when_its_outcome_is_a
     await asyncio.wait_for(run, 10)
     assert started == [first, second]
     assert worker.stats == {"completed": 2, "failed": 0, "lease_lost": 0}
+
+
+async def test_an_idle_worker_says_no_work_was_leased_but_not_while_a_handler_runs(
+        served: Served, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="kairos.worker")
+    fake = served.executor
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def handler(_execution):
+        started.set()
+        await release.wait()
+
+    eid = fake.add()
+    worker = Worker("jobs", handler, addr=served.addr, api_key="k", wait_seconds=0.05, idle_notice_s=0.2)
+    stop, run = await _run(worker)
+
+    def notices() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("no work leased")]
+
+    await asyncio.wait_for(started.wait(), 10)
+    # Busy: ten more empty long polls (at least 0.5 s, over twice the notice interval) and no notice.
+    leases = fake.calls.count("Lease")
+    await until(lambda: fake.calls.count("Lease") >= leases + 10, what="ten more lease calls")
+    assert notices() == []
+    release.set()
+    await until(lambda: eid in fake.outcomes and bool(notices()), what="the idle notice")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert notices()[0] == ("no work leased from pool jobs in the last 0.2 s: is any job targeting queue jobs "
+                            "with this tenant's key?")
