@@ -21,6 +21,7 @@ from app.store.pools import Pools
 from app.store.schema import Schema
 from app.store.shard_leases import ShardLeases
 from app.store.statistics import Statistics
+from app.store.stats import Stats
 from app.store.tenants import Tenants
 
 
@@ -28,6 +29,7 @@ class Store:
     """Every statement one transaction may run, bound to its connection."""
 
     __slots__ = ("attempts", "dispatch", "executions", "jobs", "pools", "schema", "shard_leases", "statistics",
+                 "stats",
                  "tenants")
 
     def __init__(self, conn: AsyncConnection) -> None:
@@ -39,4 +41,5 @@ class Store:
         self.schema = Schema(conn)
         self.shard_leases = ShardLeases(conn)
         self.statistics = Statistics(conn)
+        self.stats = Stats(conn)
         self.tenants = Tenants(conn)
