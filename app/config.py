@@ -122,6 +122,15 @@ CSV = Parser("a comma-separated list", _csv)
 FLAG = Parser("1, 0 or empty", _flag)
 
 
+def _secret(raw: str) -> str:
+    if raw.strip() and len(raw.strip()) < 16:
+        raise ValueError(raw)
+    return raw.strip()
+
+
+SECRET = Parser("empty or a string of at least 16 characters", _secret)
+
+
 # -- fields --------------------------------------------------------------------------------------------
 
 SECTIONS = {
@@ -188,6 +197,11 @@ class Settings:
     # `kairos up --demo`: the API also serves POST /demo/echo, the demo job's target.
     demo: bool = setting("KAIROS_DEMO", False, FLAG, shown="empty",
                          doc="`1`: the API also serves `POST /demo/echo` (set by `kairos up --demo`)")
+    # The operator's read-only view of every tenant's figures (app.api.viewer).
+    admin_token: str = setting(
+        "KAIROS_ADMIN_TOKEN", "", SECRET, shown="empty",
+        doc="operator token for every tenant's figures: `/v1/stats/*`, `/v1/status` and `/dashboard` accept "
+            "`Authorization: Bearer <token>` (compared in constant time); empty: no operator access")
     log_level: str = setting("KAIROS_LOG_LEVEL", "INFO", choice(LOG_LEVELS, upper=True), "log level")
     log_format: str = setting(
         "KAIROS_LOG_FORMAT", "json", choice(LOG_FORMATS, upper=False),

@@ -9,9 +9,12 @@ from litestar.openapi import OpenAPIConfig
 
 from app.api import problems
 from app.api.auth import provide_db, provide_tenant
+from app.api.dashboard import DashboardController
 from app.api.dead_letters import DeadLetterController
 from app.api.health import DemoController, HealthController
 from app.api.jobs import JobController, ScheduleController, create_jobs
+from app.api.openapi_ui import LocalSwaggerUI
+from app.api.stats import StatsController, StatusController
 from app.api.submit import SubmitWriter
 from app.config import Settings
 from app.store import Database, tenants
@@ -19,6 +22,7 @@ from app.store import Database, tenants
 
 def controllers(settings: Settings) -> list[type]:
     found: list = [HealthController, JobController, create_jobs, ScheduleController, DeadLetterController]
+    found += [StatsController, StatusController, DashboardController]
     if settings.demo:
         found.append(DemoController)
     return found
@@ -33,6 +37,7 @@ def create_app(settings: Settings, db: Database) -> Litestar:
         state=State({"settings": settings, "db": db, "key_cache": tenants.KeyCache(), "submit_writer": writer}),
         on_shutdown=[writer.close],
         openapi_config=OpenAPIConfig(title="Kairos", version="1", path="/schema",
+                                     render_plugins=[LocalSwaggerUI("/schema")],
                                      description="Distributed job scheduler: one-off and cron jobs."),
         request_max_body_size=1024 * 1024,
     )
