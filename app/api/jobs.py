@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 import msgspec
-from litestar import Controller, Request, Response, delete, get, post
+from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.datastructures import State
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
@@ -23,7 +23,7 @@ BATCH_MAX = 1000
 BATCH_MAX_BODY_BYTES = 16 * 1024 * 1024
 _AT_FIELD = re.compile(r" - at `\$\.?([^`]*)`$")
 
-ACTIONS = ("pause", "resume")
+ACTIONS = ("pause", "resume", "run", "backfill")
 
 
 def parse_job_ref(ref: str, *, action: bool) -> tuple[UUID, str | None]:
@@ -102,14 +102,49 @@ class JobController(Controller):
         job_id, _ = parse_job_ref(job_ref, action=False)
         await service.cancel(db, tenant.tenant_id, job_id)
 
-    @post("/{job_ref:str}", operation_id="PauseOrResumeJob", status_code=200, operation_class=_ResumeOperation,
-          summary="POST /v1/jobs/{jobId}:pause or :resume (body {missed: skip|run_once}, default skip).")
-    async def job_action(self, request: Request, job_ref: FromPath[str], db: DB, tenant: Tenant) -> schemas.JobOut:
+    @patch("/{job_ref:str}", operation_id="UpdateJob", status_code=200,
+           summary="Change a job (JSON Merge Patch of the submit body); the next occurrence follows the new "
+                   "schedule. If-Match: <version> refuses a stale update.")
+    async def update_job(self, request: Request, job_ref: FromPath[str], db: DB, tenant: Tenant, state: State,
+                         if_match: Annotated[str | None, HeaderParameter(name="If-Match")] = None,
+                         ) -> schemas.JobOut:
+        job_id, _ = parse_job_ref(job_ref, action=False)
+        raw = await request.body()
+        try:
+            body = msgspec.json.decode(raw) if raw.strip() else None
+        except msgspec.DecodeError:
+            raise errors.MalformedBody("body", "is not valid JSON") from None
+        version = None
+        if if_match is not None:
+            try:
+                version = int(if_match.strip().strip('"').removeprefix("W/").strip('"'))
+            except ValueError:
+                raise errors.InvalidInput("If-Match", "the job's version, e.g. If-Match: 3") from None
+        job = await service.update(db, state.settings, tenant.tenant_id, job_id, body, version)
+        return service.job_out(job)
+
+    @post("/{job_ref:str}", operation_id="JobAction", status_code=200, operation_class=_ResumeOperation,
+          summary="POST /v1/jobs/{jobId}:pause | :resume {missed} | :run {overlap} | :backfill {from, to, overlap}.")
+    async def job_action(self, request: Request, job_ref: FromPath[str], db: DB, tenant: Tenant,
+                         state: State) -> Response[Any]:
         job_id, verb = parse_job_ref(job_ref, action=True)
+        raw = await request.body()
         if verb == "pause":
-            return service.job_out(await service.pause(db, tenant.tenant_id, job_id))
-        body = schemas.decode_body(await request.body(), schemas.ResumeIn)
-        return service.job_out(await service.resume(db, tenant.tenant_id, job_id, body.missed))
+            return Response(service.job_out(await service.pause(db, tenant.tenant_id, job_id)))
+        if verb == "resume":
+            body = schemas.decode_body(raw, schemas.ResumeIn)
+            return Response(service.job_out(await service.resume(db, tenant.tenant_id, job_id, body.missed)))
+        if verb == "run":
+            run = schemas.decode_body(raw, schemas.RunIn)
+            job, execution_id = await service.run_now(db, tenant.tenant_id, job_id, run.overlap)
+            out = schemas.RunOut(execution_id=str(execution_id), job=service.job_out(job))
+            return Response(out, status_code=202, headers={"Location": f"/v1/jobs/{job_id}/executions"})
+        if not raw.strip():
+            raise errors.InvalidInput("body", ":backfill needs {\"from\": ..., \"to\": ...}")
+        fill = schemas.decode_body(raw, schemas.BackfillIn)
+        created, existing, nxt = await service.backfill(db, state.settings, tenant.tenant_id, job_id, fill.from_,
+                                                        fill.to, fill.overlap)
+        return Response(schemas.BackfillOut(created=created, existing=existing, next_from=nxt), status_code=202)
 
     @get("/{job_ref:str}/executions", operation_id="ListJobExecutions",
          summary="A job's executions, newest first; next page in the Link header.")

@@ -170,6 +170,33 @@ class ResumeIn(Wire):
     missed: Literal["skip", "run_once"] = "skip"
 
 
+class RunIn(Wire):
+    """POST /v1/jobs/{jobId}:run. ``overlap`` overrides the job's concurrency policy for this run."""
+
+    overlap: Literal["allow", "forbid", "replace"] | None = None
+
+
+class RunOut(Wire):
+    execution_id: str
+    job: JobOut
+
+
+class BackfillIn(Wire):
+    """POST /v1/jobs/{jobId}:backfill: the occurrences of [from, to) (both in the past), at most 1,000 per call."""
+
+    from_: str = msgspec.field(name="from")
+    to: str
+    overlap: Literal["allow", "forbid"] | None = None
+
+
+class BackfillOut(Wire):
+    created: int
+    # Occurrences in the range that already had an execution (run by the schedule or an earlier backfill).
+    existing: int
+    # Set when the range held more than 1,000 occurrences: call again with from = nextFrom.
+    next_from: datetime | None
+
+
 class ExecutionOut(Wire):
     execution_id: str
     scheduled_for: datetime

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
+from typing import Any
 from uuid import UUID, uuid4
+
+import msgspec
 
 from app import errors
 from app.api import schemas
 from app.api.pagination import decode_cursor, page_limit, split_page
-from app.api.submit import Submission
+from app.api.submit import Submission, new_job_row
 from app.config import Settings
 from app.domain import jobs as spec
 from app.domain import schedule as cron
 from app.domain.states import REPORTED_JOB_STATES, JobState
 from app.store import Database, Store
+from app.store import dispatch as dispatch_store
 from app.store import jobs as store
 
 log = logging.getLogger(__name__)
@@ -25,9 +30,11 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def build_spec(body: schemas.JobIn, settings: Settings, now: datetime) -> spec.JobSpec:
-    """Validate everything that needs no database; raises InvalidInput naming the field."""
-    job_id = uuid4()
+def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: UUID | None = None) -> spec.JobSpec:
+    """Validate everything that needs no database; raises InvalidInput naming the field.
+
+    ``job_id``: an existing job's (an update keeps its id, so H tokens resolve the same)."""
+    job_id = job_id or uuid4()
     name = spec.validate_name(body.name)
     target = spec.validate_target(body.target.type, body.target.ref)
     payload = spec.validate_payload(body.payload, settings.max_payload_bytes)
@@ -269,6 +276,188 @@ async def cancel(db: Database, tenant_id: UUID, job_id: UUID) -> None:
         await _moved(tx, job, JobState.CANCELLED, None, None)
 
     await db.transaction(work)
+
+
+# -- update, run now, backfill ------------------------------------------------------------------------
+
+def job_as_body(job: store.Job) -> dict[str, Any]:
+    """A stored job as the JobIn body that would create it (what a PATCH is merged into)."""
+    target: dict[str, Any] = {"type": job.target_type, "ref": job.target_ref}
+    if job.target_type == "http":
+        target |= {"method": job.http_method, "headers": job.http_headers}
+    schedule: dict[str, Any]
+    if job.schedule_kind == "once":
+        assert job.run_at is not None
+        schedule = {"runAt": job.run_at.isoformat()}
+    else:
+        schedule = {"cron": job.cron, "tz": job.tz, "jitterSeconds": job.jitter_s,
+                    "dst": {"gap": job.dst_gap, "repeat": job.dst_repeat}}
+        for key, value in (("startAt", job.start_at), ("endAt", job.end_at)):
+            if value is not None:
+                schedule[key] = value.isoformat()
+    retry: dict[str, Any] = {"maxAttempts": job.max_attempts, "backoffSeconds": job.backoff_s,
+                             "maxBackoffSeconds": job.max_backoff_s}
+    if job.max_retry_duration_s is not None:
+        retry["maxRetryDurationSeconds"] = job.max_retry_duration_s
+    return {"name": job.name, "target": target, "schedule": schedule, "payload": job.payload, "retry": retry,
+            "timeoutSeconds": job.timeout_s, "concurrency": job.concurrency, "misfire": job.misfire,
+            "labels": job.labels, "dryRun": job.dry_run}
+
+
+def merge_patch(base: Any, patch: Any) -> Any:
+    """RFC 7396 JSON Merge Patch: objects merge key by key, null removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(base) if isinstance(base, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+# A schedule replaced by another drops the fields of its kind: {"schedule": {"cron": ...}} on a one-off.
+_SCHEDULE_KINDS = ({"runAt", "delaySeconds"}, {"cron", "tz", "jitterSeconds", "dst", "startAt", "endAt"})
+
+
+def patched_body(job: store.Job, patch: dict[str, Any]) -> schemas.JobIn:
+    base = job_as_body(job)
+    new_schedule = patch.get("schedule")
+    if isinstance(new_schedule, dict):
+        for kind in _SCHEDULE_KINDS:
+            if kind & set(new_schedule) and not kind & set(base["schedule"]):
+                base["schedule"] = {}  # switching kinds: start from an empty schedule
+        if {"runAt", "delaySeconds"} & set(new_schedule):
+            base["schedule"].pop("runAt", None)
+    merged = merge_patch(base, patch)
+    try:
+        return msgspec.convert(merged, schemas.JobIn, strict=True)
+    except msgspec.ValidationError as exc:
+        raise errors.InvalidInput("body", str(exc)) from None
+
+
+async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, patch: Any,
+                 if_version: int | None) -> store.Job:
+    """PATCH /v1/jobs/{jobId}: merge, validate as a new submit would, store, move the next occurrence."""
+    if not isinstance(patch, dict) or not patch:
+        raise errors.InvalidInput("body", "a JSON object with the fields to change (JSON Merge Patch)")
+    if "idempotencyKey" in patch:
+        raise errors.InvalidInput("idempotencyKey", "belongs to the submit, not to the job")
+
+    async def work(tx: Store) -> store.Job:
+        job = await _locked(tx, tenant_id, job_id)
+        if if_version is not None and job.version != if_version:
+            raise errors.InvalidStateTransition(f"the job is at version {job.version}, not {if_version} (If-Match)")
+        if job.state not in (JobState.ACTIVE, JobState.PAUSED):
+            raise errors.InvalidStateTransition(
+                f"a {job.reported_state} job cannot be updated; submit a new job instead")
+        now = utcnow()
+        new = build_spec(patched_body(job, patch), settings, now, job_id=job.job_id)
+        granted = None
+        if new.target.type == "queue":
+            access = await tx.jobs.shared_pool_access_many([(tenant_id, new.target.ref)])
+            granted = access.get((tenant_id, new.target.ref))
+            if granted is False:
+                raise errors.Forbidden(f"pool {new.target.ref!r} is a shared pool this tenant is not granted")
+        row = new_job_row(Submission(new, tenant_id, None, None),
+                          spec.queue_for(new.target, tenant_id, bool(granted)))
+        active = job.state == JobState.ACTIVE
+        if active:
+            # The old schedule's next occurrence goes, and so does one dispatched ahead of its time.
+            await tx.jobs.delete_due(job.job_id)
+            await tx.jobs.withdraw_ahead(tenant_id, job.job_id)
+            await tx.jobs.insert_due(job.job_id, tenant_id, row.next_nominal_at, row.next_run_at)
+        else:
+            row = _paused_row(row)
+        updated = await tx.jobs.update(job, row)
+        if updated is None:
+            raise errors.InvalidStateTransition("the job changed concurrently; retry")
+        if active and new.skipped_before_first:
+            await tx.jobs.record_skipped(job.job_id, tenant_id, row.queue, row.max_attempts,
+                                         [o.nominal_utc for o in new.skipped_before_first], "dst_gap")
+        return await tx.jobs.get(tenant_id, job_id) or updated
+
+    return await db.transaction(work)
+
+
+def _paused_row(row: store.NewJob) -> store.NewJob:
+    """A paused job keeps no next run; resume computes it (from next_nominal_at, the first it may miss)."""
+    return replace(row, next_run_at=None)  # type: ignore[arg-type]
+
+
+RUN_OVERLAPS = ("allow", "forbid", "replace")
+
+
+async def run_now(db: Database, tenant_id: UUID, job_id: UUID, overlap: str | None) -> tuple[store.Job, UUID]:
+    """POST /v1/jobs/{jobId}:run: one occurrence now, outside the schedule (the schedule is unchanged)."""
+    if overlap is not None and overlap not in RUN_OVERLAPS:
+        raise errors.InvalidInput("overlap", f"must be one of {', '.join(RUN_OVERLAPS)}")
+
+    async def work(tx: Store) -> tuple[store.Job, UUID]:
+        job = await _locked(tx, tenant_id, job_id)
+        if job.state == JobState.CANCELLED:
+            raise errors.InvalidStateTransition("a cancelled job cannot run")
+        policy = overlap or job.concurrency
+        counts = await tx.jobs.execution_counts(tenant_id, job_id)
+        now = utcnow()
+        if counts.pending and policy == "forbid":
+            raise errors.InvalidStateTransition(
+                "an execution of this job is still unfinished and its overlap policy is forbid; "
+                "send {\"overlap\": \"allow\"} or \"replace\" to run anyway")
+        if counts.pending and policy == "replace":
+            await tx.dispatch.cancel_replaced([dispatch_store.Replacement(job_id, now, "replaced by a manual run")])
+        made = await tx.jobs.insert_executions(job, [now], [now], trigger="manual", dry_run=job.dry_run)
+        if now not in made:
+            raise errors.StoreConflict("an occurrence at this instant exists already; retry")
+        return job, made[now]
+
+    return await db.transaction(work)
+
+
+MAX_BACKFILL = 1000
+
+
+async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, from_: str, to: str,
+                   overlap: str | None) -> tuple[int, int, datetime | None]:
+    """POST /v1/jobs/{jobId}:backfill: the schedule's occurrences in [from, to), paced per tenant.
+
+    Returns (created, already there, where to continue when the range held more than MAX_BACKFILL)."""
+    start = spec.parse_instant(from_, "from")
+    end = spec.parse_instant(to, "to")
+    now = utcnow()
+    if not start < end:
+        raise errors.InvalidInput("to", "must be after from")
+    if end > now:
+        raise errors.InvalidInput("to", "a backfill covers the past: to must not be in the future")
+    if overlap is not None and overlap not in ("allow", "forbid"):
+        raise errors.InvalidInput("overlap", "must be allow or forbid")
+
+    async def work(tx: Store) -> tuple[int, int, datetime | None]:
+        job = await _locked(tx, tenant_id, job_id)
+        if job.schedule_kind != "cron":
+            raise errors.InvalidInput("jobId", "only a recurring job has occurrences to backfill")
+        if job.state == JobState.CANCELLED:
+            raise errors.InvalidStateTransition("a cancelled job cannot be backfilled")
+        nominals: list[datetime] = []
+        resume_at = None
+        for occ in cron.occurrences_after(_cron_of(job), start - _EPSILON, str(job.job_id)):
+            if occ.nominal_utc >= end:
+                break
+            if len(nominals) == MAX_BACKFILL:
+                resume_at = occ.nominal_utc
+                break
+            if not occ.skipped:
+                nominals.append(occ.nominal_utc)
+        # Paced like catch-up: the tenant's backfill becomes ready at catch_up_per_tenant_per_s; under
+        # forbid one occurrence per timeoutSeconds, so no first attempt overlaps the previous one.
+        step = (job.timeout_s if (overlap or job.concurrency) == "forbid"
+                else 1.0 / max(settings.catch_up_per_tenant_per_s, 1e-3))
+        ready = [now + timedelta(seconds=i * step) for i in range(len(nominals))]
+        made = await tx.jobs.insert_executions(job, nominals, ready, trigger="backfill", dry_run=job.dry_run)
+        return len(made), len(nominals) - len(made), resume_at
+
+    return await db.transaction(work)
 
 
 # -- schedule preview ----------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ class Created:
 Outcome = Created | errors.KairosError
 
 
-def _row(s: Submission, queue: str) -> store.NewJob:
+def new_job_row(s: Submission, queue: str) -> store.NewJob:
     job = s.job
     once = isinstance(job.schedule, spec.OnceSchedule)
     c = None if once else job.schedule
@@ -84,7 +84,7 @@ async def store_many(tx: Store, subs: Sequence[Submission]) -> list[Outcome]:
         if granted is False:
             out[i] = errors.Forbidden(f"pool {s.job.target.ref!r} is a shared pool this tenant is not granted")
             continue
-        rows.append(_row(s, spec.queue_for(s.job.target, s.tenant_id, bool(granted))))
+        rows.append(new_job_row(s, spec.queue_for(s.job.target, s.tenant_id, bool(granted))))
     inserted = await tx.jobs.insert_many(rows)
     taken = sorted({(s.tenant_id, s.idempotency_key) for i, s in enumerate(subs)
                     if out[i] is None and s.job.job_id not in inserted and s.idempotency_key is not None})

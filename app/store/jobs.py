@@ -207,6 +207,39 @@ class Jobs(Table):
         })
         return [ExecutionSummary(**{**r._mapping, "state": ExecutionState(r.state)}) for r in rows]
 
+    async def update(self, job: Job, new: NewJob) -> Job | None:
+        """Replace ``job``'s definition with ``new`` (same id and tenant); None when its version moved."""
+        row = (await self._conn.execute(q("JobUpdate"), {
+            "tenant_id": job.tenant_id, "job_id": job.job_id, "version": job.version,
+            "name": new.name, "target_type": new.target_type, "target_ref": new.target_ref, "queue": new.queue,
+            "payload": json.dumps(new.payload, separators=(",", ":")), "schedule_kind": new.schedule_kind,
+            "run_at": new.run_at, "cron": new.cron, "cron_resolved": new.cron_resolved, "tz": new.tz,
+            "jitter_s": new.jitter_s, "dst_gap": new.dst_gap, "dst_repeat": new.dst_repeat,
+            "max_attempts": new.max_attempts, "backoff_s": new.backoff_s, "max_backoff_s": new.max_backoff_s,
+            "timeout_s": new.timeout_s, "concurrency": new.concurrency, "misfire": new.misfire,
+            "start_at": new.start_at, "end_at": new.end_at,
+            "labels": json.dumps(new.labels, separators=(",", ":")), "dry_run": new.dry_run,
+            "max_retry_duration_s": new.max_retry_duration_s, "http_method": new.http_method,
+            "http_headers": json.dumps(new.http_headers, separators=(",", ":")),
+            "next_nominal_at": new.next_nominal_at, "next_run_at": new.next_run_at,
+        })).first()
+        return _job(row) if row else None
+
+    async def insert_executions(self, job: Job, scheduled_for: Sequence[datetime], ready_at: Sequence[datetime], *,
+                                trigger: str, dry_run: bool) -> dict[datetime, UUID]:
+        """Executions of ``job`` outside its schedule (a manual run, a backfill): nominal time -> new id;
+        occurrences that already have an execution are absent. A dry-run job's are recorded as skipped."""
+        if not scheduled_for:
+            return {}
+        rows = await self._conn.execute(q("ExecutionInsertForJob"), {
+            "job_id": job.job_id, "tenant_id": job.tenant_id, "queue": job.queue, "max_attempts": job.max_attempts,
+            "state": ExecutionState.SKIPPED if dry_run else ExecutionState.READY,
+            "skip_reason": "dry_run" if dry_run else None,
+            "note": "dry run: recorded, not delivered" if dry_run else None, "trigger": trigger,
+            "scheduled_fors": plain(scheduled_for), "ready_ats": plain(ready_at),
+        })
+        return {r.scheduled_for: r.execution_id for r in rows}
+
     async def execution_counts(self, tenant_id: UUID, job_id: UUID) -> ExecutionCounts:
         """How the job's executions stand, by state (ready and leased count as pending)."""
         rows = await self._conn.execute(q("ExecutionCountsForJob"), {"tenant_id": tenant_id, "job_id": job_id})

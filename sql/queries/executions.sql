@@ -15,6 +15,18 @@ SELECT state, count(*) AS n FROM executions
 WHERE job_id = :job_id AND tenant_id = :tenant_id
 GROUP BY state;
 
+-- name: ExecutionInsertForJob
+-- Occurrences a tenant asked for outside the schedule (POST :run, :backfill): ready at their ready_ats, or recorded as skipped (a dry-run job); an occurrence that already has an execution is left alone.
+INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at, finished_at,
+                        skip_reason, error, trigger)
+SELECT CAST(:job_id AS UUID), CAST(:tenant_id AS UUID), CAST(:queue AS TEXT), i.scheduled_for,
+       CAST(:max_attempts AS INT), CAST(:state AS TEXT), i.ready_at,
+       CASE WHEN CAST(:state AS TEXT) = 'skipped' THEN now() END, CAST(:skip_reason AS TEXT),
+       CAST(:note AS TEXT), CAST(:trigger AS TEXT)
+FROM unnest(CAST(:scheduled_fors AS TIMESTAMPTZ[]), CAST(:ready_ats AS TIMESTAMPTZ[])) AS i (scheduled_for, ready_at)
+ON CONFLICT (job_id, scheduled_for) DO NOTHING
+RETURNING execution_id, scheduled_for;
+
 -- name: ExecutionCancelUnstartedForJob
 -- Cancel a job's executions that no worker holds yet (job deleted).
 UPDATE executions SET state = 'cancelled', finished_at = now(), error = 'job cancelled'
@@ -312,3 +324,10 @@ LIMIT :limit;
 SELECT execution_id, job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, ready_at,
        lease_owner, lease_until, started_at, finished_at, error, result
 FROM executions WHERE tenant_id = :tenant_id AND execution_id = :execution_id;
+
+-- name: ExecutionCountReadyByQueue
+-- Executions due and waiting for a worker (ready, ready_at reached), per queue: the executor's kairos_ready_queue_depth gauge; an index-only range of executions_ready_at per queue.
+SELECT queue, count(*) AS ready
+FROM executions
+WHERE state = 'ready' AND ready_at <= coalesce(CAST(:now AS TIMESTAMPTZ), now())
+GROUP BY queue;

@@ -122,3 +122,20 @@ SELECT job_id FROM inserted;
 SELECT j.tenant_id, j.idempotency_key, j.job_id, j.request_hash, j.first_run_at
 FROM unnest(CAST(:tenant_ids AS UUID[]), CAST(:idempotency_keys AS TEXT[])) AS k (tenant_id, idempotency_key)
 JOIN jobs AS j ON j.tenant_id = k.tenant_id AND j.idempotency_key = k.idempotency_key;
+
+-- name: JobUpdate
+-- Replace a job's definition (PATCH), guarded on its version; the schedule's next occurrence comes with it.
+UPDATE jobs SET
+    name = :name, target_type = :target_type, target_ref = :target_ref, queue = :queue,
+    payload = CAST(:payload AS JSONB), schedule_kind = :schedule_kind, run_at = CAST(:run_at AS TIMESTAMPTZ),
+    cron = CAST(:cron AS TEXT), cron_resolved = CAST(:cron_resolved AS TEXT), tz = CAST(:tz AS TEXT),
+    jitter_s = :jitter_s, dst_gap = :dst_gap, dst_repeat = :dst_repeat, max_attempts = :max_attempts,
+    backoff_s = :backoff_s, max_backoff_s = :max_backoff_s, timeout_s = :timeout_s,
+    concurrency = :concurrency, misfire = :misfire, start_at = CAST(:start_at AS TIMESTAMPTZ),
+    end_at = CAST(:end_at AS TIMESTAMPTZ), labels = CAST(:labels AS JSONB), dry_run = :dry_run,
+    max_retry_duration_s = CAST(:max_retry_duration_s AS FLOAT8), http_method = :http_method,
+    http_headers = CAST(:http_headers AS JSONB),
+    next_nominal_at = CAST(:next_nominal_at AS TIMESTAMPTZ), next_run_at = CAST(:next_run_at AS TIMESTAMPTZ),
+    version = version + 1, updated_at = now()
+WHERE tenant_id = :tenant_id AND job_id = :job_id AND version = :version
+RETURNING *;
