@@ -16,6 +16,7 @@ from rich.console import Console
 from app import errors
 from app.cli.pools import pools
 from app.cli.runtime import fail, run_command
+from app.cli.status import status
 from app.cli.worker import worker
 from app.config import InvalidSetting, load
 from app.store import Store
@@ -182,6 +183,7 @@ def tenants_list() -> None:
 
 main.add_command(pools)
 main.add_command(worker)
+main.add_command(status)
 
 
 def run() -> None:
