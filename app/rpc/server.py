@@ -18,6 +18,9 @@ from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 _OPTIONS = [
+    # gRPC sets SO_REUSEPORT by default, so a second executor on a taken port would silently share it
+    # (and its workers) with the first; without it, a taken port fails the bind.
+    ("grpc.so_reuseport", 0),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
@@ -26,15 +29,44 @@ _OPTIONS = [
 ]
 
 
+# `kairos up` calls this (raw bytes, outside the Worker service) to know that the port it probes is
+# served by its own executor: the answer is KAIROS_SUPERVISOR_TOKEN. Registered only when that is set.
+SUPERVISOR_TOKEN_SERVICE, SUPERVISOR_TOKEN_METHOD = "kairos.internal.Supervisor", "Token"
+
+
+def _supervisor_token_handler(token: str) -> grpc.GenericRpcHandler:
+    async def answer(_request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+        return token.encode()
+
+    return grpc.method_handlers_generic_handler(
+        SUPERVISOR_TOKEN_SERVICE, {SUPERVISOR_TOKEN_METHOD: grpc.unary_unary_rpc_method_handler(answer)})
+
+
+async def supervisor_token(addr: str, timeout_s: float) -> str | None:
+    """The supervisor token the executor at ``addr`` answers; None when nothing there answers one."""
+    async with grpc.aio.insecure_channel(addr) as channel:
+        call = channel.unary_unary(f"/{SUPERVISOR_TOKEN_SERVICE}/{SUPERVISOR_TOKEN_METHOD}")
+        try:
+            return (await call(b"", timeout=timeout_s)).decode()
+        except grpc.aio.AioRpcError:
+            return None
+
+
 async def start(db: Database, outcomes: Outcomes, host: str, port: int,
-                config: ServicerConfig = ServicerConfig()) -> tuple[grpc.aio.Server, WorkerServicer, int]:
+                config: ServicerConfig = ServicerConfig(),
+                supervisor_token: str = "") -> tuple[grpc.aio.Server, WorkerServicer, int]:
     """Start serving; returns the server, its servicer and the bound port (``port`` 0 picks one)."""
     server = grpc.aio.server(options=_OPTIONS)
     servicer = WorkerServicer(db, outcomes, config)
     pb_grpc.add_WorkerServicer_to_server(servicer, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if supervisor_token:
+        server.add_generic_rpc_handlers((_supervisor_token_handler(supervisor_token),))
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:  # grpcio raises instead of returning 0 when the bind fails
+        bound = 0
     if bound == 0:
-        raise OSError(f"cannot listen on {host}:{port}")
+        raise OSError(f"cannot listen on {host}:{port}: in use, or not an address of this host")
     await server.start()
     log.info("grpc listening", extra={"addr": f"{host}:{bound}"})
     return server, servicer, bound
@@ -48,13 +80,16 @@ async def stop(server: grpc.aio.Server, servicer: WorkerServicer, grace_s: float
 class GrpcTransport:
     """The Worker service on ``host:port`` (``port`` 0 picks one), started and stopped by the executor."""
 
-    def __init__(self, host: str, port: int, config: ServicerConfig = ServicerConfig()) -> None:
+    def __init__(self, host: str, port: int, config: ServicerConfig = ServicerConfig(),
+                 supervisor_token: str = "") -> None:
         self.host, self.port, self.config = host, port, config
+        self.supervisor_token = supervisor_token
         self.server: grpc.aio.Server | None = None
         self.servicer: WorkerServicer | None = None
 
     async def start(self, db: Database, outcomes: Outcomes) -> str:
-        self.server, self.servicer, bound = await start(db, outcomes, self.host, self.port, self.config)
+        self.server, self.servicer, bound = await start(db, outcomes, self.host, self.port, self.config,
+                                                        self.supervisor_token)
         return f"{self.host}:{bound}"
 
     def notify_ready(self, count: int) -> None:
