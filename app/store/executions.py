@@ -257,3 +257,8 @@ class Executions(Table):
             return None
         m = row._mapping
         return Execution(**{**m, "state": ExecutionState(m["state"])})
+
+    async def count_ready_by_queue(self, *, now: datetime | None = None) -> dict[str, int]:
+        """Executions due and waiting for a worker, per queue; a queue with none is absent."""
+        rows = await self._conn.execute(q("ExecutionCountReadyByQueue"), {"now": now})
+        return {str(r.queue): int(r.ready) for r in rows}
