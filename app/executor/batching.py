@@ -4,14 +4,22 @@ Workers finish executions one at a time, but the store's statements take arrays.
 ``Coalescer`` queues items from concurrent callers and runs up to ``max_batch`` of them per
 ``flush`` call (one transaction), with at most ``max_flushes`` transactions in flight; each
 caller awaits its own answer. Under light load a batch is a single item and adds no delay.
+
+``Outcomes`` also writes the executor's one INFO line per outcome (``execution outcome``: job_id,
+execution_id, tenant_id, attempt, outcome, lag_ms) and counts it in ``kairos_executions_total``.
+What it knows of an execution beyond its id and attempt comes from the lease this process handed
+out (:meth:`Outcomes.track`, which also records ``kairos_start_lag_seconds``): an outcome reported
+to another executor replica than the one that leased it is logged without job_id and lag_ms.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 from uuid import UUID
 
@@ -73,17 +81,56 @@ class Deferral:
     delay_s: float
 
 
+# Leases remembered for the outcome lines: one entry per execution in flight from this process.
+TRACKED_LEASES_MAX = 100_000
+
+
+@dataclass(frozen=True)
+class _Lease:
+    job_id: UUID
+    tenant_id: UUID
+    attempt: int
+    lag_ms: float  # lease time - scheduled time
+
+
 class Outcomes:
     """Complete, fail and defer executions through batched transactions (shared by RPC and HTTP pool)."""
 
     def __init__(self, db: Database, *, max_batch: int = 500, isolation: str = "READ COMMITTED") -> None:
         self.db = db
+        self._leases: OrderedDict[UUID, _Lease] = OrderedDict()
         # Every statement is guarded on (state, attempt), so READ COMMITTED is safe and avoids
         # serialization failures between concurrent batches touching neighbouring rows.
         self.isolation = isolation
         self.completer: Coalescer[ex.Success, bool] = Coalescer("complete", self._complete, max_batch=max_batch)
         self.failer: Coalescer[ex.Failure, ex.FailOutcome] = Coalescer("fail", self._fail, max_batch=max_batch)
         self.deferrer: Coalescer[Deferral, bool] = Coalescer("defer", self._defer, max_batch=max_batch)
+
+    def track(self, leased: Iterable[ex.Leased], lease_s: float, queue: str) -> None:
+        """Leases just handed out of ``queue`` for ``lease_s``: record the start lag of first attempts
+        and remember each one for its outcome line."""
+        kind = observability.queue_kind(queue)
+        for item in leased:
+            # The lease ends lease_s after it began, capped at the job's timeout (ExecutionLeaseFair).
+            leased_at: datetime = item.lease_until - timedelta(seconds=min(lease_s, float(item.timeout_s)))
+            lag_s = (leased_at - item.scheduled_for).total_seconds()
+            if item.attempt == 1:
+                observability.start_lag.record(max(0.0, lag_s), {"tenant": str(item.tenant_id), "queue": kind})
+            self._leases[item.execution_id] = _Lease(item.job_id, item.tenant_id, item.attempt,
+                                                     round(lag_s * 1000, 1))
+            self._leases.move_to_end(item.execution_id)
+        while len(self._leases) > TRACKED_LEASES_MAX:
+            self._leases.popitem(last=False)
+
+    def _settled(self, execution_id: UUID, attempt: int, outcome: str, **more: object) -> None:
+        """The outcome's log line and (but for a deferral, which is no attempt's outcome) its count."""
+        if outcome != "deferred":
+            observability.executions.add(1, {"outcome": outcome})
+        fields: dict[str, object] = {"execution_id": str(execution_id), "attempt": attempt, "outcome": outcome}
+        lease = self._leases.pop(execution_id, None)
+        if lease is not None and lease.attempt == attempt:
+            fields.update(job_id=str(lease.job_id), tenant_id=str(lease.tenant_id), lag_ms=lease.lag_ms)
+        log.info("execution outcome", extra={**fields, **more})
 
     async def complete(self, item: ex.Success) -> bool:
         return await self.completer.submit(item)
@@ -105,25 +152,22 @@ class Outcomes:
     async def _complete(self, items: Sequence[ex.Success]) -> list[bool]:
         answers = await self.db.transaction(lambda tx: tx.executions.complete_many(items), isolation=self.isolation)
         out = [answers.get(i.execution_id, False) for i in items]
-        ok = sum(out)
-        if ok:
-            observability.finished.add(ok, {"outcome": "succeeded"})
-        if len(out) - ok:
-            observability.lease_lost.add(len(out) - ok, {"call": "complete"})
+        for item, ok in zip(items, out, strict=True):
+            self._settled(item.execution_id, item.attempt, "succeeded" if ok else "lease_lost")
         return out
 
     async def _fail(self, items: Sequence[ex.Failure]) -> list[ex.FailOutcome]:
         answers = await self.db.transaction(lambda tx: tx.executions.fail_many(items), isolation=self.isolation)
         out = [answers.get(i.execution_id) or ex.FailOutcome(i.execution_id, None, None) for i in items]
-        for o in out:
-            if o.state is None:
-                observability.lease_lost.add(1, {"call": "fail"})
-            else:
-                observability.finished.add(1, {"outcome": "retry" if o.state == ExecutionState.READY else "dead"})
+        for item, o in zip(items, out, strict=True):
+            outcome = "lease_lost" if o.state is None else "retried" if o.state == ExecutionState.READY else "dead"
+            self._settled(item.execution_id, item.attempt, outcome)
         return out
 
     async def _defer(self, items: Sequence[Deferral]) -> list[bool]:
         refs = [ex.AttemptRef(i.execution_id, i.attempt) for i in items]
         await self.db.transaction(lambda tx: tx.executions.defer_many(refs, [i.delay_s for i in items]),
                                   isolation=self.isolation)
+        for i in items:
+            self._settled(i.execution_id, i.attempt, "deferred", delay_s=round(i.delay_s, 3))
         return [True] * len(items)

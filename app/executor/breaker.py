@@ -44,6 +44,10 @@ class Breakers:
             return "closed"
         return "open" if self.clock() < c.open_until or c.probing else "half-open"
 
+    def states(self) -> list[tuple[str, str]]:
+        """(origin, state) of every origin with a recent failure (a success forgets an origin)."""
+        return [(origin, self.state(origin)) for origin in list(self._circuits)]
+
     def allow(self, origin: str) -> float | None:
         """None: send now. Otherwise the seconds to defer the execution by."""
         c = self._circuits.get(origin)

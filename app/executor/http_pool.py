@@ -100,7 +100,8 @@ class HttpPool:
                                _LEASE_AS_LONG_AS_THE_TIMEOUT_S),
             isolation=self.config.isolation)
         if got:
-            observability.leased.add(len(got), {"queue": HTTP_QUEUE})
+            observability.leased.add(len(got), {"queue": observability.queue_kind(HTTP_QUEUE)})
+            self.outcomes.track(got, _LEASE_AS_LONG_AS_THE_TIMEOUT_S, HTTP_QUEUE)
         for item in got:
             task = asyncio.create_task(self.deliver(item), name=f"http-deliver-{item.execution_id}")
             self._inflight.add(task)

@@ -48,7 +48,9 @@ class LeaseReaper:
         for state, n in reaped.items():
             if n:
                 self.total[state] += n
-                observability.reaped.add(n, {"to": state})
+                observability.lease_expiries.add(n)
+                # An expiry ends its attempt: retried when attempts remain, else dead.
+                observability.executions.add(n, {"outcome": "retried" if state == ExecutionState.READY else "dead"})
         if any(reaped.values()):
             log.info("expired leases reaped", extra=reaped)
         if reaped[ExecutionState.READY] and self.on_ready:

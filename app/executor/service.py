@@ -18,9 +18,11 @@ import asyncio
 import logging
 from typing import Protocol
 
+from app import observability
 from app.config import Settings
 from app.duties import supervise
 from app.executor.batching import Outcomes
+from app.executor.depth import ReadyDepth
 from app.executor.egress import EgressPolicy
 from app.executor.http_pool import HttpPool, HttpPoolConfig
 from app.executor.reaper import LeaseReaper
@@ -29,6 +31,15 @@ from app.store import Database
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 3.0
+# kairos_breaker_state's values, and the most origins it reports (the most broken first).
+BREAKER_LEVELS = {"closed": 0, "half-open": 1, "open": 2}
+BREAKER_ORIGINS_MAX = 200
+
+
+def breaker_readings(pool: HttpPool) -> list[tuple[float, dict[str, str]]]:
+    """kairos_breaker_state per origin the pool's breakers track (those with recent failures)."""
+    levels = sorted(((BREAKER_LEVELS[state], origin) for origin, state in pool.breakers.states()), reverse=True)
+    return [(float(level), {"origin": origin}) for level, origin in levels[:BREAKER_ORIGINS_MAX]]
 
 
 class WorkerTransport(Protocol):
@@ -58,10 +69,14 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event, transport
         pool.wake.set()
 
     reaper = LeaseReaper(db, on_ready=ready)
+    depth = ReadyDepth(db)
+    unwatch = [observability.ready_queue_depth.watch(depth.readings),
+               observability.breaker_state.watch(lambda: breaker_readings(pool))]
     tasks = [
         asyncio.create_task(supervise("http-pool", lambda: pool.run(stop), stop), name="http-pool"),
         asyncio.create_task(supervise("lease-reaper", lambda: reaper.run(stop), stop), name="lease-reaper"),
         asyncio.create_task(transport.wait_for_termination(), name="worker-transport"),
+        asyncio.create_task(supervise("ready-depth", lambda: depth.run(stop), stop), name="ready-depth"),
     ]
     log.info("executor serving", extra={"transport": addr,
                                         "http_concurrency": settings.http_concurrency})
@@ -81,3 +96,5 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event, transport
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, stopped, return_exceptions=True)
+        for remove in unwatch:
+            remove()

@@ -186,6 +186,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                     w.cancel()
         if got:
             observability.leased.add(len(got), {"queue": "shared" if queues.is_shared(queue) else "tenant"})
+            self.outcomes.track(got, lease_s, queue)
         response = pb.LeaseResponse()
         for e in got:
             m = response.executions.add(

@@ -206,11 +206,17 @@ class Dispatcher:
             result.ready, result.skipped = recorded.ready, recorded.skipped
             if recorded.ready:
                 observability.dispatched.add(recorded.ready)
+            if recorded.skipped:
+                observability.executions.add(recorded.skipped, {"outcome": "skipped"})
         result.lags_s = [p.lag_s for p in plans if p.lag_s is not None]
+        # plans are the claimed claims' plans, in order: a lag's tenant and queue are its claim's.
+        lagged = [(c, p.lag_s) for c, p in zip([c for c in claims if c.claimed], plans, strict=True)
+                  if p.lag_s is not None]
         # Recording a histogram point costs ~25 us: a big batch records an even sample of its lags.
-        stride = max(1, len(result.lags_s) // LAG_SAMPLES_PER_BATCH)
-        for lag in result.lags_s[::stride]:
-            observability.dispatch_lag.record(lag)
+        stride = max(1, len(lagged) // LAG_SAMPLES_PER_BATCH)
+        for c, lag in lagged[::stride]:
+            observability.dispatch_lag.record(lag, {"tenant": str(c.tenant_id),
+                                                    "queue": observability.queue_kind(c.queue or "")})
         self.totals.add(BatchResult(result.claimed, result.fenced, result.vanished, result.ready,
                                     result.skipped, result.failed))
         return result

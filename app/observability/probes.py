@@ -1,0 +1,88 @@
+"""The metrics and probe port (KAIROS_METRICS_PORT): ``/metrics``, ``/healthz`` and ``/readyz``.
+
+A small HTTP/1.1 server on asyncio, in the event loop of the process it describes, so ``/readyz``
+can ask that process's own database pool and ``/metrics`` renders without another thread. It
+answers GET (and HEAD) of three paths, one request per connection: what kubelet probes and a
+Prometheus scrape need, and nothing a tenant can reach.
+
+* ``/healthz``: 200 while the event loop runs (a wedged loop answers nothing, so the liveness
+  probe fails).
+* ``/readyz``: 200 when ``ready()`` returns None, else 503 with its reason.
+* ``/metrics``: ``metrics()``, Prometheus text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+from app.observability import EXPOSITION_CONTENT_TYPE
+
+log = logging.getLogger(__name__)
+
+# A request head must arrive within this long and fit in the stream's 64 KiB limit.
+REQUEST_TIMEOUT_S = 5.0
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error",
+            503: "Service Unavailable"}
+
+Metrics = Callable[[], Awaitable[bytes]]
+Ready = Callable[[], Awaitable[str | None]]
+
+
+async def serve_probes(host: str, port: int, *, metrics: Metrics, ready: Ready) -> asyncio.Server | None:
+    """Listen on ``host:port``; None (logged as an error) when the port cannot be bound.
+
+    A taken port does not stop the process: on one machine several processes of a tier may run
+    with the same settings (tests, benchmarks), and in a pod the probes failing say it anyway.
+    """
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await _answer(reader, writer, metrics, ready)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            pass
+        except Exception:
+            log.exception("metrics port request failed")
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    try:
+        server = await asyncio.start_server(handle, host, port)
+    except OSError as exc:
+        log.error("cannot listen on the metrics port; /metrics, /healthz and /readyz are not served",
+                  extra={"host": host, "port": port, "error": exc.strerror or str(exc)})
+        return None
+    bound = server.sockets[0].getsockname()[1] if server.sockets else port
+    log.info("metrics listening", extra={"url": f"http://{host}:{bound}/metrics"})
+    return server
+
+
+async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, metrics: Metrics,
+                  ready: Ready) -> None:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
+    method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
+    path = rest.split(" ", 1)[0].split("?", 1)[0]
+    content_type = "application/json"
+    if method not in ("GET", "HEAD"):
+        status, body = 405, b'{"status":"method not allowed"}'
+    elif path == "/metrics":
+        status, body, content_type = 200, await metrics(), EXPOSITION_CONTENT_TYPE
+    elif path == "/healthz":
+        status, body = 200, b'{"status":"ok"}'
+    elif path == "/readyz":
+        reason = await ready()
+        status = 200 if reason is None else 503
+        body = json.dumps({"status": "ready"} if reason is None else {"status": "unavailable", "reason": reason},
+                          separators=(",", ":")).encode()
+    else:
+        status, body = 404, b'{"status":"not found"}'
+    writer.write(f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
+                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1"))
+    if method != "HEAD":
+        writer.write(body)
+    await writer.drain()
