@@ -52,6 +52,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert [n for n in shipped if n.startswith("tests/") or "factor" in n
             or Path(n).name.startswith(("test", "conftest"))] == []
     assert "app/sql/queries/jobs.sql" in shipped
+    # The dashboard's own files are package data; plotly.js and Swagger UI come from their packages, not ours.
+    assert {f"app/api/web/{n}" for n in ("index.html", "dashboard.js", "dashboard.css", "favicon.svg")} <= set(shipped)
+    assert [n for n in shipped if n.endswith(("plotly.min.js", "swagger-ui-bundle.js"))] == []
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
     # This interpreter's pip installs into the new environment (no pip bootstrap there); the
@@ -103,6 +106,12 @@ def test_installed_wheel_migrates_and_accepts_a_job(installed: Path, home: dict[
         resp = httpx.post(f"{url}/v1/jobs", json=job, headers={"Authorization": f"Bearer {tenant['apiKey']}"},
                           timeout=10)
         assert resp.status_code == 201, resp.text
+        # The web pages, with the browser libraries read from the installed plotly and swagger-ui-py packages.
+        assert "/dashboard/assets/plotly.min.js" in httpx.get(f"{url}/dashboard", timeout=10).text
+        for asset in ("/dashboard/assets/plotly.min.js", "/dashboard/assets/dashboard.js",
+                      "/schema/assets/swagger-ui-bundle.js", "/schema/assets/swagger-ui.css"):
+            served = httpx.get(f"{url}{asset}", timeout=10)
+            assert served.status_code == 200 and len(served.content) > 10_000, asset
     finally:
         api.send_signal(signal.SIGTERM)
         try:
