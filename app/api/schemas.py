@@ -45,6 +45,8 @@ class ScheduleIn(Wire):
     run_at: str | None = None
     delay_seconds: float | None = None
     cron: str | None = None
+    # An interval, anchored (EventBridge's rate()): "90s", "15m", "1h30m", "1d".
+    every: str | None = None
     tz: str | None = None
     jitter_seconds: int | None = None
     dst: DstIn | None = None
@@ -112,6 +114,8 @@ class TargetOut(Wire):
 class ScheduleOut(Wire):
     run_at: datetime | None = None
     cron: str | None = None
+    every: str | None = None
+    anchor_at: datetime | None = None
     tz: str | None = None
     jitter_seconds: int | None = None
     dst: DstIn | None = None

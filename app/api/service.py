@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -47,13 +48,20 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
                            dry_run=body.dry_run, max_retry_duration_s=spec.validate_retry_duration(
                                r.max_retry_duration_seconds), http_method=method, http_headers=headers)
     s = body.schedule
-    given = [k for k, v in (("runAt", s.run_at), ("delaySeconds", s.delay_seconds), ("cron", s.cron))
-             if v is not None]
+    given = [k for k, v in (("runAt", s.run_at), ("delaySeconds", s.delay_seconds), ("cron", s.cron),
+                            ("every", s.every)) if v is not None]
     if len(given) != 1:
-        raise errors.InvalidInput("schedule", "give exactly one of runAt, delaySeconds or cron"
+        raise errors.InvalidInput("schedule", "give exactly one of runAt, delaySeconds, cron or every"
                                   + (f" (got {', '.join(given)})" if given else ""))
     common = dict(job_id=job_id, name=name, target=target, payload=payload, retry=retry, timeout_s=timeout_s,
                   concurrency=body.concurrency or "allow", misfire=body.misfire or "run_once", options=options)
+    if s.every is not None:
+        if s.tz is not None or s.dst is not None:
+            raise errors.InvalidInput("schedule", "an every schedule runs in UTC: tz and dst apply to cron only")
+        every = spec.every_schedule(s.every, s.jitter_seconds, start_at, now)
+        if end_at is not None and (every.first or every.anchor) > end_at:
+            raise errors.InvalidInput("schedule.endAt", "no occurrence falls before endAt")
+        return spec.JobSpec(schedule=every, **common)
     if s.cron is None:
         if s.tz is not None or s.jitter_seconds is not None or s.dst is not None:
             raise errors.InvalidInput("schedule", "tz, jitterSeconds and dst apply to cron schedules only")
@@ -93,8 +101,10 @@ def job_out(job: store.Job, counts: store.ExecutionCounts | None = None) -> sche
         target=schemas.TargetOut(job.target_type, job.target_ref, method=job.http_method if http else None,
                                  headers=job.http_headers if http else None),
         schedule=schemas.ScheduleOut(run_at=job.run_at, cron=job.cron, tz=job.tz,
-                                     jitter_seconds=job.jitter_s if job.cron else None, dst=dst,
-                                     start_at=job.start_at, end_at=job.end_at),
+                                     jitter_seconds=job.jitter_s if job.schedule_kind != "once" else None, dst=dst,
+                                     start_at=job.start_at, end_at=job.end_at,
+                                     every=spec.format_every(job.every_s) if job.every_s else None,
+                                     anchor_at=job.anchor_at),
         payload=job.payload,
         retry=schemas.RetryOut(job.max_attempts, job.backoff_s, job.max_backoff_s, job.max_retry_duration_s),
         timeout_seconds=job.timeout_s, concurrency=job.concurrency, misfire=job.misfire,
@@ -173,6 +183,11 @@ def execution_out(job: store.Job, e: store.ExecutionSummary) -> schemas.Executio
 
 # -- state changes -------------------------------------------------------------------------------------
 
+def _every_of(job: store.Job) -> spec.EverySchedule:
+    assert job.every_s is not None and job.anchor_at is not None
+    return spec.EverySchedule(job.every_s, job.anchor_at, job.jitter_s)
+
+
 def _cron_of(job: store.Job) -> cron.CronSchedule:
     assert job.cron_resolved is not None and job.tz is not None
     return spec.stored_schedule(job.cron_resolved, job.tz, job.jitter_s, job.dst_gap, job.dst_repeat)
@@ -243,6 +258,14 @@ def _skipped_while_paused(job: store.Job, now: datetime, resumed_at: datetime | 
         return []
     if job.schedule_kind == "once":
         return [first] if resumed_at is None else []
+    if job.schedule_kind == "every":
+        grid = _every_of(job)
+        times: list[datetime] = []
+        at = first
+        while at <= now and len(times) < 10 * MAX_SKIPPED_RECORDS:
+            times.append(at)
+            at = grid.next_after(at)
+        return [t for t in times[-MAX_SKIPPED_RECORDS:] if t != resumed_at]
     newest, _total = cron.missed_occurrences(_cron_of(job), first - _EPSILON, now, str(job.job_id),
                                              cap=MAX_SKIPPED_RECORDS)
     return [o.nominal_utc for o in newest if o.nominal_utc != resumed_at]
@@ -255,6 +278,14 @@ def _resume_point(job: store.Job, now: datetime, missed: str) -> tuple[datetime 
         if job.run_at > now:
             return job.run_at, job.run_at
         return (job.run_at, now) if missed == "run_once" else (None, now)
+    if job.schedule_kind == "every":
+        grid = _every_of(job)
+        jitter = timedelta(seconds=cron.jitter_offset_s(str(job.job_id), job.jitter_s))
+        if missed == "run_once" and job.next_nominal_at is not None and job.next_nominal_at <= now:
+            newest = grid.next_after(now) - timedelta(seconds=grid.every_s)
+            return max(newest, job.next_nominal_at), now
+        nxt = grid.next_after(now)
+        return nxt, nxt + jitter
     schedule = _cron_of(job)
     key = str(job.job_id)
     if missed == "run_once" and job.next_nominal_at is not None and job.next_nominal_at <= now:
@@ -289,6 +320,13 @@ def job_as_body(job: store.Job) -> dict[str, Any]:
     if job.schedule_kind == "once":
         assert job.run_at is not None
         schedule = {"runAt": job.run_at.isoformat()}
+    elif job.schedule_kind == "every":
+        assert job.every_s is not None and job.anchor_at is not None
+        schedule = {"every": spec.format_every(job.every_s), "jitterSeconds": job.jitter_s,
+                    # An update keeps the job's grid unless it names a new startAt.
+                    "startAt": (job.start_at or job.anchor_at).isoformat()}
+        if job.end_at is not None:
+            schedule["endAt"] = job.end_at.isoformat()
     else:
         schedule = {"cron": job.cron, "tz": job.tz, "jitterSeconds": job.jitter_s,
                     "dst": {"gap": job.dst_gap, "repeat": job.dst_repeat}}
@@ -318,7 +356,7 @@ def merge_patch(base: Any, patch: Any) -> Any:
 
 
 # A schedule replaced by another drops the fields of its kind: {"schedule": {"cron": ...}} on a one-off.
-_SCHEDULE_KINDS = ({"runAt", "delaySeconds"}, {"cron", "tz", "jitterSeconds", "dst", "startAt", "endAt"})
+_SCHEDULE_KINDS = ({"runAt", "delaySeconds"}, {"cron", "tz", "dst"}, {"every"})
 
 
 def patched_body(job: store.Job, patch: dict[str, Any]) -> schemas.JobIn:
@@ -418,6 +456,18 @@ async def run_now(db: Database, tenant_id: UUID, job_id: UUID, overlap: str | No
 MAX_BACKFILL = 1000
 
 
+def _occurrences_from(job: store.Job, start: datetime) -> Iterator[cron.Occurrence]:
+    """The job's schedule from ``start`` on (inclusive), cron or interval."""
+    if job.schedule_kind != "every":
+        yield from cron.occurrences_after(_cron_of(job), start - _EPSILON, str(job.job_id))
+        return
+    grid = _every_of(job)
+    at = grid.next_after(start - _EPSILON)
+    while True:
+        yield cron.Occurrence(at, at, at, False, None, None)
+        at = grid.next_after(at)
+
+
 async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, from_: str, to: str,
                    overlap: str | None) -> tuple[int, int, datetime | None]:
     """POST /v1/jobs/{jobId}:backfill: the schedule's occurrences in [from, to), paced per tenant.
@@ -435,13 +485,13 @@ async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UU
 
     async def work(tx: Store) -> tuple[int, int, datetime | None]:
         job = await _locked(tx, tenant_id, job_id)
-        if job.schedule_kind != "cron":
+        if job.schedule_kind == "once":
             raise errors.InvalidInput("jobId", "only a recurring job has occurrences to backfill")
         if job.state == JobState.CANCELLED:
             raise errors.InvalidStateTransition("a cancelled job cannot be backfilled")
         nominals: list[datetime] = []
         resume_at = None
-        for occ in cron.occurrences_after(_cron_of(job), start - _EPSILON, str(job.job_id)):
+        for occ in _occurrences_from(job, start):
             if occ.nominal_utc >= end:
                 break
             if len(nominals) == MAX_BACKFILL:

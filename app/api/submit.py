@@ -21,6 +21,7 @@ from uuid import UUID
 
 from app import errors, observability
 from app.domain import jobs as spec
+from app.domain import schedule as cron
 from app.store import Database, Store
 from app.store import jobs as store
 
@@ -53,20 +54,22 @@ Outcome = Created | errors.KairosError
 def new_job_row(s: Submission, queue: str) -> store.NewJob:
     job = s.job
     once = isinstance(job.schedule, spec.OnceSchedule)
-    c = None if once else job.schedule
+    every = job.schedule if isinstance(job.schedule, spec.EverySchedule) else None
+    c = job.schedule if isinstance(job.schedule, cron.CronSchedule) else None
     return store.NewJob(
         job_id=job.job_id, tenant_id=s.tenant_id, name=job.name, target_type=job.target.type,
         target_ref=job.target.ref, queue=queue, payload=job.payload,
-        schedule_kind="once" if once else "cron",
+        schedule_kind="once" if once else "every" if every else "cron",
         run_at=job.schedule.run_at if once else None,
         cron=c.expr if c else None, cron_resolved=job.cron_resolved, tz=c.tz if c else None,
-        jitter_s=c.jitter_s if c else 0, dst_gap=c.dst.gap if c else "shift",
+        jitter_s=c.jitter_s if c else every.jitter_s if every else 0, dst_gap=c.dst.gap if c else "shift",
         dst_repeat=c.dst.repeat if c else "once", max_attempts=job.retry.max_attempts,
         backoff_s=job.retry.backoff_s, max_backoff_s=job.retry.effective_max_backoff_s,
         timeout_s=job.timeout_s, concurrency=job.concurrency, misfire=job.misfire,
         next_nominal_at=job.first_nominal_at, next_run_at=job.first_run_at,
         idempotency_key=s.idempotency_key, request_hash=s.fingerprint,
-        start_at=job.options.start_at, end_at=job.options.end_at, every_s=None, anchor_at=None,
+        start_at=job.options.start_at, end_at=job.options.end_at,
+        every_s=every.every_s if every else None, anchor_at=every.anchor if every else None,
         labels=job.options.labels, dry_run=job.options.dry_run,
         max_retry_duration_s=job.options.max_retry_duration_s, http_method=job.options.http_method,
         http_headers=job.options.http_headers,

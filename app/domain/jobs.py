@@ -68,6 +68,64 @@ class OnceSchedule:
 
 
 @dataclass(frozen=True)
+class EverySchedule:
+    """Every ``every_s`` seconds from ``anchor`` (EventBridge's rate(), anchored): occurrences at
+    anchor + k * every_s, in UTC, so no DST rule applies."""
+
+    every_s: int
+    anchor: datetime
+    jitter_s: int = 0
+    first: datetime | None = None  # the first occurrence a new job runs (the anchor unless it is past)
+
+    def next_after(self, after: datetime) -> datetime:
+        """The first occurrence strictly after ``after``."""
+        if after < self.anchor:
+            return self.anchor
+        steps = int((after - self.anchor).total_seconds() // self.every_s) + 1
+        return self.anchor + timedelta(seconds=steps * self.every_s)
+
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+MIN_EVERY_S = 10
+MAX_EVERY_S = 366 * 86400
+
+
+def parse_every(value: str) -> int:
+    """'15m', '1h30m', '90s', '1d' -> seconds; at least 10 s, at most 366 days."""
+    m = _DURATION.match(value.strip()) if isinstance(value, str) else None
+    if not m or not any(m.groups()):
+        raise InvalidSchedule("schedule.every", f"{value!r} is not a duration such as 90s, 15m, 1h30m or 1d")
+    d, h, mi, se = (int(g) if g else 0 for g in m.groups())
+    seconds = ((d * 24 + h) * 60 + mi) * 60 + se
+    if not MIN_EVERY_S <= seconds <= MAX_EVERY_S:
+        raise InvalidSchedule("schedule.every", f"must be between {MIN_EVERY_S} s and 366 days")
+    return seconds
+
+
+def format_every(seconds: int) -> str:
+    """The canonical spelling of an interval: 5400 -> '1h30m'."""
+    out = ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            out += f"{seconds // size}{unit}"
+            seconds %= size
+    return out or "0s"
+
+
+def every_schedule(value: str, jitter_s: int | None, start_at: datetime | None, now: datetime) -> EverySchedule:
+    window = jitter_s or 0
+    if not 0 <= window <= MAX_JITTER_S:
+        raise InvalidSchedule("schedule.jitterSeconds", f"must be between 0 and {MAX_JITTER_S}")
+    every_s = parse_every(value)
+    if start_at is None:
+        # Anchored at the submit, first run one interval later (rate(15 minutes) created now runs in 15 minutes).
+        anchor = now.replace(microsecond=0) + timedelta(seconds=every_s)
+        return EverySchedule(every_s, anchor, window, anchor)
+    grid = EverySchedule(every_s, start_at, window)
+    return EverySchedule(every_s, start_at, window, start_at if start_at >= now else grid.next_after(now))
+
+
+@dataclass(frozen=True)
 class Options:
     """What a job carries besides its schedule: labels, bounds, dry run, retry deadline, HTTP shape."""
 
@@ -88,7 +146,7 @@ class JobSpec:
     name: str
     target: Target
     payload: Any
-    schedule: OnceSchedule | cron.CronSchedule
+    schedule: OnceSchedule | cron.CronSchedule | EverySchedule
     retry: RetryPolicy
     timeout_s: int
     concurrency: Concurrency = "allow"
@@ -103,6 +161,9 @@ class JobSpec:
     def first_run_at(self) -> datetime:
         if isinstance(self.schedule, OnceSchedule):
             return self.schedule.run_at
+        if isinstance(self.schedule, EverySchedule):
+            return self.first_nominal_at + timedelta(seconds=cron.jitter_offset_s(str(self.job_id),
+                                                                                  self.schedule.jitter_s))
         assert self.first is not None
         return self.first.run_at
 
@@ -110,6 +171,8 @@ class JobSpec:
     def first_nominal_at(self) -> datetime:
         if isinstance(self.schedule, OnceSchedule):
             return self.schedule.run_at
+        if isinstance(self.schedule, EverySchedule):
+            return self.schedule.first or self.schedule.anchor
         assert self.first is not None
         return self.first.nominal_utc
 

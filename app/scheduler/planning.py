@@ -110,14 +110,20 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
     if c.schedule_kind == "once":
         plan.advance = store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
     else:
-        assert c.cron_resolved and c.tz and c.dst_gap and c.dst_repeat
         jitter = _jitter(c.job_id, c.jitter_s or 0)
-        gap_skipped, following = _chain_step(c.cron_resolved, c.tz, c.dst_gap, c.dst_repeat, c.nominal_at)
-        if following is not None and following.nominal_utc <= now:
+        gap_skipped: tuple[cron.Occurrence, ...] = ()
+        if c.schedule_kind == "every":
+            runs, misfire_records, following = _every_step(c, now, catch_up_slot, jitter)
+            plan.executions.extend(execution(*record) for record in misfire_records)
+        else:
+            assert c.cron_resolved and c.tz and c.dst_gap and c.dst_repeat
+            gap_skipped, following = _chain_step(c.cron_resolved, c.tz, c.dst_gap, c.dst_repeat, c.nominal_at)
+        if c.schedule_kind != "every" and following is not None and following.nominal_utc <= now:
             # Misfire: later occurrences are already due too; Kairos was down (or far behind).
             runs, misfire_records, following, gap_skipped = _plan_misfire(c, now, catch_up_slot)
             plan.executions.extend(execution(*record) for record in misfire_records)
         if c.end_at is not None:
+            runs = [r for r in runs if r[0] <= c.end_at]
             gap_skipped = tuple(o for o in gap_skipped if o.nominal_utc <= c.end_at)
             if following is not None and following.nominal_utc > c.end_at:
                 following = None  # the schedule's last occurrence has run (or runs now)
@@ -157,6 +163,36 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
     if len(runs) == 1 and runs[0][0] == c.nominal_at:
         plan.lag_s = max(0.0, (now - c.next_run_at).total_seconds())
     return plan
+
+
+def _every_step(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime], jitter: timedelta,
+                ) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime, ExecutionState, str, str]],
+                           cron.Occurrence | None]:
+    """An interval schedule's step: runs, skipped records and the next occurrence, with the same misfire
+    rules as cron (occurrences are nominal + k * every, in UTC)."""
+    assert c.every_s and c.nominal_at and c.misfire and c.tenant_id
+    step = timedelta(seconds=c.every_s)
+
+    def occurrence(nominal: datetime) -> cron.Occurrence:
+        return cron.Occurrence(nominal, nominal + jitter, nominal, False, None, None)
+
+    missed_total = int((now - c.nominal_at) / step) if now >= c.nominal_at + step else 0
+    following = occurrence(c.nominal_at + step * (missed_total + 1))
+    if not missed_total:
+        return [(c.nominal_at, c.next_run_at)], [], following
+    misfire = jobs.misfire_policy(c.misfire)
+    newest = [occurrence(c.nominal_at + step * k)
+              for k in range(max(1, missed_total - MISFIRE_CAP + 1), missed_total + 1)]
+    this = cron.Occurrence(c.nominal_at, c.next_run_at, c.nominal_at, False, None, None)
+    listed = ([this] + newest)[-MISFIRE_CAP:]
+    decision = cron.plan_misfire(misfire, listed, missed_total + 1, cap=MISFIRE_CAP)
+    run_ids = {occ.nominal_utc for occ in decision.run}
+    note = f"missed while no scheduler ran; misfire policy {misfire}"
+    records = [(o.nominal_utc, o.run_at, ExecutionState.SKIPPED, "misfire", note)
+               for o in listed if o.nominal_utc not in run_ids]
+    runs = [(o.nominal_utc, max(o.run_at, catch_up_slot(c.tenant_id)) if misfire == "catch_up" else o.run_at)
+            for o in decision.run]
+    return runs, records, following
 
 
 def _plan_misfire(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime],

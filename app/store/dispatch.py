@@ -70,6 +70,7 @@ class Claim:
     overlapping: bool | None
     dry_run: bool | None = None
     end_at: datetime | None = None
+    every_s: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,7 +217,7 @@ class Jobs(Table):
             "jitter_s": new.jitter_s, "dst_gap": new.dst_gap, "dst_repeat": new.dst_repeat,
             "max_attempts": new.max_attempts, "backoff_s": new.backoff_s, "max_backoff_s": new.max_backoff_s,
             "timeout_s": new.timeout_s, "concurrency": new.concurrency, "misfire": new.misfire,
-            "start_at": new.start_at, "end_at": new.end_at,
+            "start_at": new.start_at, "end_at": new.end_at, "every_s": new.every_s, "anchor_at": new.anchor_at,
             "labels": json.dumps(new.labels, separators=(",", ":")), "dry_run": new.dry_run,
             "max_retry_duration_s": new.max_retry_duration_s, "http_method": new.http_method,
             "http_headers": json.dumps(new.http_headers, separators=(",", ":")),

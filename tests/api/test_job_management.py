@@ -214,3 +214,27 @@ def test_resume_with_skip_records_the_occurrences_the_pause_missed(api: ApiProce
     client.post(f"/v1/jobs/{job_id}:resume")
     history = client.get(f"/v1/jobs/{job_id}/executions").json()
     assert len(history) >= 3 and {(e["state"], e["skipReason"]) for e in history} == {("skipped", "paused")}
+
+
+def test_an_every_schedule_is_anchored_and_updatable(api: ApiProcess, client: httpx.Client) -> None:
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    resp = client.post("/v1/jobs", json=cron_job(schedule={"every": "1h30m", "startAt": z(start)}))
+    assert resp.status_code == 201, resp.text
+    job = client.get(f"/v1/jobs/{resp.json()['jobId']}").json()
+    assert job["schedule"]["every"] == "1h30m" and job["schedule"]["anchorAt"] == z(start)
+    assert job["nextRunAt"] == z(start)
+    moved = client.patch(f"/v1/jobs/{job['jobId']}", json={"schedule": {"every": "15m"}}).json()
+    assert moved["schedule"]["every"] == "15m" and moved["nextRunAt"] == z(start)  # same anchor, new step
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    past = client.post("/v1/jobs", json=cron_job(schedule={"every": "30m", "startAt": z(hour - timedelta(hours=2))}))
+    first = datetime.fromisoformat(past.json()["nextRunAt"])
+    assert first > datetime.now(UTC) and first.minute in (0, 30)  # the next point of the startAt grid
+    filled = client.post(f"/v1/jobs/{past.json()['jobId']}:backfill",
+                         json={"from": z(hour - timedelta(hours=2)), "to": z(hour)}).json()
+    assert filled["created"] == 4
+    for bad in ("5s", "15 minutes", "", "1x"):
+        refused = client.post("/v1/jobs", json=cron_job(schedule={"every": bad}))
+        assert refused.status_code == 422, bad
+    both = client.post("/v1/jobs", json=cron_job(schedule={"every": "1h", "cron": "0 * * * *", "tz": "UTC"}))
+    assert both.status_code == 422
+    assert client.post("/v1/jobs", json=cron_job(schedule={"every": "1h", "tz": "UTC"})).status_code == 422

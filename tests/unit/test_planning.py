@@ -166,3 +166,24 @@ def test_end_at_stops_the_schedule_after_its_last_occurrence() -> None:
     # An occurrence already past a lowered endAt does not run at all.
     late = planning.plan_claim(replace(c, nominal_at=at(1), next_run_at=at(1)), at(1.1), no_slot)
     assert late.executions == [] and late.advance == planning.store.JobAdvance(JOB, "completed", None, None)
+
+
+def every_claim(nominal: datetime, every_s: int = 900, **kw) -> Claim:
+    return replace(claim(nominal=nominal, **kw), schedule_kind="every", cron_resolved=None, tz=None,
+                   jitter_s=0, every_s=every_s)
+
+
+def test_an_interval_step_runs_and_moves_the_due_row_one_interval_on() -> None:
+    plan = planning.plan_claim(every_claim(T0), at(0.1), no_slot)
+    assert states(plan) == [(T0, "ready", None)]
+    assert plan.next_due is not None and plan.next_due.nominal_at == at(15)
+    assert plan.advance == planning.store.JobAdvance(JOB, "active", at(15), at(15))
+
+
+def test_an_interval_misfire_follows_the_policy_and_stays_on_its_grid() -> None:
+    plan = planning.plan_claim(every_claim(T0, misfire="run_once"), at(50), no_slot)
+    assert states(plan) == [(at(0), "skipped", "misfire"), (at(15), "skipped", "misfire"),
+                            (at(30), "skipped", "misfire"), (at(45), "ready", None)]
+    assert plan.next_due is not None and plan.next_due.nominal_at == at(60)
+    skip = planning.plan_claim(every_claim(T0, misfire="skip"), at(50), no_slot)
+    assert all(s[1] == "skipped" for s in states(skip)) and len(skip.executions) == 4
