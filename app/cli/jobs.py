@@ -1,0 +1,392 @@
+"""``kairos jobs ...``: a tenant's jobs over the REST API (``app.cli.client``).
+
+Every command takes ``--json`` (one JSON document on stdout) and the group takes ``--api-url`` and
+``--api-key`` (default ``$KAIROS_API_URL``, ``$KAIROS_API_KEY``). Adding a command is a few lines,
+for instance::
+
+    @jobs.command("run")
+    @click.argument("job_id", type=JOB_ID)
+    @json_option
+    @pass_api
+    def jobs_run(api: KairosClient, job_id: str, as_json: bool) -> None:
+        \"\"\"Run JOB_ID once now, outside its schedule.\"\"\"
+        execution = api.call("POST", f"/v1/jobs/{job_id}:run", expect=Execution)
+        emit(execution, as_json, lambda: show_executions([execution]))
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+import click
+
+from app.cli.client import PAGE_MAX, Attempt, Execution, Job, KairosClient, every_page
+from app.cli.pools import check_pool_name
+from app.cli.remote import (
+    DURATION,
+    EXECUTION_ID,
+    INSTANT,
+    JOB_ID,
+    JSON_VALUE,
+    api_group,
+    emit,
+    fields,
+    json_option,
+    pass_api,
+    progress,
+    stderr,
+    table,
+    utc_iso,
+    when,
+)
+from app.cli.runtime import fail
+from app.domain.states import REPORTED_JOB_STATES
+from app.errors import InvalidInput
+
+_NO_DATA = object()
+
+
+@api_group("jobs")
+def jobs() -> None:
+    """Submit, list, inspect, pause, resume and cancel jobs (a tenant's API key)."""
+
+
+# -- rendering -----------------------------------------------------------------------------------------
+
+def schedule_text(job: Job) -> str:
+    s = job["schedule"]
+    if s.get("cron"):
+        return f"{s['cron']} ({s.get('tz')})"
+    return f"at {when(s.get('runAt'))}"
+
+
+def target_text(job: Job) -> str:
+    t = job["target"]
+    return f"pool {t['ref']}" if t["type"] == "queue" else t["ref"]
+
+
+def show_jobs(rows: Sequence[Job], *, title: str | None = None) -> None:
+    table(["ID", "NAME", "STATE", "SCHEDULE", "TARGET", "NEXT RUN"],
+          [(j["jobId"], j["name"], j["state"] + (" (dry run)" if j.get("dryRun") else ""), schedule_text(j),
+            target_text(j), when(j["nextRunAt"])) for j in rows], title=title)
+
+
+def show_job(job: Job) -> None:
+    retry = job["retry"]
+    pairs: list[tuple[str, Any]] = [
+        ("id", job["jobId"]), ("name", job["name"]), ("state", job["state"]),
+        ("schedule", schedule_text(job)), ("target", target_text(job)), ("next run", when(job["nextRunAt"])),
+        ("paused at", when(job["pausedAt"]) if job["pausedAt"] else None),
+        ("retry", f"{retry['maxAttempts']} attempts, backoff {retry['backoffSeconds']:g}s "
+                  f"up to {retry['maxBackoffSeconds']:g}s"),
+        ("timeout", f"{job['timeoutSeconds']}s"), ("concurrency", job["concurrency"]), ("misfire", job["misfire"]),
+        ("payload", json.dumps(job["payload"])), ("created", when(job["createdAt"])),
+        ("updated", when(job["updatedAt"])), ("version", job["version"]),
+    ]
+    if job.get("dryRun"):
+        pairs.insert(3, ("dry run", "yes: occurrences are recorded, never delivered"))
+    fields(pairs)
+
+
+def show_executions(rows: Sequence[Execution], *, title: str | None = None) -> None:
+    table(["EXECUTION", "SCHEDULED FOR", "STATE", "ATTEMPT", "STARTED", "FINISHED", "ERROR"],
+          [(e["executionId"], when(e["scheduledFor"]), e["state"], e["attempt"], when(e["startedAt"]),
+            when(e["finishedAt"]), e["error"]) for e in rows], title=title)
+
+
+def show_attempts(rows: Sequence[Attempt]) -> None:
+    table(["ATTEMPT", "WORKER", "LEASED", "FINISHED", "OUTCOME", "ERROR"],
+          [(a["attempt"], a["workerId"], when(a["leasedAt"]), when(a["finishedAt"]), a["outcome"], a["error"])
+           for a in rows])
+
+
+def more_hint(cursor: str | None, shown: int) -> None:
+    if cursor:
+        stderr.print(f"[dim]{shown} shown; more with --all or --cursor {cursor}[/]", soft_wrap=True)
+
+
+# -- submit --------------------------------------------------------------------------------------------
+
+def _read_file(path: str) -> Any:
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as source:
+                text = source.read()
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}")
+    except UnicodeDecodeError:
+        fail(f"{path} is not UTF-8 text")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        fail(f"{'stdin' if path == '-' else path} is not JSON: {exc}")
+
+
+def _check_cron(expr: str, tz: str) -> None:
+    from app.domain.schedule import validate_cron, validate_tz
+
+    try:
+        validate_tz(tz)
+        validate_cron(expr, "cli")
+    except InvalidInput as exc:
+        fail(f"{'--tz' if exc.field.endswith('tz') else '--cron'}: {exc.detail}")
+
+
+def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetime | None, delay: float | None,
+              pool: str | None, url: str | None, payload: Any, jitter: float | None, max_attempts: int | None,
+              backoff: float | None, timeout: float | None, concurrency: str | None, misfire: str | None,
+              dst_gap: str | None, dst_repeat: str | None) -> dict[str, Any]:
+    """The POST /v1/jobs body the flags describe; one line and exit 2 for flags that do not fit."""
+    if not name or not name.strip():
+        fail("--name is required (or give the whole job with --file)")
+    given = [flag for flag, value in (("--cron", cron), ("--at", at), ("--in", delay)) if value is not None]
+    if len(given) != 1:
+        fail("give one of --cron EXPR --tz ZONE, --at TIME or --in DURATION"
+             + (f", not {' and '.join(given)}" if given else ""))
+    if (pool is None) == (url is None):
+        fail("give one of --pool NAME or --url URL" + (", not both" if pool and url else ""))
+    cron_only = [flag for flag, value in (("--tz", tz), ("--jitter", jitter), ("--dst-gap", dst_gap),
+                                          ("--dst-repeat", dst_repeat)) if value is not None]
+    schedule: dict[str, Any]
+    if cron is not None:
+        if tz is None:
+            fail("--cron needs --tz ZONE (an IANA zone such as Europe/London or UTC)")
+        _check_cron(cron, tz)
+        schedule = {"cron": cron, "tz": tz}
+        if jitter is not None:
+            schedule["jitterSeconds"] = int(jitter)
+        if dst_gap or dst_repeat:
+            schedule["dst"] = {k: v for k, v in (("gap", dst_gap), ("repeat", dst_repeat)) if v}
+    else:
+        if cron_only:
+            fail(f"{', '.join(cron_only)} only apply to --cron schedules")
+        schedule = {"runAt": utc_iso(at)} if at is not None else {"delaySeconds": delay}
+    if url is not None:
+        from app.domain.jobs import validate_target
+
+        try:
+            validate_target("http", url)
+        except InvalidInput as exc:
+            fail(f"--url: {exc.detail}")
+        target = {"type": "http", "ref": url}
+    else:
+        assert pool is not None
+        target = {"type": "queue", "ref": check_pool_name(pool)}
+    body: dict[str, Any] = {"name": name, "target": target, "schedule": schedule,
+                            "payload": None if payload is _NO_DATA else payload}
+    retry = {k: v for k, v in (("maxAttempts", max_attempts), ("backoffSeconds", backoff)) if v is not None}
+    if retry:
+        body["retry"] = retry
+    if timeout is not None:
+        body["timeoutSeconds"] = int(timeout)
+    if concurrency:
+        body["concurrency"] = concurrency
+    if misfire:
+        body["misfire"] = misfire
+    return body
+
+
+@jobs.command("submit")
+@click.option("--file", "file", metavar="PATH", help="The whole job as JSON (POST /v1/jobs body; - for stdin). "
+              "An array submits each item through /v1/jobs:batch.")
+@click.option("--name", help="Job name.")
+@click.option("--cron", metavar="EXPR", help="Cron expression (5 fields, names, H tokens); needs --tz.")
+@click.option("--tz", metavar="ZONE", help="IANA zone of --cron, e.g. Europe/London.")
+@click.option("--at", "at", type=INSTANT, help="Run once at this instant (ISO 8601 with an offset).")
+@click.option("--in", "delay", type=DURATION, help="Run once after this long: 90s, 5m, 1h30m, 2d.")
+@click.option("--pool", metavar="NAME", help="Deliver to this worker pool.")
+@click.option("--url", metavar="URL", help="Deliver with an HTTP POST to this URL.")
+@click.option("--payload", type=JSON_VALUE, default=_NO_DATA, show_default=False,
+              help="Payload as JSON (@file reads it from a file).")
+@click.option("--idempotency-key", metavar="KEY", help="Makes a retried submit return the same job.")
+@click.option("--jitter", type=DURATION, help="Cron jitter window.")
+@click.option("--max-attempts", type=click.IntRange(1, 100), help="Attempts before dead-lettering.")
+@click.option("--backoff", type=DURATION, help="First retry delay (doubles each attempt).")
+@click.option("--timeout", type=DURATION, help="Per-attempt timeout.")
+@click.option("--concurrency", type=click.Choice(["allow", "forbid", "replace"]))
+@click.option("--misfire", type=click.Choice(["run_once", "catch_up", "skip"]))
+@click.option("--dst-gap", type=click.Choice(["shift", "skip"]), help="Cron: a time a spring-forward skips.")
+@click.option("--dst-repeat", type=click.Choice(["once", "twice"]), help="Cron: a time a fall-back repeats.")
+@json_option
+@pass_api
+def jobs_submit(api: KairosClient, file: str | None, idempotency_key: str | None, as_json: bool,
+                **flags: Any) -> None:
+    """Submit a job: the whole body with --file, or the common cases with flags.
+
+    \b
+    kairos jobs submit --name report --in 90s --url https://example.com/hook --payload '{"x":1}'
+    kairos jobs submit --name digest --cron '0 9 * * MON-FRI' --tz Europe/London --pool emails
+    kairos jobs submit --file job.json
+    """
+    if file is not None:
+        used = sorted(f"--{k.replace('_', '-')}" for k, v in flags.items()
+                      if v is not None and v is not _NO_DATA)
+        if used:
+            fail(f"--file holds the whole job; leave out {', '.join(used)}")
+        document = _read_file(file)
+        if isinstance(document, list):
+            if idempotency_key:
+                fail("--idempotency-key is for one job; give each item of the array its own idempotencyKey")
+            _submit_many(api, document, as_json)
+            return
+        if not isinstance(document, dict):
+            fail(f"{file}: a job is a JSON object (or an array of them)")
+        body = document
+    else:
+        body = build_job(**flags)
+    if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
+        fail("--idempotency-key: must be 1-255 characters")
+    created = api.create_job(body, idempotency_key)
+    emit(created, as_json, lambda: click.echo(f"submitted {created['jobId']}, next run {when(created['nextRunAt'])}"))
+
+
+def _submit_many(api: KairosClient, items: list[Any], as_json: bool) -> None:
+    from app.cli.client import BATCH_MAX
+
+    if not all(isinstance(item, dict) for item in items):
+        fail("every item of the array must be a JSON object (a job)")
+    results: list[Any] = []
+    with progress() as bar:
+        task = bar.add_task("submitting", total=len(items))
+        for start in range(0, len(items), BATCH_MAX):
+            chunk = items[start:start + BATCH_MAX]
+            for result in api.create_jobs(chunk):
+                if "index" in result:
+                    result["index"] += start
+                results.append(result)
+            bar.advance(task, len(chunk))
+    refused = [r for r in results if r.get("error")]
+
+    def render() -> None:
+        table(["#", "JOB", "NEXT RUN", "ERROR"],
+              [(i, r.get("jobId"), when(r.get("nextRunAt")), _item_error(r)) for i, r in enumerate(results)])
+
+    emit({"results": results}, as_json, render)
+    if refused:
+        sys.stderr.write(f"error: {len(refused)} of {len(results)} jobs refused\n")
+        sys.exit(2)
+
+
+def _item_error(result: Any) -> str | None:
+    from app.cli.client import problem_line
+
+    error = result.get("error")
+    if not error:
+        return None
+    return problem_line(str(error.get("title", "refused")), error.get("detail"), error.get("field"))
+
+
+# -- reading -------------------------------------------------------------------------------------------
+
+@jobs.command("ls")
+@click.option("--state", type=click.Choice(REPORTED_JOB_STATES), help="Only jobs in this state.")
+@click.option("--name", help="Only jobs with exactly this name.")
+@click.option("--limit", type=click.IntRange(1, PAGE_MAX), default=None, help="Jobs per page (default 50).")
+@click.option("--all", "all_pages", is_flag=True, help="Follow the cursors to the last page.")
+@click.option("--cursor", help="Start at this page (from an earlier --json nextCursor).")
+@json_option
+@pass_api
+def jobs_ls(api: KairosClient, state: str | None, name: str | None, limit: int | None, all_pages: bool,
+            cursor: str | None, as_json: bool) -> None:
+    """List jobs, newest first."""
+    found: list[Job] = []
+    nxt = None
+    size = limit or (PAGE_MAX if all_pages else None)
+    for page in every_page(lambda c: api.list_jobs(state=state, name=name, limit=size, cursor=c),
+                           cursor=cursor, all_pages=all_pages):
+        found += page.items
+        nxt = page.next_cursor
+
+    def render() -> None:
+        show_jobs(found)
+        more_hint(nxt, len(found))
+
+    emit({"jobs": found, "nextCursor": nxt}, as_json, render)
+
+
+@jobs.command("show")
+@click.argument("job_id", type=JOB_ID)
+@json_option
+@pass_api
+def jobs_show(api: KairosClient, job_id: str, as_json: bool) -> None:
+    """One job."""
+    job = api.get_job(job_id)
+    emit(job, as_json, lambda: show_job(job))
+
+
+@jobs.command("history")
+@click.argument("job_id", type=JOB_ID)
+@click.option("--limit", type=click.IntRange(1, PAGE_MAX), default=None, help="Executions per page (default 50).")
+@click.option("--all", "all_pages", is_flag=True, help="Follow the cursors to the first execution.")
+@click.option("--cursor", help="Start at this page (from an earlier --json nextCursor).")
+@json_option
+@pass_api
+def jobs_history(api: KairosClient, job_id: str, limit: int | None, all_pages: bool, cursor: str | None,
+                 as_json: bool) -> None:
+    """A job's executions, newest first."""
+    found: list[Execution] = []
+    nxt = None
+    size = limit or (PAGE_MAX if all_pages else None)
+    for page in every_page(lambda c: api.job_executions(job_id, limit=size, cursor=c), cursor=cursor,
+                           all_pages=all_pages):
+        found += page.items
+        nxt = page.next_cursor
+
+    def render() -> None:
+        show_executions(found)
+        more_hint(nxt, len(found))
+
+    emit({"executions": found, "nextCursor": nxt}, as_json, render)
+
+
+@jobs.command("attempts")
+@click.argument("execution_id", type=EXECUTION_ID)
+@json_option
+@pass_api
+def jobs_attempts(api: KairosClient, execution_id: str, as_json: bool) -> None:
+    """Every attempt of one execution (from `kairos jobs history`), oldest first."""
+    rows = api.attempts(execution_id)
+    emit({"attempts": rows}, as_json, lambda: show_attempts(rows))
+
+
+# -- state changes -------------------------------------------------------------------------------------
+
+def _changed(job: Job, as_json: bool, verb: str) -> None:
+    emit(job, as_json, lambda: click.echo(f"{verb} {job['jobId']} ({job['name']}): {job['state']}, "
+                                          f"next run {when(job['nextRunAt'])}"))
+
+
+@jobs.command("pause")
+@click.argument("job_id", type=JOB_ID)
+@json_option
+@pass_api
+def jobs_pause(api: KairosClient, job_id: str, as_json: bool) -> None:
+    """Pause a job: no occurrence runs until it is resumed."""
+    _changed(api.pause_job(job_id), as_json, "paused")
+
+
+@jobs.command("resume")
+@click.argument("job_id", type=JOB_ID)
+@click.option("--missed", type=click.Choice(["skip", "run_once"]), default="skip", show_default=True,
+              help="What happens to the occurrences missed while paused.")
+@json_option
+@pass_api
+def jobs_resume(api: KairosClient, job_id: str, missed: Literal["skip", "run_once"], as_json: bool) -> None:
+    """Resume a paused job."""
+    _changed(api.resume_job(job_id, missed), as_json, "resumed")
+
+
+@jobs.command("cancel")
+@click.argument("job_id", type=JOB_ID)
+@json_option
+@pass_api
+def jobs_cancel(api: KairosClient, job_id: str, as_json: bool) -> None:
+    """Cancel a job: its next occurrence is removed, executions not yet started are cancelled."""
+    api.cancel_job(job_id)
+    _changed(api.get_job(job_id), as_json, "cancelled")
