@@ -140,15 +140,17 @@ class CrontabEntry:
 
 
 def job_body(entry: CrontabEntry, *, tz: str, target_type: str, target_ref: str, name_prefix: str,
-             dry_run: bool) -> dict[str, Any]:
-    """The POST /v1/jobs:batch item for one line (its idempotencyKey included)."""
+             dry_run: bool, revision: int = 1) -> dict[str, Any]:
+    """The POST /v1/jobs:batch item for one line (its idempotencyKey included). A ``revision`` other
+    than 1 starts a new set of keys: for lines whose settings changed after their jobs were cancelled."""
+    mode = "dry-run" if dry_run else "live"
     summary = " ".join(entry.command.split())
     body: dict[str, Any] = {
         "name": (name_prefix + summary)[:200],
         "target": {"type": target_type, "ref": target_ref},
         "schedule": {"cron": entry.schedule, "tz": tz},
         "payload": entry.payload(),
-        "idempotencyKey": entry.idempotency_key("dry-run" if dry_run else "live"),
+        "idempotencyKey": entry.idempotency_key(mode if revision == 1 else f"{mode}/r{revision}"),
     }
     if dry_run:
         body["dryRun"] = True
