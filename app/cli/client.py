@@ -4,14 +4,14 @@ Responses are checked against the TypedDicts below (camelCase, as on the wire) w
 ``msgspec.convert`` and handed back as the JSON the server sent, so ``--json`` prints fields this
 client does not know yet. Every failure is an :class:`ApiFailure` carrying one line and an exit
 code: an RFC 9457 problem with a 4xx status exits 2 (``error: <title>: <detail> (field <field>)``),
-5xx answers, unreadable answers and connection failures exit 1.
+5xx answers, unreadable answers and connection failures exit 1. The URL and key come from the
+command line (``--api-url``, ``--api-key``, or ``KAIROS_API_URL`` and ``KAIROS_API_KEY`` read by click).
 
 Adding an endpoint is one method: ``self.call("POST", f"/v1/jobs/{job_id}:run", expect=Execution)``.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, NotRequired, TypedDict, TypeVar
@@ -227,12 +227,6 @@ class KairosClient:
         self.api_key = api_key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport)
-
-    @classmethod
-    def from_env(cls, api_url: str | None = None, api_key: str | None = None, **kwargs: Any) -> KairosClient:
-        """The given URL and key, else KAIROS_API_URL (default http://127.0.0.1:8080) and KAIROS_API_KEY."""
-        return cls(api_url or os.environ.get(API_URL_ENV) or DEFAULT_API_URL,
-                   api_key or os.environ.get(API_KEY_ENV) or None, **kwargs)
 
     def __enter__(self) -> KairosClient:
         return self

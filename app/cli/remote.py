@@ -44,9 +44,10 @@ def api_group(name: str, **attrs: Any) -> Callable[[Callable[..., Any]], click.G
     """A command group taking --api-url and --api-key, which every command under it uses."""
 
     def decorate(f: Callable[..., Any]) -> click.Group:
-        @click.option("--api-url", metavar="URL", default=None,
-                      help=f"REST API base URL (default ${API_URL_ENV}, else {DEFAULT_API_URL}).")
-        @click.option("--api-key", metavar="KEY", default=None, help=f"Tenant API key (default ${API_KEY_ENV}).")
+        @click.option("--api-url", metavar="URL", envvar=API_URL_ENV, default=DEFAULT_API_URL, show_default=True,
+                      help=f"REST API base URL (env {API_URL_ENV}).")
+        @click.option("--api-key", metavar="KEY", envvar=API_KEY_ENV, default=None,
+                      help=f"Tenant API key (env {API_KEY_ENV}).")
         @functools.wraps(f)
         def callback(api_url: str | None, api_key: str | None, **kwargs: Any) -> Any:
             click.get_current_context().meta[_META] = ApiOptions(api_url, api_key)
@@ -62,7 +63,7 @@ def connected() -> Iterator[KairosClient]:
     """The client for the current command; an ApiFailure inside becomes one line and its exit code."""
     options: ApiOptions = click.get_current_context().meta.get(_META, ApiOptions())
     try:
-        with KairosClient.from_env(options.url, options.key) as client:
+        with KairosClient(options.url or DEFAULT_API_URL, options.key) as client:
             yield client
     except ApiFailure as exc:
         sys.stderr.write(f"error: {exc.message}\n")
