@@ -34,6 +34,7 @@ async def provide_tenant(request: Request, state: State) -> TenantContext:
         raise errors.Unauthorized("the API key is unknown or revoked")
     if principal.tenant_id is None:
         raise errors.Forbidden("a pool worker key cannot use the REST API")
+    request.state.tenant_id = principal.tenant_id  # for the request's log line (app.api.telemetry)
     return TenantContext(principal.tenant_id, principal.tenant_name or "")
 
 

@@ -11,10 +11,14 @@ from typing import NoReturn, TypeVar
 
 from app import errors, observability
 from app.config import Settings, load
-from app.store import Database, embedded, migrate
+from app.observability.probes import serve_probes
+from app.store import Database, embedded, health, migrate
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# /readyz on the metrics port: a database that does not answer a ping within this long is unreachable.
+READY_PING_TIMEOUT_S = 2.0
 
 
 def database_url(settings: Settings) -> str:
@@ -66,23 +70,56 @@ def run_command(work: Callable[[Database], Awaitable[T]], *, upgrade: bool = Tru
 Serve = Callable[[Settings, Database, asyncio.Event], Awaitable[None]]
 
 
+async def database_ready(db: Database | None) -> str | None:
+    """None when ``db`` answers a ping in time, else why not (what /readyz on the metrics port says)."""
+    if db is None:
+        return "starting: the database is not open yet"
+    try:
+        await asyncio.wait_for(health.ping(db), READY_PING_TIMEOUT_S)
+    except Exception as exc:  # any failure to reach the database means not ready
+        return f"database unreachable: {type(exc).__name__}: {exc}"[:300]
+    return None
+
+
 def run_service(name: str, settings: Settings, serve: Serve,
                 loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
-    """Run one tier until SIGTERM/SIGINT, then let it shut down gracefully."""
+    """Run one tier until SIGTERM/SIGINT, then let it shut down gracefully.
+
+    The metrics port (KAIROS_METRICS_PORT, unless 0) is served from before the database is opened
+    (``/healthz`` answers during migrations, ``/readyz`` once the database answers) until the end.
+    """
     observability.setup_logging(settings.log_level, settings.log_format, name)
+    observability.setup_metrics(name, otlp_endpoint=settings.otlp_endpoint, otlp_interval_s=settings.otlp_interval_s)
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        db = await open_database(settings)
-        log.info("starting", extra={"service": name})
-        try:
-            await serve(settings, db, stop)
-        finally:
-            await db.close()
-            log.info("stopped", extra={"service": name})
+        opened: list[Database] = []
 
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(main())
+        async def metrics() -> bytes:
+            return observability.exposition()
+
+        probes = None
+        if settings.metrics_port:
+            probes = await serve_probes(settings.metrics_host, settings.metrics_port, metrics=metrics,
+                                        ready=lambda: database_ready(opened[0] if opened else None))
+        try:
+            db = await open_database(settings)
+            opened.append(db)
+            log.info("starting", extra={"service": name})
+            try:
+                await serve(settings, db, stop)
+            finally:
+                await db.close()
+                log.info("stopped", extra={"service": name})
+        finally:
+            if probes is not None:
+                probes.close()
+
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(main())
+    finally:
+        observability.shutdown_metrics()
