@@ -179,6 +179,27 @@ class Settings:
     grpc_host: str = setting("KAIROS_GRPC_HOST", "127.0.0.1", text(), "worker protocol listen address (executor)")
     grpc_port: int = setting(
         "KAIROS_GRPC_PORT", 50051, integer(0, 65535, " (0 picks a free port)"), "worker protocol port (executor)")
+    # 0.0.0.0 by default, unlike the other hosts: the kubelet probes this port on the pod's address.
+    metrics_host: str = setting(
+        "KAIROS_METRICS_HOST", "0.0.0.0", text(),
+        "listen address of the metrics port (`/metrics`, `/healthz`, `/readyz`; see "
+        "[observability.md](observability.md))")
+    metrics_port: int = setting(
+        "KAIROS_METRICS_PORT", 9464, integer(0, 65535, " (0: none)"),
+        "metrics port of a scheduler or executor, and of `kairos api` (its supervisor answers for all its "
+        "workers; `/metrics` is on the API port too); `kairos up` gives it to the scheduler and the next port "
+        "to the executor")
+    otlp_endpoint: str = setting(
+        "KAIROS_OTLP_ENDPOINT", "", text(required=False),
+        "OTLP/HTTP collector base URL (`http://collector:4318`): metrics are also pushed to "
+        "`<url>/v1/metrics`; empty: Prometheus scrapes only")
+    otlp_interval_s: float = setting(
+        "KAIROS_OTLP_INTERVAL_S", 15.0, number(exclusive=True), shown="`15`",
+        doc="seconds between OTLP metric exports (with `KAIROS_OTLP_ENDPOINT`)")
+    api_metrics_dir: str = setting(
+        "KAIROS_API_METRICS_DIR", "", text(required=False), section="internal",
+        doc="set by `kairos api` for the worker processes it supervises: the directory of the sockets on which "
+            "its tier-wide `/metrics` asks each of them; do not set it")
     lease_ttl_s: float = setting(
         "KAIROS_LEASE_TTL_S", 10.0, number(exclusive=True), shown="`10`",
         doc="scheduler shard lease TTL: how long a dead scheduler's shards stay unowned (not the worker "
@@ -194,6 +215,10 @@ class Settings:
     max_schedule_horizon_days: int = setting(
         "KAIROS_MAX_SCHEDULE_HORIZON_DAYS", 3660, integer(1),
         "how far ahead a `runAt` or a cron job's first occurrence may lie")
+    herd_warning_threshold: int = setting(
+        "KAIROS_HERD_WARNING_THRESHOLD", 1000, integer(1),
+        "a new recurring job whose first occurrence lands on a minute where its tenant already has at "
+        "least this many occurrences due gets a `warnings` entry suggesting `jitterSeconds`")
     # `kairos up --demo`: the API also serves POST /demo/echo, the demo job's target.
     demo: bool = setting("KAIROS_DEMO", False, FLAG, shown="empty",
                          doc="`1`: the API also serves `POST /demo/echo` (set by `kairos up --demo`)")
@@ -242,6 +267,11 @@ class Settings:
         "KAIROS_API_REUSE_PORT", False, FLAG, section="internal", shown="empty",
         doc="set to `1` by `kairos api` for the worker processes it supervises (they share the port); "
             "do not set it")
+    supervisor_token: str = setting(
+        "KAIROS_SUPERVISOR_TOKEN", "", text(required=False), section="internal", shown="empty",
+        doc="set by `kairos up` for its children, a new random value per run: `/healthz` and the executor's "
+            "gRPC port answer it, so `kairos up` knows the ports it probes are served by its own processes; "
+            "do not set it")
 
     @property
     def max_payload_bytes(self) -> int:
@@ -263,10 +293,17 @@ class Settings:
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """What ``kairos worker`` reads (the tenant side; kairos_sdk reads the first two itself as well)."""
+    """What ``kairos worker`` reads (the tenant side; kairos_sdk reads KAIROS_GRPC_ADDR and KAIROS_API_KEY
+    itself as well). The executor's address is ``executor_addr``."""
 
-    grpc_addr: str = setting("KAIROS_GRPC_ADDR", "127.0.0.1:50051", text(), section="worker",
-                             doc="executor address, `host:port`")
+    grpc_addr: str = setting("KAIROS_GRPC_ADDR", "", text(), section="worker",
+                             shown="`KAIROS_GRPC_HOST:KAIROS_GRPC_PORT`",
+                             doc="executor address, `host:port`; wins over `KAIROS_GRPC_HOST` and "
+                                 "`KAIROS_GRPC_PORT` (and `kairos worker --addr` over all three)")
+    grpc_host: str = setting("KAIROS_GRPC_HOST", "127.0.0.1", text(), section="worker",
+                             doc="executor host when `KAIROS_GRPC_ADDR` is empty (the executor listens on it)")
+    grpc_port: int = setting("KAIROS_GRPC_PORT", 50051, integer(1, 65535), section="worker",
+                             doc="executor port when `KAIROS_GRPC_ADDR` is empty (the executor listens on it)")
     api_key: str = setting("KAIROS_API_KEY", "", text(required=False), section="worker",
                            shown="none (required by `kairos worker`)",
                            doc="a tenant key, or a shared pool's worker key")
@@ -274,6 +311,14 @@ class WorkerSettings:
                              doc="log level, as for the server")
     log_format: str = setting("KAIROS_LOG_FORMAT", "json", choice(LOG_FORMATS, upper=False), section="worker",
                               doc="`json` or `text`, as for the server")
+
+    @property
+    def executor_addr(self) -> str:
+        """KAIROS_GRPC_ADDR, else KAIROS_GRPC_HOST:KAIROS_GRPC_PORT (so one environment serves both sides)."""
+        if self.grpc_addr:
+            return self.grpc_addr
+        host = f"[{self.grpc_host}]" if ":" in self.grpc_host and not self.grpc_host.startswith("[") else self.grpc_host
+        return f"{host}:{self.grpc_port}"
 
 
 def _read(cls: type[Any], environ: Mapping[str, str]) -> Any:

@@ -13,15 +13,17 @@ from app.api.dashboard import DashboardController
 from app.api.dead_letters import DeadLetterController
 from app.api.health import DemoController, HealthController
 from app.api.jobs import JobController, ScheduleController, create_jobs
+from app.api.metrics import MetricsController
 from app.api.openapi_ui import LocalSwaggerUI
 from app.api.stats import StatsController, StatusController
-from app.api.submit import SubmitWriter
+from app.api.submit import SubmitWriter, WriterConfig
 from app.config import Settings
 from app.store import Database, tenants
 
 
 def controllers(settings: Settings) -> list[type]:
     found: list = [HealthController, JobController, create_jobs, ScheduleController, DeadLetterController]
+    found.append(MetricsController)
     found += [StatsController, StatusController, DashboardController]
     if settings.demo:
         found.append(DemoController)
@@ -29,9 +31,11 @@ def controllers(settings: Settings) -> list[type]:
 
 
 def create_app(settings: Settings, db: Database) -> Litestar:
-    writer = SubmitWriter(db)
+    writer = SubmitWriter(db, WriterConfig(herd_threshold=settings.herd_warning_threshold))
     return Litestar(
         route_handlers=controllers(settings),
+        # Litestar's default would replace the process's JSON log handler with its own text one.
+        logging_config=None,
         dependencies={"db": Provide(provide_db), "tenant": Provide(provide_tenant)},
         exception_handlers=problems.HANDLERS,  # type: ignore[arg-type]
         state=State({"settings": settings, "db": db, "key_cache": tenants.KeyCache(), "submit_writer": writer}),

@@ -70,7 +70,8 @@ class JobController(Controller):
         [outcome] = await writer.submit([sub])
         if isinstance(outcome, errors.KairosError):
             raise outcome
-        body = schemas.JobCreated(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at)
+        body = schemas.JobCreated(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
+                                  warnings=list(outcome.warnings) or None)
         return Response(body, status_code=201, headers={"Location": f"/v1/jobs/{outcome.job_id}"})
 
     @get("/", operation_id="ListJobs",
@@ -217,7 +218,8 @@ async def create_jobs(request: Request, tenant: Tenant, state: State) -> schemas
             results[index] = _item_error(exc, index)
     writer: SubmitWriter = state.submit_writer
     for index, outcome in zip(where, await writer.submit(subs), strict=True):
-        results[index] = (schemas.BatchItemOut(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at)
+        results[index] = (schemas.BatchItemOut(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
+                                               warnings=list(outcome.warnings) or None)
                           if isinstance(outcome, Created) else _item_error(outcome, index))
     return schemas.BatchOut(results=results)  # type: ignore[arg-type]
 

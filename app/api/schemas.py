@@ -93,15 +93,19 @@ class BatchItemOut(Wire, omit_defaults=True):
     next_run_at: datetime | None = None
     error: dict[str, Any] | None = None
     index: int | None = None
+    warnings: list[str] | None = None
 
 
 class BatchOut(Wire):
     results: list[BatchItemOut]
 
 
-class JobCreated(Wire):
+class JobCreated(Wire, omit_defaults=True):
     job_id: str
     next_run_at: datetime | None
+    # Advice that does not refuse the job, e.g. the herd warning (many occurrences due in one minute);
+    # absent when there is none.
+    warnings: list[str] | None = None
 
 
 class TargetOut(Wire):

@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID
 
 from app import errors, observability
 from app.domain import jobs as spec
 from app.domain import schedule as cron
+from app.domain.shards import due_minute
 from app.store import Database, Store
 from app.store import jobs as store
 
@@ -46,6 +47,7 @@ class Created:
     job_id: UUID
     next_run_at: datetime | None
     replayed: bool
+    warnings: tuple[str, ...] = ()
 
 
 Outcome = Created | errors.KairosError
@@ -76,8 +78,17 @@ def new_job_row(s: Submission, queue: str) -> store.NewJob:
     )
 
 
-async def store_many(tx: Store, subs: Sequence[Submission]) -> list[Outcome]:
-    """Store submissions in the caller's transaction; one outcome per submission, in order."""
+def _herd_warning(due: int, minute: datetime) -> str:
+    return (f"{due} occurrences of this tenant are due in the minute {minute.isoformat().replace('+00:00', 'Z')}: "
+            "set schedule.jitterSeconds (e.g. 300) to spread this job over a window instead of the top of the "
+            "minute")
+
+
+async def store_many(tx: Store, subs: Sequence[Submission], herd_threshold: int | None = None) -> list[Outcome]:
+    """Store submissions in the caller's transaction; one outcome per submission, in order.
+
+    A new recurring job whose first occurrence lands on a minute where its tenant already has
+    ``herd_threshold`` occurrences due (this one included) comes back with a herd warning."""
     pools = await tx.jobs.shared_pool_access_many(sorted({
         (s.tenant_id, s.job.target.ref) for s in subs if s.job.target.type == "queue"}))
     out: list[Outcome | None] = [None] * len(subs)
@@ -102,6 +113,16 @@ async def store_many(tx: Store, subs: Sequence[Submission]) -> list[Outcome]:
         hit = earlier[(s.tenant_id, s.idempotency_key)]
         out[i] = (Created(hit.job_id, hit.first_run_at, replayed=True) if hit.request_hash == s.fingerprint
                   else errors.IdempotencyConflict())
+    if herd_threshold is not None:
+        recurring = [(i, s, o) for i, (s, o) in enumerate(zip(subs, out, strict=True))
+                     if isinstance(o, Created) and not o.replayed and not isinstance(s.job.schedule, spec.OnceSchedule)]
+        minutes = {(s.tenant_id, due_minute(s.job.first_run_at)) for _, s, _ in recurring}
+        due = await tx.jobs.due_per_minute(sorted(minutes)) if minutes else {}
+        for i, s, created in recurring:
+            minute = due_minute(s.job.first_run_at)
+            count = due.get((s.tenant_id, minute), 0)
+            if count >= herd_threshold:
+                out[i] = replace(created, warnings=(_herd_warning(count, minute),))
     queues = {r.job_id: r.queue for r in rows}
     for s, outcome in zip(subs, out, strict=True):
         if isinstance(outcome, Created) and not outcome.replayed and s.job.skipped_before_first:
@@ -117,6 +138,8 @@ class WriterConfig:
     max_rows: int = WRITER_MAX_ROWS_DEFAULT
     # Transactions in flight at once per process.
     in_flight: int = WRITER_IN_FLIGHT_DEFAULT
+    # KAIROS_HERD_WARNING_THRESHOLD (None: no herd warnings).
+    herd_threshold: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_rows < 1 or self.in_flight < 1:
@@ -166,7 +189,7 @@ class SubmitWriter:
     async def _flush(self, group: list[_Request]) -> None:
         subs = [s for r in group for s in r.subs]
         try:
-            outcomes = await self.db.transaction(lambda tx: store_many(tx, subs))
+            outcomes = await self.db.transaction(lambda tx: store_many(tx, subs, self.config.herd_threshold))
         except (errors.DatabaseUnavailable, errors.TransactionRetriesExhausted) as exc:
             for r in group:
                 _settle(r, exc)

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from sqlalchemy import Row
 
-from app.domain.shards import due_minute, shard_of
+from app.domain.shards import SHARD_COUNT, due_minute, shard_of
 from app.domain.states import ExecutionState, JobState, ReportedJobState, reported_job_state
 from app.store.arrays import plain, texts
 from app.store.queries import q
@@ -239,6 +239,15 @@ class Jobs(Table):
             "scheduled_fors": plain(scheduled_for), "ready_ats": plain(ready_at),
         })
         return {r.scheduled_for: r.execution_id for r in rows}
+
+    async def due_per_minute(self, pairs: Sequence[tuple[UUID, datetime]]) -> dict[tuple[UUID, datetime], int]:
+        """(tenant, due minute) -> occurrences of that tenant due in that minute."""
+        if not pairs:
+            return {}
+        rows = await self._conn.execute(q("DueIndexTenantMinuteCountMany"), {
+            "shard_ids": plain(range(SHARD_COUNT)), "tenant_ids": plain([t for t, _ in pairs]),
+            "due_minutes": plain([m for _, m in pairs])})
+        return {(r.tenant_id, r.due_minute): int(r.due) for r in rows}
 
     async def execution_counts(self, tenant_id: UUID, job_id: UUID) -> ExecutionCounts:
         """How the job's executions stand, by state (ready and leased count as pending)."""

@@ -117,6 +117,14 @@ WITH input AS (
 )
 SELECT job_id FROM inserted;
 
+-- name: DueIndexTenantMinuteCountMany
+-- How many occurrences each (tenant, minute) pair has due (the herd warning at submit): one index probe per shard and pair.
+SELECT k.tenant_id, k.due_minute,
+       (SELECT count(*) FROM due_index AS d
+        WHERE d.shard_id = ANY (CAST(:shard_ids AS INT[])) AND d.due_minute = k.due_minute
+          AND d.tenant_id = k.tenant_id) AS due
+FROM unnest(CAST(:tenant_ids AS UUID[]), CAST(:due_minutes AS TIMESTAMPTZ[])) AS k (tenant_id, due_minute);
+
 -- name: JobGetByIdempotencyKeyMany
 -- The jobs earlier requests created under these (tenant, Idempotency-Key) pairs, with their fingerprints.
 SELECT j.tenant_id, j.idempotency_key, j.job_id, j.request_hash, j.first_run_at

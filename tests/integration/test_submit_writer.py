@@ -93,3 +93,24 @@ async def test_idempotency_keys_hold_within_and_across_transactions(db: Database
 def test_writer_config_is_validated(bad: dict) -> None:
     with pytest.raises(ValueError):
         WriterConfig(**bad)
+
+
+async def test_a_recurring_job_landing_on_a_crowded_minute_carries_a_herd_warning(db: Database) -> None:
+    tenant_id, other = await new_tenant(db), await new_tenant(db)
+    writer = SubmitWriter(db, WriterConfig(herd_threshold=3))
+
+    def hourly(name: str, jitter: int | None = None) -> schemas.JobIn:
+        return schemas.JobIn(name=name, target=schemas.TargetIn("queue", "pool"),
+                             schedule=schemas.ScheduleIn(cron="0 * * * *", tz="UTC", jitter_seconds=jitter))
+
+    first = await writer.submit([service.submission(hourly(f"h{i}"), Settings(), tenant_id, None, None, NOW)
+                                 for i in range(2)])
+    assert all(isinstance(o, Created) and o.warnings == () for o in first)
+    [third] = await writer.submit([service.submission(hourly("h2"), Settings(), tenant_id, None, None, NOW)])
+    assert isinstance(third, Created) and len(third.warnings) == 1
+    assert "3 occurrences" in third.warnings[0] and "jitterSeconds" in third.warnings[0]
+    # Another tenant's herd is not this tenant's; one-offs never warn.
+    [theirs] = await writer.submit([service.submission(hourly("x"), Settings(), other, None, None, NOW)])
+    assert isinstance(theirs, Created) and theirs.warnings == ()
+    [once] = await writer.submit([service.submission(job("once"), Settings(), tenant_id, None, None, NOW)])
+    assert isinstance(once, Created) and once.warnings == ()
