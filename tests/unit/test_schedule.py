@@ -430,9 +430,38 @@ def test_bad_zones_name_the_problem(tz: str, detail: str) -> None:
     assert detail in caught.value.detail, caught.value.detail
 
 
-@pytest.mark.parametrize("tz", ["UTC", "Asia/Tokyo", "America/New_York", "Australia/Lord_Howe", "Etc/GMT+5"])
+@pytest.mark.parametrize("tz", ["UTC", "Etc/UTC", "Etc/GMT", "Etc/GMT+0", "GMT", "Asia/Tokyo", "America/New_York",
+                                "Australia/Lord_Howe", "America/Panama", "Pacific/Honolulu"])
 def test_good_zones_load(tz: str) -> None:
     assert validate_tz(tz).key == tz
+
+
+LEGACY_TZ = [
+    ("EST", "America/New_York"),
+    ("est", "America/New_York"),
+    ("MST", "America/Phoenix"),
+    ("HST", "Pacific/Honolulu"),
+    ("EST5EDT", "America/New_York"),
+    ("CST6CDT", "America/Chicago"),
+    ("MST7MDT", "America/Denver"),
+    ("PST8PDT", "America/Los_Angeles"),
+    ("Etc/GMT+5", "UTC-05:00 all year"),
+    ("Etc/GMT-14", "UTC+14:00 all year"),
+]
+
+
+@pytest.mark.parametrize(("tz", "suggested"), LEGACY_TZ)
+def test_legacy_names_that_are_not_places_are_refused_with_the_zone_to_name(tz: str, suggested: str) -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        validate_tz(tz)
+    assert caught.value.field == "schedule.tz"
+    assert suggested in caught.value.detail, caught.value.detail
+
+
+def test_a_stored_schedule_in_a_legacy_zone_still_evaluates() -> None:
+    """Jobs accepted before legacy names were refused keep firing: only new schedules are checked."""
+    [occurrence] = fires("0 9 * * *", "EST", "2026-07-01 00:00", 1)
+    assert instants([occurrence]) == ["2026-07-01 14:00"]  # 09:00 at UTC-05:00, no EDT
 
 
 def test_occurrences_after_validates_eagerly() -> None:

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from app.domain.schedule.cron import CompiledCron, compile_cron, stable_int
-from app.domain.schedule.zone import DstPolicy, Placement, as_utc, gap_end, place, validate_tz, wall_start
+from app.domain.schedule.zone import DstPolicy, Placement, as_utc, gap_end, load_zone, place, wall_start
 from app.errors import InvalidSchedule
 
 
@@ -83,7 +83,8 @@ class Timeline:
     def of(cls, schedule: CronSchedule, job_key: str) -> Timeline:
         return cls(
             cron=compile_cron(schedule.expr, job_key),
-            zone=validate_tz(schedule.tz),
+            # A stored schedule keeps its zone: new ones are checked by validate_tz at submit.
+            zone=load_zone(schedule.tz),
             dst=schedule.dst,
             jitter=timedelta(seconds=jitter_offset_s(job_key, schedule.jitter_s)),
         )

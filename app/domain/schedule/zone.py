@@ -15,6 +15,7 @@ arithmetic wherever the offset is constant.
 from __future__ import annotations
 
 import functools
+import re
 import zoneinfo
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -47,14 +48,62 @@ class DstPolicy:
 # Names zoneinfo can load that are not portable zones: the server's own zone, tzdata internals.
 _NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
 
+# Legacy names that are not the zone of any place, and the zone to name instead. The IANA database
+# keeps them for old systems only: EST, MST and HST are fixed offsets (standard time all year), and
+# EST5EDT, CST6CDT, MST7MDT and PST8PDT apply the US rules to all of history (its "northamerica"
+# notes). Since 2024b its "backward" file makes them links (EST to America/Panama, EST5EDT to
+# America/New_York, ...), but tzdata built with "backzone", as Debian's is, keeps the old
+# definitions, so the same name means different clocks on different hosts. A schedule written in
+# one fires at the time its author meant only until the two disagree: every summer, for EST.
+_LEGACY_ZONES: dict[str, str] = {
+    "EST": "UTC-05:00 all year, never EDT; name America/New_York for US Eastern time, "
+           "or America/Panama for UTC-05:00 all year",
+    "MST": "UTC-07:00 all year, never MDT; name America/Denver for US Mountain time, "
+           "or America/Phoenix for UTC-07:00 all year",
+    "HST": "UTC-10:00 all year; name Pacific/Honolulu",
+    "EST5EDT": "US Eastern rules without local history; name America/New_York",
+    "CST6CDT": "US Central rules without local history; name America/Chicago",
+    "MST7MDT": "US Mountain rules without local history; name America/Denver",
+    "PST8PDT": "US Pacific rules without local history; name America/Los_Angeles",
+}
+# Etc/GMT+5 and the like: fixed offsets with POSIX's sign (Etc/GMT+5 is UTC-05:00). The IANA
+# "etcetera" notes say not to use them for geographic locations. Etc/GMT+0 and friends are UTC.
+_FIXED_OFFSET = re.compile(r"^Etc/GMT([+-])(\d{1,2})$")
+
 
 @functools.cache
 def _zone_names() -> frozenset[str]:
     return frozenset(zoneinfo.available_timezones()) - _NOT_ZONES
 
 
+def _legacy_reason(name: str) -> str | None:
+    """Why a loadable name is refused for new schedules (None: it is a real zone, or UTC)."""
+    if name in _LEGACY_ZONES:
+        return f"'{name}' is a legacy name, not a place: {_LEGACY_ZONES[name]}"
+    fixed = _FIXED_OFFSET.match(name)
+    if fixed and int(fixed[2]) != 0:
+        sign = "-" if fixed[1] == "+" else "+"
+        return (f"'{name}' is a fixed offset, UTC{sign}{int(fixed[2]):02d}:00 all year (POSIX sign: "
+                f"Etc/GMT+N is N hours behind UTC); name the zone of the place, e.g. America/New_York "
+                f"or Europe/Berlin, or UTC")
+    return None
+
+
 def validate_tz(tz: str) -> ZoneInfo:
-    """The zone for an IANA name; InvalidSchedule("schedule.tz", ...) for anything else."""
+    """The zone for an IANA name a new schedule may use; InvalidSchedule("schedule.tz", ...) for
+    anything else, including the legacy names that are not places (EST, EST5EDT, Etc/GMT+5, ...)."""
+    if isinstance(tz, str) and tz.strip():
+        canonical = tz if tz in _zone_names() else next(
+            (name for name in _zone_names() if name.lower() == tz.strip().lower()), None)
+        reason = _legacy_reason(canonical) if canonical else None
+        if reason:
+            raise InvalidSchedule(TZ_FIELD, reason)
+    return load_zone(tz)
+
+
+def load_zone(tz: str) -> ZoneInfo:
+    """The zone for any IANA name zoneinfo can load, legacy ones included (a stored schedule keeps
+    evaluating in the zone it was accepted with); InvalidSchedule("schedule.tz", ...) otherwise."""
     if not isinstance(tz, str) or not tz.strip():
         raise InvalidSchedule(TZ_FIELD, "is empty; use an IANA zone name such as Europe/London or UTC")
     if tz.startswith("/") or tz.startswith("."):
