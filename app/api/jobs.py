@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -18,6 +19,7 @@ from app.api import pagination, problems, schemas, service
 from app.api.auth import DB, Tenant
 from app.api.submit import Created, Submission, SubmitWriter
 from app.domain import jobs as spec
+from app.observability import tracing
 
 BATCH_MAX = 1000
 BATCH_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -64,10 +66,12 @@ class JobController(Controller):
                          idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
                          ) -> Response[schemas.JobCreated]:
         fingerprint = spec.request_fingerprint(await request.body()) if idempotency_key else None
-        sub = service.submission(data, state.settings, tenant.tenant_id, idempotency_key, fingerprint,
-                                 service.utcnow())
-        writer: SubmitWriter = state.submit_writer
-        [outcome] = await writer.submit([sub])
+        with tracing.span("kairos.submit", parent=request.headers.get("traceparent"),
+                          attributes={"kairos.tenant_id": str(tenant.tenant_id)}) as traceparent:
+            sub = service.submission(data, state.settings, tenant.tenant_id, idempotency_key, fingerprint,
+                                     service.utcnow(), traceparent)
+            writer: SubmitWriter = state.submit_writer
+            [outcome] = await writer.submit([sub])
         if isinstance(outcome, errors.KairosError):
             raise outcome
         body = schemas.JobCreated(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
@@ -205,6 +209,13 @@ async def create_jobs(request: Request, tenant: Tenant, state: State) -> schemas
     if len(batch.jobs) > BATCH_MAX:
         raise errors.InvalidInput("jobs", f"at most {BATCH_MAX} jobs per batch, got {len(batch.jobs)}")
     now = service.utcnow()
+    with tracing.span("kairos.submit_batch", parent=request.headers.get("traceparent"),
+                      attributes={"kairos.tenant_id": str(tenant.tenant_id), "kairos.jobs": len(batch.jobs)}) as tp:
+        return await _create_batch(batch, tenant, state, now, tp)
+
+
+async def _create_batch(batch: schemas.BatchIn, tenant: Tenant, state: State, now: datetime,
+                        traceparent: str | None) -> schemas.BatchOut:
     results: list[schemas.BatchItemOut | None] = [None] * len(batch.jobs)
     subs: list[Submission] = []
     where: list[int] = []
@@ -212,7 +223,7 @@ async def create_jobs(request: Request, tenant: Tenant, state: State) -> schemas
         try:
             item, fingerprint = _decode_item(raw_item)
             subs.append(service.submission(item, state.settings, tenant.tenant_id, item.idempotency_key,
-                                           fingerprint, now))
+                                           fingerprint, now, traceparent))
             where.append(index)
         except errors.InvalidInput as exc:
             results[index] = _item_error(exc, index)

@@ -221,6 +221,8 @@ class ExecutionOut(Wire):
     dispatched_at: datetime | None = None
     first_started_at: datetime | None = None
     start_lag_ms: int | None = None
+    # The occurrence's trace (W3C trace id), as its HTTP deliveries carried it in traceparent.
+    trace_id: str | None = None
 
 
 class FireTimeOut(Wire):

@@ -84,11 +84,12 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
 
 
 def submission(body: schemas.JobIn, settings: Settings, tenant_id: UUID, idem_key: str | None,
-               fingerprint: str | None, now: datetime) -> Submission:
+               fingerprint: str | None, now: datetime, traceparent: str | None = None) -> Submission:
     """A validated job to store; raises InvalidInput naming the field."""
     if idem_key is not None and not 1 <= len(idem_key) <= 255:
         raise errors.InvalidInput("Idempotency-Key", "must be 1-255 characters")
-    return Submission(build_spec(body, settings, now), tenant_id, idem_key, fingerprint if idem_key else None)
+    return Submission(build_spec(body, settings, now), tenant_id, idem_key, fingerprint if idem_key else None,
+                      traceparent)
 
 
 # -- reading -------------------------------------------------------------------------------------------
@@ -178,7 +179,7 @@ def execution_out(job: store.Job, e: store.ExecutionSummary) -> schemas.Executio
     return schemas.ExecutionOut(str(e.execution_id), e.scheduled_for, e.attempt, e.state, e.started_at,
                                 e.finished_at, error, skip_reason=e.skip_reason, trigger=e.trigger, due_at=due_at,
                                 dispatched_at=e.dispatched_at, first_started_at=e.first_started_at,
-                                start_lag_ms=lag_ms)
+                                start_lag_ms=lag_ms, trace_id=e.traceparent.split("-")[1] if e.traceparent else None)
 
 
 # -- state changes -------------------------------------------------------------------------------------

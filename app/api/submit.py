@@ -40,6 +40,7 @@ class Submission:
     tenant_id: UUID
     idempotency_key: str | None
     fingerprint: str | None
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,7 @@ def new_job_row(s: Submission, queue: str) -> store.NewJob:
         every_s=every.every_s if every else None, anchor_at=every.anchor if every else None,
         labels=job.options.labels, dry_run=job.options.dry_run,
         max_retry_duration_s=job.options.max_retry_duration_s, http_method=job.options.http_method,
-        http_headers=job.options.http_headers,
+        http_headers=job.options.http_headers, traceparent=s.traceparent,
     )
 
 

@@ -11,6 +11,7 @@ from typing import NoReturn, TypeVar
 
 from app import errors, observability
 from app.config import Settings, load
+from app.observability import tracing
 from app.observability.probes import serve_probes
 from app.store import Database, embedded, health, migrate
 
@@ -90,6 +91,7 @@ def run_service(name: str, settings: Settings, serve: Serve,
     """
     observability.setup_logging(settings.log_level, settings.log_format, name)
     observability.setup_metrics(name, otlp_endpoint=settings.otlp_endpoint, otlp_interval_s=settings.otlp_interval_s)
+    tracing.setup_tracing(name, settings.otlp_endpoint)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -123,3 +125,4 @@ def run_service(name: str, settings: Settings, serve: Serve,
             runner.run(main())
     finally:
         observability.shutdown_metrics()
+        tracing.shutdown_tracing()

@@ -30,6 +30,7 @@ from app.executor.batching import Deferral, Outcomes
 from app.executor.breaker import BreakerConfig, Breakers
 from app.executor.egress import EgressPolicy
 from app.executor.signing import sign
+from app.observability import tracing
 from app.store import Database
 from app.store import executions as ex
 
@@ -220,8 +221,13 @@ class HttpPool:
         timeout = max(0.5, item.timeout_s - 0.5)
         async with self._origin_slot(origin):
             try:
-                response = await self.client.request(method, pinned, content=body or None, headers=headers,
-                                                     timeout=timeout, extensions=extensions)
+                with tracing.span("kairos.deliver", parent=item.traceparent, attributes={
+                        "kairos.job_id": str(item.job_id), "kairos.execution_id": str(item.execution_id),
+                        "kairos.attempt": item.attempt, "http.request.method": method}) as traceparent:
+                    # The occurrence's trace goes to the target: its own spans join it.
+                    headers["traceparent"] = traceparent or tracing.child_of(item.traceparent)
+                    response = await self.client.request(method, pinned, content=body or None, headers=headers,
+                                                         timeout=timeout, extensions=extensions)
             except httpx.TimeoutException:
                 self.breakers.record_failure(origin)
                 return Verdict("retry", f"timed out after {timeout:g}s")

@@ -34,6 +34,8 @@ from uuid import UUID
 
 from app import errors, observability
 from app.config import Settings
+from app.domain.states import ExecutionState
+from app.observability import tracing
 from app.scheduler.heap import DueEntry, DueHeap
 from app.scheduler.planning import Plan, plan_claim
 from app.store import Database, Store
@@ -101,6 +103,15 @@ class BatchResult:
 # ----------------------------------------------------------------------------------------------
 
 
+def _trace(c: store.Claim, e: store.NewExecution) -> str | None:
+    """The traceparent of an occurrence about to run (app.observability.tracing); none for a record."""
+    if e.state != ExecutionState.READY:
+        return None
+    return tracing.occurrence(c.job_traceparent, one_off=c.schedule_kind == "once", attributes={
+        "kairos.job_id": str(c.job_id), "kairos.tenant_id": str(c.tenant_id),
+        "kairos.scheduled_for": e.scheduled_for.isoformat()})
+
+
 class Dispatcher:
     def __init__(self, db: Database, owner: str, heap: DueHeap, config: DispatcherConfig = DispatcherConfig(),
                  clock: Clock | None = None, wake: asyncio.Event | None = None) -> None:
@@ -147,15 +158,17 @@ class Dispatcher:
             self._catch_up_slots = dict(slots_before)  # a retried transaction plans afresh
             claims = await tx.dispatch.claim(self.owner, batch, sql_now)
             now = self._now()
-            plans = [plan_claim(c, now, self._catch_up_slot) for c in claims if c.claimed]
+            claimed = [c for c in claims if c.claimed]
+            plans = [plan_claim(c, now, self._catch_up_slot) for c in claimed]
             executions = [e for p in plans for e in p.executions]
+            traces = [_trace(c, e) for c, p in zip(claimed, plans, strict=True) for e in p.executions]
             next_due = [p.next_due for p in plans if p.next_due is not None]
             advances = [p.advance for p in plans if p.advance is not None]
             replacements = [p.replacement for p in plans if p.replacement is not None]
             if not (executions or next_due or advances):
                 return claims, plans, None
             await tx.dispatch.cancel_replaced(replacements, sql_now)
-            recorded = await tx.dispatch.record(executions, next_due, advances, sql_now)
+            recorded = await tx.dispatch.record(executions, next_due, advances, sql_now, traceparents=traces)
             return claims, plans, recorded
 
         result = BatchResult()

@@ -71,6 +71,7 @@ class Claim:
     dry_run: bool | None = None
     end_at: datetime | None = None
     every_s: int | None = None
+    job_traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +172,9 @@ class Dispatch(Table):
         })
 
     async def record(self, executions: Sequence[NewExecution], next_due: Sequence[NextDue],
-                     advances: Sequence[JobAdvance], now: datetime | None = None) -> Recorded:
+                     advances: Sequence[JobAdvance], now: datetime | None = None, *,
+                     traceparents: Sequence[str | None] | None = None) -> Recorded:
+        """``traceparents``: one per execution (or None), the trace its attempts continue."""
         e, n, a = executions, next_due, advances
         row = (await self._conn.execute(q("DispatchRecord"), {
             "now": now,
@@ -184,6 +187,7 @@ class Dispatch(Table):
             "e_ready_ats": _plain([x.ready_at for x in e]),
             "e_skip_reasons": _texts([x.skip_reason for x in e]),
             "e_notes": _texts([x.note for x in e]),
+            "e_traceparents": _texts(traceparents if traceparents is not None else [None] * len(e)),
             "n_shard_ids": _plain([x.shard_id for x in n]),
             "n_due_minutes": _plain([x.due_minute for x in n]),
             "n_next_run_ats": _plain([x.next_run_at for x in n]),

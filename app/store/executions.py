@@ -41,6 +41,7 @@ class Leased:
     signing_secret: str
     http_method: str = "POST"
     http_headers: dict[str, str] | None = None
+    traceparent: str | None = None  # the occurrence's trace (app.observability.tracing)
 
     @property
     def idempotency_key(self) -> str:

@@ -56,6 +56,7 @@ class NewJob:
     max_retry_duration_s: float | None
     http_method: str
     http_headers: dict[str, str]
+    traceparent: str | None
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class ExecutionSummary:
     skip_reason: str | None
     trigger: str
     dispatched_at: datetime
+    traceparent: str | None
     first_started_at: datetime | None
 
 
@@ -151,6 +153,7 @@ class Jobs(Table):
         "max_retry_duration_ss": plain([j.max_retry_duration_s for j in jobs]),
         "http_methods": texts([j.http_method for j in jobs]),
         "http_headerss": texts([json.dumps(j.http_headers, separators=(",", ":")) for j in jobs]),
+        "traceparents": texts([j.traceparent for j in jobs]),
             "shard_ids": plain([shard_of(j.job_id) for j in jobs]),
             "due_minutes": plain([due_minute(j.next_run_at) for j in jobs]),
         })

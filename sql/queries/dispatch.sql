@@ -27,7 +27,7 @@ SELECT b.ord,
            SELECT 1 FROM executions AS e
            WHERE e.job_id = c.job_id AND e.state IN ('ready', 'leased') AND e.scheduled_for <> c.nominal_at
        )) AS overlapping,
-       j.dry_run, j.end_at, j.every_s
+       j.dry_run, j.end_at, j.every_s, j.traceparent
 FROM batch AS b
 JOIN shard_leases AS l ON l.shard_id = b.shard_id
 LEFT JOIN claimed AS c ON c.job_id = b.job_id AND c.next_run_at = b.next_run_at
@@ -62,16 +62,17 @@ RETURNING a.execution_id;
 -- The writes of a claimed batch in one statement: insert its executions (ready or skipped; ON CONFLICT (job_id, scheduled_for) DO NOTHING), insert cron jobs' next due_index rows, advance the jobs.
 WITH ins AS (
     INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at,
-                            dispatched_at, finished_at, skip_reason, error)
+                            dispatched_at, finished_at, skip_reason, error, traceparent)
     SELECT e.job_id, e.tenant_id, e.queue, e.scheduled_for, e.max_attempts, e.state, e.ready_at,
            coalesce(CAST(:now AS TIMESTAMPTZ), now()),
            CASE WHEN e.state = 'skipped' THEN coalesce(CAST(:now AS TIMESTAMPTZ), now()) END,
-           e.skip_reason, e.note
+           e.skip_reason, e.note, e.traceparent
     FROM unnest(CAST(:e_job_ids AS UUID[]), CAST(:e_tenant_ids AS UUID[]), CAST(:e_queues AS TEXT[]),
                 CAST(:e_scheduled_fors AS TIMESTAMPTZ[]), CAST(:e_max_attempts AS INT[]),
                 CAST(:e_states AS TEXT[]), CAST(:e_ready_ats AS TIMESTAMPTZ[]),
-                CAST(:e_skip_reasons AS TEXT[]), CAST(:e_notes AS TEXT[]))
-        AS e (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at, skip_reason, note)
+                CAST(:e_skip_reasons AS TEXT[]), CAST(:e_notes AS TEXT[]), CAST(:e_traceparents AS TEXT[]))
+        AS e (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at, skip_reason, note,
+              traceparent)
     ON CONFLICT (job_id, scheduled_for) DO NOTHING  -- an occurrence is dispatched once, however often retried
     RETURNING state
 ),

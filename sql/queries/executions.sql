@@ -1,7 +1,7 @@
 -- name: ExecutionListForJob
 -- A page of one job's executions, newest occurrence first; keyset cursor on scheduled_for (unique within a job, so UNIQUE (job_id, scheduled_for) serves the page read backwards).
 SELECT execution_id, scheduled_for, attempt, state, started_at, finished_at, error, skip_reason, trigger,
-       dispatched_at,
+       dispatched_at, traceparent,
        (SELECT min(a.leased_at) FROM attempts AS a WHERE a.execution_id = executions.execution_id) AS first_started_at
 FROM executions
 WHERE job_id = :job_id AND tenant_id = :tenant_id
@@ -97,7 +97,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
     WHERE e.execution_id = p.execution_id AND j.job_id = e.job_id
       AND e.state = 'ready' AND e.attempt = p.attempt  -- a concurrent lease of the same row changes nothing
     RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
-              e.lease_owner, e.started_at, e.lease_until, e.payload
+              e.lease_owner, e.started_at, e.lease_until, e.payload, e.traceparent
 ), opened AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until)
     SELECT execution_id, attempt, tenant_id, lease_owner, started_at, lease_until FROM leased
@@ -105,7 +105,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
 )
 SELECT l.execution_id, l.job_id, l.tenant_id, l.attempt, l.max_attempts, l.scheduled_for, l.lease_until,
        coalesce(l.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s,
-       t.signing_secret, j.http_method, j.http_headers
+       t.signing_secret, j.http_method, j.http_headers, l.traceparent
 FROM leased AS l
 JOIN jobs AS j ON j.job_id = l.job_id
 JOIN tenants AS t ON t.tenant_id = l.tenant_id;

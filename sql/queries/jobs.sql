@@ -87,25 +87,25 @@ WITH input AS (
                 CAST(:start_ats AS TIMESTAMPTZ[]), CAST(:end_ats AS TIMESTAMPTZ[]), CAST(:every_ss AS INT[]),
                 CAST(:anchor_ats AS TIMESTAMPTZ[]), CAST(:labelss AS TEXT[]), CAST(:dry_runs AS BOOL[]),
                 CAST(:max_retry_duration_ss AS FLOAT8[]), CAST(:http_methods AS TEXT[]),
-                CAST(:http_headerss AS TEXT[]))
+                CAST(:http_headerss AS TEXT[]), CAST(:traceparents AS TEXT[]))
         AS i (job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
               cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
               timeout_s, concurrency, misfire, next_nominal_at, next_run_at, idempotency_key, request_hash,
               shard_id, due_minute, start_at, end_at, every_s, anchor_at, labels, dry_run,
-              max_retry_duration_s, http_method, http_headers)
+              max_retry_duration_s, http_method, http_headers, traceparent)
 ), inserted AS (
     INSERT INTO jobs (
         job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
         cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
         timeout_s, concurrency, misfire, state, next_nominal_at, next_run_at, first_run_at,
         idempotency_key, request_hash, start_at, end_at, every_s, anchor_at, labels, dry_run,
-        max_retry_duration_s, http_method, http_headers
+        max_retry_duration_s, http_method, http_headers, traceparent
     )
     SELECT job_id, tenant_id, name, target_type, target_ref, queue, CAST(payload AS JSONB), schedule_kind, run_at,
            cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
            timeout_s, concurrency, misfire, 'active', next_nominal_at, next_run_at, next_run_at,
            idempotency_key, request_hash, start_at, end_at, every_s, anchor_at, CAST(labels AS JSONB), dry_run,
-           max_retry_duration_s, http_method, CAST(http_headers AS JSONB)
+           max_retry_duration_s, http_method, CAST(http_headers AS JSONB), traceparent
     FROM input
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING job_id
