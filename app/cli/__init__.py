@@ -14,6 +14,9 @@ import click
 from rich.console import Console
 
 from app import errors
+from app.cli.crontab import crontab
+from app.cli.dead_letters import dead_letters
+from app.cli.jobs import jobs
 from app.cli.pools import pools
 from app.cli.runtime import fail, run_command
 from app.cli.status import status
@@ -183,6 +186,9 @@ def tenants_list() -> None:
 
 main.add_command(pools)
 main.add_command(worker)
+main.add_command(jobs)
+main.add_command(dead_letters)
+main.add_command(crontab)
 main.add_command(status)
 
 
