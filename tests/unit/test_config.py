@@ -103,12 +103,30 @@ def test_a_bad_value_names_the_variable_and_what_is_allowed(variable: str, value
 
 
 def test_worker_settings() -> None:
-    assert load_worker({}) == WorkerSettings(grpc_addr="127.0.0.1:50051", api_key="", log_level="INFO",
-                                             log_format="json")
+    assert load_worker({}) == WorkerSettings(grpc_addr="", grpc_host="127.0.0.1", grpc_port=50051, api_key="",
+                                             log_level="INFO", log_format="json")
+    assert load_worker({}).executor_addr == "127.0.0.1:50051"
     w = load_worker({"KAIROS_GRPC_ADDR": "executor:50051", "KAIROS_API_KEY": "k", "KAIROS_LOG_LEVEL": "warning"})
-    assert (w.grpc_addr, w.api_key, w.log_level) == ("executor:50051", "k", "WARNING")
+    assert (w.executor_addr, w.api_key, w.log_level) == ("executor:50051", "k", "WARNING")
     with pytest.raises(InvalidSetting, match="KAIROS_GRPC_ADDR must be a non-empty string"):
         load_worker({"KAIROS_GRPC_ADDR": ""})
+
+
+@pytest.mark.parametrize(("variables", "addr"), [
+    ({"KAIROS_GRPC_PORT": "6000"}, "127.0.0.1:6000"),
+    ({"KAIROS_GRPC_HOST": "executor", "KAIROS_GRPC_PORT": "6000"}, "executor:6000"),
+    ({"KAIROS_GRPC_HOST": "::1"}, "[::1]:50051"),
+    ({"KAIROS_GRPC_ADDR": "elsewhere:7000", "KAIROS_GRPC_HOST": "executor", "KAIROS_GRPC_PORT": "6000"},
+     "elsewhere:7000"),
+])
+def test_the_worker_reads_the_executor_address_the_server_listens_on(variables: dict[str, str], addr: str) -> None:
+    # One environment serves both sides: KAIROS_GRPC_HOST/PORT, unless KAIROS_GRPC_ADDR says otherwise.
+    assert load_worker(variables).executor_addr == addr
+
+
+def test_a_worker_port_must_be_one_it_can_connect_to() -> None:
+    with pytest.raises(InvalidSetting, match="KAIROS_GRPC_PORT must be an integer 1-65535, got '0'"):
+        load_worker({"KAIROS_GRPC_PORT": "0"})
 
 
 def test_every_field_is_one_documented_variable() -> None:
