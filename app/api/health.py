@@ -17,8 +17,10 @@ class HealthController(Controller):
     tags = ["health"]
 
     @get("/healthz", operation_id="Healthz", summary="The process is alive.")
-    async def healthz(self) -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz(self, state: State) -> dict[str, str]:
+        # Under `kairos up`, the run's token tells its supervisor this port is served by its own API.
+        token = state.settings.supervisor_token
+        return {"status": "ok", "supervisorToken": token} if token else {"status": "ok"}
 
     @get("/readyz", operation_id="Readyz", summary="The database is reachable and migrations are current.")
     async def readyz(self, state: State) -> Response[dict[str, object]]:
