@@ -61,6 +61,10 @@ class InvalidStateTransition(KairosError):
     """The job is not in a state that allows this."""
 
 
+class InvalidExecutionState(InvalidStateTransition):
+    """The execution is not in a state that allows this."""
+
+
 class TenantQuotaExceeded(KairosError):
     """The tenant's quota is exhausted; try again later."""
 

@@ -1,8 +1,11 @@
 """What the dead-letter endpoints do, one transaction each, scoped to one tenant.
 
 A dead letter is an execution in state ``dead``: attempts exhausted or a non-retryable error.
-Replaying one makes it ready again with a fresh attempt budget (the attempt number, being the
-fencing token, keeps counting up), optionally with an edited payload and retry policy. Bulk
+Replaying one makes it ready again with a fresh attempt budget, optionally with an edited payload
+and retry policy. The budget is counted from the replay: ``retry.maxAttempts: 3`` means three more
+attempts (the job's maxAttempts when left out), and the answer reports those three. The attempt
+number, being the fencing token, keeps counting up, so the stored ceiling is the attempt reached so
+far plus the budget (``ExecutionReplay``), reported as ``lastAttempt``. Bulk
 replay is budgeted per tenant in the database (``replay_budgets``), so every API replica
 shares one limit.
 """
@@ -95,7 +98,7 @@ async def replay(db: Database, tenant_id: UUID, execution_id: UUID, body: schema
             current = await tx.executions.get(tenant_id, execution_id)
             if current is None:
                 raise errors.ExecutionNotFound()
-            raise errors.InvalidStateTransition(f"only a dead execution can be replayed; this one is {current.state}")
+            raise errors.InvalidExecutionState(f"only a dead execution can be replayed; this one is {current.state}")
         return done
 
     return await db.transaction(work)
@@ -116,8 +119,10 @@ def dead_letter_out(d: store.DeadLetter) -> schemas.DeadLetterOut:
 
 
 def replayed_out(done: store.Replayed) -> schemas.ReplayedOut:
+    """The replay in the terms it was asked in: the attempts it grants, and where they end (the stored
+    ``max_attempts`` is that absolute ceiling, since the attempt counter never goes back)."""
     return schemas.ReplayedOut(str(done.execution_id), str(done.job_id), ExecutionState.READY, done.attempt,
-                               done.max_attempts, done.ready_at)
+                               done.max_attempts - done.attempt, done.ready_at, last_attempt=done.max_attempts)
 
 
 def attempt_out(a: attempts_store.Attempt) -> schemas.AttemptOut:

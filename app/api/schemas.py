@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -241,7 +241,10 @@ class PreviewOut(Wire):
 class RetryOverride(Wire):
     """Replay with a different retry policy; a field left out keeps the job's."""
 
-    max_attempts: int | None = None
+    max_attempts: Annotated[int | None, msgspec.Meta(description=(
+        "How many attempts the replay grants, counted from the replay: 3 means up to three more attempts, "
+        "whatever the execution spent before (attempt numbers keep counting up). Left out: the job's "
+        "maxAttempts."))] = None
     backoff_seconds: float | None = None
     max_backoff_seconds: float | None = None
 
@@ -276,9 +279,15 @@ class ReplayedOut(Wire):
     execution_id: str
     job_id: str
     state: str
-    attempt: int
-    max_attempts: int
+    attempt: Annotated[int, msgspec.Meta(description=(
+        "Attempts the execution made before the replay; the next one is attempt + 1."))]
+    max_attempts: Annotated[int, msgspec.Meta(description=(
+        "Attempts the replay grants, counted from the replay: retry.maxAttempts of the request, or the "
+        "job's maxAttempts."))]
     ready_at: datetime
+    last_attempt: Annotated[int, msgspec.Meta(description=(
+        "The attempt number after which the execution is dead again if every attempt fails: "
+        "attempt + maxAttempts."))]
 
 
 class BulkReplayedOut(Wire):

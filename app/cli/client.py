@@ -137,8 +137,9 @@ class Replayed(TypedDict):
     jobId: str
     state: str
     attempt: int
-    maxAttempts: int
+    maxAttempts: int  # the attempts the replay grants, counted from the replay
     readyAt: str
+    lastAttempt: int
 
 
 class BulkReplayed(TypedDict):

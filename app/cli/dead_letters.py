@@ -178,7 +178,7 @@ def _replay_each(api: KairosClient, execution_ids: tuple[str, ...], body: dict[s
     def render() -> None:
         if done:
             table(["EXECUTION", "JOB", "STATE", "ATTEMPTS", "READY AT"],
-                  [(r["executionId"], r["jobId"], r["state"], f"{r['attempt']}/{r['maxAttempts']}",
+                  [(r["executionId"], r["jobId"], r["state"], f"{r['attempt']}/{r['lastAttempt']}",
                     when(r["readyAt"])) for r in done])
         for item in refused:
             sys.stderr.write(f"{item['executionId']}: {item['error']}\n")

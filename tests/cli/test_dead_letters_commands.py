@@ -76,11 +76,13 @@ def test_replay_by_id_with_an_edited_payload(kairos: Kairos, cli_api: ApiProcess
     done = kairos("dead-letters", "replay", eid, "--payload", '{"v": 2}', "--max-attempts", "2", "--json")
     assert done.code == 0, done.err
     [replayed] = done.json()["replayed"]
-    assert replayed["executionId"] == eid and replayed["state"] == "ready" and replayed["maxAttempts"] == 3
+    assert replayed["executionId"] == eid and replayed["state"] == "ready"
+    assert (replayed["attempt"], replayed["maxAttempts"], replayed["lastAttempt"]) == (1, 2, 3)
     assert states(cli_api.database_url, [eid, other]) == {eid: "ready", other: "dead"}
     again = kairos("dead-letters", "replay", eid, other)
     assert again.code == 2 and again.err.strip().endswith("error: 1 of 2 executions were not replayed")
-    assert f"{eid}: The job is not in a state that allows this: only a dead execution can be replayed" in again.err
+    assert (f"{eid}: The execution is not in a state that allows this: only a dead execution can be replayed"
+            in again.err)
     assert states(cli_api.database_url, [other]) == {other: "ready"}
 
 

@@ -61,7 +61,7 @@ async def test_replay_one_with_edited_payload_and_policy(db: Database, api: Asyn
                        json={"payload": {"v": 2}, "retry": {"maxAttempts": 2, "backoffSeconds": 5}})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["state"] == "ready" and body["attempt"] == 1 and body["maxAttempts"] == 3
+    assert body["state"] == "ready" and body["attempt"] == 1 and body["maxAttempts"] == 2 and body["lastAttempt"] == 3
     queue = tf.tenant_queue(t.tenant_id, "p")
     [held] = await db.transaction(lambda c: c.executions.lease(queue, "w", 1, 30))
     assert held.execution_id == eid and held.attempt == 2 and held.payload == {"v": 2}
