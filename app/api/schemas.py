@@ -118,6 +118,8 @@ class TargetOut(Wire):
 class ScheduleOut(Wire):
     run_at: datetime | None = None
     cron: str | None = None
+    # The expression the scheduler evaluates: H tokens, names and shorthands resolved for this job.
+    cron_resolved: str | None = None
     every: str | None = None
     anchor_at: datetime | None = None
     tz: str | None = None
