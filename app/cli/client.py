@@ -12,7 +12,7 @@ Adding an endpoint is one method: ``self.call("POST", f"/v1/jobs/{job_id}:run", 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, NotRequired, TypedDict, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -75,6 +75,17 @@ class Job(TypedDict):
     labels: NotRequired[dict[str, str]]
     dryRun: NotRequired[bool]
     lastOutcome: NotRequired[str | None]
+
+
+class RunOut(TypedDict):
+    executionId: str
+    job: Job
+
+
+class BackfillOut(TypedDict):
+    created: int
+    existing: int
+    nextFrom: str | None
 
 
 class JobPage(TypedDict):
@@ -298,9 +309,25 @@ class KairosClient:
         return self.call("POST", "/v1/jobs:batch", json={"jobs": items}, expect=BatchOut)["results"]
 
     def list_jobs(self, *, state: str | None = None, name: str | None = None, limit: int | None = None,
-                  cursor: str | None = None) -> Page[Job]:
-        return self.page("/v1/jobs", params={"state": state, "name": name, "limit": limit, "cursor": cursor},
+                  cursor: str | None = None, name_prefix: str | None = None,
+                  labels: Sequence[str] = ()) -> Page[Job]:
+        params = {"state": state, "name": name, "namePrefix": name_prefix, "label": list(labels) or None,
+                  "limit": limit, "cursor": cursor}
+        return self.page("/v1/jobs", params=params,
                          items=lambda body: body.get("jobs") if isinstance(body, dict) else body, expect=Job)
+
+    def update_job(self, job_id: str, patch: Mapping[str, Any], if_version: int | None = None) -> Job:
+        """PATCH /v1/jobs/{jobId}: a JSON Merge Patch of the submit body."""
+        headers = {"If-Match": str(if_version)} if if_version is not None else None
+        return self.call("PATCH", f"/v1/jobs/{job_id}", json=patch, headers=headers, expect=Job)
+
+    def run_job(self, job_id: str, overlap: str | None = None) -> RunOut:
+        return self.call("POST", f"/v1/jobs/{job_id}:run", json={"overlap": overlap} if overlap else {},
+                         expect=RunOut)
+
+    def backfill_job(self, job_id: str, start: str, end: str, overlap: str | None = None) -> BackfillOut:
+        body = {"from": start, "to": end, **({"overlap": overlap} if overlap else {})}
+        return self.call("POST", f"/v1/jobs/{job_id}:backfill", json=body, expect=BackfillOut)
 
     def get_job(self, job_id: str) -> Job:
         return self.call("GET", f"/v1/jobs/{job_id}", expect=Job)

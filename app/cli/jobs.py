@@ -287,18 +287,24 @@ def _item_error(result: Any) -> str | None:
 @jobs.command("ls")
 @click.option("--state", type=click.Choice(REPORTED_JOB_STATES), help="Only jobs in this state.")
 @click.option("--name", help="Only jobs with exactly this name.")
+@click.option("--name-prefix", help="Only jobs whose name starts with this.")
+@click.option("--label", "labels", multiple=True, metavar="KEY:VALUE", help="Only jobs with this label (repeatable).")
 @click.option("--limit", type=click.IntRange(1, PAGE_MAX), default=None, help="Jobs per page (default 50).")
 @click.option("--all", "all_pages", is_flag=True, help="Follow the cursors to the last page.")
 @click.option("--cursor", help="Start at this page (from an earlier --json nextCursor).")
 @json_option
 @pass_api
-def jobs_ls(api: KairosClient, state: str | None, name: str | None, limit: int | None, all_pages: bool,
-            cursor: str | None, as_json: bool) -> None:
+def jobs_ls(api: KairosClient, state: str | None, name: str | None, name_prefix: str | None,
+            labels: tuple[str, ...], limit: int | None, all_pages: bool, cursor: str | None, as_json: bool) -> None:
     """List jobs, newest first."""
+    for label in labels:
+        if ":" not in label or not label.split(":", 1)[0]:
+            raise click.BadParameter(f"{label!r} is not KEY:VALUE", param_hint="--label")
     found: list[Job] = []
     nxt = None
     size = limit or (PAGE_MAX if all_pages else None)
-    for page in every_page(lambda c: api.list_jobs(state=state, name=name, limit=size, cursor=c),
+    for page in every_page(lambda c: api.list_jobs(state=state, name=name, limit=size, cursor=c,
+                                                   name_prefix=name_prefix, labels=labels),
                            cursor=cursor, all_pages=all_pages):
         found += page.items
         nxt = page.next_cursor
@@ -390,3 +396,96 @@ def jobs_cancel(api: KairosClient, job_id: str, as_json: bool) -> None:
     """Cancel a job: its next occurrence is removed, executions not yet started are cancelled."""
     api.cancel_job(job_id)
     _changed(api.get_job(job_id), as_json, "cancelled")
+
+
+# -- update, run now, backfill ---------------------------------------------------------------------------
+
+def _label_patch(pairs: Sequence[str]) -> dict[str, str | None]:
+    """KEY=VALUE sets a label, KEY= removes it (JSON Merge Patch null)."""
+    out: dict[str, str | None] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE (KEY= removes the label)", param_hint="--label")
+        out[key] = value or None
+    return out
+
+
+@jobs.command("update")
+@click.argument("job_id", type=JOB_ID)
+@click.option("--patch", "patch_doc", type=JSON_VALUE, help="A JSON Merge Patch of the submit body.")
+@click.option("--file", type=click.Path(dir_okay=False, allow_dash=True), help="The patch from a file (- for stdin).")
+@click.option("--name", help="A new name.")
+@click.option("--cron", help="A new cron expression (the job keeps its zone unless --tz).")
+@click.option("--tz", help="A new IANA zone for the cron expression.")
+@click.option("--every", help="A new interval, e.g. 15m.")
+@click.option("--payload", type=JSON_VALUE, help="A new payload (JSON).")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Set a label; KEY= removes it.")
+@click.option("--dry-run/--live", "dry_run", default=None, help="Record occurrences only, or deliver them again.")
+@click.option("--if-version", type=click.IntRange(1), help="Refuse the update unless the job is at this version.")
+@json_option
+@pass_api
+def jobs_update(api: KairosClient, job_id: str, patch_doc: Any, file: str | None, name: str | None,
+                cron: str | None, tz: str | None, every: str | None, payload: Any, labels: tuple[str, ...],
+                dry_run: bool | None, if_version: int | None, as_json: bool) -> None:
+    """Change a job; its next occurrence follows the new schedule."""
+    patch: dict[str, Any] = {}
+    if patch_doc is not None or file is not None:
+        if patch_doc is not None and file is not None:
+            raise click.UsageError("give --patch or --file, not both")
+        patch = _read_file(file) if file is not None else patch_doc
+        if not isinstance(patch, dict):
+            raise click.UsageError("the patch must be a JSON object")
+    schedule: dict[str, Any] = {k: v for k, v in (("cron", cron), ("tz", tz), ("every", every)) if v is not None}
+    if cron is not None and every is not None:
+        raise click.UsageError("give --cron or --every, not both")
+    if schedule:
+        patch["schedule"] = {**patch.get("schedule", {}), **schedule}
+    for key, value in (("name", name), ("payload", payload), ("dryRun", dry_run)):
+        if value is not None:
+            patch[key] = value
+    if labels:
+        patch["labels"] = {**patch.get("labels", {}), **_label_patch(labels)}
+    if not patch:
+        raise click.UsageError("nothing to change: give --patch, --file or a field option")
+    _changed(api.update_job(job_id, patch, if_version), as_json, "updated")
+
+
+@jobs.command("run")
+@click.argument("job_id", type=JOB_ID)
+@click.option("--overlap", type=click.Choice(["allow", "forbid", "replace"]),
+              help="Override the job's concurrency policy for this run.")
+@json_option
+@pass_api
+def jobs_run(api: KairosClient, job_id: str, overlap: str | None, as_json: bool) -> None:
+    """Run JOB_ID once now, outside its schedule."""
+    out = api.run_job(job_id, overlap)
+    emit(out, as_json, lambda: click.echo(f"running {job_id} now: execution {out['executionId']}"))
+
+
+@jobs.command("backfill")
+@click.argument("job_id", type=JOB_ID)
+@click.option("--from", "start", type=INSTANT, required=True, help="First instant of the range (inclusive).")
+@click.option("--to", "end", type=INSTANT, required=True, help="End of the range (exclusive, not in the future).")
+@click.option("--overlap", type=click.Choice(["allow", "forbid"]), help="allow (default) or forbid overlaps.")
+@json_option
+@pass_api
+def jobs_backfill(api: KairosClient, job_id: str, start: datetime, end: datetime, overlap: str | None,
+                  as_json: bool) -> None:
+    """Create the occurrences of a past range, paced like catch-up; 1,000 per call, as many calls as needed."""
+    if start >= end:
+        raise click.BadParameter("must be after --from", param_hint="--to")
+    created = existing = 0
+    cursor: str | None = utc_iso(start)
+    total_s = (end - start).total_seconds()
+    with progress() as bar:
+        task = bar.add_task("backfill", total=total_s)
+        while cursor is not None:
+            out = api.backfill_job(job_id, cursor, utc_iso(end), overlap)
+            created += out["created"]
+            existing += out["existing"]
+            cursor = out["nextFrom"]
+            done = total_s if cursor is None else (datetime.fromisoformat(cursor) - start).total_seconds()
+            bar.update(task, completed=done)
+    summary = {"created": created, "existing": existing}
+    emit(summary, as_json, lambda: click.echo(f"backfilled {job_id}: {created} created, {existing} already there"))
