@@ -20,8 +20,7 @@ SECTIONS = ["Symptoms", "Dashboards and metrics", "Commands", "Verify recovery"]
 REQUIRED_TOPICS = {"region-failover", "scheduler-shard-takeover", "dead-letters", "hot-tenant-and-herd",
                    "downstream-outage", "database-restore", "scaling-out", "key-rotation"}
 # Commands the runbooks may name before they exist (the README marks them "(planned)").
-PLANNED = {("status",), ("dead-letters", "ls"), ("dead-letters", "replay"), ("drill", "region-failover"),
-           ("drill", "scheduler-kill"), ("drill", "worker-stall")}
+PLANNED = {("drill", "region-failover"), ("drill", "scheduler-kill"), ("drill", "worker-stall")}
 METRICS = {"kairos_dispatch_lag_seconds", "kairos_start_lag_seconds", "kairos_ready_queue_depth",
            "kairos_executions_total", "kairos_lease_expiries_total", "kairos_fenced_batches_total",
            "kairos_shards_owned", "kairos_breaker_state", "kairos_http_request_duration_seconds"}
