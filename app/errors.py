@@ -29,6 +29,10 @@ class InvalidSchedule(InvalidInput):
     """The schedule is invalid."""
 
 
+class InvalidParameter(InvalidInput):
+    """A query, path or header parameter of the request is invalid."""
+
+
 class MalformedBody(InvalidInput):
     """The request body is not JSON."""
 

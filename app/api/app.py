@@ -12,9 +12,10 @@ from app.api.auth import provide_db, provide_tenant
 from app.api.dashboard import DashboardController
 from app.api.dead_letters import DeadLetterController
 from app.api.health import DemoController, HealthController
-from app.api.jobs import JobController, ScheduleController, create_jobs
+from app.api.jobs import JobController, create_jobs
 from app.api.metrics import MetricsController
 from app.api.openapi_ui import LocalSwaggerUI
+from app.api.schedules import ScheduleController
 from app.api.stats import StatsController, StatusController
 from app.api.submit import SubmitWriter, WriterConfig
 from app.config import Settings

@@ -1,4 +1,4 @@
-"""/v1/jobs and /v1/schedules."""
+"""/v1/jobs."""
 
 from __future__ import annotations
 
@@ -233,19 +233,3 @@ async def _create_batch(batch: schemas.BatchIn, tenant: Tenant, state: State, no
                                                warnings=list(outcome.warnings) or None)
                           if isinstance(outcome, Created) else _item_error(outcome, index))
     return schemas.BatchOut(results=results)  # type: ignore[arg-type]
-
-
-class ScheduleController(Controller):
-    path = "/v1/schedules"
-    tags = ["schedules"]
-
-    @get("/preview", operation_id="PreviewSchedule",
-         summary="The next N fire times of a cron expression in a zone, with DST notes.")
-    async def preview(self, tenant: Tenant, cron: FromQuery[str], tz: FromQuery[str], count: FromQuery[int] = 10,
-                      from_: Annotated[str | None, QueryParameter(name="from")] = None,
-                      job_id: Annotated[str | None, QueryParameter(name="jobId")] = None) -> schemas.PreviewOut:
-        occurrences = service.preview(cron, tz, count, from_, job_id)
-        return schemas.PreviewOut(fire_times=[
-            schemas.FireTimeOut(utc=o.run_at, local=o.local.isoformat(), dst_note=o.dst_note, skipped=o.skipped)
-            for o in occurrences
-        ])

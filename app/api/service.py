@@ -510,12 +510,3 @@ async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UU
 
     return await db.transaction(work)
 
-
-# -- schedule preview ----------------------------------------------------------------------------------
-
-def preview(expr: str, tz: str, count: int, from_: str | None, job_key: str | None) -> list[cron.Occurrence]:
-    if not 1 <= count <= 100:
-        raise errors.InvalidInput("count", "must be between 1 and 100")
-    start = spec.parse_instant(from_, "from") if from_ else utcnow()
-    schedule, resolved = spec.cron_schedule(expr, tz, 0, None, None, job_key or "preview")
-    return cron.preview(spec.resolved_schedule(schedule, resolved), start, count, job_key or "preview")

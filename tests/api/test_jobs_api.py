@@ -279,7 +279,7 @@ def test_preview_shows_dst_moves(client: httpx.Client) -> None:
     assert times[0]["dstNote"] is None and times[1]["dstNote"]
     assert times[1]["local"].startswith("2026-03-08T03:00")
     bad = client.get("/v1/schedules/preview", params={"cron": "nope", "tz": "UTC"})
-    assert bad.status_code == 422 and bad.json()["field"] == "schedule.cron"
+    assert bad.status_code == 422 and bad.json()["field"] == "cron"  # the query parameter
     assert client.get("/v1/schedules/preview", params={"cron": "* * * * *", "tz": "UTC", "count": 0}).status_code == 422
 
 

@@ -90,10 +90,12 @@ TRANSITION_CASES = [
      [None, "occurs twice", "occurs twice", None]),
     ("30 2 * * *", "America/New_York", SHIFT_ONCE, "2026-10-31 12:00",  # 02:30 is not repeated
      ["2026-11-01 07:30", "2026-11-02 07:30"], [None, None]),
-    # Wildcard hour follows elapsed time: both copies of 01:xx, in real-time order, no note.
+    # Wildcard hour follows elapsed time: both copies of 01:xx, in real-time order, each noted.
     ("*/30 * * * *", "America/New_York", SHIFT_ONCE, "2026-11-01 04:00",
      ["2026-11-01 04:30", "2026-11-01 05:00", "2026-11-01 05:30", "2026-11-01 06:00", "2026-11-01 06:30",
-      "2026-11-01 07:00"], [None] * 6),
+      "2026-11-01 07:00"],
+     [None, "01:00 occurs twice on 2026-11-01 (fall back); a wildcard hour follows elapsed time and runs at "
+      "both (EDT, then EST)", "01:30 occurs twice", "01:00 occurs twice", "01:30 occurs twice", None]),
     ("*/15 2 * * *", "America/New_York", SHIFT_ONCE, "2026-11-01 06:50",
      ["2026-11-01 07:00", "2026-11-01 07:15"], [None, None]),
     # --- America/New_York 2027: spring forward 03-14, fall back 11-07
@@ -108,7 +110,7 @@ TRANSITION_CASES = [
      ["2027-11-07 05:30", "2027-11-07 06:30", "2027-11-08 06:30"], ["occurs twice", "occurs twice", None]),
     ("*/30 * * * *", "America/New_York", SHIFT_ONCE, "2027-11-07 04:45",
      ["2027-11-07 05:00", "2027-11-07 05:30", "2027-11-07 06:00", "2027-11-07 06:30", "2027-11-07 07:00"],
-     [None] * 5),
+     ["a wildcard hour follows elapsed time"] * 4 + [None]),
     # --- Europe/London, spring forward 2026-03-29: 01:00 GMT -> 02:00 BST (01:00Z)
     ("30 1 * * *", "Europe/London", SHIFT_ONCE, "2026-03-28 00:00",
      ["2026-03-28 01:30", "2026-03-29 01:00", "2026-03-30 00:30"], [None, "moved to 02:00 BST", None]),
@@ -132,7 +134,7 @@ TRANSITION_CASES = [
      ["2026-10-25 00:30", "2026-10-26 01:30"], ["occurs twice on 2026-10-25", None]),
     ("*/30 * * * *", "Europe/London", SHIFT_ONCE, "2026-10-24 23:45",
      ["2026-10-25 00:00", "2026-10-25 00:30", "2026-10-25 01:00", "2026-10-25 01:30", "2026-10-25 02:00"],
-     [None] * 5),
+     ["01:00 occurs twice", "01:30 occurs twice", "01:00 occurs twice", "runs at both (BST, then GMT)", None]),
     # --- Europe/London 2027: spring forward 03-28, fall back 10-31
     ("30 1 * * *", "Europe/London", SHIFT_ONCE, "2027-03-27 12:00",
      ["2027-03-28 01:00", "2027-03-29 00:30"], ["does not exist on 2027-03-28", None]),
@@ -152,7 +154,7 @@ TRANSITION_CASES = [
      ["2026-04-04 14:00", "2026-04-05 14:30"], [None, None]),
     ("*/15 * * * *", "Australia/Lord_Howe", SHIFT_ONCE, "2026-04-04 14:05",
      ["2026-04-04 14:15", "2026-04-04 14:30", "2026-04-04 14:45", "2026-04-04 15:00", "2026-04-04 15:15",
-      "2026-04-04 15:30"], [None] * 6),
+      "2026-04-04 15:30"], [None] + ["a wildcard hour follows elapsed time"] * 4 + [None]),
     # --- Australia/Lord_Howe, spring forward 2026-10-04: 02:00 (+10:30) -> 02:30 (+11), 15:30Z on 10-03
     ("15 2 * * *", "Australia/Lord_Howe", SHIFT_ONCE, "2026-10-02 00:00",
      ["2026-10-02 15:45", "2026-10-03 15:30", "2026-10-04 15:15"], [None, "moved to 02:30 +11", None]),

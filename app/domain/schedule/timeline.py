@@ -7,7 +7,8 @@ real occurrence) on one transition instant, which then count as ONE occurrence.
 
 Fall back, fixed hour field (any hour field not starting with ``*``, including ``H``): fires once
 at the first instance (``repeat="once"``) or at both (``repeat="twice"``). Wildcard hour field
-(``*``, ``*/n``): follows elapsed time and fires in both copies of the repeated hour.
+(``*``, ``*/n``): follows elapsed time and fires in both copies of the repeated hour, each
+with a note saying so.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Occurrence:
     # the first valid wall time after the gap, where a shifted one runs.
     local: datetime
     skipped: bool  # True only when gap="skip" dropped it; callers record it and do not run it
-    dst_note: str | None  # human text when a DST rule moved, dropped or deduplicated it
+    dst_note: str | None  # human text when a DST rule moved, dropped, deduplicated or repeated it
     reason: str | None  # "dst_gap" when skipped, else None
 
 
@@ -129,15 +130,17 @@ class Timeline:
     def _place_repeat(
         self, wall: datetime, placement: Placement, at: Callable[[datetime], _Pending | None]
     ) -> None:
-        if self.cron.hour_is_wildcard:
-            # Elapsed-time semantics: the repeated hour is simply an hour that passes twice.
-            for instant in (placement.first, placement.second):
-                if slot := at(instant):
-                    slot.real = True
-            return
         first_name = placement.first.astimezone(self.zone).tzname()
         second_name = placement.second.astimezone(self.zone).tzname()
         head = f"{_hhmm(wall)} occurs twice on {wall.date().isoformat()} (fall back)"
+        if self.cron.hour_is_wildcard:
+            # Elapsed-time semantics: the repeated hour is simply an hour that passes twice.
+            note = f"{head}; a wildcard hour follows elapsed time and runs at both ({first_name}, then {second_name})"
+            for instant in (placement.first, placement.second):
+                if slot := at(instant):
+                    slot.real = True
+                    slot.repeat_note = note
+            return
         if self.dst.repeat == "twice":
             note = f"{head}; runs at both ({first_name}, then {second_name})"
             instants: tuple[datetime, ...] = (placement.first, placement.second)

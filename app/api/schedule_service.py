@@ -1,0 +1,113 @@
+"""What GET /v1/schedules/preview does: the fire times of a schedule, placed as the scheduler places them.
+
+A preview evaluates either an expression given in the query (``cron`` and ``tz``, with the DST
+policy and jitter window a job would have) or an existing cron job of the caller's tenant
+(``jobId``): its stored resolved expression, zone, DST policy, jitter window and bounds, keyed by
+its id, so H tokens and the jitter offset are the job's own. Query values given beside ``jobId``
+replace the job's, to preview a change before making it. Without ``jobId`` there is no job id to
+key H tokens and jitter by: both are drawn for a placeholder key, so they show the shape of the
+spread, not the slot a job submitted later will get.
+
+Every problem names the query parameter it is about (``cron``, ``tz``, ``gap``, ...), not the body
+field the same rule has on POST /v1/jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from app import errors
+from app.domain import jobs as spec
+from app.domain import schedule as cron
+from app.store import Database
+from app.store import jobs as store
+
+PREVIEW_KEY = "preview"
+PREVIEW_MAX = 100
+_EPSILON = timedelta(microseconds=1)
+
+# The query parameter each schedule field is given in.
+_PARAMETER_OF = {"schedule.cron": "cron", "schedule.tz": "tz", "schedule.jitterSeconds": "jitterSeconds",
+                 "schedule.dst.gap": "gap", "schedule.dst.repeat": "repeat"}
+
+
+@dataclass(frozen=True)
+class PreviewQuery:
+    """The query of GET /v1/schedules/preview; None is "not given"."""
+
+    cron: str | None = None
+    tz: str | None = None
+    count: int = 10
+    from_: str | None = None
+    gap: str | None = None
+    repeat: str | None = None
+    jitter_s: int | None = None
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Preview:
+    job: store.Job | None  # the job previewed, when jobId was given
+    expr: str  # as given (or stored), H tokens and all
+    schedule: cron.CronSchedule  # resolved: what the scheduler evaluates
+    jitter_offset_s: int  # the key's slot in the jitter window
+    occurrences: list[cron.Occurrence]
+
+
+async def preview(db: Database, tenant_id: UUID, q: PreviewQuery, now: datetime) -> Preview:
+    if not 1 <= q.count <= PREVIEW_MAX:
+        raise errors.InvalidParameter("count", f"must be between 1 and {PREVIEW_MAX}")
+    try:
+        start = spec.parse_instant(q.from_, "from") if q.from_ is not None else now
+        job = await _cron_job(db, tenant_id, q.job_id) if q.job_id is not None else None
+        return _evaluate(q, job, start)
+    except errors.InvalidParameter:
+        raise
+    except errors.InvalidInput as exc:
+        raise errors.InvalidParameter(_PARAMETER_OF.get(exc.field, exc.field), exc.detail) from None
+
+
+async def _cron_job(db: Database, tenant_id: UUID, job_id: str) -> store.Job:
+    try:
+        ident = UUID(job_id)
+    except ValueError:
+        raise errors.InvalidParameter("jobId", "is not a UUID") from None
+    job = await db.transaction(lambda tx: tx.jobs.get(tenant_id, ident))
+    if job is None:
+        raise errors.JobNotFound()
+    if job.schedule_kind != "cron" or job.cron is None or job.cron_resolved is None or job.tz is None:
+        raise errors.InvalidParameter("jobId", f"is a {job.schedule_kind} job; only cron jobs have fire times "
+                                               "to preview")
+    return job
+
+
+def _evaluate(q: PreviewQuery, job: store.Job | None, start: datetime) -> Preview:
+    if job is None:
+        for name, value in (("cron", q.cron), ("tz", q.tz)):
+            if value is None:
+                raise errors.InvalidParameter(name, "is required unless jobId names a job to preview")
+    key = str(job.job_id) if job is not None else PREVIEW_KEY
+    expr = q.cron if q.cron is not None else job.cron if job is not None else None
+    assert expr is not None
+    if q.tz is not None:
+        cron.validate_tz(q.tz)  # a new zone must be one a job may name; a stored one stays as it was
+    tz = q.tz if q.tz is not None else job.tz if job is not None else None
+    assert tz is not None
+    resolved = cron.validate_cron(q.cron, key) if q.cron is not None else job.cron_resolved if job else None
+    assert resolved is not None
+    jitter_s = q.jitter_s if q.jitter_s is not None else job.jitter_s if job is not None else 0
+    if not 0 <= jitter_s <= spec.MAX_JITTER_S:
+        raise errors.InvalidParameter("jitterSeconds", f"must be between 0 and {spec.MAX_JITTER_S}")
+    schedule = spec.stored_schedule(resolved, tz, jitter_s,
+                                    q.gap if q.gap is not None else job.dst_gap if job else None,
+                                    q.repeat if q.repeat is not None else job.dst_repeat if job else None)
+    end_at = None
+    if job is not None:
+        # The job's bounds: nothing fires before startAt or after endAt.
+        if job.start_at is not None:
+            start = max(start, job.start_at - _EPSILON)
+        end_at = job.end_at
+    found = [o for o in cron.preview(schedule, start, q.count, key) if end_at is None or o.nominal_utc <= end_at]
+    return Preview(job, expr, schedule, cron.jitter_offset_s(key, jitter_s), found)

@@ -1,0 +1,58 @@
+"""/v1/schedules: the controller; what it does is app.api.schedule_service."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from zoneinfo import ZoneInfo
+
+from litestar import Controller, get
+from litestar.params import QueryParameter
+
+from app.api import schedule_service as service
+from app.api import schemas
+from app.api.auth import DB, Tenant
+from app.api.service import utcnow
+
+
+class ScheduleController(Controller):
+    path = "/v1/schedules"
+    tags = ["schedules"]
+
+    @get("/preview", operation_id="PreviewSchedule",
+         summary="The next N fire times of a cron expression in a zone, or of an existing job, with DST notes.")
+    async def preview(
+        self, db: DB, tenant: Tenant,
+        cron: Annotated[str | None, QueryParameter(
+            description="5-field cron expression; required without jobId, replaces the job's with it")] = None,
+        tz: Annotated[str | None, QueryParameter(
+            description="IANA zone; required without jobId, replaces the job's with it")] = None,
+        count: Annotated[int, QueryParameter(description="how many fire times, 1-100")] = 10,
+        from_: Annotated[str | None, QueryParameter(
+            name="from", description="ISO 8601 instant with an offset; fire times strictly after it (default now)")
+                         ] = None,
+        gap: Annotated[str | None, QueryParameter(
+            description="spring-forward gap: shift (run at the first valid instant after it) or skip")] = None,
+        repeat: Annotated[str | None, QueryParameter(
+            description="fall-back repeat of a fixed-hour expression: once (the first instance) or twice")] = None,
+        jitter_seconds: Annotated[int | None, QueryParameter(
+            name="jitterSeconds", description="jitter window; fire times include the key's offset in it")] = None,
+        job_id: Annotated[str | None, QueryParameter(
+            name="jobId", description="preview this job of the tenant: its stored expression, zone, DST policy, "
+                                      "jitter and bounds, with its own H tokens and jitter offset")] = None,
+    ) -> schemas.PreviewOut:
+        query = service.PreviewQuery(cron=cron, tz=tz, count=count, from_=from_, gap=gap, repeat=repeat,
+                                     jitter_s=jitter_seconds, job_id=job_id)
+        found = await service.preview(db, tenant.tenant_id, query, utcnow())
+        zone = ZoneInfo(found.schedule.tz)
+        s = found.schedule
+        return schemas.PreviewOut(
+            fire_times=[schemas.FireTimeOut(utc=o.run_at, local=o.run_at.astimezone(zone).isoformat(),
+                                            dst_note=o.dst_note, skipped=o.skipped, nominal_utc=o.nominal_utc)
+                        for o in found.occurrences],
+            schedule=schemas.ScheduleOut(
+                cron=found.expr, cron_resolved=s.expr, tz=s.tz, jitter_seconds=s.jitter_s,
+                dst=schemas.DstIn(gap=s.dst.gap, repeat=s.dst.repeat),
+                start_at=found.job.start_at if found.job else None, end_at=found.job.end_at if found.job else None),
+            jitter_offset_seconds=found.jitter_offset_s,
+            job_id=str(found.job.job_id) if found.job else None,
+        )
