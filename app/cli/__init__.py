@@ -70,7 +70,8 @@ def executor() -> None:
 
     # The composition root: the executor tier hosts the gRPC transport that sits above it.
     run_service("executor", load(), lambda settings, db, stop: serve(
-        settings, db, stop, GrpcTransport(settings.grpc_host, settings.grpc_port)))
+        settings, db, stop, GrpcTransport(settings.grpc_host, settings.grpc_port,
+                                          supervisor_token=settings.supervisor_token)))
 
 
 @main.command()
