@@ -29,13 +29,15 @@ from app.store import executions as store
 BULK_REPLAY_MAX = 1000
 
 
-def parse_uuid(value: str | None, field: str) -> UUID | None:
+def parse_uuid(value: str | None, field: str, *, parameter: bool = False) -> UUID | None:
+    """``value`` as a UUID; refused as the body field or (``parameter``) the query parameter ``field``."""
     if value is None:
         return None
     try:
         return UUID(value)
     except ValueError:
-        raise errors.InvalidInput(field, "is not a UUID") from None
+        invalid = errors.InvalidParameter if parameter else errors.InvalidInput
+        raise invalid(field, "is not a UUID") from None
 
 
 def validate_retry(retry: schemas.RetryOverride | None) -> schemas.RetryOverride:
@@ -57,7 +59,7 @@ async def list_dead(db: Database, tenant_id: UUID, *, job_id: str | None, cursor
     """A page of dead letters, newest first, and the cursor of the next page."""
     n = page_limit(limit)
     before = decode_cursor(cursor)
-    job = parse_uuid(job_id, "jobId")
+    job = parse_uuid(job_id, "jobId", parameter=True)
     rows = await db.transaction(lambda tx: tx.executions.list_dead(tenant_id, job_id=job, before=before, limit=n + 1))
     return split_page(rows, n, lambda d: (d.finished_at, d.execution_id))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
@@ -15,7 +14,7 @@ from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Refe
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
 from app import errors
-from app.api import pagination, problems, schemas, service
+from app.api import bodies, pagination, problems, schemas, service
 from app.api.auth import DB, Tenant
 from app.api.submit import Created, Submission, SubmitWriter
 from app.domain import jobs as spec
@@ -23,7 +22,6 @@ from app.observability import tracing
 
 BATCH_MAX = 1000
 BATCH_MAX_BODY_BYTES = 16 * 1024 * 1024
-_AT_FIELD = re.compile(r" - at `\$\.?([^`]*)`$")
 
 ACTIONS = ("pause", "resume", "run", "backfill")
 
@@ -115,10 +113,7 @@ class JobController(Controller):
                          ) -> schemas.JobOut:
         job_id, _ = parse_job_ref(job_ref, action=False)
         raw = await request.body()
-        try:
-            body = msgspec.json.decode(raw) if raw.strip() else None
-        except msgspec.DecodeError:
-            raise errors.MalformedBody("body", "is not valid JSON") from None
+        body = bodies.decode(raw, Any) if raw.strip() else None  # a merge patch: any JSON, checked once merged
         version = None
         if if_match is not None:
             try:
@@ -145,7 +140,7 @@ class JobController(Controller):
             out = schemas.RunOut(execution_id=str(execution_id), job=service.job_out(job))
             return Response(out, status_code=202, headers={"Location": f"/v1/jobs/{job_id}/executions"})
         if not raw.strip():
-            raise errors.InvalidInput("body", ":backfill needs {\"from\": ..., \"to\": ...}")
+            raise errors.MalformedBody("", "is empty; :backfill needs {\"from\": ..., \"to\": ...}")
         fill = schemas.decode_body(raw, schemas.BackfillIn)
         created, existing, nxt = await service.backfill(db, state.settings, tenant.tenant_id, job_id, fill.from_,
                                                         fill.to, fill.overlap)
@@ -162,17 +157,13 @@ class JobController(Controller):
 
 
 def _item_error(exc: errors.KairosError, index: int) -> schemas.BatchItemOut:
-    return schemas.BatchItemOut(error=problems.error_body(exc, f"/v1/jobs:batch#/jobs/{index}"), index=index)
+    return schemas.BatchItemOut(error=problems.error_body(exc, f"/v1/jobs:batch#/jobs/{index}",
+                                                          within=f"/jobs/{index}"), index=index)
 
 
 def _decode_item(raw: msgspec.Raw) -> tuple[schemas.BatchItemIn, str | None]:
     """The item and, when it carries an idempotencyKey, the fingerprint of the rest of it."""
-    try:
-        item = msgspec.json.decode(raw, type=schemas.BatchItemIn)
-    except msgspec.ValidationError as exc:
-        message = str(exc)
-        found = _AT_FIELD.search(message)
-        raise errors.InvalidInput(found.group(1) if found else "job", message) from None
+    item = bodies.decode(raw, schemas.BatchItemIn)  # a problem's field points into the item
     if item.idempotency_key is None:
         return item, None
     decoded: dict[str, Any] = msgspec.json.decode(raw)
@@ -199,13 +190,7 @@ class _BatchOperation(Operation):
       summary="Submit up to 1,000 jobs; each item is validated on its own and the valid ones commit together.")
 async def create_jobs(request: Request, tenant: Tenant, state: State) -> schemas.BatchOut:
     """Body ``{"jobs": [JobIn + optional idempotencyKey, ...]}``; results in request order."""
-    raw = await request.body()
-    try:
-        batch = msgspec.json.decode(raw, type=schemas.BatchIn)
-    except msgspec.ValidationError as exc:
-        raise errors.InvalidInput("jobs", str(exc)) from None
-    except msgspec.DecodeError:
-        raise errors.MalformedBody("body", "is not valid JSON") from None
+    batch = bodies.decode(await request.body(), schemas.BatchIn)
     if len(batch.jobs) > BATCH_MAX:
         raise errors.InvalidInput("jobs", f"at most {BATCH_MAX} jobs per batch, got {len(batch.jobs)}")
     now = service.utcnow()

@@ -36,13 +36,13 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
         at, ident = json.loads(raw)
         return datetime.fromisoformat(at), UUID(ident)
     except (ValueError, TypeError):
-        raise errors.InvalidInput("cursor", "is not a cursor this API issued") from None
+        raise errors.InvalidParameter("cursor", "is not a cursor this API issued") from None
 
 
 def page_limit(limit: int | None, default: int = PAGE_DEFAULT) -> int:
     value = default if limit is None else limit
     if not 1 <= value <= PAGE_MAX:
-        raise errors.InvalidInput("limit", f"must be between 1 and {PAGE_MAX}")
+        raise errors.InvalidParameter("limit", f"must be between 1 and {PAGE_MAX}")
     return value
 
 

@@ -1,4 +1,16 @@
-"""The one mapping from errors to RFC 9457 problem bodies (application/problem+json)."""
+"""The one mapping from errors to RFC 9457 problem bodies (application/problem+json).
+
+An invalid request's problem names what is wrong in ``field``, in one form per place:
+
+* in the body, a JSON Pointer (RFC 6901) into it: ``/schedule/delaySeconds``, ``/target/type``,
+  ``""`` for the whole body, and for an item of POST /v1/jobs:batch the pointer from the batch's
+  root, ``/jobs/3/name``. The domain names fields with dotted paths (``retry.maxAttempts``); they
+  become pointers here, in :func:`field_of`, and nowhere else.
+* a query, path or header parameter, its name as sent: ``count``, ``cursor``, ``Idempotency-Key``.
+
+A body that is not JSON is 400 and has no field; JSON that breaks the schema is 422
+(app.api.bodies decodes every body and phrases its failures).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +21,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
 from app import errors
+from app.api import bodies
 
 log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
@@ -42,21 +55,45 @@ def problem(status: int, slug: str, title: str, detail: str, instance: str, **ex
                     media_type=PROBLEM, headers=headers)
 
 
-def error_body(exc: errors.KairosError, instance: str) -> dict[str, Any]:
-    """The problem object for a Kairos error (a whole response's body, or one batch item's error)."""
+def field_of(exc: errors.InvalidInput, *, within: str = "", parameters: frozenset[str] = frozenset()) -> str | None:
+    """The problem's ``field`` for an invalid request (None: a body that is not JSON has none).
+
+    ``within`` is the pointer of the part of the body the error is about (a batch item), and
+    ``parameters`` the names of the parameters the request carries, in lower case: a service that
+    checks one raises InvalidInput naming it, which is not a body path.
+    """
+    if isinstance(exc, errors.MalformedBody):
+        return None
+    if isinstance(exc, errors.InvalidParameter) or (not within and exc.field.lower() in parameters):
+        return exc.field
+    if exc.field.startswith("/") or exc.field in ("", "body"):  # "body": older code's name for the whole body
+        return within + ("" if exc.field == "body" else exc.field)
+    return within + bodies.pointer_of_path(exc.field)
+
+
+def error_body(exc: errors.KairosError, instance: str, *, within: str = "",
+               parameters: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The problem object for a Kairos error (a whole response's body, or one batch item's error:
+    ``within`` is then the item's pointer, ``/jobs/3``)."""
     for cls in type(exc).__mro__:
         if cls in _STATUS:
             status, slug = _STATUS[cls]  # type: ignore[index]
             break
     else:
         status, slug = 500, "internal"
-    extra = {"field": exc.field} if isinstance(exc, errors.InvalidInput) else {}
+    field = field_of(exc, within=within, parameters=parameters) if isinstance(exc, errors.InvalidInput) else None
+    extra = {"field": field} if field is not None else {}
     title = (type(exc).__doc__ or "").strip().splitlines()[0]
     return problem_body(status, slug, title, exc.detail, instance, **extra)
 
 
+def _parameters(request: Request) -> frozenset[str]:
+    """The names of the parameters a request carries: query, headers, and its path."""
+    return frozenset({"path", *(k.lower() for k in request.query_params), *request.headers.keys()})
+
+
 def kairos_error(request: Request, exc: errors.KairosError) -> Response[dict[str, Any]]:
-    body = error_body(exc, request.url.path)
+    body = error_body(exc, request.url.path, parameters=_parameters(request))
     status = body["status"]
     if status >= 500:
         log.warning("request failed", extra={"path": request.url.path, "error": str(exc)})
@@ -65,21 +102,20 @@ def kairos_error(request: Request, exc: errors.KairosError) -> Response[dict[str
 
 
 def validation_error(request: Request, exc: ValidationException) -> Response[dict[str, Any]]:
-    """msgspec decoding failures (wrong type, unknown field, malformed JSON): 400 naming the field."""
-    field = None
-    detail = exc.detail
-    if isinstance(exc.extra, list) and exc.extra:
-        first = exc.extra[0]
-        if isinstance(first, dict):
-            key = first.get("key")
-            field = key.removeprefix("$.") if isinstance(key, str) else None
-            detail = first.get("message", detail)
-    extra = {"field": field} if field else {}
-    return problem(400, "malformed-request", "The request could not be decoded.", str(detail),
-                   request.url.path, **extra)
+    """Litestar's own validation (parameters, and any body it decoded itself): our InvalidInput."""
+    return kairos_error(request, bodies.from_validation_exception(exc))
 
 
 def http_error(request: Request, exc: HTTPException) -> Response[dict[str, Any]]:
+    if exc.status_code == 413:
+        try:
+            limit = request.route_handler.resolve_request_max_body_size()  # type: ignore[attr-defined]
+        except AttributeError:
+            limit = None
+        if limit:
+            return problem(413, "body-too-large", "The request body is too large.",
+                           f"the body is larger than this route's limit of {limit} bytes", request.url.path,
+                           maxBytes=limit)
     return problem(exc.status_code, "http-error", str(exc.detail), str(exc.detail), request.url.path)
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
-from app.errors import InvalidInput
+from app.api import bodies
 
 
 class Wire(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=False):
@@ -18,15 +18,9 @@ W = TypeVar("W", bound=Wire)
 
 
 def decode_body(raw: bytes, type_: type[W]) -> W:
-    """An optional JSON body (empty means all defaults); bad JSON or types are InvalidInput."""
-    if not raw.strip():
-        return type_()
-    try:
-        return msgspec.json.decode(raw, type=type_)
-    except msgspec.ValidationError as exc:
-        raise InvalidInput("body", str(exc)) from None
-    except msgspec.DecodeError:
-        raise InvalidInput("body", "is not valid JSON") from None
+    """An optional JSON body (empty means all defaults), decoded strictly: bad JSON is MalformedBody,
+    JSON that breaks the schema InvalidInput naming the field (app.api.bodies)."""
+    return bodies.decode(raw, type_, empty=type_)
 
 
 class TargetIn(Wire):
@@ -77,7 +71,7 @@ class JobIn(Wire):
 class BatchItemIn(JobIn):
     """One job of a batch: the fields of a single submit plus its own Idempotency-Key."""
 
-    idempotency_key: str | None = None
+    idempotency_key: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] | None = None
 
 
 class BatchIn(msgspec.Struct, forbid_unknown_fields=True):

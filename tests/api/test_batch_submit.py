@@ -34,7 +34,9 @@ def test_results_come_in_request_order_with_errors_naming_index_and_field(
     results = resp.json()["results"]
     assert len(results) == len(items)
     assert set(results[0]) == {"jobId", "nextRunAt"} and set(results[3]) == {"jobId", "nextRunAt"}
-    for index, field in ((1, "name"), (2, "schedule.delaySeconds"), (4, "job"), (5, "payload")):
+    # Each field is a JSON Pointer from the batch's root: the item, then the field inside it.
+    for index, field in ((1, "/jobs/1/name"), (2, "/jobs/2/schedule/delaySeconds"), (4, "/jobs/4"),
+                         (5, "/jobs/5/payload")):
         assert results[index]["index"] == index
         assert results[index]["error"]["status"] == 422
         assert results[index]["error"]["field"] == field, results[index]
@@ -66,14 +68,14 @@ def test_idempotency_keys_hold_per_item_as_for_single_submits(
 
 def test_whole_request_errors_change_nothing(api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
     too_many = client.post("/v1/jobs:batch", json={"jobs": [once_job()] * 1001})
-    assert too_many.status_code == 422 and too_many.json()["field"] == "jobs"
+    assert too_many.status_code == 422 and too_many.json()["field"] == "/jobs"
     assert "1000" in too_many.json()["detail"]
     not_json = client.post("/v1/jobs:batch", content=b"{nope", headers={"content-type": "application/json"})
     assert not_json.status_code == 400 and not_json.headers["content-type"].startswith(PROBLEM)
     wrong_shape = client.post("/v1/jobs:batch", json={"jobs": {"name": "x"}})
-    assert wrong_shape.status_code == 422 and wrong_shape.json()["field"] == "jobs"
+    assert wrong_shape.status_code == 422 and wrong_shape.json()["field"] == "/jobs"
     unknown = client.post("/v1/jobs:batch", json={"jobs": [], "extra": 1})
-    assert unknown.status_code == 422
+    assert unknown.status_code == 422 and unknown.json()["field"] == "/extra"
     assert httpx.post(f"{api.url}/v1/jobs:batch", json={"jobs": [once_job()]}).status_code == 401
     assert jobs_of(api, tenant) == 0
 

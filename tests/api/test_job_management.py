@@ -139,8 +139,8 @@ def test_backfill_creates_the_past_occurrences_once_paced(api: ApiProcess, clien
     assert again == {"created": 0, "existing": 5, "nextFrom": None}
     future = client.post(f"/v1/jobs/{job_id}:backfill", json={"from": body["from"],
                                                              "to": z(hour + timedelta(hours=3))})
-    assert future.status_code == 422 and future.json()["field"] == "to"
-    assert client.post(f"/v1/jobs/{job_id}:backfill").status_code == 422
+    assert future.status_code == 422 and future.json()["field"] == "/to"
+    assert client.post(f"/v1/jobs/{job_id}:backfill").status_code == 400  # no JSON body at all
     one_off = client.post("/v1/jobs", json=once_job()).json()["jobId"]
     assert client.post(f"/v1/jobs/{one_off}:backfill", json=body).status_code == 422
 

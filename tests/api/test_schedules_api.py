@@ -18,7 +18,7 @@ def test_a_legacy_zone_name_is_refused_naming_the_zone_to_use(
     resp = client.post("/v1/jobs", json=once_job(schedule={"cron": "0 9 * * *", "tz": tz}))
     assert resp.status_code == 422, resp.text
     assert resp.headers["content-type"].startswith(PROBLEM)
-    assert resp.json()["field"] == "schedule.tz"
+    assert resp.json()["field"] == "/schedule/tz"
     assert suggested in resp.json()["detail"]
     assert query(api.database_url, "SELECT count(*) FROM jobs WHERE tenant_id = %s", (tenant.tenant_id,))[0][0] == 0
     for valid in ("UTC", "Etc/UTC", "America/New_York"):

@@ -209,7 +209,7 @@ def test_bad_parameters_are_problems_naming_the_field(api: ApiProcess, seeded: S
         body = problem(get(api, path, seeded.a.key, **params), 422)
         assert body["field"] == field and "between 1 and" in body["detail"]
     assert problem(get(api, "/v1/stats/lag", ADMIN_TOKEN, tenant=""), 422)["field"] == "tenant"
-    assert problem(get(api, "/v1/stats/lag", seeded.a.key, minutes="soon"), 400)["field"] == "minutes"
+    assert problem(get(api, "/v1/stats/lag", seeded.a.key, minutes="soon"), 422)["field"] == "minutes"
     assert "admin token" in problem(get(api, "/v1/stats/lag", seeded.a.key, tenant="globex"), 403)["detail"]
     problem(get(api, "/v1/stats/tenants", seeded.a.key), 403)
     assert "no-such-tenant" in problem(get(api, "/v1/status", ADMIN_TOKEN, tenant="no-such-tenant"), 404)["detail"]

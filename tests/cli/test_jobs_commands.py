@@ -83,7 +83,7 @@ def test_an_array_file_is_one_batch_and_ls_all_follows_cursors(kairos: Kairos, t
     batch = kairos("jobs", "submit", "--file", str(path), "--json")
     assert batch.code == 2 and batch.err.strip() == "error: 1 of 8 jobs refused"
     results = batch.json()["results"]
-    assert all("jobId" in r for r in results[:7]) and results[7]["error"]["field"] == "schedule.delaySeconds"
+    assert all("jobId" in r for r in results[:7]) and results[7]["error"]["field"] == "/jobs/7/schedule/delaySeconds"
 
     first = kairos("jobs", "ls", "--name", "bulk", "--limit", "3", "--json").json()
     assert len(first["jobs"]) == 3 and first["nextCursor"]
@@ -154,7 +154,7 @@ def test_api_problems_exit_2_with_their_title_detail_and_field(kairos: Kairos, t
                                 "schedule": {"delaySeconds": 60}, "retry": {"maxAttempts": 0}}))
     invalid = kairos("jobs", "submit", "--file", str(path))
     assert invalid.code == 2
-    assert invalid.error_line == "error: The request is invalid: must be between 1 and 100 (field retry.maxAttempts)"
+    assert invalid.error_line == "error: The request is invalid: must be between 1 and 100 (field /retry/maxAttempts)"
     bad_key = kairos("jobs", "ls", env={"KAIROS_API_KEY": "kairos_nope"})
     assert bad_key.code == 2 and bad_key.error_line.startswith("error: A valid API key is required")
     assert "unknown or revoked" in bad_key.error_line

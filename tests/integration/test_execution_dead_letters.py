@@ -70,7 +70,7 @@ async def test_replay_one_with_edited_payload_and_policy(db: Database, api: Asyn
     assert (await api.post(f"/v1/executions/{eid}:rerun", headers=auth(t))).status_code in (400, 422)
     assert (await api.post("/v1/executions/nope:replay", headers=auth(t))).status_code == 404
     bad = await api.post(f"/v1/executions/{eid}:replay", headers=auth(t), json={"retry": {"maxAttempts": 0}})
-    assert bad.status_code == 422 and bad.json()["field"] == "retry.maxAttempts"
+    assert bad.status_code == 422 and bad.json()["field"] == "/retry/maxAttempts"
     # Attempts history of the execution.
     r = await api.get(f"/v1/executions/{eid}/attempts", headers=auth(t))
     assert [(a["attempt"], a["outcome"]) for a in r.json()] == [(1, "failed"), (2, "running")]

@@ -1,0 +1,220 @@
+"""Request bodies: strict JSON decoding, and the one translation of what fails to decode into errors.
+
+Every request body is decoded by msgspec in strict mode, straight from its bytes: a number is a
+JSON number (``"90"`` is not 90, and an integer field takes no fraction), a boolean is ``true`` or
+``false``. What does not decode is refused in one shape, whichever route it came to:
+
+* a body that is not JSON is ``MalformedBody`` (400), with no field to point at;
+* JSON that breaks the schema is ``InvalidInput`` (422) whose field is a JSON Pointer (RFC 6901)
+  into the body, such as ``/schedule/delaySeconds``; an enum's problem lists the values it takes,
+  a range's states its limit, a missing or unknown field is pointed at by its own name.
+
+Litestar decodes handler ``data`` through :class:`StrictBody`, the app's DTO (``create_app``), so a
+route declaring ``JSONBody[...]`` gets exactly this while /schema still documents its body type;
+routes that parse a body themselves (optional bodies, batch items) call :func:`decode`. Litestar's
+own ``ValidationException`` (query, path and header parameters) goes through
+:func:`from_validation_exception`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import msgspec
+from litestar.dto import AbstractDTO, DTOFieldDefinition
+from litestar.exceptions import ValidationException
+from litestar.typing import FieldDefinition
+
+from app import errors
+
+T = TypeVar("T")
+
+# msgspec's ValidationError reads "<what> - at `$.jobs[3].name`"; at the root there is no " - at".
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `(?P<path>\$[^`]*)`)?$", re.S)
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[([^\]]*)\]")
+_MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]*)`$")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`$")
+_ENUM = re.compile(r"^Invalid enum value (?P<value>.*)$")
+
+
+def pointer(steps: Iterable[str | int]) -> str:
+    """The JSON Pointer (RFC 6901) of a path of object keys and array indexes ("" is the whole body)."""
+    return "".join("/" + str(step).replace("~", "~0").replace("/", "~1") for step in steps)
+
+
+def pointer_of_path(path: str) -> str:
+    """``retry.maxAttempts`` (the domain's dotted field names) as ``/retry/maxAttempts``."""
+    return pointer(path.split(".")) if path else ""
+
+
+def _steps(path: str | None) -> list[str | int]:
+    """``$.jobs[3].name`` as ["jobs", 3, "name"]; a dict key msgspec leaves out (``[...]``) ends it."""
+    steps: list[str | int] = []
+    for key, index, _dict_key in _STEP.findall((path or "$")[1:]):
+        if key:
+            steps.append(key)
+        elif index:
+            steps.append(int(index))
+        else:
+            break  # "[...]": a key of a dict, not named; point at the dict
+    return steps
+
+
+def _unwrap(t: msgspec.inspect.Type) -> list[msgspec.inspect.Type]:
+    """The alternatives a field's type allows: Annotated metadata removed, unions spread."""
+    if isinstance(t, msgspec.inspect.Metadata):
+        return _unwrap(t.type)
+    if isinstance(t, msgspec.inspect.UnionType):
+        return [inner for member in t.types for inner in _unwrap(member)]
+    return [t]
+
+
+def _type_at(type_: Any, steps: Sequence[str | int]) -> msgspec.inspect.Type | None:
+    """The declared type at ``steps`` inside ``type_``, where it can be told."""
+    current: msgspec.inspect.Type = msgspec.inspect.type_info(type_)
+    for step in steps:
+        following = None
+        for t in _unwrap(current):
+            if isinstance(t, msgspec.inspect.StructType) and isinstance(step, str):
+                following = next((f.type for f in t.fields if f.encode_name == step), None)
+            elif isinstance(t, (msgspec.inspect.ListType, msgspec.inspect.SetType,
+                                msgspec.inspect.VarTupleType)) and isinstance(step, int):
+                following = t.item_type
+            elif isinstance(t, msgspec.inspect.DictType):
+                following = t.value_type
+            if following is not None:
+                break
+        if following is None:
+            return None
+        current = following
+    return current
+
+
+def _allowed(t: msgspec.inspect.Type | None) -> list[Any]:
+    values: list[Any] = []
+    for member in _unwrap(t) if t is not None else []:
+        if isinstance(member, msgspec.inspect.LiteralType):
+            values.extend(member.values)
+        elif isinstance(member, msgspec.inspect.EnumType):
+            values.extend(item.value for item in member.cls)
+    return values
+
+
+def _fields(t: msgspec.inspect.Type | None) -> list[str]:
+    for member in _unwrap(t) if t is not None else []:
+        if isinstance(member, msgspec.inspect.StructType):
+            return [f.encode_name for f in member.fields]
+    return []
+
+
+def _quoted(values: Iterable[Any]) -> str:
+    return ", ".join(f"'{v}'" if isinstance(v, str) else str(v) for v in values)
+
+
+def describe(what: str, steps: list[str | int], type_: Any | None) -> tuple[str, str]:
+    """(JSON Pointer, detail) for one schema failure ``what`` (msgspec's words) at ``steps``."""
+    if found := _MISSING.match(what):
+        return pointer([*steps, found["name"]]), "is required"
+    if found := _UNKNOWN.match(what):
+        known = _fields(_type_at(type_, steps)) if type_ is not None else []
+        detail = "is not a field of this object" + (f"; its fields are {', '.join(known)}" if known else "")
+        return pointer([*steps, found["name"]]), detail
+    if found := _ENUM.match(what):
+        allowed = _allowed(_type_at(type_, steps)) if type_ is not None else []
+        if allowed:
+            return pointer(steps), f"must be one of {_quoted(allowed)} (got {found['value']})"
+    return pointer(steps), what
+
+
+def invalid_input(exc: msgspec.ValidationError, type_: Any) -> errors.InvalidInput:
+    """The InvalidInput for msgspec's ValidationError decoding ``type_``: its field a JSON Pointer."""
+    found = _AT.match(str(exc))
+    assert found is not None  # the pattern matches any text
+    field, detail = describe(found["what"], _steps(found["path"]), type_)
+    return errors.InvalidInput(field, detail)
+
+
+def malformed(exc: msgspec.DecodeError) -> errors.MalformedBody:
+    return errors.MalformedBody("", f"is not JSON: {exc}")
+
+
+def decode(raw: bytes, type_: type[T] | Any, *, empty: Callable[[], T] | None = None) -> T:
+    """``raw`` decoded strictly as ``type_``; ``empty()`` for a body with nothing in it, when given."""
+    if empty is not None and not raw.strip():
+        return empty()
+    try:
+        return msgspec.json.decode(raw, type=type_, strict=True)  # type: ignore[no-any-return]
+    except msgspec.ValidationError as exc:
+        # Decoding stops at the first value that breaks the schema, which may come before the text
+        # stops being JSON ('{"nmae": 1' is an unknown field first): JSON or not decides 400 or 422.
+        try:
+            msgspec.json.decode(raw)
+        except msgspec.DecodeError as not_json:
+            raise malformed(not_json) from None
+        raise invalid_input(exc, type_) from None
+    except msgspec.DecodeError as exc:
+        raise malformed(exc) from None
+
+
+def from_validation_exception(exc: ValidationException) -> errors.InvalidInput:
+    """Litestar's refusal of a request's parameters (or of a body it decoded itself) in our terms:
+    the first problem it lists, as InvalidParameter naming the parameter, or for the body as
+    InvalidInput with a JSON Pointer (MalformedBody when the body is missing)."""
+    first = exc.extra[0] if isinstance(exc.extra, list) and exc.extra else {}
+    if not isinstance(first, dict):
+        first = {}
+    key = str(first.get("key") or "")
+    what = str(first.get("message") or exc.detail)
+    if first.get("source") == "body" or key == "data" or key.startswith("data."):
+        if key == "data" and (what == "'data'" or what.startswith("Object missing required field `data`")):
+            # The body is missing: StrictBody decodes every body there is itself.
+            return errors.MalformedBody("", "is empty; this request needs a JSON body")
+        path = key.removeprefix("data").removeprefix(".")
+        field, detail = describe(what, _steps("$." + path if path else "$"), None)
+        return errors.InvalidInput(field, detail)
+    if what.startswith("Missing required"):
+        what = "is required"
+    return errors.InvalidParameter(key or "query", what)
+
+
+class StrictBody(AbstractDTO[T]):
+    """The app's DTO: every handler's ``data`` decoded by :func:`decode` from the raw bytes (msgspec
+    strict mode), and documented in /schema as Litestar documents the declared type.
+
+    Litestar converts a body it decodes itself non-strictly (``"90"`` becomes 90.0); a DTO is its
+    hook for decoding the bytes instead. Only ``data`` is handled: set ``return_dto=None`` beside
+    it, responses are encoded as usual.
+    """
+
+    _types: ClassVar[dict[str, Any]] = {}  # handler id -> the declared type of its data
+
+    @classmethod
+    def generate_field_definitions(cls, model_type: type[Any]) -> Generator[DTOFieldDefinition, None, None]:
+        yield from ()  # no transfer model: the declared type is decoded as it is
+
+    @classmethod
+    def detect_nested_field(cls, field_definition: FieldDefinition) -> bool:
+        return False
+
+    @classmethod
+    def create_for_field_definition(cls, field_definition: FieldDefinition, handler_id: str,
+                                    backend_cls: Any = None) -> None:
+        if field_definition.name == "data":
+            cls._types[handler_id] = field_definition.annotation
+
+    @classmethod
+    def create_openapi_schema(cls, field_definition: FieldDefinition, handler_id: str,
+                              schema_creator: Any) -> Any:
+        return schema_creator.for_field_definition(field_definition)
+
+    def decode_bytes(self, value: bytes) -> Any:
+        return decode(value, self._types[self.asgi_connection.route_handler.handler_id])
+
+    def decode_builtins(self, value: dict[str, Any]) -> Any:
+        type_ = self._types[self.asgi_connection.route_handler.handler_id]
+        try:
+            return msgspec.convert(value, type_, strict=True)
+        except msgspec.ValidationError as exc:
+            raise invalid_input(exc, type_) from None
