@@ -12,7 +12,7 @@ from uuid import UUID, uuid4
 import msgspec
 
 from app import errors
-from app.api import schemas
+from app.api import bodies, schemas
 from app.api.pagination import decode_cursor, page_limit, split_page
 from app.api.submit import Submission, new_job_row
 from app.config import Settings
@@ -373,7 +373,7 @@ def patched_body(job: store.Job, patch: dict[str, Any]) -> schemas.JobIn:
     try:
         return msgspec.convert(merged, schemas.JobIn, strict=True)
     except msgspec.ValidationError as exc:
-        raise errors.InvalidInput("body", str(exc)) from None
+        raise bodies.invalid_input(exc, schemas.JobIn) from None
 
 
 async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, patch: Any,

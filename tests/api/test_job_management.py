@@ -238,3 +238,10 @@ def test_an_every_schedule_is_anchored_and_updatable(api: ApiProcess, client: ht
     both = client.post("/v1/jobs", json=cron_job(schedule={"every": "1h", "cron": "0 * * * *", "tz": "UTC"}))
     assert both.status_code == 422
     assert client.post("/v1/jobs", json=cron_job(schedule={"every": "1h", "tz": "UTC"})).status_code == 422
+
+
+def test_a_patch_that_breaks_the_schema_names_the_field(client: httpx.Client) -> None:
+    job_id = client.post("/v1/jobs", json=cron_job()).json()["jobId"]
+    resp = client.patch(f"/v1/jobs/{job_id}", json={"retry": {"maxAttempts": "3"}})
+    assert resp.status_code == 422 and resp.json()["field"] == "/retry/maxAttempts", resp.json()
+    assert client.patch(f"/v1/jobs/{job_id}", json={"concurrency": "sometimes"}).json()["field"] == "/concurrency"
