@@ -7,7 +7,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
-from app.api import bodies, problems
+from app.api import bodies, openapi, problems
 from app.api.auth import provide_db, provide_tenant
 from app.api.dashboard import DashboardController
 from app.api.dead_letters import DeadLetterController
@@ -33,7 +33,7 @@ def controllers(settings: Settings) -> list[type]:
 
 def create_app(settings: Settings, db: Database) -> Litestar:
     writer = SubmitWriter(db, WriterConfig(herd_threshold=settings.herd_warning_threshold))
-    return Litestar(
+    app = Litestar(
         route_handlers=controllers(settings),
         # Litestar's default would replace the process's JSON log handler with its own text one.
         logging_config=None,
@@ -48,3 +48,5 @@ def create_app(settings: Settings, db: Database) -> Litestar:
                                      description="Distributed job scheduler: one-off and cron jobs."),
         request_max_body_size=1024 * 1024,
     )
+    openapi.document(app)
+    return app

@@ -42,18 +42,6 @@ def parse_job_ref(ref: str, *, action: bool) -> tuple[UUID, str | None]:
     return job_id, None
 
 
-@dataclass
-class _ResumeOperation(Operation):
-    """`:pause` takes no body and `:resume` an optional one, parsed by the handler once it knows the
-    action; this documents the resume body ({missed}, default skip)."""
-
-    def __post_init__(self) -> None:
-        body = Schema(type=OpenAPIType.OBJECT, properties={"missed": Schema(
-            type=OpenAPIType.STRING, enum=["skip", "run_once"], default="skip",
-            description=":resume only: what happens to occurrences missed while paused")})
-        self.request_body = RequestBody(required=False, content={"application/json": OpenAPIMediaType(schema=body)})
-
-
 class JobController(Controller):
     path = "/v1/jobs"
     tags = ["jobs"]
@@ -123,7 +111,7 @@ class JobController(Controller):
         job = await service.update(db, state.settings, tenant.tenant_id, job_id, body, version)
         return service.job_out(job)
 
-    @post("/{job_ref:str}", operation_id="JobAction", status_code=200, operation_class=_ResumeOperation,
+    @post("/{job_ref:str}", operation_id="JobAction", status_code=200,
           summary="POST /v1/jobs/{jobId}:pause | :resume {missed} | :run {overlap} | :backfill {from, to, overlap}.")
     async def job_action(self, request: Request, job_ref: FromPath[str], db: DB, tenant: Tenant,
                          state: State) -> Response[Any]:

@@ -35,8 +35,12 @@ class DstIn(Wire):
     repeat: str | None = None
 
 
+# An ISO 8601 instant with an offset (2026-10-16T09:00:00Z), parsed by app.domain.jobs.parse_instant.
+Instant = Annotated[str, msgspec.Meta(extra_json_schema={"format": "date-time"}, examples=["2026-10-16T09:00:00Z"])]
+
+
 class ScheduleIn(Wire):
-    run_at: str | None = None
+    run_at: Instant | None = None
     delay_seconds: float | None = None
     cron: str | None = None
     # An interval, anchored (EventBridge's rate()): "90s", "15m", "1h30m", "1d".
@@ -44,8 +48,8 @@ class ScheduleIn(Wire):
     tz: str | None = None
     jitter_seconds: int | None = None
     dst: DstIn | None = None
-    start_at: str | None = None
-    end_at: str | None = None
+    start_at: Instant | None = None
+    end_at: Instant | None = None
 
 
 class RetryIn(Wire):
@@ -143,14 +147,14 @@ class ExecutionCounts(Wire):
 class JobOut(Wire):
     job_id: str
     name: str
-    state: str
+    state: Literal["active", "paused", "completed", "failed", "cancelled"]
     target: TargetOut
     schedule: ScheduleOut
     payload: Any
     retry: RetryOut
     timeout_seconds: int
-    concurrency: str
-    misfire: str
+    concurrency: Literal["allow", "forbid", "replace"]
+    misfire: Literal["run_once", "catch_up", "skip"]
     next_run_at: datetime | None
     paused_at: datetime | None
     created_at: datetime
@@ -188,8 +192,8 @@ class RunOut(Wire):
 class BackfillIn(Wire):
     """POST /v1/jobs/{jobId}:backfill: the occurrences of [from, to) (both in the past), at most 1,000 per call."""
 
-    from_: str = msgspec.field(name="from")
-    to: str
+    from_: Instant = msgspec.field(name="from")
+    to: Instant
     overlap: Literal["allow", "forbid"] | None = None
 
 
@@ -205,13 +209,13 @@ class ExecutionOut(Wire):
     execution_id: str
     scheduled_for: datetime
     attempt: int
-    state: str
+    state: Literal["ready", "leased", "succeeded", "dead", "cancelled", "skipped"]
     started_at: datetime | None
     finished_at: datetime | None
     error: str | None
-    skip_reason: str | None = None
+    skip_reason: Literal["overlap", "misfire", "dst_gap", "dry_run", "paused"] | None = None
     # schedule, manual (POST :run) or backfill (POST :backfill).
-    trigger: str = "schedule"
+    trigger: Literal["schedule", "manual", "backfill"] = "schedule"
     # When it was due: the nominal time plus the job's jitter offset (its first ready_at).
     due_at: datetime | None = None
     dispatched_at: datetime | None = None
@@ -306,6 +310,6 @@ class AttemptOut(Wire):
     leased_at: datetime
     lease_until: datetime
     finished_at: datetime | None
-    outcome: str
+    outcome: Literal["running", "succeeded", "failed", "expired", "cancelled", "discarded"]
     error: str | None
     result: Any

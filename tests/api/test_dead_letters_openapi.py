@@ -24,7 +24,7 @@ def test_the_replay_routes_document_their_optional_bodies(api: ApiProcess) -> No
     assert not required
     assert {"jobId", "finishedAfter", "finishedBefore", "limit"} <= set(bulk["properties"])
 
-    required, one = body_schema(doc, "/v1/executions/{execution_ref}")
+    required, one = body_schema(doc, "/v1/executions/{executionId}:replay")
     assert not required
     assert {"payload", "retry"} <= set(one["properties"])
     retry = one["properties"]["retry"]

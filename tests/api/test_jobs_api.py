@@ -292,6 +292,8 @@ def test_openapi_health_and_readiness(api: ApiProcess) -> None:
 
 def test_the_openapi_document_describes_the_resume_body(api: ApiProcess) -> None:
     doc = httpx.get(f"{api.url}/schema/openapi.json").json()
-    body = doc["paths"]["/v1/jobs/{job_ref}"]["post"]["requestBody"]
+    body = doc["paths"]["/v1/jobs/{jobId}:resume"]["post"]["requestBody"]
     assert body["required"] is False
-    assert body["content"]["application/json"]["schema"]["properties"]["missed"]["enum"] == ["skip", "run_once"]
+    ref = body["content"]["application/json"]["schema"]["$ref"].removeprefix("#/components/schemas/")
+    missed = doc["components"]["schemas"][ref]["properties"]["missed"]
+    assert sorted(missed["enum"]) == ["run_once", "skip"] and missed["default"] == "skip"
