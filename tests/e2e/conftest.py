@@ -9,9 +9,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tests.conftest import free_port
@@ -71,3 +72,41 @@ def kairos_up(tmp_path: Path, *args: str, **extra_env: str) -> Iterator[KairosUp
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request a local endpoint received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+
+
+@contextmanager
+def endpoint(status: Callable[[Request], int] = lambda _r: 200) -> Iterator[tuple[str, list[Request]]]:
+    """A local HTTP endpoint on a free loopback port for every method: (base URL, requests received);
+    ``status`` decides each answer. Stopped when the block ends."""
+    received: list[Request] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            request = Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            received.append(request)
+            self.send_response(status(request))
+            self.end_headers()
+
+        do_GET = do_POST = do_PUT = do_PATCH = answer  # noqa: N815
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -3,43 +3,24 @@ job whose execution is dead reading `failed`; the scheduler and the executor do 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.conftest import wait_for
-from tests.e2e.conftest import kairos_up
+from tests.e2e.conftest import Request, endpoint, kairos_up
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def receiver() -> Iterator[tuple[str, list[tuple[str, str]]]]:
-    """A local endpoint: /ok answers 200, /gone answers 410 (not retried: dead at once)."""
-    received: list[tuple[str, str]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def answer(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            received.append((self.command, self.path))
-            self.send_response(410 if self.path.startswith("/gone") else 200)
-            self.end_headers()
-
-        do_POST = do_PUT = answer  # noqa: N815
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", received
-    server.shutdown()
-    server.server_close()
+def receiver() -> Iterator[tuple[str, list[Request]]]:
+    """/ok answers 200, /gone answers 410 (not retried: dead at once)."""
+    with endpoint(lambda r: 410 if r.path.startswith("/gone") else 200) as served:
+        yield served
 
 
 def test_interval_dry_run_run_now_update_and_failed_state_through_kairos_up(tmp_path: Path, receiver) -> None:
@@ -72,7 +53,8 @@ def test_interval_dry_run_run_now_update_and_failed_state_through_kairos_up(tmp_
         assert gone in [j["jobId"] for j in api.get("/v1/jobs", params={"state": "failed"}).json()["jobs"]]
         # Run now: delivered with the job's method, outside its yearly schedule.
         assert api.post(f"/v1/jobs/{manual}:run").status_code == 202
-        wait_for(lambda: ("PUT", "/ok/manual") in received, timeout_s=30, interval_s=0.2, what="the manual run")
+        wait_for(lambda: ("PUT", "/ok/manual") in {(r.method, r.path) for r in received}, timeout_s=30,
+                 interval_s=0.2, what="the manual run")
         # The interval job runs on its grid; its dry-run twin is recorded at the same times, never sent.
         runs = wait_for(lambda: (h := [e for e in history(every) if e["state"] == "succeeded"]) and len(h) >= 2 and h,
                         timeout_s=45, interval_s=0.3, what="two interval runs")
@@ -81,7 +63,7 @@ def test_interval_dry_run_run_now_update_and_failed_state_through_kairos_up(tmp_
         assert all(e["startLagMs"] is not None and e["startLagMs"] < 2000 for e in runs), runs
         shadows = wait_for(lambda: (h := history(shadow)) and h, timeout_s=20, interval_s=0.3, what="dry-run records")
         assert {(e["state"], e["skipReason"]) for e in shadows} == {("skipped", "dry_run")}
-        assert not [r for r in received if r[1] == "/ok/shadow"]
+        assert not [r for r in received if r.path == "/ok/shadow"]
         # Updating the interval moves the next occurrence onto the new step.
         moved = api.patch(f"/v1/jobs/{every}", json={"schedule": {"every": "1h"}})
         assert moved.status_code == 200, moved.text

@@ -27,7 +27,7 @@ import pytest
 
 from app.store import embedded
 from tests.conftest import free_port, wait_for
-from tests.e2e.conftest import kairos_up
+from tests.e2e.conftest import Request, endpoint, kairos_up
 
 pytestmark = pytest.mark.slow
 
@@ -60,23 +60,9 @@ def two_free_ports() -> int:
 
 
 @pytest.fixture
-def receiver() -> Iterator[tuple[str, list[bytes]]]:
-    received: list[bytes] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            received.append(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook", received
-    server.shutdown()
-    server.server_close()
+def receiver() -> Iterator[tuple[str, list[Request]]]:
+    with endpoint() as (base, received):
+        yield f"{base}/hook", received
 
 
 def test_scheduler_and_executor_metrics_after_a_job_ran(tmp_path: Path, receiver) -> None:

@@ -6,9 +6,7 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -16,30 +14,15 @@ import pytest
 
 from kairos_sdk import verify_signature
 from tests.conftest import wait_for
-from tests.e2e.conftest import kairos_up
+from tests.e2e.conftest import Request, endpoint, kairos_up
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def receiver() -> Iterator[tuple[str, list[dict]]]:
-    received: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            received.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook", received
-    server.shutdown()
-    server.server_close()
+def receiver() -> Iterator[tuple[str, list[Request]]]:
+    with endpoint() as (base, received):
+        yield f"{base}/hook", received
 
 
 def test_http_and_queue_jobs_succeed_through_kairos_up(tmp_path: Path, receiver) -> None:
@@ -77,11 +60,11 @@ def test_http_and_queue_jobs_succeed_through_kairos_up(tmp_path: Path, receiver)
                     expected = {"status": 200} if kind == "http" else {"kind": "queue"}
                     assert attempts[0]["result"] == expected
             [delivery] = received
-            assert json.loads(delivery["body"]) == {"kind": "http"}
-            assert delivery["headers"]["idempotency-key"].startswith(f"{jobs['http']}:")
+            assert json.loads(delivery.body) == {"kind": "http"}
+            assert delivery.headers["idempotency-key"].startswith(f"{jobs['http']}:")
             # Signed with the secret the banner printed: a receiver can verify it with what `kairos up` showed.
             assert up.signing_secret, up.text()
-            assert verify_signature(up.signing_secret, delivery["headers"]["kairos-signature"], delivery["body"])
+            assert verify_signature(up.signing_secret, delivery.headers["kairos-signature"], delivery.body)
         finally:
             if worker is not None:
                 worker.send_signal(signal.SIGTERM)
