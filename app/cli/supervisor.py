@@ -5,14 +5,26 @@ The parent starts (or joins) the embedded PostgreSQL, applies migrations, makes 
 children pointed at the same database. A child that dies is restarted with backoff; SIGINT or
 SIGTERM stops the children gracefully (SIGTERM, then SIGKILL after a grace period) and, last,
 the embedded database.
+
+Ports: the API and gRPC ports are bound and released once before anything starts and again just
+before the children do; one held by another process ends `kairos up` at once, exit code 1, with
+one line: `error: port HOST:PORT in use (KAIROS_API_PORT)`. Readiness counts only answers from
+our own children: each run has a random token (KAIROS_SUPERVISOR_TOKEN, passed to the children)
+that the API answers on /healthz and the executor on its gRPC port, so a probe that reaches some
+other process on one of those ports is not taken for Kairos. A child that exits before Kairos is
+up ends `kairos up` with its reason (the port line when another process holds its port, else its
+exit code and the last line of its log); later, a child whose port another process took while it
+was down is not restarted (no restart could bind it), the others are.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -27,6 +39,7 @@ from rich.console import Console
 from app import observability
 from app.cli.runtime import database_url
 from app.config import Settings
+from app.rpc import server as rpc_server
 from app.store import Database, Store, migrate
 
 log = logging.getLogger(__name__)
@@ -50,6 +63,7 @@ class Child:
     restarts: int = 0
     backoff_s: float = 1.0
     started_at: float = field(default=0.0)
+    log_offset: int = 0  # where this start's output begins in log_path
 
 
 @dataclass(frozen=True)
@@ -83,10 +97,73 @@ async def ensure_demo_tenant(db: Database, home: Path) -> DemoTenant:
     return demo
 
 
-def _port_open(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
+class StartFailed(RuntimeError):
+    """Kairos cannot come up, or a tier cannot be brought back: the message is the line to print."""
+
+
+def ports(settings: Settings) -> dict[str, tuple[str, int, str]]:
+    """The tier that listens on each port -> (host, port, the variable that moves it)."""
+    return {"api": (settings.api_host, settings.api_port, "KAIROS_API_PORT"),
+            "executor": (settings.grpc_host, settings.grpc_port, "KAIROS_GRPC_PORT")}
+
+
+def port_problem(host: str, port: int, variable: str) -> str | None:
+    """Why nothing of ours could listen on ``host:port`` now (held by another process, not an address
+    of this host), or None."""
+    if port == 0:
+        return None  # the tier picks a free one
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # Like the tiers: a connection of an earlier run still in TIME_WAIT does not hold the port. Without
+        # SO_REUSEPORT, a listener that would share the port with us (SO_REUSEPORT) does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"port {host}:{port} in use ({variable})"
+            return f"cannot listen on {host}:{port} ({variable}): {exc.strerror or exc}"
+    return None
+
+
+def check_ports(settings: Settings) -> None:
+    """StartFailed naming the first port a tier could not listen on."""
+    for host, port, variable in ports(settings).values():
+        if problem := port_problem(host, port, variable):
+            raise StartFailed(problem)
+
+
+def last_log_line(child: Child) -> str:
+    """The last line the child's current run wrote (a JSON record's message), for an exit's reason."""
+    try:
+        with open(child.log_path, "rb") as log_file:
+            log_file.seek(child.log_offset)
+            tail = log_file.read()[-8192:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    try:
+        record = json.loads(lines[-1])
+    except ValueError:
+        record = None
+    line = str(record["msg"]) if isinstance(record, dict) and "msg" in record else lines[-1]
+    return line.removeprefix("error: ")[:300]
+
+
+def metrics_ports(settings: Settings) -> dict[str, int]:
+    """Each child's KAIROS_METRICS_PORT: the scheduler's is ours, the executor's the next one (none when
+    ours is 0); the API has none of its own, its /metrics is on the API port."""
+    base = settings.metrics_port
+    return {"api": 0, "scheduler": base, "executor": base + 1 if 0 < base < 65535 else 0}
+
+
+def metrics_urls(settings: Settings) -> str:
+    """Where each tier's /metrics is, for the banner."""
+    host = "127.0.0.1" if settings.metrics_host in ("0.0.0.0", "::", "") else settings.metrics_host
+    urls = [f"api {settings.api_url}/metrics"]
+    urls += [f"{tier} http://{host}:{port}/metrics" for tier, port in metrics_ports(settings).items() if port]
+    return "   ".join(urls)
 
 
 class Supervisor:
@@ -97,23 +174,55 @@ class Supervisor:
         logs = settings.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         self.children = [Child(name, logs / f"{name}.log", backoff_s=config.restart_backoff_s) for name in TIERS]
-        self.env = {**os.environ, "KAIROS_DATABASE_URL": url, **extra_env}
+        self.token = secrets.token_hex(16)
+        self.env = {**os.environ, "KAIROS_DATABASE_URL": url, **extra_env, "KAIROS_SUPERVISOR_TOKEN": self.token}
+        self.ports = ports(settings)
         self.stopping = False
 
     def start(self, child: Child) -> None:
         out = open(child.log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
-        child.proc = subprocess.Popen([sys.executable, "-m", "app.cli", child.name], env=self.env,
+        child.log_offset = out.tell()
+        env = {**self.env, "KAIROS_METRICS_PORT": str(metrics_ports(self.settings)[child.name])}
+        child.proc = subprocess.Popen([sys.executable, "-m", "app.cli", child.name], env=env,
                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         child.started_at = time.monotonic()
         log.info("child started", extra={"tier": child.name, "pid": child.proc.pid})
 
+    async def port_taken(self, child: Child) -> str | None:
+        """For a child that exited: the port line if another process holds its port now."""
+        assert child.proc is not None
+        try:  # its own leftovers first (the api's worker processes): the child led its process group
+            os.killpg(child.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if child.name not in self.ports:
+            return None
+        deadline = time.monotonic() + 2.0  # killed leftovers release the port within milliseconds
+        while (problem := port_problem(*self.ports[child.name])) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return problem
+
+    async def start_failure(self, child: Child) -> str:
+        """The line reporting a child that exited before Kairos was up."""
+        assert child.proc is not None
+        if problem := await self.port_taken(child):
+            return problem
+        reason = last_log_line(child)
+        return (f"{child.name} exited with code {child.proc.returncode} during start-up"
+                + (f": {reason}" if reason else "") + f" (log: {child.log_path})")
+
     async def watch(self) -> None:
-        """Restart children that exit while we are not stopping."""
+        """Restart children that exit while we are not stopping; StartFailed for one whose port another
+        process holds now."""
         while not self.stopping:
             for child in self.children:
                 if child.proc is not None and child.proc.poll() is not None and not self.stopping:
                     code = child.proc.returncode
+                    if problem := await self.port_taken(child):
+                        log.error("child exited and another process holds its port; not restarting",
+                                  extra={"tier": child.name, "code": code})
+                        raise StartFailed(problem)
                     if time.monotonic() - child.started_at > 60:
                         child.backoff_s = self.config.restart_backoff_s
                     log.warning("child exited; restarting", extra={
@@ -141,22 +250,35 @@ class Supervisor:
                 child.proc.kill()
                 child.proc.wait()
 
+    async def api_ready(self, client: httpx.AsyncClient) -> bool:
+        """Our API (it answers this run's token) is up and its database reachable and migrated."""
+        api = self.settings.api_url
+        try:
+            health = await client.get(f"{api}/healthz")
+            body = health.json() if health.status_code == 200 else None
+            if not isinstance(body, dict) or body.get("supervisorToken") != self.token:
+                return False  # not up yet, or another process holds the port
+            return (await client.get(f"{api}/readyz")).status_code == 200
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    async def executor_ready(self) -> bool:
+        """Our executor (it answers this run's token) serves the gRPC port."""
+        return await rpc_server.supervisor_token(self.settings.grpc_addr, timeout_s=1.0) == self.token
+
     async def wait_ready(self) -> None:
+        """Return once our own API and executor answer; StartFailed if a child exits first, or on timeout."""
         s = self.settings
         deadline = time.monotonic() + self.config.ready_timeout_s
         async with httpx.AsyncClient(timeout=1.0) as client:
             while time.monotonic() < deadline:
                 for child in self.children:
                     if child.proc and child.proc.poll() is not None:
-                        raise RuntimeError(f"{child.name} exited with {child.proc.returncode}; see {child.log_path}")
-                try:
-                    api_ok = (await client.get(f"{s.api_url}/readyz")).status_code == 200
-                except httpx.HTTPError:
-                    api_ok = False
-                if api_ok and _port_open(s.grpc_host, s.grpc_port):
+                        raise StartFailed(await self.start_failure(child))
+                if await self.api_ready(client) and await self.executor_ready():
                     return
                 await asyncio.sleep(0.2)
-        raise RuntimeError("Kairos did not become ready in time; see the logs under " + str(s.home / "logs"))
+        raise StartFailed("Kairos did not become ready in time; see the logs under " + str(s.home / "logs"))
 
 
 async def submit_demo_job(settings: Settings, key: str) -> dict[str, object]:
@@ -171,6 +293,11 @@ async def submit_demo_job(settings: Settings, key: str) -> dict[str, object]:
 def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig = SupervisorConfig()) -> int:
     observability.setup_logging(settings.log_level, "text", "up")
     console = Console(highlight=False)
+    try:
+        check_ports(settings)  # before anything starts: no database, no children
+    except StartFailed as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
     settings.home.mkdir(parents=True, exist_ok=True)
     url = database_url(settings)
     extra_env = {"KAIROS_LOG_FORMAT": settings.log_format}
@@ -196,6 +323,7 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        check_ports(settings)  # again: starting the database took a while
         for child in sup.children:
             sup.start(child)
         await sup.wait_ready()
@@ -203,6 +331,7 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
         console.print(f"[bold]Kairos is up[/]\n"
                       f"  API       {settings.api_url}   (OpenAPI: {settings.api_url}/schema)\n"
                       f"  gRPC      {settings.grpc_addr}\n"
+                      f"  metrics   {metrics_urls(settings)}\n"
                       f"  database  {where}\n"
                       f"  logs      {settings.home / 'logs'}\n"
                       f"  demo key  {key}\n"
@@ -213,14 +342,18 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
             created = await submit_demo_job(settings, key)
             console.print(f"demo job submitted: {json.dumps(created)}")
         watcher = asyncio.create_task(sup.watch(), name="supervisor-watch")
-        await stop.wait()
+        stopped = asyncio.create_task(stop.wait(), name="supervisor-stop")
+        done, _ = await asyncio.wait([watcher, stopped], return_when=asyncio.FIRST_COMPLETED)
         sup.stopping = True
-        watcher.cancel()
+        for task in (watcher, stopped):
+            task.cancel()
+        if watcher in done:
+            watcher.result()  # StartFailed: a tier cannot be brought back
 
     try:
         asyncio.run(main())
-    except RuntimeError as exc:
-        console.print(f"[red]error:[/] {exc}")
+    except RuntimeError as exc:  # StartFailed, or an unexpected failure while starting
+        sys.stderr.write(f"error: {exc}\n")
         sup.stop()
         return 1
     sup.stop()
