@@ -19,6 +19,7 @@ from app.config import Settings
 from app.domain import jobs as spec
 from app.domain import schedule as cron
 from app.domain.states import REPORTED_JOB_STATES, JobState
+from app.observability import tracing
 from app.store import Database, Store
 from app.store import dispatch as dispatch_store
 from app.store import jobs as store
@@ -428,6 +429,15 @@ def _paused_row(row: store.NewJob) -> store.NewJob:
 RUN_OVERLAPS = ("allow", "forbid", "replace")
 
 
+def _trace(job: store.Job, nominal: datetime, trigger: str) -> str | None:
+    """The trace of an occurrence the tenant asked for (a dry run records, so it has none)."""
+    if job.dry_run:
+        return None
+    return tracing.occurrence(job.traceparent, one_off=False, attributes={
+        "kairos.job_id": str(job.job_id), "kairos.tenant_id": str(job.tenant_id),
+        "kairos.scheduled_for": nominal.isoformat(), "kairos.trigger": trigger})
+
+
 async def run_now(db: Database, tenant_id: UUID, job_id: UUID, overlap: str | None) -> tuple[store.Job, UUID]:
     """POST /v1/jobs/{jobId}:run: one occurrence now, outside the schedule (the schedule is unchanged)."""
     if overlap is not None and overlap not in RUN_OVERLAPS:
@@ -446,7 +456,8 @@ async def run_now(db: Database, tenant_id: UUID, job_id: UUID, overlap: str | No
                 "send {\"overlap\": \"allow\"} or \"replace\" to run anyway")
         if counts.pending and policy == "replace":
             await tx.dispatch.cancel_replaced([dispatch_store.Replacement(job_id, now, "replaced by a manual run")])
-        made = await tx.jobs.insert_executions(job, [now], [now], trigger="manual", dry_run=job.dry_run)
+        made = await tx.jobs.insert_executions(job, [now], [now], trigger="manual", dry_run=job.dry_run,
+                                               traceparents=[_trace(job, now, "manual")])
         if now not in made:
             raise errors.StoreConflict("an occurrence at this instant exists already; retry")
         return job, made[now]
@@ -505,7 +516,8 @@ async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UU
         step = (job.timeout_s if (overlap or job.concurrency) == "forbid"
                 else 1.0 / max(settings.catch_up_per_tenant_per_s, 1e-3))
         ready = [now + timedelta(seconds=i * step) for i in range(len(nominals))]
-        made = await tx.jobs.insert_executions(job, nominals, ready, trigger="backfill", dry_run=job.dry_run)
+        made = await tx.jobs.insert_executions(job, nominals, ready, trigger="backfill", dry_run=job.dry_run,
+                                               traceparents=[_trace(job, n, "backfill") for n in nominals])
         return len(made), len(nominals) - len(made), resume_at
 
     return await db.transaction(work)

@@ -20,11 +20,12 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from app import observability
 from app.domain.states import ExecutionState
+from app.observability import tracing
 from app.store import Database
 from app.store import executions as ex
 
@@ -91,6 +92,7 @@ class _Lease:
     tenant_id: UUID
     attempt: int
     lag_ms: float  # lease time - scheduled time
+    span: Any = None  # the attempt's trace span while tracing is on (app.observability.tracing)
 
 
 class Outcomes:
@@ -116,11 +118,17 @@ class Outcomes:
             lag_s = (leased_at - item.scheduled_for).total_seconds()
             if item.attempt == 1:
                 observability.start_lag.record(max(0.0, lag_s), {"tenant": str(item.tenant_id), "queue": kind})
+            previous = self._leases.get(item.execution_id)
+            if previous is not None:
+                tracing.end_attempt(previous.span, "lease_lost")
+            span = tracing.start_attempt(item.traceparent, leased_at, {
+                "kairos.job_id": str(item.job_id), "kairos.execution_id": str(item.execution_id),
+                "kairos.attempt": item.attempt, "kairos.queue_kind": kind}) if tracing.enabled() else None
             self._leases[item.execution_id] = _Lease(item.job_id, item.tenant_id, item.attempt,
-                                                     round(lag_s * 1000, 1))
+                                                     round(lag_s * 1000, 1), span)
             self._leases.move_to_end(item.execution_id)
         while len(self._leases) > TRACKED_LEASES_MAX:
-            self._leases.popitem(last=False)
+            tracing.end_attempt(self._leases.popitem(last=False)[1].span, "untracked")
 
     def _settled(self, execution_id: UUID, attempt: int, outcome: str, **more: object) -> None:
         """The outcome's log line and (but for a deferral, which is no attempt's outcome) its count."""
@@ -130,6 +138,9 @@ class Outcomes:
         lease = self._leases.pop(execution_id, None)
         if lease is not None and lease.attempt == attempt:
             fields.update(job_id=str(lease.job_id), tenant_id=str(lease.tenant_id), lag_ms=lease.lag_ms)
+            tracing.end_attempt(lease.span, outcome)
+        elif lease is not None:
+            self._leases[execution_id] = lease  # another attempt's: keep it for its own outcome
         log.info("execution outcome", extra={**fields, **more})
 
     async def complete(self, item: ex.Success) -> bool:

@@ -19,6 +19,7 @@ import os
 import secrets
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from opentelemetry import trace
@@ -120,3 +121,20 @@ def occurrence(job_traceparent: str | None, *, one_off: bool, attributes: Mappin
               link=None if one_off else job_traceparent, attributes=attributes) as tp:
         assert tp is not None
         return tp
+
+
+def start_attempt(traceparent: str | None, started_at: datetime, attributes: Mapping[str, Any]) -> Any:
+    """A ``kairos.attempt`` span under the occurrence's trace, from its lease until :func:`end_attempt`
+    (worker pools and the HTTP pool alike); None when tracing is off."""
+    if _provider is None:
+        return None
+    parent = parse(traceparent)
+    context = trace.set_span_in_context(NonRecordingSpan(parent)) if parent else None
+    return trace.get_tracer("kairos").start_span("kairos.attempt", context=context, attributes=dict(attributes),
+                                                 start_time=int(started_at.timestamp() * 1e9))
+
+
+def end_attempt(span: Any, outcome: str) -> None:
+    if span is not None:
+        span.set_attribute("kairos.outcome", outcome)
+        span.end()

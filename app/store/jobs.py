@@ -229,7 +229,8 @@ class Jobs(Table):
         return _job(row) if row else None
 
     async def insert_executions(self, job: Job, scheduled_for: Sequence[datetime], ready_at: Sequence[datetime], *,
-                                trigger: str, dry_run: bool) -> dict[datetime, UUID]:
+                                trigger: str, dry_run: bool,
+                                traceparents: Sequence[str | None] | None = None) -> dict[datetime, UUID]:
         """Executions of ``job`` outside its schedule (a manual run, a backfill): nominal time -> new id;
         occurrences that already have an execution are absent. A dry-run job's are recorded as skipped."""
         if not scheduled_for:
@@ -240,6 +241,7 @@ class Jobs(Table):
             "skip_reason": "dry_run" if dry_run else None,
             "note": "dry run: recorded, not delivered" if dry_run else None, "trigger": trigger,
             "scheduled_fors": plain(scheduled_for), "ready_ats": plain(ready_at),
+            "traceparents": texts(traceparents if traceparents is not None else [None] * len(scheduled_for)),
         })
         return {r.scheduled_for: r.execution_id for r in rows}
 

@@ -18,12 +18,13 @@ GROUP BY state;
 -- name: ExecutionInsertForJob
 -- Occurrences a tenant asked for outside the schedule (POST :run, :backfill): ready at their ready_ats, or recorded as skipped (a dry-run job); an occurrence that already has an execution is left alone.
 INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at, finished_at,
-                        skip_reason, error, trigger)
+                        skip_reason, error, trigger, traceparent)
 SELECT CAST(:job_id AS UUID), CAST(:tenant_id AS UUID), CAST(:queue AS TEXT), i.scheduled_for,
        CAST(:max_attempts AS INT), CAST(:state AS TEXT), i.ready_at,
        CASE WHEN CAST(:state AS TEXT) = 'skipped' THEN now() END, CAST(:skip_reason AS TEXT),
-       CAST(:note AS TEXT), CAST(:trigger AS TEXT)
-FROM unnest(CAST(:scheduled_fors AS TIMESTAMPTZ[]), CAST(:ready_ats AS TIMESTAMPTZ[])) AS i (scheduled_for, ready_at)
+       CAST(:note AS TEXT), CAST(:trigger AS TEXT), i.traceparent
+FROM unnest(CAST(:scheduled_fors AS TIMESTAMPTZ[]), CAST(:ready_ats AS TIMESTAMPTZ[]), CAST(:traceparents AS TEXT[]))
+    AS i (scheduled_for, ready_at, traceparent)
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING execution_id, scheduled_for;
 

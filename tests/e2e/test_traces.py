@@ -3,6 +3,9 @@ by the real tiers of `kairos up`, and the same trace handed to the HTTP target a
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,3 +63,28 @@ def test_a_one_off_is_one_trace_from_submit_to_delivery(tmp_path: Path, target) 
     # The target got the same trace, and the execution names it.
     [delivery] = seen
     assert delivery.headers["traceparent"].split("-")[1] == client_trace and execution["traceId"] == client_trace
+
+
+def test_a_worker_pool_attempt_joins_its_occurrences_trace(tmp_path: Path) -> None:
+    """A recurring job's occurrence starts its own trace (linked to the submit); the executor's span for
+    the attempt a `kairos worker` leased and completed belongs to it."""
+    with endpoint() as (collector, exported), \
+            kairos_up(tmp_path, KAIROS_OTLP_ENDPOINT=collector, KAIROS_OTLP_INTERVAL_S="1") as up, \
+            httpx.Client(base_url=up.api, headers=up.headers) as api:
+        worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--pool", "traced", "--", "cat"],
+                                  env={**up.env, "KAIROS_API_KEY": up.key, "KAIROS_GRPC_ADDR": up.grpc_addr},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            job_id = api.post("/v1/jobs", json={"name": "pool", "target": {"type": "queue", "ref": "traced"},
+                                                "schedule": {"every": "10s"}}).json()["jobId"]
+            api.post(f"/v1/jobs/{job_id}:run")  # a manual run: no wait for the first interval
+            done = wait_for(lambda: [e for e in api.get(f"/v1/jobs/{job_id}/executions").json()
+                                     if e["state"] == "succeeded"], timeout_s=40, interval_s=0.3, what="a run")
+            trace_id = done[0]["traceId"]
+            assert trace_id
+            wait_for(lambda: ("kairos-executor", "kairos.attempt", trace_id) in
+                     {s[:3] for s in spans_of(exported)}, timeout_s=30, interval_s=0.3,
+                     what="the attempt's span in the occurrence's trace")
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=20)
