@@ -139,9 +139,9 @@ class JobController(Controller):
     async def job_executions(self, job_ref: FromPath[str], db: DB, tenant: Tenant, cursor: FromQuery[str | None] = None,
                          limit: FromQuery[int | None] = None) -> Response[list[schemas.ExecutionOut]]:
         job_id, _ = parse_job_ref(job_ref, action=False)
-        job, rows, nxt = await service.executions(db, tenant.tenant_id, job_id, cursor, limit)
+        job, rows, attempts, nxt = await service.executions(db, tenant.tenant_id, job_id, cursor, limit)
         headers = {"Link": pagination.next_link(f"/v1/jobs/{job_id}/executions", nxt, limit=limit)} if nxt else None
-        return Response([service.execution_out(job, e) for e in rows], headers=headers)
+        return Response([service.execution_out(job, e, attempts.get(e.execution_id)) for e in rows], headers=headers)
 
 
 def _item_error(exc: errors.KairosError, index: int) -> schemas.BatchItemOut:

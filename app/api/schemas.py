@@ -223,6 +223,8 @@ class ExecutionOut(Wire):
     start_lag_ms: int | None = None
     # The occurrence's trace (W3C trace id), as its HTTP deliveries carried it in traceparent.
     trace_id: str | None = None
+    # Every attempt, oldest first, discarded late results included ("this ran twice, here is why").
+    attempts: list[AttemptOut] = msgspec.field(default_factory=list)
 
 
 class FireTimeOut(Wire):

@@ -13,6 +13,7 @@ import msgspec
 
 from app import errors
 from app.api import bodies, schemas
+from app.api.dead_letter_service import attempt_out
 from app.api.pagination import decode_cursor, page_limit, split_page
 from app.api.submit import Submission, new_job_row
 from app.config import Settings
@@ -23,6 +24,7 @@ from app.observability import tracing
 from app.store import Database, Store
 from app.store import dispatch as dispatch_store
 from app.store import jobs as store
+from app.store.attempts import Attempt
 
 log = logging.getLogger(__name__)
 _EPSILON = timedelta(microseconds=1)
@@ -152,23 +154,27 @@ async def list_jobs(db: Database, tenant_id: UUID, *, state: str | None, name: s
     return split_page(rows, n, lambda j: (j.created_at, j.job_id))
 
 
-async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | None,
-                     limit: int | None) -> tuple[store.Job, list[store.ExecutionSummary], str | None]:
+async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | None, limit: int | None,
+                     ) -> tuple[store.Job, list[store.ExecutionSummary], dict[UUID, list[Attempt]], str | None]:
+    """A page of the job's executions, newest first, with every attempt of each."""
     n = page_limit(limit)
     before = decode_cursor(cursor)
 
-    async def work(tx: Store) -> tuple[store.Job, list[store.ExecutionSummary]]:
+    async def work(tx: Store) -> tuple[store.Job, list[store.ExecutionSummary], dict[UUID, list[Attempt]]]:
         job = await tx.jobs.get(tenant_id, job_id)
         if job is None:
             raise errors.JobNotFound()
-        return job, await tx.jobs.executions_page(tenant_id, job_id, before=before, limit=n + 1)
+        rows = await tx.jobs.executions_page(tenant_id, job_id, before=before, limit=n + 1)
+        attempts = await tx.attempts.list_for_executions(tenant_id, [e.execution_id for e in rows[:n]])
+        return job, rows, attempts
 
-    job, rows = await db.transaction(work)
+    job, rows, attempts = await db.transaction(work, isolation="REPEATABLE READ")
     page, nxt = split_page(rows, n, lambda e: (e.scheduled_for, e.execution_id))
-    return job, page, nxt
+    return job, page, attempts, nxt
 
 
-def execution_out(job: store.Job, e: store.ExecutionSummary) -> schemas.ExecutionOut:
+def execution_out(job: store.Job, e: store.ExecutionSummary, attempts: list[Attempt] | None = None,
+                  ) -> schemas.ExecutionOut:
     """One execution with its start lag: due at the nominal time plus the job's jitter offset (manual
     runs and backfills carry no jitter), started when its first attempt was leased."""
     error = e.error if e.error is not None else (f"skipped: {e.skip_reason}" if e.skip_reason else None)
@@ -180,7 +186,8 @@ def execution_out(job: store.Job, e: store.ExecutionSummary) -> schemas.Executio
     return schemas.ExecutionOut(str(e.execution_id), e.scheduled_for, e.attempt, e.state, e.started_at,
                                 e.finished_at, error, skip_reason=e.skip_reason, trigger=e.trigger, due_at=due_at,
                                 dispatched_at=e.dispatched_at, first_started_at=e.first_started_at,
-                                start_lag_ms=lag_ms, trace_id=e.traceparent.split("-")[1] if e.traceparent else None)
+                                start_lag_ms=lag_ms, trace_id=e.traceparent.split("-")[1] if e.traceparent else None,
+                                attempts=[attempt_out(a) for a in attempts or ()])
 
 
 # -- state changes -------------------------------------------------------------------------------------

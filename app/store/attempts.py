@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from app.domain.states import AttemptOutcome
+from app.store.arrays import plain
 from app.store.queries import q
 from app.store.table import Table
 
@@ -50,6 +52,18 @@ class Attempts(Table):
         rows = await self._conn.execute(q("AttemptListForExecution"),
                                         {"tenant_id": tenant_id, "execution_id": execution_id})
         return [Attempt(**{**r._mapping, "outcome": AttemptOutcome(r.outcome)}) for r in rows]
+
+    async def list_for_executions(self, tenant_id: UUID,
+                                  execution_ids: Sequence[UUID]) -> dict[UUID, list[Attempt]]:
+        """execution_id -> its attempts, oldest first (executions with none are absent)."""
+        if not execution_ids:
+            return {}
+        rows = await self._conn.execute(q("AttemptListForExecutions"),
+                                        {"tenant_id": tenant_id, "execution_ids": plain(execution_ids)})
+        out: dict[UUID, list[Attempt]] = {}
+        for r in rows:
+            out.setdefault(r.execution_id, []).append(Attempt(**{**r._mapping, "outcome": AttemptOutcome(r.outcome)}))
+        return out
 
     async def replay_budget(self, tenant_id: UUID, *, per_window: int, window_s: float,
                             now: datetime | None = None) -> ReplayBudget:

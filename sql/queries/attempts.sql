@@ -5,6 +5,13 @@ FROM attempts
 WHERE tenant_id = :tenant_id AND execution_id = :execution_id
 ORDER BY attempt;
 
+-- name: AttemptListForExecutions
+-- Every attempt of several of a tenant's executions (a page of a job's history), by execution and attempt.
+SELECT execution_id, attempt, worker_id, leased_at, lease_until, finished_at, outcome, error, result
+FROM attempts
+WHERE tenant_id = :tenant_id AND execution_id = ANY (CAST(:execution_ids AS UUID[]))
+ORDER BY execution_id, attempt;
+
 -- name: ReplayBudgetEnsure
 -- Create a tenant's bulk-replay window row (an empty, long-expired window) if it has none.
 INSERT INTO replay_budgets (tenant_id, window_start, used)

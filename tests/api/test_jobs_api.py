@@ -257,7 +257,7 @@ def test_execution_history_newest_first_with_link_pagination(api: ApiProcess, cl
     page = first.json()
     assert len(page) == 2 and set(page[0]) == {"executionId", "scheduledFor", "attempt", "state", "startedAt",
                                                "finishedAt", "error", "skipReason", "trigger", "dueAt",
-                                               "dispatchedAt", "firstStartedAt", "startLagMs", "traceId"}
+                                               "dispatchedAt", "firstStartedAt", "startLagMs", "traceId", "attempts"}
     assert page[0]["scheduledFor"] > page[1]["scheduledFor"]
     link = first.headers["link"]
     assert link.endswith('rel="next"')
