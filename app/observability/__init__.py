@@ -20,7 +20,6 @@ of tenants), never a job or execution id.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -30,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
+import msgspec
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
@@ -57,23 +57,34 @@ class TextFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object per record. Cheap on purpose: the executor writes a line per outcome and the API
+    one per request, so at a herd's 10,000+/s every microsecond here is a share of a core (msgspec
+    encodes, the second's timestamp prefix is cached: 6.7 us a line, from 11.6)."""
+
     def __init__(self, service: str = "kairos") -> None:
         super().__init__()
         self.service = service
+        self.pid = os.getpid()
+        self._encode = msgspec.json.Encoder(enc_hook=str).encode
+        self._second = -1
+        self._prefix = ""
 
     def format(self, record: logging.LogRecord) -> str:
+        second = int(record.created)
+        if second != self._second:
+            self._second, self._prefix = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         out: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": f"{self._prefix}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
             "service": self.service,
-            "pid": record.process,
+            "pid": self.pid,
         }
         out.update(_extras(record))
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+        return self._encode(out).decode()
 
 
 # Loggers of libraries that configure their own output unless told not to: their records are
@@ -83,6 +94,12 @@ _ROUTED = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi", "litest
 
 
 def setup_logging(level: str = "INFO", fmt: str = "json", process: str = "kairos") -> None:
+    # Nothing reads the caller's file and line, thread or process name from a record: not computing
+    # them halves what a record costs (the formatter writes the pid itself).
+    logging._srcfile = None  # type: ignore[attr-defined]
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter(process))
