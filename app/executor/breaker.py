@@ -1,4 +1,5 @@
-"""Per-origin circuit breakers for HTTP targets.
+"""Circuit breakers for HTTP targets, one per (tenant, origin): one tenant's failing endpoint never
+opens the circuit another tenant's deliveries to the same origin go through.
 
 Model: closed (requests flow; consecutive failures are counted) -> open after
 ``failure_threshold`` consecutive failures (executions for the origin are deferred until
@@ -13,8 +14,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from uuid import UUID
 
 log = logging.getLogger(__name__)
+
+# (tenant, origin): whose deliveries to which scheme://host:port.
+Key = tuple[UUID, str]
 
 
 @dataclass(frozen=True)
@@ -36,21 +41,21 @@ class _Circuit:
 class Breakers:
     config: BreakerConfig = field(default_factory=BreakerConfig)
     clock: Callable[[], float] = time.monotonic
-    _circuits: dict[str, _Circuit] = field(default_factory=dict)
+    _circuits: dict[Key, _Circuit] = field(default_factory=dict)
 
-    def state(self, origin: str) -> str:
-        c = self._circuits.get(origin)
+    def state(self, key: Key) -> str:
+        c = self._circuits.get(key)
         if c is None or c.open_until is None:
             return "closed"
         return "open" if self.clock() < c.open_until or c.probing else "half-open"
 
-    def states(self) -> list[tuple[str, str]]:
-        """(origin, state) of every origin with a recent failure (a success forgets an origin)."""
-        return [(origin, self.state(origin)) for origin in list(self._circuits)]
+    def states(self) -> list[tuple[Key, str]]:
+        """((tenant, origin), state) of every circuit with a recent failure (a success forgets it)."""
+        return [(key, self.state(key)) for key in list(self._circuits)]
 
-    def allow(self, origin: str) -> float | None:
+    def allow(self, key: Key) -> float | None:
         """None: send now. Otherwise the seconds to defer the execution by."""
-        c = self._circuits.get(origin)
+        c = self._circuits.get(key)
         if c is None or c.open_until is None:
             return None
         now = self.clock()
@@ -59,19 +64,20 @@ class Breakers:
         if c.probing:  # half-open: one probe at a time; the rest wait a little
             return min(self.config.cooldown_s, 1.0)
         c.probing = True
-        log.info("circuit half-open: probing", extra={"origin": origin})
+        log.info("circuit half-open: probing", extra={"tenant_id": str(key[0]), "origin": key[1]})
         return None
 
-    def record_success(self, origin: str) -> None:
-        c = self._circuits.pop(origin, None)
+    def record_success(self, key: Key) -> None:
+        c = self._circuits.pop(key, None)
         if c is not None and c.open_until is not None:
-            log.info("circuit closed", extra={"origin": origin})
+            log.info("circuit closed", extra={"tenant_id": str(key[0]), "origin": key[1]})
 
-    def record_failure(self, origin: str) -> None:
-        c = self._circuits.setdefault(origin, _Circuit())
+    def record_failure(self, key: Key) -> None:
+        c = self._circuits.setdefault(key, _Circuit())
         c.failures += 1
         if c.probing or (c.open_until is None and c.failures >= self.config.failure_threshold):
             c.open_until = self.clock() + self.config.cooldown_s
             c.probing = False
-            log.warning("circuit open", extra={"origin": origin, "failures": c.failures,
+            log.warning("circuit open", extra={"tenant_id": str(key[0]), "origin": key[1],
+                                               "failures": c.failures,
                                                "cooldown_s": self.config.cooldown_s})

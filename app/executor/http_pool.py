@@ -3,7 +3,7 @@
 Each leased execution is POSTed as JSON to its target URL with an Idempotency-Key of
 ``{jobId}:{scheduledFor}`` (the same for every attempt), the attempt number and an HMAC
 signature. 2xx completes; 408, 429, 5xx, connection errors and timeouts retry with backoff;
-any other status dead-letters at once (the request can never succeed). A per-origin circuit
+any other status dead-letters at once (the request can never succeed). A per-(tenant, origin) circuit
 breaker defers executions without spending attempts while an origin is failing, and the
 egress policy refuses private addresses before anything is sent.
 
@@ -190,13 +190,14 @@ class HttpPool:
         if url.scheme not in ("http", "https") or not host:
             return Verdict("dead", "target is not an absolute http(s) URL")
         origin = f"{url.scheme}://{host}:{port}"
-        defer_s = self.breakers.allow(origin)
+        circuit = (item.tenant_id, origin)  # one tenant's failing endpoint never opens another's circuit
+        defer_s = self.breakers.allow(circuit)
         if defer_s is not None:
             return Verdict("deferred", str(defer_s))
         try:
             address = await self.egress.resolve(host, port)
         except EgressRefused as exc:
-            self.breakers.record_success(origin)  # never a probe's failure: nothing was sent
+            self.breakers.record_success(circuit)  # never a probe's failure: nothing was sent
             return Verdict("dead", exc.detail)
         # GET carries no body (the signature then covers the empty body); the others carry the payload.
         method = item.http_method
@@ -229,19 +230,19 @@ class HttpPool:
                     response = await self.client.request(method, pinned, content=body or None, headers=headers,
                                                          timeout=timeout, extensions=extensions)
             except httpx.TimeoutException:
-                self.breakers.record_failure(origin)
+                self.breakers.record_failure(circuit)
                 return Verdict("retry", f"timed out after {timeout:g}s")
             except httpx.HTTPError as exc:
-                self.breakers.record_failure(origin)
+                self.breakers.record_failure(circuit)
                 return Verdict("retry", f"connection error: {type(exc).__name__}: {exc}")
         status = response.status_code
         if 200 <= status < 300:
-            self.breakers.record_success(origin)
+            self.breakers.record_success(circuit)
             return Verdict("succeeded", str(status))
         snippet = response.content[: self.config.error_body_bytes].decode("utf-8", "replace")
         detail = f"HTTP {status}: {snippet}".strip()
         if status in RETRYABLE_STATUS or status >= 500:
-            self.breakers.record_failure(origin)
+            self.breakers.record_failure(circuit)
             return Verdict("retry", detail)
-        self.breakers.record_success(origin)  # the origin answers; this request never will
+        self.breakers.record_success(circuit)  # the origin answers; this request never will
         return Verdict("dead", detail)

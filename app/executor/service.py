@@ -37,9 +37,11 @@ BREAKER_ORIGINS_MAX = 200
 
 
 def breaker_readings(pool: HttpPool) -> list[tuple[float, dict[str, str]]]:
-    """kairos_breaker_state per origin the pool's breakers track (those with recent failures)."""
-    levels = sorted(((BREAKER_LEVELS[state], origin) for origin, state in pool.breakers.states()), reverse=True)
-    return [(float(level), {"origin": origin}) for level, origin in levels[:BREAKER_ORIGINS_MAX]]
+    """kairos_breaker_state per (tenant, origin) circuit the pool tracks (those with recent failures)."""
+    levels = sorted(((BREAKER_LEVELS[state], str(tenant), origin)
+                     for (tenant, origin), state in pool.breakers.states()), reverse=True)
+    return [(float(level), {"origin": origin, "tenant": tenant})
+            for level, tenant, origin in levels[:BREAKER_ORIGINS_MAX]]
 
 
 class WorkerTransport(Protocol):

@@ -230,8 +230,8 @@ async def test_circuit_breaker_opens_defers_without_spending_attempts_then_close
         for _ in range(3):  # three consecutive failures open the circuit
             await pool.run_once()
         assert len(target.requests) == 3
-        origin = f"http://127.0.0.1:{target.port}"
-        assert pool.breakers.state(origin) == "open"
+        circuit = (t.tenant_id, f"http://127.0.0.1:{target.port}")
+        assert pool.breakers.state(circuit) == "open"
         # While open, leased executions are handed back unsent, their attempt refunded.
         deferred = await pool.run_once()
         assert len(deferred) == 1 and len(target.requests) == 3
@@ -249,9 +249,34 @@ async def test_circuit_breaker_opens_defers_without_spending_attempts_then_close
                 break
             assert time.monotonic() < deadline, states
             await asyncio.sleep(0.05)
-        assert pool.breakers.state(origin) == "closed"
+        assert pool.breakers.state(circuit) == "closed"
         # No execution spent more than the failures it really had: none is dead.
         assert "dead" not in states
+    finally:
+        await pool.close()
+
+
+async def test_one_tenants_failing_endpoint_never_opens_anothers_circuit_to_the_same_origin(
+        db: Database, target: Target) -> None:
+    """Issue 11: the breaker keyed on the origin alone, so tenant A's 30 failures to a URL held tenant B's
+    deliveries to the same origin back by 28 s. Now A's circuit opens and B's deliveries still go."""
+    a, b = await tf.tenant(db), await tf.tenant(db)
+    failing = await tf.job(db, a.tenant_id, queue=HTTP_QUEUE, target_ref=f"{target.url}/a", max_attempts=10)
+    await tf.ready_executions(db, failing, 3)
+    target.status = 503
+    pool = make_pool(db, concurrency=1, batch=1, breaker=BreakerConfig(failure_threshold=3, cooldown_s=60.0))
+    try:
+        for _ in range(3):
+            await pool.run_once()
+        origin = f"http://127.0.0.1:{target.port}"
+        assert pool.breakers.state((a.tenant_id, origin)) == "open"
+        assert pool.breakers.state((b.tenant_id, origin)) == "closed"
+        target.status = 200
+        healthy = await tf.job(db, b.tenant_id, queue=HTTP_QUEUE, target_ref=f"{target.url}/b")
+        [eid] = await tf.ready_executions(db, healthy)
+        sent_before = len(target.requests)
+        await pool.run_once()
+        assert len(target.requests) == sent_before + 1 and (await execution(db, eid)).state == "succeeded"
     finally:
         await pool.close()
 
