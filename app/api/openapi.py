@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 from litestar import Litestar
-from litestar.openapi.spec import Components, OpenAPI, SecurityScheme
+from litestar.openapi.spec import Components, OpenAPI, OpenAPIType, SecurityScheme
 
 from app.api import schemas
 
@@ -177,7 +177,7 @@ def _instants(known: dict[str, Any]) -> None:
         for field in fields:
             prop = (getattr(schema, "properties", None) or {}).get(field)
             for branch in getattr(prop, "one_of", None) or ():
-                if getattr(branch, "type", None) is not None and str(branch.type).endswith("STRING"):
+                if getattr(branch, "type", None) == OpenAPIType.STRING:
                     branch.format = "date-time"
 
 

@@ -18,7 +18,7 @@ import click
 
 from app.cli.client import BATCH_MAX, problem_line
 from app.cli.pools import check_pool_name
-from app.cli.remote import api_group, connected, emit, json_option, progress, stderr, stdout, table, utc_iso
+from app.cli.remote import api_group, connected, emit, json_option, progress, read_text, stderr, stdout, table, utc_iso
 from app.cli.runtime import fail
 from app.domain import crontab as classic
 from app.domain.schedule import CronSchedule, DstPolicy, preview, validate_tz
@@ -33,16 +33,7 @@ def crontab() -> None:
 
 
 def _entries(path: str) -> list[classic.CrontabEntry]:
-    try:
-        if path == "-":
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as source:
-                text = source.read()
-    except OSError as exc:
-        fail(f"cannot read {path}: {exc.strerror}")
-    except UnicodeDecodeError:
-        fail(f"{path} is not UTF-8 text")
+    text = read_text(path)
     try:
         entries = classic.parse_crontab(text)
     except InvalidInput as exc:

@@ -38,6 +38,7 @@ from app.cli.remote import (
     json_option,
     pass_api,
     progress,
+    read_text,
     stderr,
     table,
     utc_iso,
@@ -112,16 +113,7 @@ def more_hint(cursor: str | None, shown: int) -> None:
 # -- submit --------------------------------------------------------------------------------------------
 
 def _read_file(path: str) -> Any:
-    try:
-        if path == "-":
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as source:
-                text = source.read()
-    except OSError as exc:
-        fail(f"cannot read {path}: {exc.strerror}")
-    except UnicodeDecodeError:
-        fail(f"{path} is not UTF-8 text")
+    text = read_text(path)
     try:
         return json.loads(text)
     except ValueError as exc:

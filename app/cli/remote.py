@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from app.cli.client import API_KEY_ENV, API_URL_ENV, DEFAULT_API_URL, ApiFailure, KairosClient
+from app.cli.runtime import fail
 from app.errors import InvalidInput
 
 P = ParamSpec("P")
@@ -190,6 +191,21 @@ class Instant(click.ParamType):
 
 
 INSTANT = Instant()
+
+
+def read_text(path: str) -> str:
+    """A UTF-8 file the command was given (``-``: stdin); unreadable input is one line and exit 2."""
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as source:
+                text = source.read()
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}")
+    except UnicodeDecodeError:
+        fail(f"{path} is not UTF-8 text")
+    return text
 
 
 def utc_iso(moment: datetime) -> str:

@@ -112,18 +112,21 @@ class Outcomes:
         """Leases just handed out of ``queue`` for ``lease_s``: record the start lag of first attempts
         and remember each one for its outcome line."""
         kind = observability.queue_kind(queue)
+        traced = tracing.enabled()
         for item in leased:
             # The lease ends lease_s after it began, capped at the job's timeout (ExecutionLeaseFair).
             leased_at: datetime = item.lease_until - timedelta(seconds=min(lease_s, float(item.timeout_s)))
             lag_s = (leased_at - item.scheduled_for).total_seconds()
             if item.attempt == 1:
                 observability.start_lag.record(max(0.0, lag_s), {"tenant": str(item.tenant_id), "queue": kind})
-            previous = self._leases.get(item.execution_id)
-            if previous is not None:
-                tracing.end_attempt(previous.span, "lease_lost")
-            span = tracing.start_attempt(item.traceparent, leased_at, {
-                "kairos.job_id": str(item.job_id), "kairos.execution_id": str(item.execution_id),
-                "kairos.attempt": item.attempt, "kairos.queue_kind": kind}) if tracing.enabled() else None
+            span = None
+            if traced:  # nothing of this on the lease path when tracing is off
+                previous = self._leases.get(item.execution_id)
+                if previous is not None:
+                    tracing.end_attempt(previous.span, "lease_lost")
+                span = tracing.start_attempt(item.traceparent, leased_at, {
+                    "kairos.job_id": str(item.job_id), "kairos.execution_id": str(item.execution_id),
+                    "kairos.attempt": item.attempt, "kairos.queue_kind": kind})
             self._leases[item.execution_id] = _Lease(item.job_id, item.tenant_id, item.attempt,
                                                      round(lag_s * 1000, 1), span)
             self._leases.move_to_end(item.execution_id)
