@@ -18,6 +18,7 @@ from app.store.dispatch import Dispatch
 from app.store.executions import Executions
 from app.store.jobs import Jobs
 from app.store.pools import Pools
+from app.store.replication import Replication
 from app.store.schema import Schema
 from app.store.shard_leases import ShardLeases
 from app.store.statistics import Statistics
@@ -29,7 +30,7 @@ class Store:
     """Every statement one transaction may run, bound to its connection."""
 
     __slots__ = ("attempts", "dispatch", "executions", "jobs", "pools", "schema", "shard_leases", "statistics",
-                 "stats",
+                 "replication", "stats",
                  "tenants")
 
     def __init__(self, conn: AsyncConnection) -> None:
@@ -38,6 +39,7 @@ class Store:
         self.executions = Executions(conn)
         self.jobs = Jobs(conn)
         self.pools = Pools(conn)
+        self.replication = Replication(conn)
         self.schema = Schema(conn)
         self.shard_leases = ShardLeases(conn)
         self.statistics = Statistics(conn)

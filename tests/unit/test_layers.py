@@ -25,6 +25,7 @@ LAYER_OF = {
     "executor": "executor",
     "store": "store",
     "domain": "domain",
+    "drill": "drill",
     "config": "foundation",
     "errors": "errors",
     "observability": "foundation",
@@ -36,10 +37,12 @@ _BELOW_TIERS = {"store", "domain", "foundation", "errors"}
 # layer -> the other layers it may import (its own is always allowed).
 ALLOWED = {
     # The composition root: starts every process and wires transports to the tiers under them.
-    "cli": {"api", "rpc", "scheduler", "executor", *_BELOW_TIERS},
+    "cli": {"api", "rpc", "scheduler", "executor", "drill", *_BELOW_TIERS},
     # Transports: on the tier logic, never on each other.
     "api": {"scheduler", "executor", *_BELOW_TIERS},
     "rpc": {"scheduler", "executor", *_BELOW_TIERS},
+    # The local failure drills: drive real processes from outside, read state through the store.
+    "drill": _BELOW_TIERS,
     # Tier logic: on store and domain, never on each other.
     "scheduler": _BELOW_TIERS,
     "executor": _BELOW_TIERS,
