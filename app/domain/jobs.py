@@ -11,11 +11,11 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 from uuid import UUID
 
+from app.domain import queues
 from app.domain import schedule as cron
-from app.domain.queues import HTTP_QUEUE, shared_queue, tenant_queue
+from app.domain.queues import HTTP_QUEUE
 from app.errors import InvalidInput, InvalidSchedule
 
-POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 MAX_NAME_LEN = 200
 MAX_URL_LEN = 2048
 MAX_ATTEMPTS = 100
@@ -218,8 +218,8 @@ def validate_target(kind: str, ref: str) -> Target:
             raise InvalidInput("target.ref", "credentials in the URL are not allowed; use the signature header")
         return Target("http", ref)
     if kind == "queue":
-        if not POOL_NAME.match(ref):
-            raise InvalidInput("target.ref", "a pool name is 1-63 of A-Z a-z 0-9 . _ - starting with a letter or digit")
+        if queues.parse_pool_ref(ref) is None:
+            raise InvalidInput("target.ref", queues.POOL_REF_HELP)
         return Target("queue", ref)
     raise InvalidInput("target.type", "must be 'http' or 'queue'")
 
@@ -418,8 +418,19 @@ def value_fingerprint(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def queue_for(target: Target, tenant_id: UUID, shared_pool: bool) -> str:
-    """The ready-queue key executions of this target go to."""
+def queue_for(target: Target, tenant_id: UUID) -> str:
+    """The ready-queue key executions of this target go to: the ref alone decides (app.domain.queues)."""
     if target.type == "http":
         return HTTP_QUEUE
-    return shared_queue(target.ref) if shared_pool else tenant_queue(tenant_id, target.ref)
+    ref = queues.parse_pool_ref(target.ref)
+    if ref is None:
+        raise InvalidInput("target.ref", queues.POOL_REF_HELP)
+    return queues.queue_of(ref, tenant_id)
+
+
+def shared_pool_of(target: Target) -> str | None:
+    """The shared pool a target names (``shared/<name>``), whose grant the submit must check; else None."""
+    if target.type != "queue":
+        return None
+    ref = queues.parse_pool_ref(target.ref)
+    return ref.name if ref is not None and ref.shared else None

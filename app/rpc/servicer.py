@@ -22,7 +22,6 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from app import errors, observability
 from app.domain import queues
-from app.domain.jobs import POOL_NAME
 from app.domain.states import ExecutionState
 from app.executor.batching import Outcomes
 from app.store import Database, tenants
@@ -51,14 +50,20 @@ class ServicerConfig:
 class Credential:
     principal: tenants.Principal
 
-    def queue_for(self, pool: str) -> str:
-        """The ready queue ``pool`` names for this credential, or PermissionError."""
+    def queue_for(self, ref: queues.PoolRef) -> str:
+        """The ready queue ``ref`` names for this credential, or PermissionError."""
         p = self.principal
         if p.pool is not None:
-            if pool != p.pool:
-                raise PermissionError(f"this worker key serves shared pool {p.pool!r}, not {pool!r}")
-            return queues.shared_queue(pool)
-        return queues.tenant_queue(p.tenant_id, pool)
+            # A pool key serves its one shared pool. Its bare name is accepted as well (workers from
+            # before the shared/ prefix): from such a key it cannot mean a tenant's own pool.
+            if ref.name != p.pool:
+                raise PermissionError(f"this worker key serves shared pool {queues.shared_ref(p.pool)!r}, "
+                                      f"not {str(ref)!r}")
+            return queues.shared_queue(p.pool)
+        if ref.shared:
+            raise PermissionError(f"{str(ref)!r} is a shared pool, served by its own worker keys (kairos pools "
+                                  "issue-key); a tenant key serves the tenant's own pools")
+        return queues.tenant_queue(p.tenant_id, ref.name)
 
     @property
     def scope(self) -> str:
@@ -151,11 +156,11 @@ class WorkerServicer(pb_grpc.WorkerServicer):
     # -- RPCs ---------------------------------------------------------------------------------
     async def Lease(self, request: pb.LeaseRequest, context: grpc.aio.ServicerContext) -> pb.LeaseResponse:
         cred = await self._credential(context)
-        if not POOL_NAME.match(request.pool):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "pool is 1-63 of A-Z a-z 0-9 . _ - starting with a letter or digit")
+        ref = queues.parse_pool_ref(request.pool)
+        if ref is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, queues.POOL_REF_HELP)
         try:
-            queue = cred.queue_for(request.pool)
+            queue = cred.queue_for(ref)
         except PermissionError as exc:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
         limit = max(1, min(request.max or 1, self.config.max_batch))

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from app import observability
+from app import errors, observability
 from app.config import Settings
 from app.domain.shards import SHARD_COUNT
 from app.duties import run_every
@@ -102,6 +102,7 @@ class ShardLeaser:
         self._salt = zlib.crc32(owner.encode()) % 256
         # Monotonic deadline after which held leases must be presumed expired (no renewal seen).
         self._valid_until = 0.0
+        self.last_pass_at = time.monotonic()  # the end of the loop's latest pass, failed or not (liveness)
 
     def _now(self) -> datetime | None:
         return self.clock() if self.clock else None
@@ -161,15 +162,45 @@ class ShardLeaser:
         log.info("shards released", extra={"owner": self.owner, "released": len(released)})
         return released
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def renew_in_time(self) -> tuple[set[int], set[int]]:
+        """``run_once``, abandoned once the leases it would renew have run out: a database that does not
+        answer cannot keep this process acting on shards past their TTL. The shards are dropped at the
+        deadline itself (another scheduler may hold them a moment later), while the cancelled statement
+        may take a few seconds more to give up its connection."""
+        remaining = self._valid_until - time.monotonic()
+        # Holding nothing, a slow tick costs nothing: it gets a whole TTL (a first acquisition may be slow).
+        budget = max(self.config.tick_s, remaining) if self.ownership.held else self.config.ttl_s
+        expiry = asyncio.get_running_loop().call_later(budget + 0.01, self.expire_if_stale)
+        try:
+            async with asyncio.timeout(budget):
+                return await self.run_once()
+        except TimeoutError:
+            raise errors.DatabaseUnavailable(f"shard leases not renewed within {budget:.1f} s") from None
+        finally:
+            expiry.cancel()
+
+    async def stand_down(self) -> None:
+        """Hand every shard back and leave, when this process cannot make progress on them."""
+        if self.ownership.held:
+            log.warning("cannot make progress: handing the shards back", extra={"owner": self.owner})
+            await self.release_all()
+
+    async def run(self, stop: asyncio.Event, may_hold: Callable[[], bool] = lambda: True) -> None:
+        """Tick until ``stop``; while ``may_hold()`` is false, hold nothing (``stand_down``)."""
         ticks = 0
 
         async def tick() -> None:
             nonlocal ticks
-            await self.run_once()
-            if ticks % MEMBER_SWEEP_EVERY_TICKS == 0:
-                await self.sweep()
-            ticks += 1
+            try:
+                if not may_hold():
+                    await self.stand_down()
+                    return
+                await self.renew_in_time()
+                if ticks % MEMBER_SWEEP_EVERY_TICKS == 0:
+                    await self.sweep()
+                ticks += 1
+            finally:
+                self.last_pass_at = time.monotonic()
 
         # A tick that fails (the database unreachable) drops the shards once their TTL is past.
         await run_every(f"shard-leaser[{self.owner}]", self.config.tick_s, stop, tick, on_error=self.expire_if_stale)
