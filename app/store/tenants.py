@@ -30,6 +30,9 @@ class Tenant:
     max_inflight: int
     max_dispatch_per_s: int
     created_at: datetime
+    # Submit quotas (docs/quotas.md); None: no limit.
+    max_active_jobs: int | None = None
+    max_submit_per_s: int | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,19 @@ class Principal:
     tenant_id: UUID | None
     tenant_name: str | None
     pool: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitQuota:
+    """What the API checks at submit (docs/quotas.md); None: no limit."""
+
+    max_active_jobs: int | None = None
+    max_submit_per_s: int | None = None
+
+
+NO_QUOTA = SubmitQuota()
+# A quota passed as this to ``Tenants.set_quota`` is left as it is (None clears it).
+UNCHANGED: Any = object()
 
 
 def new_key() -> str:
@@ -70,6 +86,33 @@ class KeyCache:
                 self._entries.clear()
             self._entries[digest] = (time.monotonic() + self.ttl_s, principal)
         return principal
+
+
+class QuotaCache:
+    """Each tenant's submit quotas, read at most once per ``ttl_s`` per process: a tenant without
+    quotas costs the submit path one dict lookup; a changed quota applies within ``ttl_s``."""
+
+    def __init__(self, ttl_s: float = 5.0, max_entries: int = 10_000) -> None:
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._entries: dict[UUID, tuple[float, SubmitQuota]] = {}
+
+    def cached(self, tenant_id: UUID) -> SubmitQuota | None:
+        """The tenant's quotas if they are cached and fresh, without awaiting anything."""
+        cached = self._entries.get(tenant_id)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        return None
+
+    async def get(self, db: Database, tenant_id: UUID) -> SubmitQuota:
+        """The tenant's quotas, read from the database unless cached."""
+        if (cached := self.cached(tenant_id)) is not None:
+            return cached
+        quota = await db.transaction(lambda s: s.tenants.submit_quota(tenant_id))
+        if len(self._entries) >= self.max_entries:
+            self._entries.clear()
+        self._entries[tenant_id] = (time.monotonic() + self.ttl_s, quota)
+        return quota
 
 
 def _tenant(row: Row[Any]) -> Tenant:
@@ -123,9 +166,28 @@ class Tenants(Table):
         return [_tenant(r) for r in await self._conn.execute(q("TenantList"))]
 
     async def set_quota(self, tenant_id: UUID, *, weight: int | None = None,
-                        max_inflight: int | None = None, max_dispatch_per_s: int | None = None) -> Tenant | None:
+                        max_inflight: int | None = None, max_dispatch_per_s: int | None = None,
+                        max_active_jobs: int | None = UNCHANGED,
+                        max_submit_per_s: int | None = UNCHANGED) -> Tenant | None:
+        """Change the quotas given; the submit quotas are cleared by None and kept by UNCHANGED."""
         row = (await self._conn.execute(q("TenantSetQuota"), {
             "tenant_id": tenant_id, "weight": weight, "max_inflight": max_inflight,
             "max_dispatch_per_s": max_dispatch_per_s,
+            "set_max_active_jobs": max_active_jobs is not UNCHANGED,
+            "max_active_jobs": None if max_active_jobs is UNCHANGED else max_active_jobs,
+            "set_max_submit_per_s": max_submit_per_s is not UNCHANGED,
+            "max_submit_per_s": None if max_submit_per_s is UNCHANGED else max_submit_per_s,
         })).first()
         return _tenant(row) if row else None
+
+    async def submit_quota(self, tenant_id: UUID) -> SubmitQuota:
+        """The tenant's submit quotas (NO_QUOTA for a tenant that has none, or does not exist)."""
+        row = (await self._conn.execute(q("TenantSubmitQuotaGet"), {"tenant_id": tenant_id})).first()
+        if row is None or (row.max_active_jobs is None and row.max_submit_per_s is None):
+            return NO_QUOTA
+        return SubmitQuota(row.max_active_jobs, row.max_submit_per_s)
+
+    async def active_job_count(self, tenant_id: UUID, cap: int) -> int:
+        """The tenant's active and paused jobs, counted up to ``cap`` at most."""
+        row = (await self._conn.execute(q("TenantActiveJobCount"), {"tenant_id": tenant_id, "cap": cap})).one()
+        return int(row.active)
