@@ -227,6 +227,24 @@ class Settings:
         "KAIROS_ADMIN_TOKEN", "", SECRET, shown="empty",
         doc="operator token for every tenant's figures: `/v1/stats/*`, `/v1/status` and `/dashboard` accept "
             "`Authorization: Bearer <token>` (compared in constant time); empty: no operator access")
+    # Regions (docs/regions.md): schedulers outside the primary region stand by.
+    region: str = setting(
+        "KAIROS_REGION", "", text(required=False),
+        "the region this process runs in (a label such as `eu-west`, shown in logs and `shard_leases.region`); "
+        "empty: the primary region")
+    primary_region: str = setting(
+        "KAIROS_PRIMARY_REGION", "", text(required=False),
+        "the region whose schedulers take the shards; schedulers of other regions stand by and take only shards "
+        "whose lease ended `KAIROS_REGION_TAKEOVER_GRACE_S` ago; empty: every scheduler is active")
+    region_takeover_grace_s: float = setting(
+        "KAIROS_REGION_TAKEOVER_GRACE_S", 15.0, number(), shown="`15`",
+        doc="how long a shard's lease must have ended before a standby-region scheduler takes it (on top of "
+            "`KAIROS_LEASE_TTL_S`), and how long the primary region's schedulers must have been back before a "
+            "standby hands the shards back")
+    region_failback: bool = setting(
+        "KAIROS_REGION_FAILBACK", True, FLAG, shown="`1`",
+        doc="`1`: standby-region schedulers hand their shards back once the primary region's have been back "
+            "for the grace; `0`: they keep them until they stop (fail back by hand)")
     log_level: str = setting("KAIROS_LOG_LEVEL", "INFO", choice(LOG_LEVELS, upper=True), "log level")
     log_format: str = setting(
         "KAIROS_LOG_FORMAT", "json", choice(LOG_FORMATS, upper=False),

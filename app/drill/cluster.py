@@ -2,7 +2,7 @@
 
 Model: a ``Cluster`` owns one temporary directory; each ``Node`` in it is one postmaster started
 from the PostgreSQL binaries installed on the machine (``/usr/lib/postgresql/15/bin`` unless
-``KAIROS_PG_BIN`` says otherwise), listening on a free loopback port, TCP only, trust auth.
+the caller names another directory), listening on a free loopback port, TCP only, trust auth.
 ``start_primary()`` runs initdb; ``add_standby()`` clones a running node with
 ``pg_basebackup -R`` (so the clone streams from it) and, with ``synchronous=True``, makes the
 source wait for the clone before a commit returns (``synchronous_standby_names``). ``promote()``
@@ -74,10 +74,6 @@ class ClusterError(RuntimeError):
     """A PostgreSQL node of a drill cluster failed to start, clone or promote."""
 
 
-def pg_bin() -> Path:
-    return Path(os.environ.get("KAIROS_PG_BIN", str(PG_BIN_DEFAULT)))
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -135,7 +131,11 @@ async def _read(node: Node, work: Any) -> Any:
 class Cluster:
     """A temporary directory of PostgreSQL nodes; a context manager that always cleans up."""
 
-    def __init__(self, *, base_dir: Path | None = None, start_timeout_s: float = START_TIMEOUT_S_DEFAULT):
+    def __init__(self, *, base_dir: Path | None = None, pg_bin: Path = PG_BIN_DEFAULT,
+                 start_timeout_s: float = START_TIMEOUT_S_DEFAULT):
+        if not (pg_bin / "postgres").exists():
+            raise ClusterError(f"no PostgreSQL binaries in {pg_bin}")
+        self.pg_bin = pg_bin
         self._user = _system_user()
         self.base_dir = Path(tempfile.mkdtemp(prefix="kairos-pg-", dir=base_dir))
         self._chown(self.base_dir)
@@ -275,7 +275,7 @@ class Cluster:
 
     def _start(self, node: Node) -> None:
         settings = {**_COMMON_SETTINGS, **node.extra_settings, "port": str(node.port)}
-        args = [str(pg_bin() / "postgres"), "-D", str(node.pgdata)]
+        args = [str(self.pg_bin / "postgres"), "-D", str(node.pgdata)]
         for key, value in settings.items():
             args += ["-c", f"{key}={value}"]
         handle = open(node.log_path, "ab")  # noqa: SIM115 - lives as long as the node
@@ -283,7 +283,7 @@ class Cluster:
         node.process = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         start_new_session=True, cwd=self.base_dir, **self._as_user())
         deadline = time.monotonic() + self.start_timeout_s
-        ready = [str(pg_bin() / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(node.port), "-t", "1"]
+        ready = [str(self.pg_bin / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(node.port), "-t", "1"]
         while subprocess.run(ready, check=False).returncode != 0:
             if node.process.poll() is not None:
                 raise ClusterError(f"{node.name} exited at start:\n{self.log_tail(node)}")
@@ -293,7 +293,7 @@ class Cluster:
         log.info("drill node started", extra={"node": node.name, "port": node.port, "pid": node.process.pid})
 
     def _run(self, binary: str, *args: str) -> None:
-        result = subprocess.run([str(pg_bin() / binary), *args], capture_output=True, cwd=self.base_dir,
+        result = subprocess.run([str(self.pg_bin / binary), *args], capture_output=True, cwd=self.base_dir,
                                 timeout=120, check=False, **self._as_user())
         if result.returncode != 0:
             raise ClusterError(f"{binary} failed ({result.returncode}): "
@@ -321,9 +321,10 @@ def multi_host_url(nodes: list[Node], database: str) -> str:
     return f"postgresql+psycopg://postgres@/{database}?{hosts}&target_session_attrs=read-write&connect_timeout=2"
 
 
-async def start_pair(*, synchronous: bool = True, base_dir: Path | None = None) -> tuple[Cluster, Node, Node]:
+async def start_pair(*, synchronous: bool = True, base_dir: Path | None = None,
+                     pg_bin: Path = PG_BIN_DEFAULT) -> tuple[Cluster, Node, Node]:
     """A primary and one streaming standby (application_name ``standby``); the caller closes the cluster."""
-    cluster = Cluster(base_dir=base_dir)
+    cluster = Cluster(base_dir=base_dir, pg_bin=pg_bin)
     try:
         primary = await asyncio.to_thread(cluster.start_primary, "primary")
         standby = await cluster.add_standby(primary, "standby", synchronous=synchronous)

@@ -6,6 +6,13 @@ its unexpired leases, (3) reads the live members and computes this process's fai
 acquires unowned/expired shards up to the share. Every acquisition bumps the shard's revision;
 the dispatcher presents (owner, revision) in each dispatch transaction, so a process that lost a
 shard while paused cannot dispatch for it. Lease times are on the database clock.
+
+Regions (active-passive, docs/regions.md): with a primary region configured, only the primary
+region's members split the shards as above. A scheduler of another region (a standby) takes only
+shards whose lease ended ``standby_grace_s`` ago, so while the primary region renews its leases
+the standby holds nothing, and when the primary region is lost the standby's members split the
+shards among themselves after the TTL plus the grace. With ``failback`` a standby hands every
+shard back once a primary-region member has been live for the grace (``share_target``).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from app.config import Settings
 from app.domain.shards import SHARD_COUNT
 from app.duties import run_every
 from app.store import Database, Store
+from app.store.shard_leases import Member
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +45,39 @@ MEMBER_SWEEP_EVERY_TICKS = 600
 Clock = Callable[[], datetime]
 
 
+REGION_TAKEOVER_GRACE_S_DEFAULT = 15.0
+
+
 @dataclass(frozen=True)
 class LeaserConfig:
     ttl_s: float = 10.0
     # Time between ticks; 0 means min(ttl_s / 3, LEASER_INTERVAL_MAX_S).
     interval_s: float = 0.0
+    # This process's region and the primary region; either empty: this scheduler is active.
+    region: str = ""
+    primary_region: str = ""
+    # A standby takes a shard only once its lease ended this long ago; fail-back waits as long.
+    standby_grace_s: float = REGION_TAKEOVER_GRACE_S_DEFAULT
+    failback: bool = True
+
+    def __post_init__(self) -> None:
+        if self.standby_grace_s < 0:
+            raise ValueError("standby_grace_s must be >= 0")
 
     @property
     def tick_s(self) -> float:
         return self.interval_s or min(self.ttl_s / 3, LEASER_INTERVAL_MAX_S)
 
+    @property
+    def standby(self) -> bool:
+        """Whether this scheduler stands by for the primary region."""
+        return not in_primary_region(self.region, self.primary_region)
+
     @classmethod
     def from_settings(cls, settings: Settings) -> LeaserConfig:
-        return cls(ttl_s=settings.lease_ttl_s, interval_s=settings.leaser_interval_s)
+        return cls(ttl_s=settings.lease_ttl_s, interval_s=settings.leaser_interval_s,
+                   region=settings.region.strip(), primary_region=settings.primary_region.strip(),
+                   standby_grace_s=settings.region_takeover_grace_s, failback=settings.region_failback)
 
 
 def fair_share(members: Iterable[str], me: str, shard_count: int = SHARD_COUNT) -> int:
@@ -57,6 +85,38 @@ def fair_share(members: Iterable[str], me: str, shard_count: int = SHARD_COUNT) 
     ordered = sorted(set(members) | {me})
     n = len(ordered)
     return shard_count // n + (1 if ordered.index(me) < shard_count % n else 0)
+
+
+def in_primary_region(region: str | None, primary_region: str) -> bool:
+    """No primary region configured, or no region given: every scheduler is in the primary region."""
+    return not primary_region or not region or region == primary_region
+
+
+@dataclass(frozen=True)
+class ShareTarget:
+    """What one tick aims for: how many shards to hold and which ones it may take."""
+
+    shards: int
+    grace_s: float = 0.0  # a shard's lease must have ended this long ago (a standby's wait)
+    never_owned: bool = True  # shards nobody has held yet are free to take
+
+
+def share_target(members: Iterable[Member], as_of: datetime | None, me: str, config: LeaserConfig) -> ShareTarget:
+    """This process's share given the live ``members`` (read on the database clock ``as_of``)."""
+    members = list(members)
+    primary = [m for m in members if in_primary_region(m.region, config.primary_region)]
+    if not config.standby:
+        return ShareTarget(fair_share((m.owner for m in primary), me))
+    primary_back = [m for m in primary if m.owner != me and as_of is not None
+                    and (as_of - m.started_at).total_seconds() >= config.standby_grace_s]
+    if config.failback and primary_back:
+        return ShareTarget(0, config.standby_grace_s, never_owned=False)
+    standbys = [m.owner for m in members if not in_primary_region(m.region, config.primary_region)]
+    # Never-owned shards (a fresh installation) are the primary region's while any of it is live, and
+    # a standby takes them only after standing by for the grace without seeing it.
+    waited = any(m.owner == me and as_of is not None and (as_of - m.started_at).total_seconds()
+                 >= config.standby_grace_s for m in members)
+    return ShareTarget(fair_share(standbys, me), config.standby_grace_s, never_owned=not primary and waited)
 
 
 class Ownership:
@@ -113,19 +173,24 @@ class ShardLeaser:
         cfg = self.config
         started = time.monotonic()
 
+        region = cfg.region or None
+
         async def tick(tx: Store) -> dict[int, int]:
-            await tx.shard_leases.heartbeat_member(self.owner, cfg.ttl_s, now)
+            await tx.shard_leases.heartbeat_member(self.owner, cfg.ttl_s, now, region=region)
             renewed = await tx.shard_leases.renew(self.owner, cfg.ttl_s, now)
             held = {h.shard_id: h.revision for h in renewed}
-            members = await tx.shard_leases.live_members(now)
-            target = fair_share(members, self.owner)
+            as_of, members = await tx.shard_leases.live_members_by_region(now)
+            share = share_target(members, as_of, self.owner, cfg)
+            target = share.shards
             if len(held) > target:
                 excess = sorted(held)[target:]
-                for shard_id in await tx.shard_leases.release(self.owner, excess):
+                for shard_id in await tx.shard_leases.release(self.owner, excess, now):
                     held.pop(shard_id, None)
             elif len(held) < target:
                 got = await tx.shard_leases.acquire(self.owner, target - len(held), cfg.ttl_s,
-                                                  salt=self._salt, now=now)
+                                                  salt=self._salt, now=now, region=region, grace_s=share.grace_s,
+                                                  primary_region=cfg.primary_region or None,
+                                                  never_owned=share.never_owned)
                 held.update({h.shard_id: h.revision for h in got})
             return held
 
@@ -134,7 +199,8 @@ class ShardLeaser:
         gained, lost = self.ownership.replace(held)
         if gained or lost:
             log.info("shard ownership changed", extra={
-                "owner": self.owner, "held": len(held), "gained": len(gained), "lost": len(lost)})
+                "owner": self.owner, "held": len(held), "gained": len(gained), "lost": len(lost),
+                "region": cfg.region or None, "standby": cfg.standby})
         return gained, lost
 
     def expire_if_stale(self) -> None:
@@ -154,7 +220,7 @@ class ShardLeaser:
         self.ownership.replace({})
 
         async def leave(tx: Store) -> list[int]:
-            released = await tx.shard_leases.release(self.owner, held)
+            released = await tx.shard_leases.release(self.owner, held, self._now())
             await tx.shard_leases.leave(self.owner)
             return released
 

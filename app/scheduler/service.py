@@ -42,7 +42,9 @@ class Scheduler:
         self.statistics = StatisticsKeeper(db)
 
     async def run(self, stop: asyncio.Event) -> None:
-        log.info("scheduler starting", extra={"owner": self.owner})
+        config = self.leaser.config
+        log.info("scheduler starting", extra={"owner": self.owner, "region": config.region or None,
+                                              "standby": config.standby})
         duties_stop = asyncio.Event()
         tasks = [
             asyncio.create_task(supervise(name, lambda duty=duty: duty(duties_stop), duties_stop),
