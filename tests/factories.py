@@ -24,7 +24,7 @@ from uuid import UUID
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.queues import HTTP_QUEUE, shared_queue, tenant_queue
+from app.domain.queues import HTTP_QUEUE, pool_of_queue, shared_queue, tenant_queue
 from app.store import arrays
 from app.store.db import Database
 from app.store.queries import NamedQuery, parse
@@ -84,7 +84,7 @@ async def job(db: Database, tenant_id: UUID, *, queue: str, target_ref: str | No
     params = {
         "job_id": job_id, "tenant_id": tenant_id, "name": name,
         "target_type": "http" if is_http else "queue",
-        "target_ref": target_ref or ("http://127.0.0.1:9/" if is_http else queue.rsplit(":", 1)[-1]),
+        "target_ref": target_ref or ("http://127.0.0.1:9/" if is_http else pool_of_queue(queue)),
         "queue": queue, "payload": json.dumps({"hello": "world"} if payload is None else payload),
         "schedule_kind": "once", "run_at": now, "cron": None, "cron_resolved": None, "tz": None,
         "jitter_s": 0, "dst_gap": "shift", "dst_repeat": "once", "max_attempts": max_attempts,

@@ -15,7 +15,7 @@ from app import errors
 from app.api import bodies, schemas
 from app.api.dead_letter_service import attempt_out
 from app.api.pagination import decode_cursor, page_limit, split_page
-from app.api.submit import Submission, new_job_row
+from app.api.submit import Submission, new_job_row, not_granted
 from app.config import Settings
 from app.domain import jobs as spec
 from app.domain import schedule as cron
@@ -401,14 +401,11 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
                 f"a {job.reported_state} job cannot be updated; submit a new job instead")
         now = utcnow()
         new = build_spec(patched_body(job, patch), settings, now, job_id=job.job_id)
-        granted = None
-        if new.target.type == "queue":
-            access = await tx.jobs.shared_pool_access_many([(tenant_id, new.target.ref)])
-            granted = access.get((tenant_id, new.target.ref))
-            if granted is False:
-                raise errors.Forbidden(f"pool {new.target.ref!r} is a shared pool this tenant is not granted")
-        row = new_job_row(Submission(new, tenant_id, None, None),
-                          spec.queue_for(new.target, tenant_id, bool(granted)))
+        shared = spec.shared_pool_of(new.target)
+        if shared is not None and not (await tx.jobs.shared_pool_access_many([(tenant_id, shared)])).get(
+                (tenant_id, shared)):
+            raise not_granted(new.target.ref)
+        row = new_job_row(Submission(new, tenant_id, None, None), spec.queue_for(new.target, tenant_id))
         active = job.state == JobState.ACTIVE
         if active:
             # The old schedule's next occurrence goes, and so does one dispatched ahead of its time.

@@ -63,7 +63,7 @@ class OutcomesOut(Wire):
 class QueueOut(Wire):
     queue: str
     kind: Literal["http", "tenant", "shared"]
-    pool: str  # the pool name ('http' for the executor's HTTP deliveries)
+    pool: str  # the pool as jobs target it ('emails', 'shared/emails'; 'http' for the executor's HTTP deliveries)
     tenant: str
     ready_due: int
     ready_later: int

@@ -14,7 +14,7 @@ from typing import Literal, TypeVar
 from app import errors
 from app.api import stats_schemas as out
 from app.api.viewer import Viewer
-from app.domain.queues import HTTP_QUEUE
+from app.domain.queues import HTTP_QUEUE, is_shared, pool_of_queue
 from app.domain.shards import SHARD_COUNT
 from app.store import Database, Store
 from app.store import stats as store
@@ -66,10 +66,8 @@ def queue_out(q: store.QueueDepth) -> out.QueueOut:
     kind: Literal["http", "tenant", "shared"]
     if q.queue == HTTP_QUEUE:
         kind, pool = "http", "http"
-    elif q.queue.startswith("shared:"):
-        kind, pool = "shared", q.queue.removeprefix("shared:")
     else:
-        kind, pool = "tenant", q.queue.split(":", 2)[-1]
+        kind, pool = ("shared" if is_shared(q.queue) else "tenant"), pool_of_queue(q.queue)
     return out.QueueOut(q.queue, kind, pool, q.tenant_name, q.ready_due, q.ready_later, q.leased)
 
 

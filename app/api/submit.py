@@ -85,21 +85,27 @@ def _herd_warning(due: int, minute: datetime) -> str:
             "minute")
 
 
+def not_granted(ref: str) -> errors.Forbidden:
+    """A ``shared/<pool>`` target whose pool does not exist or is not granted to the tenant (one answer for
+    both, so a tenant cannot probe for shared pools it has no grant on)."""
+    return errors.Forbidden(f"pool {ref!r} is not a shared pool this tenant is granted")
+
+
 async def store_many(tx: Store, subs: Sequence[Submission], herd_threshold: int | None = None) -> list[Outcome]:
     """Store submissions in the caller's transaction; one outcome per submission, in order.
 
     A new recurring job whose first occurrence lands on a minute where its tenant already has
     ``herd_threshold`` occurrences due (this one included) comes back with a herd warning."""
-    pools = await tx.jobs.shared_pool_access_many(sorted({
-        (s.tenant_id, s.job.target.ref) for s in subs if s.job.target.type == "queue"}))
+    shared = [spec.shared_pool_of(s.job.target) for s in subs]
+    granted = await tx.jobs.shared_pool_access_many(sorted({
+        (s.tenant_id, pool) for s, pool in zip(subs, shared, strict=True) if pool is not None}))
     out: list[Outcome | None] = [None] * len(subs)
     rows: list[store.NewJob] = []
     for i, s in enumerate(subs):
-        granted = pools.get((s.tenant_id, s.job.target.ref)) if s.job.target.type == "queue" else None
-        if granted is False:
-            out[i] = errors.Forbidden(f"pool {s.job.target.ref!r} is a shared pool this tenant is not granted")
+        if shared[i] is not None and not granted.get((s.tenant_id, shared[i])):
+            out[i] = not_granted(s.job.target.ref)
             continue
-        rows.append(new_job_row(s, spec.queue_for(s.job.target, s.tenant_id, bool(granted))))
+        rows.append(new_job_row(s, spec.queue_for(s.job.target, s.tenant_id)))
     inserted = await tx.jobs.insert_many(rows)
     taken = sorted({(s.tenant_id, s.idempotency_key) for i, s in enumerate(subs)
                     if out[i] is None and s.job.job_id not in inserted and s.idempotency_key is not None})

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 import click
 
 from app.cli.client import BATCH_MAX, problem_line
-from app.cli.pools import check_pool_name
+from app.cli.pools import check_pool_ref
 from app.cli.remote import api_group, connected, emit, json_option, progress, read_text, stderr, stdout, table, utc_iso
 from app.cli.runtime import fail
 from app.domain import crontab as classic
@@ -95,7 +95,7 @@ def crontab_import(file: str, pool: str | None, url: str | None, tz: str | None,
             fail(f"--url: {exc.detail}")
     else:
         assert pool is not None
-        check_pool_name(pool)
+        check_pool_ref(pool)
     _check_tz(tz, "--tz")
     entries = _entries(file)
     now = datetime.now(timezone.utc)

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import click
 
 from app.cli.client import PAGE_MAX, Attempt, Execution, Job, KairosClient, every_page
-from app.cli.pools import check_pool_name
+from app.cli.pools import check_pool_ref
 from app.cli.remote import (
     DURATION,
     EXECUTION_ID,
@@ -169,7 +169,7 @@ def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetim
         target = {"type": "http", "ref": url}
     else:
         assert pool is not None
-        target = {"type": "queue", "ref": check_pool_name(pool)}
+        target = {"type": "queue", "ref": check_pool_ref(pool)}
     body: dict[str, Any] = {"name": name, "target": target, "schedule": schedule,
                             "payload": None if payload is _NO_DATA else payload}
     retry = {k: v for k, v in (("maxAttempts", max_attempts), ("backoffSeconds", backoff)) if v is not None}
@@ -192,7 +192,7 @@ def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetim
 @click.option("--tz", metavar="ZONE", help="IANA zone of --cron, e.g. Europe/London.")
 @click.option("--at", "at", type=INSTANT, help="Run once at this instant (ISO 8601 with an offset).")
 @click.option("--in", "delay", type=DURATION, help="Run once after this long: 90s, 5m, 1h30m, 2d.")
-@click.option("--pool", metavar="NAME", help="Deliver to this worker pool.")
+@click.option("--pool", metavar="NAME", help="Deliver to this worker pool: NAME (the tenant's own) or shared/NAME.")
 @click.option("--url", metavar="URL", help="Deliver with an HTTP POST to this URL.")
 @click.option("--payload", type=JSON_VALUE, default=_NO_DATA, show_default=False,
               help="Payload as JSON (@file reads it from a file).")

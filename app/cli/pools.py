@@ -7,20 +7,31 @@ import json
 import click
 
 from app.cli.runtime import fail, run_command
-from app.domain.jobs import POOL_NAME
-
-POOL_NAME_HELP = "1-63 of A-Z a-z 0-9 . _ - starting with a letter or digit"
+from app.domain import queues
 
 
-def check_pool_name(name: str) -> str:
-    if not POOL_NAME.match(name):
-        fail(f"pool name must be {POOL_NAME_HELP}")
-    return name
+def check_pool_ref(ref: str) -> str:
+    """A pool as ``kairos worker --pool`` takes it: NAME (the key's tenant's own) or shared/NAME."""
+    if queues.parse_pool_ref(ref) is None:
+        fail(f"--pool: {queues.POOL_REF_HELP}")
+    return ref
+
+
+def shared_pool_name(ref: str) -> str:
+    """The shared pool ``kairos pools`` commands name: NAME, or shared/NAME as jobs target it."""
+    parsed = queues.parse_pool_ref(ref)
+    if parsed is None:
+        fail(f"a shared pool is NAME or {queues.SHARED_PREFIX}NAME, NAME being {queues.POOL_NAME_HELP}")
+    return parsed.name
 
 
 @click.group()
 def pools() -> None:
-    """Shared worker pools: served by a pool-scoped worker key, targeted by granted tenants."""
+    """Shared worker pools: served by a pool-scoped worker key, targeted by granted tenants as shared/NAME.
+
+    A shared pool never captures a tenant's own pool of the same name: jobs and workers name the
+    shared one shared/NAME, and a bare NAME is always the tenant's own.
+    """
 
 
 @pools.command("create")
@@ -30,15 +41,18 @@ def pools() -> None:
 @click.option("--allow", "allow", multiple=True, metavar="TENANT", help="Tenant allowed to target it (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def pools_create(name: str, shared: bool, allow: tuple[str, ...], as_json: bool) -> None:
-    """Create shared pool NAME and print its worker key (shown once; only its hash is stored)."""
+    """Create shared pool NAME (given as NAME or shared/NAME) and print its worker key (shown once; only its
+    hash is stored). Granted tenants target it as shared/NAME."""
     from app.executor import pools as service
 
-    created = run_command(lambda db: service.create(db, check_pool_name(name), allow))
+    pool = shared_pool_name(name)
+    created = run_command(lambda db: service.create(db, pool, allow))
     if as_json:
-        click.echo(json.dumps({"pool": created.name, "workerKey": created.worker_key,
-                               "tenants": list(created.tenants)}))
+        click.echo(json.dumps({"pool": queues.shared_ref(created.name), "name": created.name,
+                               "workerKey": created.worker_key, "tenants": list(created.tenants)}))
     else:
-        click.echo(f"pool        {created.name} (shared)")
+        click.echo(f"pool        {queues.shared_ref(created.name)} (target it as such; workers lease it by "
+                   "that name with the key below)")
         click.echo(f"tenants     {', '.join(created.tenants) or '(none yet: kairos pools grant)'}")
         click.echo(f"worker key  {created.worker_key}")
 
@@ -47,31 +61,33 @@ def pools_create(name: str, shared: bool, allow: tuple[str, ...], as_json: bool)
 @click.argument("name")
 @click.argument("tenants", nargs=-1, required=True)
 def pools_grant(name: str, tenants: tuple[str, ...]) -> None:
-    """Let TENANTS target shared pool NAME."""
+    """Let TENANTS target shared pool NAME (as shared/NAME)."""
     from app.executor import pools as service
 
-    run_command(lambda db: service.grant(db, name, tenants))
-    click.echo(f"granted {', '.join(tenants)} on {name}")
+    pool = shared_pool_name(name)
+    run_command(lambda db: service.grant(db, pool, tenants))
+    click.echo(f"granted {', '.join(tenants)} on {queues.shared_ref(pool)}")
 
 
 @pools.command("issue-key")
 @click.argument("name")
 def pools_issue_key(name: str) -> None:
-    """Issue another worker key for shared pool NAME."""
+    """Issue another worker key for shared pool NAME (NAME or shared/NAME)."""
     from app.executor import pools as service
 
-    click.echo(run_command(lambda db: service.issue_key(db, name)))
+    pool = shared_pool_name(name)
+    click.echo(run_command(lambda db: service.issue_key(db, pool)))
 
 
 @pools.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
 def pools_list(as_json: bool) -> None:
-    """Shared pools and the tenants granted each."""
+    """Shared pools (as jobs target them: shared/NAME) and the tenants granted each."""
     from app.executor import pools as service
 
     for p in run_command(service.list_all):
         if as_json:
-            click.echo(json.dumps({"pool": p.name, "tenants": list(p.tenants),
+            click.echo(json.dumps({"pool": queues.shared_ref(p.name), "name": p.name, "tenants": list(p.tenants),
                                    "createdAt": p.created_at.isoformat()}))
         else:
-            click.echo(f"{p.name}\t{', '.join(p.tenants) or '-'}")
+            click.echo(f"{queues.shared_ref(p.name)}\t{', '.join(p.tenants) or '-'}")

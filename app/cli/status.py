@@ -64,7 +64,7 @@ def _when(value: str | None) -> str:
 
 
 def _pool(q: dict[str, Any]) -> str:
-    return {"http": "http deliveries", "shared": f"{q['pool']} (shared)"}.get(q["kind"], q["pool"])
+    return "http deliveries" if q["kind"] == "http" else q["pool"]  # shared pools read shared/NAME
 
 
 def render(status: dict[str, Any], console: Console) -> None:

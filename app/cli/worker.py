@@ -1,4 +1,4 @@
-"""``kairos worker --pool NAME -- COMMAND...``: the tenant SDK's command worker as a CLI command.
+"""``kairos worker --pool NAME|shared/NAME -- COMMAND...``: the tenant SDK's command worker as a CLI command.
 
 Besides the rpc layer, the one place the server uses the tenant SDK (``kairos_sdk``): this worker
 is a gRPC client like any tenant's and imports nothing of the executor tier.
@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from app.cli.pools import check_pool_name
+from app.cli.pools import check_pool_ref
 from app.cli.runtime import fail
 
 # The command's contract, printed under `kairos worker --help` (\b keeps click from re-wrapping a paragraph);
@@ -45,7 +45,8 @@ worker key. More: docs/worker-protocol.md, "The command worker".
 
 
 @click.command(context_settings={"ignore_unknown_options": True}, epilog=EPILOG)
-@click.option("--pool", required=True, help="Pool to serve (a tenant's own pool, or the shared pool of the key).")
+@click.option("--pool", required=True,
+              help="Pool to serve: NAME, a pool of the key's tenant, or shared/NAME, the shared pool of a pool key.")
 @click.option("--addr", default=None, metavar="HOST:PORT",
               help="Executor address [default: KAIROS_GRPC_ADDR, else KAIROS_GRPC_HOST:KAIROS_GRPC_PORT].")
 @click.option("--concurrency", type=click.IntRange(1, 1000), default=4, show_default=True,
@@ -81,7 +82,7 @@ def worker(pool: str, addr: str | None, concurrency: int, lease_seconds: float, 
     if argv and argv[0] == "--":
         argv = argv[1:]
     executor = addr or settings.executor_addr
-    w = Worker(check_pool_name(pool), command_handler(argv), addr=executor, api_key=settings.api_key,
+    w = Worker(check_pool_ref(pool), command_handler(argv), addr=executor, api_key=settings.api_key,
                concurrency=concurrency, lease_seconds=lease_seconds, worker_id=worker_id, report_s=report_ms / 1000,
                idle_notice_s=idle_notice_s)
     logging.getLogger("kairos.worker").info("worker starting", extra={

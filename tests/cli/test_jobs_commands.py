@@ -127,7 +127,7 @@ def test_history_and_attempts(kairos: Kairos, cli_api: ApiProcess, tenant: Tenan
     (("jobs", "submit", "--name", "x", "--in", "1m", "--pool", "p", "--url", "https://e.com"), "not both"),
     (("jobs", "submit", "--name", "x", "--in", "1m"), "give one of --pool NAME or --url URL"),
     (("jobs", "submit", "--name", "x", "--in", "1m", "--url", "ftp://e.com"), "--url:"),
-    (("jobs", "submit", "--name", "x", "--in", "1m", "--pool", "no spaces"), "pool name must be"),
+    (("jobs", "submit", "--name", "x", "--in", "1m", "--pool", "no spaces"), "--pool: a pool is NAME"),
     (("jobs", "submit", "--name", "x", "--in", "1m", "--pool", "p", "--payload", "{nope"), "is not JSON"),
     (("jobs", "submit", "--name", "x", "--in", "1m", "--pool", "p", "--tz", "UTC"), "only apply to --cron"),
     (("jobs", "submit", "--in", "1m", "--pool", "p"), "--name is required"),

@@ -98,16 +98,18 @@ async def test_pools_cli_creates_a_shared_pool_whose_key_leases_granted_tenants_
     made = cli("create", "fleet", "--shared", "--allow", "pool-a", "--json")
     assert made.returncode == 0, made.stderr
     created = json.loads(made.stdout)
-    assert created["pool"] == "fleet" and created["tenants"] == ["pool-a"]
+    assert (created["pool"], created["name"], created["tenants"]) == ("shared/fleet", "fleet", ["pool-a"])
     assert cli("create", "fleet", "--shared").returncode == 2  # taken
     assert cli("create", "x", "--shared", "--allow", "nobody").returncode == 2
-    assert cli("grant", "fleet", "pool-b").returncode == 0
+    assert cli("create", "shared/", "--shared").returncode == 2
+    assert cli("grant", "shared/fleet", "pool-b").returncode == 0  # the name as jobs target it works too
     listed = [json.loads(line) for line in cli("list", "--json").stdout.splitlines()]
-    assert listed[0]["pool"] == "fleet" and listed[0]["tenants"] == ["pool-a", "pool-b"]
+    assert listed[0]["pool"] == "shared/fleet" and listed[0]["tenants"] == ["pool-a", "pool-b"]
+    assert cli("list").stdout.splitlines() == ["shared/fleet\tpool-a, pool-b"]
     for t in (a, b):
         await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=tf.shared_queue("fleet")))
     async with WorkerClient(addr, created["workerKey"]) as client:
-        got = await client.lease("fleet", "fleet-worker", 10)
+        got = await client.lease("shared/fleet", "fleet-worker", 10)
         assert len(got) == 2
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await client.lease("elsewhere", "fleet-worker", 1)

@@ -50,10 +50,31 @@ def test_retry_defaults_and_bounds() -> None:
 
 def test_queue_keys_keep_tenants_apart() -> None:
     a, b = uuid4(), uuid4()
-    t = jobs.Target("queue", "emails")
-    assert jobs.queue_for(t, a, False) != jobs.queue_for(t, b, False)
-    assert jobs.queue_for(t, a, True) == jobs.queue_for(t, b, True) == "shared:emails"
-    assert jobs.queue_for(jobs.Target("http", "https://x"), a, False) == queues.HTTP_QUEUE
+    own, shared = jobs.Target("queue", "emails"), jobs.Target("queue", "shared/emails")
+    assert jobs.queue_for(own, a) != jobs.queue_for(own, b)
+    assert jobs.queue_for(own, a) == queues.tenant_queue(a, "emails")
+    assert jobs.queue_for(shared, a) == jobs.queue_for(shared, b) == "shared:emails"
+    assert jobs.queue_for(jobs.Target("http", "https://x"), a) == queues.HTTP_QUEUE
+    assert (jobs.shared_pool_of(own), jobs.shared_pool_of(shared)) == (None, "emails")
+
+
+@pytest.mark.parametrize("ref", ["shared/", "shared/shared/x", "a/b", "-x", "x" * 64, "emails\n", "shared/emails\n",
+                                 "Shared/emails"])
+def test_a_pool_ref_names_one_namespace_or_is_refused(ref: str) -> None:
+    with pytest.raises(InvalidInput) as exc:
+        jobs.validate_target("queue", ref)
+    assert exc.value.field == "target.ref"
+
+
+def test_a_pool_ref_parses_into_its_namespace() -> None:
+    assert queues.parse_pool_ref("emails") == queues.PoolRef("emails", shared=False)
+    assert queues.parse_pool_ref("shared/emails") == queues.PoolRef("emails", shared=True)
+    assert str(queues.parse_pool_ref("shared/emails")) == "shared/emails"
+    # "shared" alone is an ordinary pool name, as is any case but the exact prefix.
+    assert queues.parse_pool_ref("shared") == queues.PoolRef("shared", shared=False)
+    assert queues.parse_pool_ref("Shared/emails") is None
+    assert queues.pool_of_queue(queues.shared_queue("emails")) == "shared/emails"
+    assert queues.pool_of_queue(queues.tenant_queue(uuid4(), "emails")) == "emails"
 
 
 def test_fingerprint_ignores_key_order_and_whitespace() -> None:

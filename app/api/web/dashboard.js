@@ -325,7 +325,7 @@ function renderOutcomes(outcomes) {
 }
 
 function poolLabel(q) {
-  const pool = q.kind === "http" ? "HTTP deliveries" : q.kind === "shared" ? `${q.pool} (shared)` : q.pool;
+  const pool = q.kind === "http" ? "HTTP deliveries" : q.pool;  // a shared pool's reads shared/NAME
   return state.viewer === "admin" && !state.tenant ? `${q.tenant} · ${pool}` : pool;
 }
 

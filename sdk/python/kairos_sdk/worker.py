@@ -8,6 +8,11 @@
 
     Worker("emails", send_email, concurrency=20).run_forever()
 
+Pools: ``Worker("emails", ...)`` with a tenant key serves that tenant's own pool ``emails`` (jobs
+targeting ``"ref": "emails"``); ``Worker("shared/emails", ...)`` with a shared pool's worker key
+serves the operator's shared pool ``emails`` (jobs targeting ``"ref": "shared/emails"``). The two
+are different pools even when both exist: a shared pool never takes a tenant's own pool's jobs.
+
 Model: the worker leases up to its free slots with a long poll, runs each execution's handler
 concurrently, heartbeats every third of the lease, and completes (handler returned) or fails
 (handler raised; ``NonRetryable`` dead-letters at once) with the exception text. If a
@@ -46,6 +51,8 @@ log = logging.getLogger("kairos.worker")
 Handler = Callable[[Execution], Any] | Callable[[Execution], Awaitable[Any]]
 MAX_ERROR_CHARS = 4000
 IDLE_NOTICE_S_DEFAULT = 60.0
+# A pool named "shared/<name>" is an operator's shared pool; any other name is the key's tenant's own.
+SHARED_POOL_PREFIX = "shared/"
 
 
 class NonRetryable(Exception):
@@ -113,8 +120,9 @@ class Worker:
         if leased or self._running:
             return now
         if self.idle_notice_s and now - idle_since >= self.idle_notice_s:
-            log.info("no work leased from pool %s in the last %g s: is any job targeting queue %s with this "
-                     "tenant's key?", self.pool, self.idle_notice_s, self.pool,
+            hint = ("is any job of a granted tenant targeting it?" if self.pool.startswith(SHARED_POOL_PREFIX)
+                    else f"is any job targeting queue {self.pool} with this tenant's key?")
+            log.info("no work leased from pool %s in the last %g s: %s", self.pool, self.idle_notice_s, hint,
                      extra={"pool": self.pool, "idle_s": round(now - idle_since, 1)})
             return now
         return idle_since
