@@ -170,6 +170,16 @@ class Settings:
         "see [design.md](design.md))")
     db_pool_size: int = setting(
         "KAIROS_DB_POOL_SIZE", 10, integer(1), "connections per process (and as many again as overflow)")
+    db_statement_timeout_s: float = setting(
+        "KAIROS_DB_STATEMENT_TIMEOUT_S", 30.0, number(), shown="`30`",
+        doc="longest a statement may run, and a transaction may sit idle between statements, before the "
+            "database ends it (`statement_timeout`, `idle_in_transaction_session_timeout`); a transaction with "
+            "no answer for twice this long is abandoned by the process; migrations are exempt; 0: no bound "
+            "([operations.md](operations.md))")
+    up_liveness_timeout_s: float = setting(
+        "KAIROS_UP_LIVENESS_TIMEOUT_S", 10.0, number(exclusive=True), shown="`10`",
+        doc="`kairos up`: a tier whose `/healthz` has not answered 200 for this long (stopped, or its loop "
+            "wedged) is killed and restarted ([operations.md](operations.md))")
     api_host: str = setting("KAIROS_API_HOST", "127.0.0.1", text(), "REST API listen address")
     api_port: int = setting("KAIROS_API_PORT", 8080, integer(1, 65535), "REST API port")
     api_workers: int = setting(

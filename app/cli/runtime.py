@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -20,6 +21,9 @@ T = TypeVar("T")
 
 # /readyz on the metrics port: a database that does not answer a ping within this long is unreachable.
 READY_PING_TIMEOUT_S = 2.0
+# A tier that cannot reach the database at start tries again after this long, doubling up to the max.
+OPEN_RETRY_S = 0.5
+OPEN_RETRY_MAX_S = 5.0
 
 
 def database_url(settings: Settings) -> str:
@@ -29,11 +33,33 @@ def database_url(settings: Settings) -> str:
     return embedded.start(settings.pgdata)
 
 
-async def open_database(settings: Settings, *, upgrade: bool = True) -> Database:
-    db = Database.from_settings(settings, database_url(settings))
+async def open_database(settings: Settings, *, upgrade: bool = True, name: str = "") -> Database:
+    """The process's database, migrated first unless ``upgrade`` is False (migrations run on a connection of
+    their own without the statement timeout: DDL on a big table may legitimately take long)."""
+    url = database_url(settings)
     if upgrade:
-        await migrate.upgrade(db)
-    return db
+        admin = Database.from_settings(settings, url, name=f"{name}-migrate" if name else "", bounded=False)
+        try:
+            await migrate.upgrade(admin)
+        finally:
+            await admin.close()
+    return Database.from_settings(settings, url, name=name)
+
+
+async def open_database_patiently(settings: Settings, name: str, stop: asyncio.Event) -> Database | None:
+    """``open_database``, tried again with backoff while the database is unreachable (a tier started while
+    it restarts waits for it instead of exiting); None when ``stop`` is set first."""
+    delay = OPEN_RETRY_S
+    while not stop.is_set():
+        try:
+            return await open_database(settings, name=name)
+        except errors.DatabaseUnavailable as exc:
+            log.warning("database unreachable at start; retrying", extra={
+                "service": name, "error": exc.detail[:300], "in_s": delay})
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        delay = min(OPEN_RETRY_MAX_S, delay * 2)
+    return None
 
 
 def fail(message: str) -> NoReturn:
@@ -87,7 +113,9 @@ def run_service(name: str, settings: Settings, serve: Serve,
     """Run one tier until SIGTERM/SIGINT, then let it shut down gracefully.
 
     The metrics port (KAIROS_METRICS_PORT, unless 0) is served from before the database is opened
-    (``/healthz`` answers during migrations, ``/readyz`` once the database answers) until the end.
+    (``/healthz`` answers during migrations, ``/readyz`` once the database answers) until the end. A
+    database that is unreachable at start is waited for (``open_database_patiently``); once the tier
+    runs, its duties ride out outages by themselves.
     """
     observability.setup_logging(settings.log_level, settings.log_format, name)
     observability.setup_metrics(name, otlp_endpoint=settings.otlp_endpoint, otlp_interval_s=settings.otlp_interval_s)
@@ -106,9 +134,12 @@ def run_service(name: str, settings: Settings, serve: Serve,
         probes = None
         if settings.metrics_port:
             probes = await serve_probes(settings.metrics_host, settings.metrics_port, metrics=metrics,
-                                        ready=lambda: database_ready(opened[0] if opened else None))
+                                        ready=lambda: database_ready(opened[0] if opened else None),
+                                        token=settings.supervisor_token)
         try:
-            db = await open_database(settings)
+            db = await open_database_patiently(settings, name, stop)
+            if db is None:
+                return
             opened.append(db)
             log.info("starting", extra={"service": name})
             try:

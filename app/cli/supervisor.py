@@ -15,11 +15,22 @@ other process on one of those ports is not taken for Kairos. A child that exits 
 up ends `kairos up` with its reason (the port line when another process holds its port, else its
 exit code and the last line of its log); later, a child whose port another process took while it
 was down is not restarted (no restart could bind it), the others are.
+
+Self-healing (docs/operations.md): besides restarting children that exit, the supervisor
+- health-checks each child every ``health_interval_s`` on its ``/healthz`` (the API's port; the
+  scheduler's and executor's metrics ports; the executor's gRPC token when it has no metrics port)
+  and, once a child has answered 200 since its start, SIGKILLs and restarts it when no 200 came
+  for KAIROS_UP_LIVENESS_TIMEOUT_S: a stopped process or a wedged event loop answers nothing;
+- watches the embedded PostgreSQL's postmaster and starts it again, with backoff, when it died;
+  the children are not restarted for it, they reconnect by themselves;
+- counts both in ``kairos_supervisor_restarts_total{tier, reason}``, served with its own
+  ``/healthz`` and ``/readyz`` on the metrics port after the executor's (``up`` in the banner).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import logging
@@ -39,8 +50,10 @@ from rich.console import Console
 from app import observability
 from app.cli.runtime import database_url
 from app.config import Settings
+from app.duties import supervise
+from app.observability.probes import serve_probes
 from app.rpc import server as rpc_server
-from app.store import Database, Store, migrate
+from app.store import Database, Store, embedded, migrate
 
 log = logging.getLogger(__name__)
 TIERS = ("api", "scheduler", "executor")
@@ -53,6 +66,18 @@ class SupervisorConfig:
     grace_s: float = 10.0
     restart_backoff_s: float = 1.0
     restart_backoff_max_s: float = 30.0
+    # Health checks: how often, how long one may take, and how long without a 200 makes a child wedged.
+    health_interval_s: float = 1.0
+    probe_timeout_s: float = 2.0
+    liveness_timeout_s: float = 10.0
+    # The embedded PostgreSQL: how often its postmaster is looked at, and the backoff between restarts.
+    database_check_s: float = 0.5
+    database_backoff_s: float = 0.5
+    database_backoff_max_s: float = 10.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SupervisorConfig:
+        return cls(liveness_timeout_s=settings.up_liveness_timeout_s)
 
 
 @dataclass
@@ -64,6 +89,10 @@ class Child:
     backoff_s: float = 1.0
     started_at: float = field(default=0.0)
     log_offset: int = 0  # where this start's output begins in log_path
+    # When its health check last answered 200 since this start; None: not yet (not checked until it has).
+    healthy_at: float | None = None
+    last_probe: str = ""  # what the latest failed check saw
+    wedged: bool = False  # this start ended in our SIGKILL for not answering
 
 
 @dataclass(frozen=True)
@@ -152,15 +181,21 @@ def last_log_line(child: Child) -> str:
 
 
 def metrics_ports(settings: Settings) -> dict[str, int]:
-    """Each child's KAIROS_METRICS_PORT: the scheduler's is ours, the executor's the next one (none when
-    ours is 0); the API has none of its own, its /metrics is on the API port."""
+    """Each child's KAIROS_METRICS_PORT: the scheduler's is ours, the executor's the next one, `kairos up`'s
+    own the one after (none when ours is 0); the API has none of its own, its /metrics is on the API port."""
     base = settings.metrics_port
-    return {"api": 0, "scheduler": base, "executor": base + 1 if 0 < base < 65535 else 0}
+    return {"api": 0, "scheduler": base, "executor": base + 1 if 0 < base < 65535 else 0,
+            "up": base + 2 if 0 < base < 65534 else 0}
+
+
+def probe_host(settings: Settings) -> str:
+    """Where this machine reaches the metrics ports."""
+    return "127.0.0.1" if settings.metrics_host in ("0.0.0.0", "::", "") else settings.metrics_host
 
 
 def metrics_urls(settings: Settings) -> str:
     """Where each tier's /metrics is, for the banner."""
-    host = "127.0.0.1" if settings.metrics_host in ("0.0.0.0", "::", "") else settings.metrics_host
+    host = probe_host(settings)
     urls = [f"api {settings.api_url}/metrics"]
     urls += [f"{tier} http://{host}:{port}/metrics" for tier, port in metrics_ports(settings).items() if port]
     return "   ".join(urls)
@@ -178,6 +213,9 @@ class Supervisor:
         self.env = {**os.environ, "KAIROS_DATABASE_URL": url, **extra_env, "KAIROS_SUPERVISOR_TOKEN": self.token}
         self.ports = ports(settings)
         self.stopping = False
+        # The embedded server's data directory when we run one (KAIROS_DATABASE_URL unset), else None.
+        self.pgdata = settings.pgdata if not settings.database_url else None
+        self.database_down_since: float | None = None
 
     def start(self, child: Child) -> None:
         out = open(child.log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
@@ -187,6 +225,8 @@ class Supervisor:
                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         child.started_at = time.monotonic()
+        child.healthy_at = None
+        child.wedged = False
         log.info("child started", extra={"tier": child.name, "pid": child.proc.pid})
 
     async def port_taken(self, child: Child) -> str | None:
@@ -225,14 +265,103 @@ class Supervisor:
                         raise StartFailed(problem)
                     if time.monotonic() - child.started_at > 60:
                         child.backoff_s = self.config.restart_backoff_s
+                    reason = "unresponsive" if child.wedged else "exited"
                     log.warning("child exited; restarting", extra={
-                        "tier": child.name, "code": code, "in_s": child.backoff_s, "restarts": child.restarts + 1})
+                        "tier": child.name, "code": code, "reason": reason, "in_s": child.backoff_s,
+                        "restarts": child.restarts + 1})
+                    if not child.wedged:  # a wedged one was counted when it was killed
+                        observability.supervisor_restarts.add(1, {"tier": child.name, "reason": reason})
                     await asyncio.sleep(child.backoff_s)
                     child.backoff_s = min(self.config.restart_backoff_max_s, child.backoff_s * 2)
                     child.restarts += 1
                     if not self.stopping:
                         self.start(child)
             await asyncio.sleep(0.2)
+
+    async def probe(self, child: Child, client: httpx.AsyncClient) -> str | None:
+        """None when ``child`` answers its health check as our own, healthy child; else what it answered."""
+        if child.name == "api":
+            url = f"{self.settings.api_url}/healthz"
+        elif port := metrics_ports(self.settings)[child.name]:
+            url = f"http://{probe_host(self.settings)}:{port}/healthz"
+        elif child.name == "executor":  # no metrics port: its gRPC port answers the token from its loop
+            token = await rpc_server.supervisor_token(self.settings.grpc_addr, timeout_s=self.config.probe_timeout_s)
+            return None if token == self.token else "no answer on the gRPC port"
+        else:
+            return None  # a scheduler without a metrics port has nothing to ask
+        try:
+            answer = await client.get(url, timeout=self.config.probe_timeout_s)
+            body = answer.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            return f"{url}: {type(exc).__name__}"
+        if not isinstance(body, dict) or body.get("supervisorToken") != self.token:
+            return f"{url}: not answered by this run's {child.name}"
+        return None if answer.status_code == 200 else f"{url}: {answer.status_code} {body.get('reason', '')}".strip()
+
+    def kill_wedged(self, child: Child, silent_s: float) -> None:
+        assert child.proc is not None
+        log.error("child unresponsive; killing and restarting it", extra={
+            "tier": child.name, "pid": child.proc.pid, "silent_s": round(silent_s, 1), "probe": child.last_probe})
+        observability.supervisor_restarts.add(1, {"tier": child.name, "reason": "unresponsive"})
+        child.wedged = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.proc.pid, signal.SIGKILL)  # works on a stopped process too; watch() restarts it
+
+    async def check_health(self) -> None:
+        """Health-check every running child; SIGKILL one that answered once and then stopped answering."""
+        async with httpx.AsyncClient() as client:
+            while not self.stopping:
+                running = [c for c in self.children if c.proc is not None and c.proc.poll() is None]
+                answers = await asyncio.gather(*(self.probe(c, client) for c in running))
+                now = time.monotonic()
+                for child, problem in zip(running, answers, strict=True):
+                    if problem is None:
+                        child.healthy_at = now
+                        continue
+                    child.last_probe = problem
+                    if (child.healthy_at is not None and now - child.healthy_at > self.config.liveness_timeout_s
+                            and not self.stopping and child.proc is not None and child.proc.poll() is None):
+                        self.kill_wedged(child, now - child.healthy_at)
+                        child.healthy_at = None
+                await asyncio.sleep(self.config.health_interval_s)
+
+    async def watch_database(self) -> None:
+        """Start the embedded PostgreSQL again, with backoff, whenever its postmaster is gone."""
+        pgdata = self.pgdata
+        if pgdata is None:
+            return
+        delay = self.config.database_backoff_s
+        while not self.stopping:
+            if embedded.postmaster(pgdata) is not None:
+                await asyncio.sleep(self.config.database_check_s)
+                continue
+            if self.database_down_since is None:
+                self.database_down_since = time.monotonic()
+                log.error("embedded PostgreSQL is not running; restarting it", extra={"pgdata": str(pgdata)})
+            try:
+                await asyncio.to_thread(embedded.restart, pgdata)
+            except Exception as exc:  # pg_ctl failed: an old backend may still hold its shared memory
+                log.warning("embedded PostgreSQL did not start; retrying", extra={
+                    "error": str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__, "in_s": delay})
+                await asyncio.sleep(delay)
+                delay = min(self.config.database_backoff_max_s, delay * 2)
+                continue
+            down_s = time.monotonic() - self.database_down_since
+            self.database_down_since, delay = None, self.config.database_backoff_s
+            observability.supervisor_restarts.add(1, {"tier": "postgres", "reason": "exited"})
+            log.warning("embedded PostgreSQL restarted; the tiers reconnect by themselves",
+                        extra={"down_s": round(down_s, 2)})
+
+    async def readiness(self) -> str | None:
+        """What `kairos up`'s own /readyz says: None when the database runs and every child answered."""
+        if self.database_down_since is not None:
+            return "the embedded PostgreSQL is down; restarting it"
+        for child in self.children:
+            if child.proc is None or child.proc.poll() is not None:
+                return f"{child.name} is not running"
+            if child.healthy_at is None:
+                return f"{child.name} has not answered its health check since it started"
+        return None
 
     def stop(self) -> None:
         self.stopping = True
@@ -290,8 +419,10 @@ async def submit_demo_job(settings: Settings, key: str) -> dict[str, object]:
         return resp.json()
 
 
-def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig = SupervisorConfig()) -> int:
+def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig | None = None) -> int:
+    config = config or SupervisorConfig.from_settings(settings)
     observability.setup_logging(settings.log_level, "text", "up")
+    observability.setup_metrics("up", otlp_endpoint=settings.otlp_endpoint, otlp_interval_s=settings.otlp_interval_s)
     console = Console(highlight=False)
     try:
         check_ports(settings)  # before anything starts: no database, no children
@@ -307,7 +438,7 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
             extra_env["KAIROS_HTTP_EGRESS_ALLOW"] = "127.0.0.1"
 
     async def prepare() -> DemoTenant:
-        db = Database.from_settings(settings, url)
+        db = Database.from_settings(settings, url, name="up", bounded=False)  # migrations: no statement timeout
         try:
             await migrate.upgrade(db)
             return await ensure_demo_tenant(db, settings.home)
@@ -324,6 +455,13 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         check_ports(settings)  # again: starting the database took a while
+        probes = None
+        if port := metrics_ports(settings)["up"]:
+            async def metrics() -> bytes:
+                return observability.exposition()
+
+            probes = await serve_probes(settings.metrics_host, port, metrics=metrics, ready=sup.readiness,
+                                        token=sup.token)
         for child in sup.children:
             sup.start(child)
         await sup.wait_ready()
@@ -342,11 +480,17 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
             created = await submit_demo_job(settings, key)
             console.print(f"demo job submitted: {json.dumps(created)}")
         watcher = asyncio.create_task(sup.watch(), name="supervisor-watch")
+        duties = [asyncio.create_task(supervise("supervisor-health", sup.check_health, stop), name="supervisor-health"),
+                  asyncio.create_task(supervise("supervisor-database", sup.watch_database, stop),
+                                      name="supervisor-database")]
         stopped = asyncio.create_task(stop.wait(), name="supervisor-stop")
         done, _ = await asyncio.wait([watcher, stopped], return_when=asyncio.FIRST_COMPLETED)
         sup.stopping = True
-        for task in (watcher, stopped):
+        for task in (watcher, stopped, *duties):
             task.cancel()
+        await asyncio.gather(*duties, return_exceptions=True)
+        if probes is not None:
+            probes.close()
         if watcher in done:
             watcher.result()  # StartFailed: a tier cannot be brought back
 

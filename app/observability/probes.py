@@ -5,8 +5,10 @@ can ask that process's own database pool and ``/metrics`` renders without anothe
 answers GET (and HEAD) of three paths, one request per connection: what kubelet probes and a
 Prometheus scrape need, and nothing a tenant can reach.
 
-* ``/healthz``: 200 while the event loop runs (a wedged loop answers nothing, so the liveness
-  probe fails).
+* ``/healthz``: 200 while the event loop runs and every loop watched by ``LIVENESS`` keeps going;
+  503 naming the silent loop otherwise. A stopped process or a blocked event loop answers
+  nothing at all, so the liveness probe (kubelet's, or ``kairos up``'s) fails either way. Under
+  ``kairos up`` the body carries the run's ``supervisorToken``.
 * ``/readyz``: 200 when ``ready()`` returns None, else 503 with its reason.
 * ``/metrics``: ``metrics()``, Prometheus text.
 """
@@ -30,10 +32,38 @@ _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 500: "Intern
 
 Metrics = Callable[[], Awaitable[bytes]]
 Ready = Callable[[], Awaitable[str | None]]
+Live = Callable[[], str | None]
 
 
-async def serve_probes(host: str, port: int, *, metrics: Metrics, ready: Ready) -> asyncio.Server | None:
-    """Listen on ``host:port``; None (logged as an error) when the port cannot be bound.
+class Liveness:
+    """The checks of a process's long-lived loops: each, called by ``/healthz``, returns None while its
+    loop keeps going, else why not; ``silent()`` answers the first such reason."""
+
+    def __init__(self) -> None:
+        self._checks: dict[str, Live] = {}
+
+    def watch(self, loop: str, check: Live) -> None:
+        self._checks[loop] = check
+
+    def forget(self, loop: str) -> None:
+        """The loop ended on purpose (shutdown): its silence means nothing."""
+        self._checks.pop(loop, None)
+
+    def silent(self) -> str | None:
+        for check in list(self._checks.values()):
+            if (reason := check()) is not None:
+                return reason
+        return None
+
+
+# The process's loops register here; /healthz of its probe port asks them.
+LIVENESS = Liveness()
+
+
+async def serve_probes(host: str, port: int, *, metrics: Metrics, ready: Ready, live: Live = LIVENESS.silent,
+                       token: str = "") -> asyncio.Server | None:
+    """Listen on ``host:port``; None (logged as an error) when the port cannot be bound. ``token`` (the
+    run's KAIROS_SUPERVISOR_TOKEN) is echoed by ``/healthz`` so ``kairos up`` knows it reached its own child.
 
     A taken port does not stop the process: on one machine several processes of a tier may run
     with the same settings (tests, benchmarks), and in a pod the probes failing say it anyway.
@@ -41,7 +71,7 @@ async def serve_probes(host: str, port: int, *, metrics: Metrics, ready: Ready) 
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await _answer(reader, writer, metrics, ready)
+            await _answer(reader, writer, metrics, ready, live, token)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass
         except Exception:
@@ -63,7 +93,7 @@ async def serve_probes(host: str, port: int, *, metrics: Metrics, ready: Ready) 
 
 
 async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, metrics: Metrics,
-                  ready: Ready) -> None:
+                  ready: Ready, live: Live, token: str) -> None:
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
     method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
     path = rest.split(" ", 1)[0].split("?", 1)[0]
@@ -73,7 +103,10 @@ async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, me
     elif path == "/metrics":
         status, body, content_type = 200, await metrics(), EXPOSITION_CONTENT_TYPE
     elif path == "/healthz":
-        status, body = 200, b'{"status":"ok"}'
+        silent = live()
+        status = 200 if silent is None else 503
+        answer = {"status": "ok"} if silent is None else {"status": "wedged", "reason": silent}
+        body = json.dumps(answer | ({"supervisorToken": token} if token else {}), separators=(",", ":")).encode()
     elif path == "/readyz":
         reason = await ready()
         status = 200 if reason is None else 503

@@ -1,14 +1,29 @@
-"""Engine factory and the one transaction helper."""
+"""Engine factory and the one transaction helper.
+
+Reconnection: a dead connection is found before use (``pool_pre_ping``) or by the statement that
+fails on it; a disconnect invalidates every pooled connection at once, so after a database restart
+each process pays one failed statement and then works on fresh connections. The failure leaves as
+``DatabaseUnavailable``, which every duty loop logs and survives (app.duties); nothing here waits
+for the database to come back.
+
+Bounds: with ``statement_timeout_s`` the server ends a statement that runs longer, and a session
+left idle inside a transaction for longer (a paused client holding row locks); the client abandons
+a transaction that got no answer within twice that (a server or network that does not answer at
+all cannot be timed out by the server), closing its connection. A stuck database therefore costs a
+caller ``DatabaseUnavailable`` after a bounded time, never a task parked forever.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -22,6 +37,12 @@ T = TypeVar("T")
 
 # serialization_failure, deadlock_detected: the whole transaction may simply be run again.
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+# idle_in_transaction_session_timeout ended the session: the database was fine, this client was not.
+IDLE_IN_TRANSACTION_TIMEOUT = "25P03"
+# A connection attempt that has not succeeded in this long counts as a failure (libpq connect_timeout).
+CONNECT_TIMEOUT_S = 5
+# A client-side bound on a transaction is this many times the statement timeout (several statements).
+TRANSACTION_TIMEOUT_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +64,8 @@ def translate(exc: DBAPIError) -> errors.KairosError:
     if state is None and isinstance(exc, (OperationalError, InterfaceError)):
         return errors.DatabaseUnavailable(detail)
     if state is not None and state[:2] in ("08", "57", "53"):  # connection lost, shutdown or cancel, resources
+        return errors.DatabaseUnavailable(detail)  # 57014 is statement_timeout: a slow database
+    if state == IDLE_IN_TRANSACTION_TIMEOUT:
         return errors.DatabaseUnavailable(detail)
     if state is not None and state[:2] == "23":  # integrity constraint: a concurrent writer got there first
         return errors.StoreConflict(detail, sqlstate=state)
@@ -60,28 +83,60 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def create_engine(url: str, *, isolation: str = "SERIALIZABLE", pool_size: int = 10) -> AsyncEngine:
+def session_options(url: str, statement_timeout_s: float) -> str | None:
+    """The libpq ``options`` of each connection: the URL's own, plus the two server-side bounds.
+
+    Set at connect time rather than with SET, so a reconnect can never lose them; PostgreSQL and
+    CockroachDB both read ``-c name=value`` here and know both variables.
+    """
+    own = make_url(normalise_url(url)).query.get("options")
+    parts = [own] if isinstance(own, str) and own else []
+    if statement_timeout_s > 0:
+        ms = max(1, round(statement_timeout_s * 1000))
+        parts += [f"-c statement_timeout={ms}", f"-c idle_in_transaction_session_timeout={ms}"]
+    return " ".join(parts) or None
+
+
+def create_engine(url: str, *, isolation: str = "SERIALIZABLE", pool_size: int = 10,
+                  statement_timeout_s: float = 0.0, application_name: str = "") -> AsyncEngine:
+    """An engine for ``url``; ``statement_timeout_s`` > 0 bounds statements and idle transactions on the
+    server; ``application_name`` names the connections in ``pg_stat_activity``."""
+    connect_args: dict[str, object] = {"connect_timeout": CONNECT_TIMEOUT_S}
+    if options := session_options(url, statement_timeout_s):
+        connect_args["options"] = options
+    if application_name:
+        connect_args["application_name"] = application_name[:63]
     return create_async_engine(
         normalise_url(url),
         isolation_level=isolation,
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
+        pool_pre_ping=True,  # a connection the server dropped (restart, idle timeout) is replaced before use
         pool_recycle=1800,
+        connect_args=connect_args,
     )
 
 
 class Database:
     """An engine plus the retrying transaction runner every write goes through."""
 
-    def __init__(self, engine: AsyncEngine, retry: RetryConfig = RetryConfig()) -> None:
+    def __init__(self, engine: AsyncEngine, retry: RetryConfig = RetryConfig(), *,
+                 transaction_timeout_s: float = 0.0) -> None:
         self.engine = engine
         self.retry = retry
         self.retries = 0  # transactions re-run after 40001/40P01, for metrics and tests
+        # Client-side bound on one run of a transaction's work, connection checkout included; 0: none.
+        self.transaction_timeout_s = transaction_timeout_s
 
     @classmethod
-    def from_settings(cls, settings: Settings, url: str) -> Database:
-        return cls(create_engine(url, isolation=settings.db_isolation, pool_size=settings.db_pool_size))
+    def from_settings(cls, settings: Settings, url: str, *, name: str = "", bounded: bool = True) -> Database:
+        """The tier's database: ``name`` (the tier) labels its connections; ``bounded`` False leaves out the
+        statement timeout (migrations, whose DDL may legitimately run long)."""
+        timeout_s = settings.db_statement_timeout_s if bounded else 0.0
+        engine = create_engine(url, isolation=settings.db_isolation, pool_size=settings.db_pool_size,
+                               statement_timeout_s=timeout_s,
+                               application_name=f"kairos-{name}:{os.getpid()}" if name else "")
+        return cls(engine, transaction_timeout_s=timeout_s * TRANSACTION_TIMEOUT_FACTOR)
 
     @property
     def dialect(self) -> str:
@@ -101,12 +156,17 @@ class Database:
         """
         delay = self.retry.base_s
         for attempt in range(1, self.retry.attempts + 1):
+            bound = asyncio.timeout(self.transaction_timeout_s or None)
             try:
-                async with self.engine.connect() as conn:
-                    if isolation:
-                        await conn.execution_options(isolation_level=isolation)
-                    async with conn.begin():
-                        return await work(Store(conn))
+                async with bound:
+                    return await self._run(work, isolation)
+            except TimeoutError as exc:
+                if not bound.expired():
+                    raise
+                # Cancelled in flight: psycopg cancels the statement or closes the connection, so the
+                # pool never hands out a connection in an unknown state.
+                raise errors.DatabaseUnavailable(
+                    f"no answer from the database within {self.transaction_timeout_s:g} s") from exc
             except DBAPIError as exc:
                 if sqlstate(exc) not in RETRYABLE_SQLSTATES:
                     raise translate(exc) from exc
@@ -120,6 +180,13 @@ class Database:
             except PoolTimeout as exc:
                 raise errors.DatabaseUnavailable("no database connection free in the pool") from exc
         raise AssertionError("unreachable")
+
+    async def _run(self, work: Callable[[Store], Awaitable[T]], isolation: str | None) -> T:
+        async with self.engine.connect() as conn:
+            if isolation:
+                await conn.execution_options(isolation_level=isolation)
+            async with conn.begin():
+                return await work(Store(conn))
 
     async def close(self) -> None:
         await self.engine.dispose()
