@@ -5,6 +5,12 @@ wheel carries copies as package data, so they are read through ``importlib.resou
 
 Each block starts with ``-- name: NounVerb`` and a one-line ``--`` description, then the SQL.
 Parameters use ``:name``; casts use ``CAST(:x AS type)`` (``:x::type`` would not bind).
+
+Dialects: ``sql/cockroach/queries/*.sql`` holds CockroachDB's own text of a few statements, under
+the same names (docs/cockroachdb.md says why each one needs it). ``q()`` returns a statement that
+SQLAlchemy compiles to that text on a ``cockroachdb`` engine and to the ``sql/queries`` text on
+every other, so callers never choose and PostgreSQL runs exactly what ``sql/queries`` says. A name
+found only there is a CockroachDB-only statement (the overlay's, follower reads).
 """
 
 from __future__ import annotations
@@ -16,7 +22,11 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 
 from sqlalchemy import TextClause, text
+from sqlalchemy.exc import CompileError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 
+COCKROACH = "cockroachdb"  # the SQLAlchemy dialect name of sqlalchemy-cockroachdb
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 
@@ -26,8 +36,11 @@ def sql_dir() -> Traversable:
 
 
 def sql_files(folder: str) -> list[Traversable]:
-    """The ``*.sql`` files of ``sql/<folder>``, sorted by name."""
-    return sorted((f for f in (sql_dir() / folder).iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+    """The ``*.sql`` files of ``sql/<folder>`` (``folder`` may be ``a/b``), sorted by name."""
+    where = sql_dir()
+    for part in folder.split("/"):
+        where = where / part
+    return sorted((f for f in where.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
 
 
 @dataclass(frozen=True)
@@ -52,10 +65,9 @@ def parse(source: str, content: str) -> list[NamedQuery]:
     return out
 
 
-@cache
-def catalogue() -> dict[str, NamedQuery]:
+def _load(folder: str) -> dict[str, NamedQuery]:
     found: dict[str, NamedQuery] = {}
-    for path in sql_files("queries"):
+    for path in sql_files(folder):
         for q in parse(path.name, path.read_text()):
             if q.name in found:
                 raise RuntimeError(f"query {q.name} defined twice ({found[q.name].source}, {q.source})")
@@ -64,13 +76,81 @@ def catalogue() -> dict[str, NamedQuery]:
 
 
 @cache
+def catalogue() -> dict[str, NamedQuery]:
+    """The statements of ``sql/queries``: what PostgreSQL runs, and CockroachDB unless it has its own."""
+    return _load("queries")
+
+
+@cache
+def cockroach_catalogue() -> dict[str, NamedQuery]:
+    """The statements of ``sql/cockroach/queries``: CockroachDB's text of a catalogue statement, or a
+    CockroachDB-only one."""
+    return _load("cockroach/queries")
+
+
+def text_for(name: str, dialect: str) -> str:
+    """The SQL that ``q(name)`` runs on an engine of ``dialect`` (tests and docs read it)."""
+    if dialect == COCKROACH and name in cockroach_catalogue():
+        return cockroach_catalogue()[name].sql
+    if name in catalogue():
+        return catalogue()[name].sql
+    raise KeyError(f"no query named {name} for {dialect}")
+
+
+class DialectText(TextClause):
+    """A named statement with CockroachDB text of its own: compiled to that on CockroachDB, to the
+    ``sql/queries`` text on every other dialect (``TextClause`` itself there, plans unchanged)."""
+
+    inherit_cache = True  # cached per dialect: the compiled cache is keyed by dialect too
+
+    def __init__(self, sql: str, cockroach: str) -> None:
+        super().__init__(sql)
+        self.cockroach = text(cockroach)
+
+
+class CockroachOnlyText(TextClause):
+    """A statement that exists only on CockroachDB (regions, follower reads): refused elsewhere."""
+
+    inherit_cache = True
+
+
+@compiles(DialectText)
+def _compile_default(element: DialectText, compiler: SQLCompiler, **kw: object) -> str:
+    return str(compiler.visit_textclause(element, **kw))  # type: ignore[no-untyped-call]
+
+
+@compiles(DialectText, COCKROACH)
+def _compile_cockroach(element: DialectText, compiler: SQLCompiler, **kw: object) -> str:
+    return str(compiler.process(element.cockroach, **kw))
+
+
+@compiles(CockroachOnlyText)
+def _compile_refused(element: CockroachOnlyText, compiler: SQLCompiler, **kw: object) -> str:
+    raise CompileError(f"a CockroachDB-only statement cannot run on {compiler.dialect.name}: {element.text[:60]}")
+
+
+@compiles(CockroachOnlyText, COCKROACH)
+def _compile_cockroach_only(element: CockroachOnlyText, compiler: SQLCompiler, **kw: object) -> str:
+    return str(compiler.visit_textclause(element, **kw))  # type: ignore[no-untyped-call]
+
+
+@cache
 def _compiled(name: str) -> TextClause:
-    return text(catalogue()[name].sql)
+    own = cockroach_catalogue().get(name)
+    common = catalogue().get(name)
+    if common is None and own is None:
+        raise KeyError(name)
+    if common is None:
+        assert own is not None
+        return CockroachOnlyText(own.sql)
+    if own is None:
+        return text(common.sql)
+    return DialectText(common.sql, own.sql)
 
 
 def q(name: str) -> TextClause:
-    """The compiled statement called ``name``."""
+    """The compiled statement called ``name`` (its CockroachDB text on a CockroachDB engine)."""
     try:
         return _compiled(name)
     except KeyError:
-        raise KeyError(f"no query named {name} in sql/queries") from None
+        raise KeyError(f"no query named {name} in sql/queries or sql/cockroach/queries") from None

@@ -27,3 +27,16 @@ class Schema(Table):
     async def run_script(self, script: str) -> None:
         """A migration file as written: DDL, several statements, no parameters."""
         await self._conn.exec_driver_sql(script)
+
+    async def server_version(self) -> tuple[str, str]:
+        """The server's version string and the database this connection uses."""
+        row = (await self._conn.execute(q("ServerVersion"))).one()
+        return str(row.version), str(row.database)
+
+    async def cluster_regions(self) -> list[str]:
+        """CockroachDB: the regions of the cluster's nodes, sorted."""
+        return [str(r.region) for r in await self._conn.execute(q("OverlayClusterRegions"))]
+
+    async def follower_read(self) -> None:
+        """CockroachDB: read this read-only transaction at follower_read_timestamp() (its first statement)."""
+        await self._conn.execute(q("TransactionFollowerRead"))

@@ -1,0 +1,12 @@
+-- CockroachDB multi-region overlay, part 3: due_index split by shard (see 0001 for how it runs).
+-- A scheduler reads "my shards, up to the end of the next minute" as one range scan per shard over
+-- the primary key (shard_id, due_minute, next_run_at, job_id). USING HASH would prefix that key with
+-- a hidden bucket computed from all its columns and turn every such scan into one scan per bucket;
+-- the key already leads with a hash (shard_id = hash(job_id) mod 256), so the writes of a
+-- top-of-the-hour herd are spread over 256 key prefixes without it. Splitting the table at every
+-- shard boundary makes each shard its own range from the start (no waiting for load-based
+-- splitting while the herd lands), so a scan stays within one range and shards move between nodes
+-- independently. Manual splits without an expiration are kept: the merge queue leaves them alone.
+-- https://www.cockroachlabs.com/docs/stable/alter-table#split-at
+-- https://www.cockroachlabs.com/docs/stable/hash-sharded-indexes
+ALTER TABLE due_index SPLIT AT SELECT s FROM generate_series(1, 255) AS g (s);
