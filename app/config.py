@@ -28,8 +28,10 @@ from app.errors import KairosError
 ISOLATION_LEVELS = ("SERIALIZABLE", "REPEATABLE READ", "READ COMMITTED")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = ("json", "text")
-# Fixed, not a setting (nor is the shard count: the schema pins it, see app.domain.shards.SHARD_COUNT).
-MAX_PAYLOAD_BYTES = 64 * 1024
+# Payload limits (KAIROS_PAYLOAD_INLINE_BYTES, KAIROS_PAYLOAD_MAX_BYTES): inline in the job row up to the
+# first, in the object store up to the second (app/store/payloads.py).
+PAYLOAD_INLINE_BYTES_DEFAULT = 64 * 1024
+PAYLOAD_MAX_BYTES_DEFAULT = 4 * 1024 * 1024
 
 
 class InvalidSetting(KairosError):
@@ -229,6 +231,38 @@ class Settings:
         "KAIROS_HERD_WARNING_THRESHOLD", 1000, integer(1),
         "a new recurring job whose first occurrence lands on a minute where its tenant already has at "
         "least this many occurrences due gets a `warnings` entry suggesting `jitterSeconds`")
+    # Data lifecycle (docs/retention.md): the object store, execution-history retention, large payloads.
+    archive_url: str = setting(
+        "KAIROS_ARCHIVE_URL", "", text(required=False), shown="`KAIROS_HOME/objects`",
+        doc="the object store of execution-history archives (`history/`) and of payloads over the inline limit "
+            "(`payloads/`): a directory, `file:///path`, `s3://bucket/prefix` (S3 or S3-compatible), `gs://`, "
+            "`az://` (these need `pip install 'kairos[objects]'`); every API and executor process must reach the "
+            "same store")
+    archive_endpoint: str = setting(
+        "KAIROS_ARCHIVE_ENDPOINT", "", text(required=False),
+        "endpoint of an S3-compatible store for `KAIROS_ARCHIVE_URL` (`http://127.0.0.1:9000` for MinIO); "
+        "empty: AWS, or `AWS_ENDPOINT_URL`; credentials come from the usual `AWS_*` variables or the machine's role")
+    archive_region: str = setting(
+        "KAIROS_ARCHIVE_REGION", "", text(required=False),
+        "region of the `s3://` bucket; empty: `AWS_REGION` / `AWS_DEFAULT_REGION`")
+    retention_days: int = setting(
+        "KAIROS_RETENTION_DAYS", 30, integer(0),
+        "finished executions (and their attempts) older than this are archived to the object store as gzipped "
+        "JSON lines and deleted, by the executors; `0`: keep every execution")
+    retention_interval_s: float = setting(
+        "KAIROS_RETENTION_INTERVAL_S", 300.0, number(exclusive=True), shown="`300`",
+        doc="how often an executor looks for history to archive (a full batch is followed at once by the next)")
+    retention_batch: int = setting(
+        "KAIROS_RETENTION_BATCH", 1000, integer(1, 100_000),
+        "executions archived and deleted per transaction (one archive object each)")
+    payload_inline_bytes: int = setting(
+        "KAIROS_PAYLOAD_INLINE_BYTES", PAYLOAD_INLINE_BYTES_DEFAULT, integer(1),
+        "a payload larger than this (as compact JSON) is kept in the object store and the job row holds its "
+        "reference; also the most a dead-letter replay's payload may carry")
+    payload_max_bytes: int = setting(
+        "KAIROS_PAYLOAD_MAX_BYTES", PAYLOAD_MAX_BYTES_DEFAULT, integer(1),
+        "the largest payload a job may carry (422 naming `/payload` above it); a request body over it plus "
+        "64 KiB is refused with 413")
     # `kairos up --demo`: the API also serves POST /demo/echo, the demo job's target.
     demo: bool = setting("KAIROS_DEMO", False, FLAG, shown="empty",
                          doc="`1`: the API also serves `POST /demo/echo` (set by `kairos up --demo`)")
@@ -303,8 +337,8 @@ class Settings:
 
     @property
     def max_payload_bytes(self) -> int:
-        """Inline payload limit: fixed, not configurable."""
-        return MAX_PAYLOAD_BYTES
+        """The inline payload limit (what a dead-letter replay's payload may carry)."""
+        return self.payload_inline_bytes
 
     @property
     def pgdata(self) -> Path:

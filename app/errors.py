@@ -81,6 +81,14 @@ class DatabaseUnavailable(KairosError):
     """The database is unreachable."""
 
 
+class ObjectStoreUnavailable(KairosError):
+    """The object store (history archives, large payloads) did not answer."""
+
+
+class ObjectNotFound(KairosError):
+    """No such object in the object store."""
+
+
 class TransactionRetriesExhausted(KairosError):
     """The transaction kept conflicting with concurrent ones and was given up."""
 

@@ -20,6 +20,7 @@ from app.api.stats import StatsController, StatusController
 from app.api.submit import SubmitWriter, WriterConfig
 from app.config import Settings
 from app.store import Database, tenants
+from app.store.payloads import PayloadStore
 
 
 def controllers(settings: Settings) -> list[type]:
@@ -46,7 +47,9 @@ def create_app(settings: Settings, db: Database) -> Litestar:
         openapi_config=OpenAPIConfig(title="Kairos", version="1", path="/schema",
                                      render_plugins=[LocalSwaggerUI("/schema")],
                                      description="Distributed job scheduler: one-off and cron jobs."),
-        request_max_body_size=1024 * 1024,
+        # A job's payload may be KAIROS_PAYLOAD_MAX_BYTES (docs/retention.md), plus the rest of its body.
+        request_max_body_size=max(1024 * 1024, settings.payload_max_bytes + 64 * 1024),
     )
+    app.state.payloads = PayloadStore.from_settings(settings)  # large payloads (app.api.payloads)
     openapi.document(app)
     return app

@@ -14,7 +14,7 @@ from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Refe
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
 from app import errors
-from app.api import bodies, pagination, problems, schemas, service
+from app.api import bodies, pagination, payloads, problems, schemas, service
 from app.api.auth import DB, Tenant
 from app.api.submit import Created, Submission, SubmitWriter
 from app.domain import jobs as spec
@@ -57,7 +57,7 @@ class JobController(Controller):
             sub = service.submission(data, state.settings, tenant.tenant_id, idempotency_key, fingerprint,
                                      service.utcnow(), traceparent)
             writer: SubmitWriter = state.submit_writer
-            [outcome] = await writer.submit([sub])
+            [outcome] = await writer.submit(await payloads.keep_large(state.payloads, [sub]))
         if isinstance(outcome, errors.KairosError):
             raise outcome
         body = schemas.JobCreated(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
@@ -83,9 +83,10 @@ class JobController(Controller):
         return Response(page, headers=headers)
 
     @get("/{job_ref:str}", operation_id="GetJob", summary="One job, with how its executions stand.")
-    async def get_job(self, job_ref: FromPath[str], db: DB, tenant: Tenant) -> schemas.JobOut:
+    async def get_job(self, job_ref: FromPath[str], db: DB, tenant: Tenant, state: State) -> schemas.JobOut:
         job_id, _ = parse_job_ref(job_ref, action=False)
-        return service.job_out(*await service.get_job_with_counts(db, tenant.tenant_id, job_id))
+        job, counts = await service.get_job_with_counts(db, tenant.tenant_id, job_id)
+        return service.job_out(await payloads.whole(state.payloads, job), counts)
 
     @delete("/{job_ref:str}", operation_id="CancelJob", status_code=204,
             summary="Cancel a job: removes its next occurrence and cancels executions not yet started.")
@@ -108,8 +109,8 @@ class JobController(Controller):
                 version = int(if_match.strip().strip('"').removeprefix("W/").strip('"'))
             except ValueError:
                 raise errors.InvalidInput("If-Match", "the job's version, e.g. If-Match: 3") from None
-        job = await service.update(db, state.settings, tenant.tenant_id, job_id, body, version)
-        return service.job_out(job)
+        job = await service.update(db, state.settings, tenant.tenant_id, job_id, body, version, state.payloads)
+        return service.job_out(await payloads.whole(state.payloads, job))
 
     @post("/{job_ref:str}", operation_id="JobAction", status_code=200,
           summary="POST /v1/jobs/{jobId}:pause | :resume {missed} | :run {overlap} | :backfill {from, to, overlap}.")
@@ -201,7 +202,8 @@ async def _create_batch(batch: schemas.BatchIn, tenant: Tenant, state: State, no
         except errors.InvalidInput as exc:
             results[index] = _item_error(exc, index)
     writer: SubmitWriter = state.submit_writer
-    for index, outcome in zip(where, await writer.submit(subs), strict=True):
+    for index, outcome in zip(where, await writer.submit(await payloads.keep_large(state.payloads, subs)),
+                              strict=True):
         results[index] = (schemas.BatchItemOut(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
                                                warnings=list(outcome.warnings) or None)
                           if isinstance(outcome, Created) else _item_error(outcome, index))

@@ -38,6 +38,7 @@ _STATUS: dict[type[errors.KairosError], tuple[int, str]] = {
     errors.InvalidStateTransition: (409, "invalid-state"),
     errors.TenantQuotaExceeded: (429, "quota-exceeded"),
     errors.DatabaseUnavailable: (503, "database-unavailable"),
+    errors.ObjectStoreUnavailable: (503, "object-store-unavailable"),
     errors.TransactionRetriesExhausted: (503, "contention"),
     errors.StoreConflict: (409, "conflict"),
     errors.StoreRejected: (422, "invalid-input"),

@@ -167,6 +167,9 @@ class JobOut(Wire):
     last_finished_at: datetime | None = None
     # On GET /v1/jobs/{jobId} only.
     executions: ExecutionCounts | None = None
+    # A payload over the inline limit is kept in the object store under this key: GET /v1/jobs/{jobId}
+    # and PATCH answer it whole, lists and actions answer payload null.
+    payload_ref: str | None = None
 
 
 class JobPage(Wire):

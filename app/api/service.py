@@ -13,6 +13,7 @@ import msgspec
 
 from app import errors
 from app.api import bodies, schemas
+from app.api import payloads as large_payloads
 from app.api.dead_letter_service import attempt_out
 from app.api.pagination import decode_cursor, page_limit, split_page
 from app.api.submit import Submission, new_job_row, not_granted
@@ -25,6 +26,7 @@ from app.store import Database, Store
 from app.store import dispatch as dispatch_store
 from app.store import jobs as store
 from app.store.attempts import Attempt
+from app.store.payloads import PayloadStore
 
 log = logging.getLogger(__name__)
 _EPSILON = timedelta(microseconds=1)
@@ -41,7 +43,7 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     job_id = job_id or uuid4()
     name = spec.validate_name(body.name)
     target = spec.validate_target(body.target.type, body.target.ref)
-    payload = spec.validate_payload(body.payload, settings.max_payload_bytes)
+    payload = spec.validate_payload(body.payload, settings.payload_max_bytes)
     r = body.retry or schemas.RetryIn()
     retry = spec.validate_retry(r.max_attempts, r.backoff_seconds, r.max_backoff_seconds)
     timeout_s = spec.validate_timeout(body.timeout_seconds)
@@ -109,7 +111,7 @@ def job_out(job: store.Job, counts: store.ExecutionCounts | None = None) -> sche
                                      start_at=job.start_at, end_at=job.end_at,
                                      every=spec.format_every(job.every_s) if job.every_s else None,
                                      anchor_at=job.anchor_at),
-        payload=job.payload,
+        payload=job.payload, payload_ref=job.payload_ref,
         retry=schemas.RetryOut(job.max_attempts, job.backoff_s, job.max_backoff_s, job.max_retry_duration_s),
         timeout_seconds=job.timeout_s, concurrency=job.concurrency, misfire=job.misfire,
         next_run_at=job.next_run_at, paused_at=job.paused_at, created_at=job.created_at,
@@ -385,8 +387,9 @@ def patched_body(job: store.Job, patch: dict[str, Any]) -> schemas.JobIn:
 
 
 async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, patch: Any,
-                 if_version: int | None) -> store.Job:
+                 if_version: int | None, payloads: PayloadStore | None = None) -> store.Job:
     """PATCH /v1/jobs/{jobId}: merge, validate as a new submit would, store, move the next occurrence."""
+    payloads = payloads or PayloadStore.from_settings(settings)
     if not isinstance(patch, dict) or not patch:
         raise errors.InvalidInput("body", "a JSON object with the fields to change (JSON Merge Patch)")
     if "idempotencyKey" in patch:
@@ -400,12 +403,17 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
             raise errors.InvalidStateTransition(
                 f"a {job.reported_state} job cannot be updated; submit a new job instead")
         now = utcnow()
+        kept = job.payload_ref if "payload" not in patch else None  # a payload in the object store, unchanged
+        if job.payload_ref is not None and kept is None:
+            job = await large_payloads.whole(payloads, job)  # the merge patch merges into the whole payload
         new = build_spec(patched_body(job, patch), settings, now, job_id=job.job_id)
         shared = spec.shared_pool_of(new.target)
         if shared is not None and not (await tx.jobs.shared_pool_access_many([(tenant_id, shared)])).get(
                 (tenant_id, shared)):
             raise not_granted(new.target.ref)
         row = new_job_row(Submission(new, tenant_id, None, None), spec.queue_for(new.target, tenant_id))
+        if (ref := kept or await payloads.keep(tenant_id, row.payload)) is not None:
+            row = replace(row, payload=None, payload_ref=ref)
         active = job.state == JobState.ACTIVE
         if active:
             # The old schedule's next occurrence goes, and so does one dispatched ahead of its time.

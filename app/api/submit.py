@@ -41,6 +41,8 @@ class Submission:
     idempotency_key: str | None
     fingerprint: str | None
     traceparent: str | None = None
+    # The object-store key of a payload over the inline limit (app.api.payloads.keep_large).
+    payload_ref: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,7 @@ def new_job_row(s: Submission, queue: str) -> store.NewJob:
         labels=job.options.labels, dry_run=job.options.dry_run,
         max_retry_duration_s=job.options.max_retry_duration_s, http_method=job.options.http_method,
         http_headers=job.options.http_headers, traceparent=s.traceparent,
+        payload_ref=s.payload_ref,
     )
 
 

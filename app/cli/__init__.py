@@ -16,6 +16,7 @@ from rich.console import Console
 from app import errors
 from app.cli.crontab import crontab
 from app.cli.dead_letters import dead_letters
+from app.cli.history import history
 from app.cli.jobs import jobs
 from app.cli.pools import pools
 from app.cli.runtime import fail, run_command
@@ -67,11 +68,13 @@ def executor() -> None:
     from app.cli.runtime import run_service
     from app.executor.service import serve
     from app.rpc.server import GrpcTransport
+    from app.store.payloads import PayloadStore
 
     # The composition root: the executor tier hosts the gRPC transport that sits above it.
     run_service("executor", load(), lambda settings, db, stop: serve(
         settings, db, stop, GrpcTransport(settings.grpc_host, settings.grpc_port,
-                                          supervisor_token=settings.supervisor_token)))
+                                          supervisor_token=settings.supervisor_token,
+                                          payloads=PayloadStore.from_settings(settings))))
 
 
 @main.command()
@@ -191,6 +194,7 @@ main.add_command(jobs)
 main.add_command(dead_letters)
 main.add_command(crontab)
 main.add_command(status)
+main.add_command(history)
 
 
 def run() -> None:

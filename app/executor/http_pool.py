@@ -29,10 +29,12 @@ from app.errors import EgressRefused
 from app.executor.batching import Deferral, Outcomes
 from app.executor.breaker import BreakerConfig, Breakers
 from app.executor.egress import EgressPolicy
+from app.executor.payloads import resolve_leased
 from app.executor.signing import sign
 from app.observability import tracing
 from app.store import Database
 from app.store import executions as ex
+from app.store.payloads import PayloadStore
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +73,9 @@ class Verdict:
 class HttpPool:
     def __init__(self, db: Database, outcomes: Outcomes, config: HttpPoolConfig = HttpPoolConfig(), *,
                  egress: EgressPolicy = EgressPolicy(), breakers: Breakers | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None, payloads: PayloadStore | None = None) -> None:
         self.db = db
+        self.payloads = payloads  # reads the payloads kept in the object store (app.executor.payloads)
         self.outcomes = outcomes
         self.config = config
         self.egress = egress
@@ -168,6 +171,11 @@ class HttpPool:
         return sem
 
     async def deliver(self, item: ex.Leased) -> Verdict:
+        if item.payload_ref is not None:  # the job's payload is in the object store: read it first
+            resolved = await resolve_leased(self.payloads, [item], self.outcomes)
+            if not resolved:
+                return Verdict("retry", "payload unavailable")  # its attempt already failed, saying why
+            item = resolved[0]
         verdict = await self._attempt(item)
         if verdict.outcome == "succeeded":
             await self.outcomes.complete(ex.Success(item.execution_id, item.attempt, {"status": int(verdict.detail)}))

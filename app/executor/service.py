@@ -26,7 +26,9 @@ from app.executor.depth import ReadyDepth
 from app.executor.egress import EgressPolicy
 from app.executor.http_pool import HttpPool, HttpPoolConfig
 from app.executor.reaper import LeaseReaper
+from app.executor.retention import RetentionConfig, RetentionPruner, objects_for
 from app.store import Database
+from app.store.payloads import PayloadStore
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +66,15 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event, transport
     outcomes = Outcomes(db)
     addr = await transport.start(db, outcomes)
     pool = HttpPool(db, outcomes, HttpPoolConfig(concurrency=settings.http_concurrency),
-                    egress=EgressPolicy.from_allow_list(settings.http_egress_allow))
+                    egress=EgressPolicy.from_allow_list(settings.http_egress_allow),
+                    payloads=PayloadStore.from_settings(settings))
 
     def ready(count: int) -> None:
         transport.notify_ready(count)
         pool.wake.set()
 
     reaper = LeaseReaper(db, on_ready=ready)
+    pruner = RetentionPruner(db, objects_for(settings), RetentionConfig.from_settings(settings))
     depth = ReadyDepth(db)
     unwatch = [observability.ready_queue_depth.watch(depth.readings),
                observability.breaker_state.watch(lambda: breaker_readings(pool))]
@@ -79,6 +83,7 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event, transport
         asyncio.create_task(supervise("lease-reaper", lambda: reaper.run(stop), stop), name="lease-reaper"),
         asyncio.create_task(transport.wait_for_termination(), name="worker-transport"),
         asyncio.create_task(supervise("ready-depth", lambda: depth.run(stop), stop), name="ready-depth"),
+        asyncio.create_task(supervise("retention-pruner", lambda: pruner.run(stop), stop), name="retention-pruner"),
     ]
     log.info("executor serving", extra={"transport": addr,
                                         "http_concurrency": settings.http_concurrency})

@@ -13,6 +13,7 @@ import grpc
 from app.executor.batching import Outcomes
 from app.rpc.servicer import ServicerConfig, WorkerServicer
 from app.store import Database
+from app.store.payloads import PayloadStore
 from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
@@ -54,10 +55,11 @@ async def supervisor_token(addr: str, timeout_s: float) -> str | None:
 
 async def start(db: Database, outcomes: Outcomes, host: str, port: int,
                 config: ServicerConfig = ServicerConfig(),
-                supervisor_token: str = "") -> tuple[grpc.aio.Server, WorkerServicer, int]:
+                supervisor_token: str = "",
+                payloads: PayloadStore | None = None) -> tuple[grpc.aio.Server, WorkerServicer, int]:
     """Start serving; returns the server, its servicer and the bound port (``port`` 0 picks one)."""
     server = grpc.aio.server(options=_OPTIONS)
-    servicer = WorkerServicer(db, outcomes, config)
+    servicer = WorkerServicer(db, outcomes, config, payloads)
     pb_grpc.add_WorkerServicer_to_server(servicer, server)
     if supervisor_token:
         server.add_generic_rpc_handlers((_supervisor_token_handler(supervisor_token),))
@@ -81,15 +83,16 @@ class GrpcTransport:
     """The Worker service on ``host:port`` (``port`` 0 picks one), started and stopped by the executor."""
 
     def __init__(self, host: str, port: int, config: ServicerConfig = ServicerConfig(),
-                 supervisor_token: str = "") -> None:
+                 supervisor_token: str = "", payloads: PayloadStore | None = None) -> None:
         self.host, self.port, self.config = host, port, config
         self.supervisor_token = supervisor_token
+        self.payloads = payloads
         self.server: grpc.aio.Server | None = None
         self.servicer: WorkerServicer | None = None
 
     async def start(self, db: Database, outcomes: Outcomes) -> str:
         self.server, self.servicer, bound = await start(db, outcomes, self.host, self.port, self.config,
-                                                        self.supervisor_token)
+                                                        self.supervisor_token, self.payloads)
         return f"{self.host}:{bound}"
 
     def notify_ready(self, count: int) -> None:

@@ -24,8 +24,10 @@ from app import errors, observability
 from app.domain import queues
 from app.domain.states import ExecutionState
 from app.executor.batching import Outcomes
+from app.executor.payloads import resolve_leased
 from app.store import Database, tenants
 from app.store import executions as ex
+from app.store.payloads import PayloadStore
 from kairos_sdk._proto import worker_pb2 as pb
 from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
 
@@ -89,10 +91,12 @@ def _is_uuid(value: str) -> bool:
 
 
 class WorkerServicer(pb_grpc.WorkerServicer):
-    def __init__(self, db: Database, outcomes: Outcomes, config: ServicerConfig = ServicerConfig()) -> None:
+    def __init__(self, db: Database, outcomes: Outcomes, config: ServicerConfig = ServicerConfig(),
+                 payloads: PayloadStore | None = None) -> None:
         self.db = db
         self.outcomes = outcomes
         self.config = config
+        self.payloads = payloads  # reads the payloads kept in the object store (app.executor.payloads)
         self.stopping = asyncio.Event()
         self._ready = asyncio.Event()  # pulsed when local work becomes ready (a retry, a reaped lease)
         self._keys = tenants.KeyCache(config.auth_cache_s)
@@ -173,6 +177,8 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             ready = self._ready
             got = await self._call(context, lambda: self.db.transaction(
                 lambda tx: tx.executions.lease(queue, worker_id, limit, lease_s), isolation=self.config.isolation))
+            if got and any(e.payload_ref is not None for e in got):  # only rows whose payload is by reference
+                got = await resolve_leased(self.payloads, got, self.outcomes)
             remaining = deadline - time.monotonic()
             if got or remaining <= 0 or self.stopping.is_set():
                 break

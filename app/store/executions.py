@@ -42,6 +42,7 @@ class Leased:
     http_method: str = "POST"
     http_headers: dict[str, str] | None = None
     traceparent: str | None = None  # the occurrence's trace (app.observability.tracing)
+    payload_ref: str | None = None  # the payload is in the object store (app.store.payloads.PayloadStore.resolve)
 
     @property
     def idempotency_key(self) -> str:

@@ -57,6 +57,8 @@ class NewJob:
     http_method: str
     http_headers: dict[str, str]
     traceparent: str | None
+    # Set when the payload is kept in the object store (app.store.payloads); payload is then None.
+    payload_ref: str | None
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,11 @@ class ExecutionCounts:
     pending: int
 
 
+def _payload_json(job: NewJob) -> str | None:
+    """The inline payload as JSON text; SQL NULL when the object store keeps it."""
+    return None if job.payload_ref is not None else json.dumps(job.payload, separators=(",", ":"))
+
+
 def _job(row: Row[Any]) -> Job:
     m = {k: v for k, v in row._mapping.items() if k != "reported_state"}  # JobList's filter column
     last = m.get("last_outcome")
@@ -134,7 +141,8 @@ class Jobs(Table):
             "job_ids": plain([j.job_id for j in jobs]), "tenant_ids": plain([j.tenant_id for j in jobs]),
             "names": texts([j.name for j in jobs]), "target_types": texts([j.target_type for j in jobs]),
             "target_refs": texts([j.target_ref for j in jobs]), "queues": texts([j.queue for j in jobs]),
-            "payloads": texts([json.dumps(j.payload, separators=(",", ":")) for j in jobs]),
+            "payloads": texts([_payload_json(j) for j in jobs]),
+            "payload_refs": texts([j.payload_ref for j in jobs]),
             "schedule_kinds": texts([j.schedule_kind for j in jobs]), "run_ats": plain([j.run_at for j in jobs]),
             "crons": texts([j.cron for j in jobs]), "cron_resolveds": texts([j.cron_resolved for j in jobs]),
             "tzs": texts([j.tz for j in jobs]), "jitter_ss": plain([j.jitter_s for j in jobs]),
@@ -215,7 +223,7 @@ class Jobs(Table):
         row = (await self._conn.execute(q("JobUpdate"), {
             "tenant_id": job.tenant_id, "job_id": job.job_id, "version": job.version,
             "name": new.name, "target_type": new.target_type, "target_ref": new.target_ref, "queue": new.queue,
-            "payload": json.dumps(new.payload, separators=(",", ":")), "schedule_kind": new.schedule_kind,
+            "payload": _payload_json(new), "payload_ref": new.payload_ref, "schedule_kind": new.schedule_kind,
             "run_at": new.run_at, "cron": new.cron, "cron_resolved": new.cron_resolved, "tz": new.tz,
             "jitter_s": new.jitter_s, "dst_gap": new.dst_gap, "dst_repeat": new.dst_repeat,
             "max_attempts": new.max_attempts, "backoff_s": new.backoff_s, "max_backoff_s": new.max_backoff_s,

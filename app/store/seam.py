@@ -19,6 +19,7 @@ from app.store.executions import Executions
 from app.store.jobs import Jobs
 from app.store.pools import Pools
 from app.store.replication import Replication
+from app.store.retention import Retention
 from app.store.schema import Schema
 from app.store.shard_leases import ShardLeases
 from app.store.statistics import Statistics
@@ -30,7 +31,7 @@ class Store:
     """Every statement one transaction may run, bound to its connection."""
 
     __slots__ = ("attempts", "dispatch", "executions", "jobs", "pools", "schema", "shard_leases", "statistics",
-                 "replication", "stats",
+                 "replication", "retention", "stats",
                  "tenants")
 
     def __init__(self, conn: AsyncConnection) -> None:
@@ -39,6 +40,7 @@ class Store:
         self.executions = Executions(conn)
         self.jobs = Jobs(conn)
         self.pools = Pools(conn)
+        self.retention = Retention(conn)
         self.replication = Replication(conn)
         self.schema = Schema(conn)
         self.shard_leases = ShardLeases(conn)

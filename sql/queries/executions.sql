@@ -106,7 +106,9 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
 )
 SELECT l.execution_id, l.job_id, l.tenant_id, l.attempt, l.max_attempts, l.scheduled_for, l.lease_until,
        coalesce(l.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s,
-       t.signing_secret, j.http_method, j.http_headers, l.traceparent
+       t.signing_secret, j.http_method, j.http_headers, l.traceparent,
+       -- A job payload kept in the object store (NULL above): the lease's caller reads it (app.store.payloads).
+       CASE WHEN l.payload IS NULL THEN j.payload_ref END AS payload_ref
 FROM leased AS l
 JOIN jobs AS j ON j.job_id = l.job_id
 JOIN tenants AS t ON t.tenant_id = l.tenant_id;

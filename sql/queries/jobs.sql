@@ -71,7 +71,7 @@ FROM unnest(CAST(:scheduled_fors AS TIMESTAMPTZ[])) AS s (scheduled_for)
 ON CONFLICT (job_id, scheduled_for) DO NOTHING;
 
 -- name: JobInsertMany
--- Store many new jobs and their due_index rows in one statement (the submit path, single or batched); a job whose (tenant, Idempotency-Key) is already taken, earlier or earlier in the same batch, gets no row.
+-- Store many new jobs and their due_index rows in one statement (the submit path, single or batched); a job whose (tenant, Idempotency-Key) is already taken, earlier or earlier in the same batch, gets no row. A payload kept in the object store comes as NULL with its payload_ref.
 WITH input AS (
     SELECT *
     FROM unnest(CAST(:job_ids AS UUID[]), CAST(:tenant_ids AS UUID[]), CAST(:names AS TEXT[]),
@@ -87,25 +87,25 @@ WITH input AS (
                 CAST(:start_ats AS TIMESTAMPTZ[]), CAST(:end_ats AS TIMESTAMPTZ[]), CAST(:every_ss AS INT[]),
                 CAST(:anchor_ats AS TIMESTAMPTZ[]), CAST(:labelss AS TEXT[]), CAST(:dry_runs AS BOOL[]),
                 CAST(:max_retry_duration_ss AS FLOAT8[]), CAST(:http_methods AS TEXT[]),
-                CAST(:http_headerss AS TEXT[]), CAST(:traceparents AS TEXT[]))
+                CAST(:http_headerss AS TEXT[]), CAST(:traceparents AS TEXT[]), CAST(:payload_refs AS TEXT[]))
         AS i (job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
               cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
               timeout_s, concurrency, misfire, next_nominal_at, next_run_at, idempotency_key, request_hash,
               shard_id, due_minute, start_at, end_at, every_s, anchor_at, labels, dry_run,
-              max_retry_duration_s, http_method, http_headers, traceparent)
+              max_retry_duration_s, http_method, http_headers, traceparent, payload_ref)
 ), inserted AS (
     INSERT INTO jobs (
         job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
         cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
         timeout_s, concurrency, misfire, state, next_nominal_at, next_run_at, first_run_at,
         idempotency_key, request_hash, start_at, end_at, every_s, anchor_at, labels, dry_run,
-        max_retry_duration_s, http_method, http_headers, traceparent
+        max_retry_duration_s, http_method, http_headers, traceparent, payload_ref
     )
     SELECT job_id, tenant_id, name, target_type, target_ref, queue, CAST(payload AS JSONB), schedule_kind, run_at,
            cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
            timeout_s, concurrency, misfire, 'active', next_nominal_at, next_run_at, next_run_at,
            idempotency_key, request_hash, start_at, end_at, every_s, anchor_at, CAST(labels AS JSONB), dry_run,
-           max_retry_duration_s, http_method, CAST(http_headers AS JSONB), traceparent
+           max_retry_duration_s, http_method, CAST(http_headers AS JSONB), traceparent, payload_ref
     FROM input
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING job_id
@@ -135,7 +135,7 @@ JOIN jobs AS j ON j.tenant_id = k.tenant_id AND j.idempotency_key = k.idempotenc
 -- Replace a job's definition (PATCH), guarded on its version; the schedule's next occurrence comes with it.
 UPDATE jobs SET
     name = :name, target_type = :target_type, target_ref = :target_ref, queue = :queue,
-    payload = CAST(:payload AS JSONB), schedule_kind = :schedule_kind, run_at = CAST(:run_at AS TIMESTAMPTZ),
+    payload = CAST(:payload AS JSONB), payload_ref = CAST(:payload_ref AS TEXT), schedule_kind = :schedule_kind, run_at = CAST(:run_at AS TIMESTAMPTZ),
     cron = CAST(:cron AS TEXT), cron_resolved = CAST(:cron_resolved AS TEXT), tz = CAST(:tz AS TEXT),
     jitter_s = :jitter_s, dst_gap = :dst_gap, dst_repeat = :dst_repeat, max_attempts = :max_attempts,
     backoff_s = :backoff_s, max_backoff_s = :max_backoff_s, timeout_s = :timeout_s,

@@ -105,7 +105,7 @@ BAD_BODIES = [
     ("target.ref", {"target": {"type": "http", "ref": "not a url"}}),
     ("target.ref", {"target": {"type": "http", "ref": "file:///etc/passwd"}}),
     ("target.ref", {"target": {"type": "queue", "ref": "bad pool name!"}}),
-    ("payload", {"payload": {"blob": "x" * (65 * 1024)}}),
+    ("payload", {"payload": {"blob": "x" * (4 * 1024 * 1024)}}),  # over KAIROS_PAYLOAD_MAX_BYTES
     ("schedule", {"schedule": {}}),
     ("schedule", {"schedule": {"delaySeconds": 5, "cron": "* * * * *", "tz": "UTC"}}),
     ("schedule.runAt", {"schedule": {"runAt": "2026-10-16T09:00:00"}}),
