@@ -21,14 +21,19 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text
 
+from app.executor.batching import Outcomes
+from app.executor.payloads import resolve_leased
+from app.store.db import Database
+from app.store.objects import LocalObjectStore
+from app.store.payloads import PayloadStore
 from kairos_sdk import Worker
 from kairos_sdk.signature import verify
+from tests import factories
 from tests.api.conftest import TenantKey, make_tenant, query
 from tests.conftest import free_port, poll, wait_for
 from tests.e2e.conftest import endpoint
-
-pytestmark = pytest.mark.slow
 
 MAX_BYTES = 2 * 1024 * 1024  # KAIROS_PAYLOAD_MAX_BYTES of these processes
 
@@ -50,7 +55,7 @@ def tiers(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) ->
            "KAIROS_DATABASE_URL": module_database_url, "KAIROS_HOME": str(home), "KAIROS_API_PORT": str(api_port),
            "KAIROS_API_WORKERS": "1", "KAIROS_GRPC_PORT": str(grpc_port), "KAIROS_METRICS_PORT": "0",
            "KAIROS_HTTP_EGRESS_ALLOW": "127.0.0.1", "KAIROS_PAYLOAD_MAX_BYTES": str(MAX_BYTES),
-           "KAIROS_LOG_FORMAT": "json"}
+           "KAIROS_LOG_FORMAT": "json", "KAIROS_SECRET_KEY": os.environ["KAIROS_SECRET_KEY"]}
     procs = {}
     for tier in ("api", "scheduler", "executor"):
         with open(logs / f"{tier}.log", "wb") as out:
@@ -89,6 +94,7 @@ def submit(tiers: Tiers, tenant: TenantKey, target: dict[str, Any], payload: Any
     return httpx.post(f"{tiers.api}/v1/jobs", json=body, headers=tenant.headers, timeout=30)
 
 
+@pytest.mark.slow
 def test_a_1_mib_payload_reaches_an_sdk_worker_and_an_http_target_whole(tiers: Tiers) -> None:
     tenant = make_tenant(tiers.database_url)
     payload = big_payload(1024 * 1024)
@@ -144,6 +150,7 @@ def test_a_1_mib_payload_reaches_an_sdk_worker_and_an_http_target_whole(tiers: T
     wait_for(succeeded, timeout_s=30, what="both executions succeeded")
 
 
+@pytest.mark.slow
 def test_a_payload_over_the_maximum_is_refused_and_nothing_is_stored(tiers: Tiers) -> None:
     tenant = make_tenant(tiers.database_url)
     over = submit(tiers, tenant, {"type": "queue", "ref": "big"}, big_payload(MAX_BYTES + 1))
@@ -158,6 +165,7 @@ def test_a_payload_over_the_maximum_is_refused_and_nothing_is_stored(tiers: Tier
     assert not (tiers.home / "objects" / "payloads" / str(tenant.tenant_id)).exists()
 
 
+@pytest.mark.slow
 def test_patching_a_job_keeps_or_replaces_its_large_payload(tiers: Tiers) -> None:
     tenant = make_tenant(tiers.database_url)
     payload = big_payload(200 * 1024)
@@ -177,3 +185,54 @@ def test_patching_a_job_keeps_or_replaces_its_large_payload(tiers: Tiers) -> Non
     assert shrunk.json()["payload"] == {"n": 7} and shrunk.json()["payloadRef"] is None
     assert query(tiers.database_url, "SELECT payload, payload_ref FROM jobs WHERE job_id = %s",
                  (job_id,)) == [({"n": 7}, None)]
+
+
+async def test_a_lease_reads_only_referenced_payloads_fails_a_lost_one_and_bounds_its_answer(
+        db: Database, tmp_path: Path) -> None:
+    t = await factories.tenant(db)
+    queue = factories.tenant_queue(t.tenant_id, "big")
+    payloads = PayloadStore(CountingStore(tmp_path / "objects"), inline_bytes=1024)
+    inline_job = await factories.job(db, t.tenant_id, queue=queue, payload={"small": True})
+    refs = [await payloads.keep(t.tenant_id, big_payload(4096 + i)) for i in range(3)]
+    jobs = [await factories.job(db, t.tenant_id, queue=queue) for _ in refs]
+    lost = await factories.job(db, t.tenant_id, queue=queue)
+
+    async def by_reference(conn: Any) -> None:
+        for job_id, ref in [*zip(jobs, refs, strict=True), (lost, f"payloads/{t.tenant_id}/{'0' * 64}.json")]:
+            await conn.execute(text("UPDATE jobs SET payload = NULL, payload_ref = :ref WHERE job_id = :j"),
+                               {"ref": ref, "j": job_id})
+
+    await factories.raw(db, by_reference)
+    for job_id in (lost, inline_job, *jobs):  # leased in this order (one tenant: by ready_at)
+        await factories.ready_executions(db, job_id)
+    payloads.objects.gets = 0  # type: ignore[attr-defined]
+    payloads._cache.clear()
+
+    leased = await db.transaction(lambda tx: tx.executions.lease(queue, "w", 10, 30))
+    assert len(leased) == 5
+    assert [e.payload_ref is None for e in leased].count(True) == 1  # the inline one carries no reference
+    got = await resolve_leased(payloads, leased, Outcomes(db), budget_bytes=5000)
+
+    by_job = {e.job_id: e for e in got}
+    assert by_job[inline_job].payload == {"small": True}
+    whole = [e for e in got if e.job_id in jobs]
+    assert [e.job_id for e in whole] == jobs[:2]  # the third did not fit in the answer's budget (4 KB each)
+    assert all(e.payload == big_payload(4096 + jobs.index(e.job_id)) for e in whole)
+    assert payloads.objects.gets == 3  # type: ignore[attr-defined]  # the lost one and two; nothing inline
+    states = {r.job_id: r for r in await factories.raw(db, lambda c: _executions(c, t.tenant_id))}
+    assert (states[lost].state, states[lost].attempt) == ("ready", 1)
+    assert states[lost].error.startswith("payload unavailable: no object")
+    assert states[jobs[2]].state == "ready" and states[jobs[2]].error is None  # handed back unspent
+
+
+async def _executions(conn: Any, tenant_id: Any) -> list[Any]:
+    return list(await conn.execute(text("SELECT job_id, state, attempt, error FROM executions WHERE tenant_id = :t"),
+                                   {"t": tenant_id}))
+
+
+class CountingStore(LocalObjectStore):
+    gets = 0
+
+    async def get(self, key: str) -> bytes:
+        self.gets += 1
+        return await super().get(key)
