@@ -16,6 +16,7 @@ from rich.console import Console
 from app import errors
 from app.cli.crontab import crontab
 from app.cli.dead_letters import dead_letters
+from app.cli.drill import drill
 from app.cli.history import history
 from app.cli.jobs import jobs
 from app.cli.pools import pools
@@ -192,6 +193,7 @@ main.add_command(pools)
 main.add_command(worker)
 main.add_command(jobs)
 main.add_command(dead_letters)
+main.add_command(drill)
 main.add_command(crontab)
 main.add_command(status)
 main.add_command(history)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import pwd
@@ -33,6 +34,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -49,6 +51,7 @@ SYSTEM_USER_AS_ROOT = "pgserver"  # the user pgserver runs the embedded database
 START_TIMEOUT_S_DEFAULT = 30.0
 STOP_TIMEOUT_S_DEFAULT = 10.0
 DRILL_CONF = "drill.conf"
+_PR_SET_PDEATHSIG = 1
 
 # Settings every node gets on its command line. fsync=off is safe here: a drill kills processes,
 # never the machine's power, so the page cache survives every fault the drill injects; it keeps
@@ -72,6 +75,16 @@ _COMMON_SETTINGS = {
 
 class ClusterError(RuntimeError):
     """A PostgreSQL node of a drill cluster failed to start, clone or promote."""
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` of every child: SIGKILL it when the drill itself dies, whatever killed the drill.
+
+    Linux's PR_SET_PDEATHSIG; it follows the thread that started the child, so children are started
+    from the calling thread, never from a worker thread that may end first.
+    """
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def free_port() -> int:
@@ -175,7 +188,7 @@ class Cluster:
                                 "-c", "fast")
         self._write_drill_conf(node, "")  # the copy of the source's would make a promoted clone wait
         node.extra_settings["cluster_name"] = name
-        await asyncio.to_thread(self._start, node)
+        self._start(node)  # from this thread: see die_with_parent
         if synchronous:
             self.set_synchronous(source, [name])
         await self.wait_streaming(source, name, sync=synchronous)
@@ -183,7 +196,7 @@ class Cluster:
 
     def set_synchronous(self, node: Node, standby_names: list[str]) -> None:
         """Make ``node`` wait for ``standby_names`` (empty: asynchronous) before commits return."""
-        self._write_drill_conf(node, ",".join(standby_names))
+        self._write_drill_conf(node, ",".join(f'"{name}"' for name in standby_names))  # names may hold "-"
         if node.running:
             assert node.process is not None
             node.process.send_signal(signal.SIGHUP)
@@ -281,7 +294,8 @@ class Cluster:
         handle = open(node.log_path, "ab")  # noqa: SIM115 - lives as long as the node
         self._logs.append(handle)
         node.process = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True, cwd=self.base_dir, **self._as_user())
+                                        start_new_session=True, cwd=self.base_dir, preexec_fn=die_with_parent,
+                                        **self._as_user())
         deadline = time.monotonic() + self.start_timeout_s
         ready = [str(self.pg_bin / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(node.port), "-t", "1"]
         while subprocess.run(ready, check=False).returncode != 0:
@@ -326,7 +340,7 @@ async def start_pair(*, synchronous: bool = True, base_dir: Path | None = None,
     """A primary and one streaming standby (application_name ``standby``); the caller closes the cluster."""
     cluster = Cluster(base_dir=base_dir, pg_bin=pg_bin)
     try:
-        primary = await asyncio.to_thread(cluster.start_primary, "primary")
+        primary = cluster.start_primary("primary")
         standby = await cluster.add_standby(primary, "standby", synchronous=synchronous)
     except BaseException:
         cluster.close()

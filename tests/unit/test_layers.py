@@ -56,9 +56,9 @@ ALLOWED = {
 
 DATABASE_DRIVERS = ("sqlalchemy", "psycopg", "psycopg2", "asyncpg")
 GENERATED = "kairos_sdk._proto"
-# Where the server uses the tenant SDK: the rpc layer, `kairos worker`, and the delivery signature
-# whose format both sides must agree on.
-SDK_USERS = ("app.rpc", "app.cli.worker", "app.executor.signing")
+# Where the server uses the tenant SDK: the rpc layer, `kairos worker`, the delivery signature
+# whose format both sides must agree on, and the drills' worker (it plays a tenant).
+SDK_USERS = ("app.rpc", "app.cli.worker", "app.executor.signing", "app.drill.tenant_worker")
 
 
 @dataclass(frozen=True)

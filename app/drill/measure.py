@@ -1,0 +1,113 @@
+"""What a drill counts, from what the API acknowledged and what the workers ran.
+
+Pure functions of their inputs (the workers' run records, the acknowledged jobs, the instant of
+the fault), so the arithmetic is testable without processes:
+
+* lost: an owed occurrence (see ``traffic.Owed``) that no worker ever started;
+* duplicated: an owed occurrence started more than once (at-least-once: the run whose outcome
+  was lost, by a killed or stalled worker, is run again under the same idempotency key);
+* start lag: an occurrence's first start minus its due instant;
+* lag back under 2 s: from the fault to the first start after which no occurrence started 2 s or
+  more late (None when starts were still late when the drill ended).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from uuid import UUID
+
+from app.drill.traffic import Owed
+
+LAG_TARGET_S = 2.0
+
+
+@dataclass(frozen=True)
+class Run:
+    job_id: UUID
+    at: float  # the occurrence's due instant (scheduled_for), unix seconds
+    attempt: int
+    worker: str
+    started: float
+
+    @property
+    def key(self) -> tuple[UUID, float]:
+        return (self.job_id, round(self.at, 3))
+
+
+def read_runs(paths: Iterable[Path]) -> list[Run]:
+    runs = []
+    for path in paths:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            try:
+                r = json.loads(line)
+                runs.append(Run(UUID(r["job"]), float(r["at"]), int(r["attempt"]), r["worker"], float(r["started"])))
+            except (ValueError, KeyError):
+                continue  # a line cut short cannot happen (one write each), but never fail a report on one
+    return runs
+
+
+@dataclass(frozen=True)
+class Tally:
+    owed: int
+    ran: int
+    lost: int
+    duplicated: int
+    lost_examples: list[tuple[UUID, float]]
+    lag_back_s: float | None  # None: not back under the target by the end
+    max_lag_s: float
+    late_after_fault: int  # occurrences first started after the fault that started LAG_TARGET_S late or more
+
+
+def owed_keys(owed: Iterable[Owed], until: float) -> set[tuple[UUID, float]]:
+    return {(o.job_id, round(at, 3)) for o in owed for at in o.occurrences(until)}
+
+
+def tally(owed: Iterable[Owed], runs: list[Run], *, fault_at: float, until: float) -> Tally:
+    """Count against the occurrences owed up to ``until`` (unix seconds)."""
+    expected = owed_keys(owed, until)
+    by_key: dict[tuple[UUID, float], list[Run]] = defaultdict(list)
+    for run in runs:
+        by_key[run.key].append(run)
+    lost = sorted(expected - set(by_key), key=lambda k: k[1])
+    duplicated = sum(1 for k in expected if len(by_key.get(k, ())) > 1)
+    firsts = sorted((min(rs, key=lambda r: r.started) for k, rs in by_key.items() if k in expected),
+                    key=lambda r: r.started)
+    lags = [(r.started, r.started - r.at) for r in firsts]
+    after = [(started, lag) for started, lag in lags if started >= fault_at]
+    late = [i for i, (_, lag) in enumerate(after) if lag >= LAG_TARGET_S]
+    if not late:
+        lag_back: float | None = 0.0
+    elif late[-1] + 1 < len(after):
+        lag_back = after[late[-1] + 1][0] - fault_at
+    else:
+        lag_back = None
+    return Tally(owed=len(expected), ran=len(expected) - len(lost), lost=len(lost), duplicated=duplicated,
+                 lost_examples=lost[:5], lag_back_s=lag_back, max_lag_s=max((lag for _, lag in lags), default=0.0),
+                 late_after_fault=len(late))
+
+
+@dataclass
+class Report:
+    """The drill's answer: ``key: value`` lines in order; ``ok`` decides the exit code."""
+
+    drill: str
+    lines: list[tuple[str, str]]
+    ok: bool = True
+
+    def add(self, key: str, value: str) -> None:
+        self.lines.append((key, value))
+
+    def render(self) -> str:
+        return "\n".join([f"drill: {self.drill}", *(f"{k}: {v}" for k, v in self.lines)])
+
+
+def seconds(value: float | None) -> str:
+    return "not within the drill" if value is None else f"{value:.1f} s"

@@ -1,0 +1,503 @@
+"""The drills: region failover, a killed scheduler, a stalled worker. Each returns a ``Report``.
+
+Every drill follows one script: start what it needs in a temporary directory (PostgreSQL nodes,
+Kairos processes, SDK workers), check the starting state (who owns the shards), let work flow
+through the REST API (recurring jobs, a steady stream, a herd due just before the fault), inject
+the fault, measure how long until the survivors own the work again, keep the flow going for
+``observe_s``, stop submitting, let what is owed drain, and count. ``Harness`` stops and deletes
+everything it started when the drill ends, fails, times out or is interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+from uuid import UUID
+
+from app import errors
+from app.drill.cluster import PG_BIN_DEFAULT, Cluster, Node, multi_host_url
+from app.drill.fleet import Fleet, Proc, RegionEnv
+from app.drill.measure import Report, Run, Tally, read_runs, seconds, tally
+from app.drill.traffic import Submitter, one_off, recurring
+from app.store import Database, Store, migrate, sealing
+from app.store.db import create_engine
+from app.store.drill import LiveShards
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+PRIMARY, STANDBY = "eu-west", "us-east"
+POOL = "drill"
+DATABASE = "kairos"
+SHARDS = 256
+STEADY_LEAD_S = 2.0  # a steady job is due this long after its submit
+HERD_LEAD_S = 4.0  # the herd is due this long after its batch is sent; the fault follows just after
+SETTLE_S = 10.0  # after the last owed due instant: how long the drain waits for stragglers
+QUIET_S = 3.0  # ... and for how long no new run may appear before it gives up on the rest
+POLL_S = 0.2
+REPORT_MARGIN_S = 15.0  # the drain ends this long before --timeout, so there is always a report
+
+
+@dataclass(frozen=True)
+class DrillOptions:
+    timeout_s: float = 240.0
+    herd: int = 1000
+    steady_per_s: float = 10.0
+    recurring: int = 20
+    every_s: int = 10
+    warmup_s: float = 8.0
+    observe_s: float = 8.0
+    lease_ttl_s: float = 3.0  # scheduler shard leases (KAIROS_LEASE_TTL_S)
+    grace_s: float = 2.0  # KAIROS_REGION_TAKEOVER_GRACE_S
+    synchronous: bool = True  # region-failover: synchronous streaming replication
+    worker_concurrency: int = 16
+    worker_lease_s: float = 5.0
+    pg_bin: Path = PG_BIN_DEFAULT
+    keep: bool = False  # keep the drill's directory (logs) afterwards
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0 or self.steady_per_s <= 0 or self.every_s < 10 or self.herd < 0:
+            raise ValueError("timeout and steady rate must be > 0, every_s >= 10, herd >= 0")
+
+
+async def until(condition: Callable[[], Awaitable[T | None]], *, timeout_s: float, what: str) -> T:
+    """Poll ``condition`` until it returns something truthy; TimeoutError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        await asyncio.sleep(POLL_S)
+
+
+@dataclass
+class Harness:
+    """What one drill started, and its clean-up."""
+
+    options: DrillOptions
+    directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kairos-drill-")))
+    started: float = field(default_factory=time.time)
+    cluster: Cluster | None = None
+    fleet: Fleet | None = None
+    databases: list[Database] = field(default_factory=list)
+    # The Fernet key every process seals and opens the drill tenant's signing secret with.
+    secret_key: str = field(default_factory=sealing.new_key)
+
+    def __post_init__(self) -> None:
+        self.directory.chmod(0o755)  # the PostgreSQL user must reach the cluster below it
+        self.cluster = Cluster(base_dir=self.directory, pg_bin=self.options.pg_bin)
+        self.fleet = Fleet(self.directory)
+
+    def database(self, url: str) -> Database:
+        db = Database(create_engine(url, isolation="READ COMMITTED", pool_size=2))
+        self.databases.append(db)
+        return db
+
+    def settings(self) -> dict[str, str]:
+        o = self.options
+        return {"KAIROS_LEASE_TTL_S": str(o.lease_ttl_s), "KAIROS_REGION_TAKEOVER_GRACE_S": str(o.grace_s),
+                "KAIROS_DB_POOL_SIZE": "4", "KAIROS_LOG_LEVEL": "INFO", "KAIROS_SECRET_KEY": self.secret_key}
+
+    async def tenant(self, db: Database) -> tuple[UUID, str]:
+        """The drill's tenant: its id and API key."""
+        keyring = sealing.Keyring((self.secret_key,))
+        created = await db.transaction(lambda tx: tx.tenants.create("drill", keyring=keyring))
+        assert created is not None
+        return created[0].tenant_id, created[1]
+
+    def region(self, name: str, url: str, primary_region: str = "") -> RegionEnv:
+        return RegionEnv(region=name, primary_region=primary_region, database_url=url,
+                         home=self.directory / f"home-{name}", settings=self.settings())
+
+    def since_start(self, at: float) -> str:
+        return f"+{at - self.started:.1f} s"
+
+    async def close(self) -> None:
+        for db in self.databases:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(db.close(), 5.0)
+        if self.fleet is not None:
+            self.fleet.close()
+        if self.cluster is not None:
+            self.cluster.close()
+        if not self.options.keep:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+async def _safely(db: Database, work: Callable[[Store], Awaitable[T]]) -> T | None:
+    """One read that may meet a dead or not-yet-promoted database: None instead of an error."""
+    try:
+        return await db.transaction(work)
+    except errors.KairosError:
+        return None
+
+
+async def live_shards(db: Database) -> list[LiveShards] | None:
+    return await _safely(db, lambda tx: tx.drill.live_shards())
+
+
+def owned(shards: list[LiveShards] | None, *, region: str | None = None,
+          owner_ok: Callable[[str], bool] | None = None) -> int:
+    """Live shards held in ``region`` (any) by owners ``owner_ok`` accepts (any)."""
+    return sum(s.shards for s in shards or () if (region is None or s.region == region)
+               and (owner_ok is None or owner_ok(s.owner)))
+
+
+@dataclass
+class Flow:
+    """The work of one drill, from submit to drain."""
+
+    submitter: Submitter
+    options: DrillOptions
+    workers: list[Proc]
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    steady_task: asyncio.Task[None] | None = None
+    herd_due: float = 0.0
+
+    async def start(self) -> None:
+        o = self.options
+        await asyncio.gather(*(self.submitter.one(recurring(f"recurring-{i}", POOL, o.every_s), "recurring",
+                                                  every_s=float(o.every_s)) for i in range(o.recurring)))
+        self.steady_task = asyncio.create_task(
+            self.submitter.steady(self.stop, pool=POOL, rate_per_s=o.steady_per_s, lead_s=STEADY_LEAD_S),
+            name="drill.steady")
+
+    async def herd(self) -> float:
+        """Send the herd, due HERD_LEAD_S from now; returns its due instant."""
+        self.herd_due = time.time() + HERD_LEAD_S
+        await self.submitter.many([one_off(f"herd-{i}", POOL, self.herd_due) for i in range(self.options.herd)],
+                                  "herd")
+        return self.herd_due
+
+    def runs(self) -> list[Run]:
+        return read_runs(p.runs_path for p in self.workers if p.runs_path is not None)
+
+    async def finish(self, fault_at: float, deadline: float) -> tuple[Tally, float]:
+        """Stop submitting, wait for what is owed to run (bounded), and count; returns (tally, until)."""
+        self.stop.set()
+        if self.steady_task is not None:
+            await self.steady_task
+        until = time.time() + STEADY_LEAD_S + 0.001  # every steady job acknowledged is due by then
+        last_count, last_change = -1, time.monotonic()
+        while True:
+            result = tally(self.submitter.owed, self.runs(), fault_at=fault_at, until=until)
+            if result.lost == 0:
+                return result, until
+            now = time.monotonic()
+            if result.ran != last_count:
+                last_count, last_change = result.ran, now
+            settled = time.time() > until + SETTLE_S and now - last_change > QUIET_S
+            if settled or now > deadline - REPORT_MARGIN_S:
+                return result, until
+            await asyncio.sleep(POLL_S)
+
+
+def _flow_lines(report: Report, flow: Flow, result: Tally) -> None:
+    kinds: dict[str, int] = {}
+    for o in flow.submitter.owed:
+        kinds[o.kind] = kinds.get(o.kind, 0) + 1
+    report.add("acknowledged", f"{len(flow.submitter.owed)} jobs owing {result.owed} occurrences (herd "
+               f"{kinds.get('herd', 0)}, steady {kinds.get('steady', 0)}, recurring {kinds.get('recurring', 0)} "
+               f"every {flow.options.every_s} s); submits not acknowledged: {flow.submitter.refused}")
+
+
+def _outcome_lines(report: Report, result: Tally, duplicated_reason: str) -> None:
+    report.add("lost", str(result.lost) + (f" (first: {', '.join(f'{j}@{at:.3f}' for j, at in result.lost_examples)})"
+                                           if result.lost else ""))
+    report.add("duplicated", f"{result.duplicated}" + (f" ({duplicated_reason})" if result.duplicated else ""))
+    report.add("lag back under 2 s", seconds(result.lag_back_s) + f" after the fault (max start lag "
+               f"{result.max_lag_s:.1f} s; {result.late_after_fault} occurrences started 2 s late or more after it)")
+    report.add("ran", f"{result.ran} of {result.owed} owed occurrences")
+
+
+# -- region failover -----------------------------------------------------------------------------
+
+async def region_failover(options: DrillOptions) -> Report:
+    mode = "synchronous" if options.synchronous else "asynchronous"
+    report = Report(f"region-failover ({mode} replication)", [])
+    harness = Harness(options)
+    try:
+        async with asyncio.timeout(options.timeout_s):
+            await _region_failover(harness, report)
+    except TimeoutError:
+        report.add("error", f"the drill did not finish within --timeout {options.timeout_s:.0f} s")
+        report.ok = False
+    finally:
+        await harness.close()
+        if options.keep:
+            report.add("logs", str(harness.directory))
+    return report
+
+
+async def _region_failover(h: Harness, report: Report) -> None:
+    o = h.options
+    assert h.cluster is not None and h.fleet is not None
+    cluster, fleet = h.cluster, h.fleet
+    deadline = time.monotonic() + o.timeout_s
+    primary_db = cluster.start_primary(PRIMARY)
+    standby_db = await cluster.add_standby(primary_db, STANDBY, synchronous=o.synchronous)
+    cluster.create_database(primary_db, DATABASE)
+    url = multi_host_url([primary_db, standby_db], DATABASE)
+    db = h.database(url)
+    await migrate.upgrade(db)
+    tenant_id, key = await h.tenant(db)
+    apis = {}
+    for region in (PRIMARY, STANDBY):
+        env = h.region(region, url, PRIMARY)
+        apis[region] = fleet.api(f"{region}-api", env)
+        fleet.scheduler(f"{region}-scheduler", env)
+        executor = fleet.executor(f"{region}-executor", env)
+        fleet.worker(f"{region}-worker", env, executor=executor, api_key=key, pool=POOL,
+                     concurrency=o.worker_concurrency, lease_s=o.worker_lease_s, work_s=0.0)
+    await fleet.wait_ready()
+    await until(lambda: _owned_by_region(db, PRIMARY), timeout_s=60, what=f"{PRIMARY} to own every shard")
+    report.add("regions", f"{PRIMARY} (primary: PostgreSQL primary, api, scheduler, executor, SDK worker), "
+               f"{STANDBY} (standby: {'synchronous' if o.synchronous else 'asynchronous'} streaming standby, "
+               f"api, scheduler, executor, SDK worker); every process on {_redacted(url)}")
+    urls = [f"http://127.0.0.1:{apis[r].ports['api']}" for r in (PRIMARY, STANDBY)]
+    async with Submitter(urls, key) as submitter:
+        flow = Flow(submitter, o, [p for p in fleet.procs if p.role == "worker"])
+        await flow.start()
+        await asyncio.sleep(o.warmup_s)  # traffic before the fault, not a wait for anything
+        herd_due = await flow.herd()
+        await asyncio.sleep(max(0.0, herd_due + 0.3 - time.time()))
+        # The fault: the primary region's database and every process in it, at once.
+        lag = await primary_db.standby(STANDBY)
+        fault_at = time.time()
+        cluster.kill(primary_db)
+        victims = fleet.in_region(PRIMARY)
+        for proc in victims:
+            fleet.kill(proc)
+        promote_s = cluster.promote(standby_db)
+        direct = h.database(standby_db.url(DATABASE))
+        await until(lambda: _owned_by_region(direct, STANDBY), timeout_s=max(1.0, deadline - time.monotonic()),
+                    what=f"{STANDBY} to own every shard")
+        takeover_s = time.time() - fault_at
+        await asyncio.sleep(o.observe_s)  # the flow goes on after the takeover, so lag is measured on it
+        result, _ = await flow.finish(fault_at, deadline)
+        present = await direct.transaction(lambda tx: tx.drill.jobs_present(
+            tenant_id, [ow.job_id for ow in submitter.owed]))
+    _flow_lines(report, flow, result)
+    report.add("fault", f"{PRIMARY} killed at {h.since_start(fault_at)} (its PostgreSQL and {len(victims)} "
+               f"processes, SIGKILL), {(fault_at - herd_due):.1f} s after the herd was due; replication lag at "
+               f"the failure: " + (f"{lag.flush_lag_bytes} bytes not flushed, {lag.replay_lag_bytes} bytes not "
+                                   f"replayed on the standby ({lag.sync_state})" if lag else "standby not connected"))
+    report.add("promotion", f"{promote_s:.2f} s ({STANDBY}'s PostgreSQL accepts writes; processes follow "
+               "through the multi-host URL)")
+    report.add("takeover time", f"{takeover_s:.1f} s ({STANDBY} owns {SHARDS}/{SHARDS} shards; lease TTL "
+               f"{o.lease_ttl_s:g} s + takeover grace {o.grace_s:g} s)")
+    _outcome_lines(report, result, "started again once its lease expired: its worker was killed, or its outcome "
+                   "could not be reported while the database failed over; same idempotency key")
+    missing = len(submitter.owed) - len(present)
+    report.add("missing after failover", f"{missing} of {len(submitter.owed)} acknowledged jobs are not in the "
+               "promoted database")
+    report.add("drill time", f"{time.time() - h.started:.0f} s")
+    report.ok = result.lost == 0 or not o.synchronous
+
+
+def _redacted(url: str) -> str:
+    return url.split("@", 1)[-1]
+
+
+async def _owned_by_region(db: Database, region: str) -> bool:
+    return owned(await live_shards(db), region=region) == SHARDS
+
+
+# -- scheduler kill ------------------------------------------------------------------------------
+
+def _owner_pid(owner: str) -> int | None:
+    """``hostname:pid:random`` (app.scheduler.service.new_owner_id) -> pid."""
+    parts = owner.rsplit(":", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+async def scheduler_kill(options: DrillOptions) -> Report:
+    report = Report("scheduler-kill", [])
+    harness = Harness(options)
+    try:
+        async with asyncio.timeout(options.timeout_s):
+            await _scheduler_kill(harness, report)
+    except TimeoutError:
+        report.add("error", f"the drill did not finish within --timeout {options.timeout_s:.0f} s")
+        report.ok = False
+    finally:
+        await harness.close()
+        if options.keep:
+            report.add("logs", str(harness.directory))
+    return report
+
+
+async def _single_region(h: Harness, *, schedulers: int, workers: int, work_s: float,
+                         worker_lease_s: float) -> tuple[Database, UUID, str, Proc, list[Proc], list[Proc]]:
+    assert h.cluster is not None and h.fleet is not None
+    node: Node = h.cluster.start_primary(PRIMARY)
+    h.cluster.create_database(node, DATABASE)
+    url = node.url(DATABASE)
+    db = h.database(url)
+    await migrate.upgrade(db)
+    tenant_id, key = await h.tenant(db)
+    env = h.region(PRIMARY, url)
+    api = h.fleet.api("api", env)
+    scheds = [h.fleet.scheduler(f"scheduler-{i + 1}", env) for i in range(schedulers)]
+    executor = h.fleet.executor("executor", env)
+    pool_workers = [h.fleet.worker(f"worker-{i + 1}", env, executor=executor, api_key=key, pool=POOL,
+                                   concurrency=h.options.worker_concurrency, lease_s=worker_lease_s, work_s=work_s)
+                    for i in range(workers)]
+    await h.fleet.wait_ready()
+    return db, tenant_id, key, api, scheds, pool_workers
+
+
+async def _scheduler_kill(h: Harness, report: Report) -> None:
+    o = h.options
+    assert h.fleet is not None
+    deadline = time.monotonic() + o.timeout_s
+    db, _, key, api, scheds, workers = await _single_region(h, schedulers=2, workers=1, work_s=0.0,
+                                                            worker_lease_s=o.worker_lease_s)
+
+    async def split() -> list[LiveShards] | None:
+        shards = await live_shards(db)
+        return shards if shards and len(shards) == 2 and owned(shards) == SHARDS else None
+
+    before = await until(split, timeout_s=60, what="both schedulers to hold shards")
+    victim = scheds[0]
+    victim_owner = next(s for s in before if _owner_pid(s.owner) == victim.pid)
+    report.add("processes", "PostgreSQL, api, 2 schedulers, executor, SDK worker "
+               f"(shards: {', '.join(f'{s.owner} {s.shards}' for s in before)})")
+    async with Submitter([f"http://127.0.0.1:{api.ports['api']}"], key) as submitter:
+        flow = Flow(submitter, o, workers)
+        await flow.start()
+        await asyncio.sleep(o.warmup_s)  # traffic before the fault
+        herd_due = await flow.herd()
+        await asyncio.sleep(max(0.0, herd_due - 0.5 - time.time()))  # killed while the herd is being dispatched
+        fault_at = time.time()
+        h.fleet.kill(victim)
+        await until(lambda: _all_owned_by_others(db, victim_owner.owner),
+                    timeout_s=max(1.0, deadline - time.monotonic()), what="the survivor to own every shard")
+        takeover_s = time.time() - fault_at
+        await asyncio.sleep(o.observe_s)
+        result, _ = await flow.finish(fault_at, deadline)
+    _flow_lines(report, flow, result)
+    report.add("fault", f"{victim.name} ({victim_owner.owner}, {victim_owner.shards} shards) killed with SIGKILL "
+               f"at {h.since_start(fault_at)}, {herd_due - fault_at:.1f} s before the herd was due")
+    report.add("takeover time", f"{takeover_s:.1f} s ({scheds[1].name} owns {SHARDS}/{SHARDS} shards; lease TTL "
+               f"{o.lease_ttl_s:g} s)")
+    _outcome_lines(report, result, "started twice; same idempotency key")
+    report.add("drill time", f"{time.time() - h.started:.0f} s")
+    report.ok = result.lost == 0
+
+
+async def _all_owned_by_others(db: Database, owner: str) -> bool:
+    return owned(await live_shards(db), owner_ok=lambda o: o != owner) == SHARDS
+
+
+# -- worker stall --------------------------------------------------------------------------------
+
+WORK_S = 0.8  # each run of the stall drill works this long, so the stalled worker holds runs in flight
+STALL_LEASE_S = 3.0
+
+
+async def worker_stall(options: DrillOptions) -> Report:
+    report = Report("worker-stall", [])
+    harness = Harness(options)
+    try:
+        async with asyncio.timeout(options.timeout_s):
+            await _worker_stall(harness, report)
+    except TimeoutError:
+        report.add("error", f"the drill did not finish within --timeout {options.timeout_s:.0f} s")
+        report.ok = False
+    finally:
+        await harness.close()
+        if options.keep:
+            report.add("logs", str(harness.directory))
+    return report
+
+
+def _log_count(proc: Proc, message: str) -> int:
+    try:
+        return proc.log_path.read_text(errors="replace").count(f'"{message}"')
+    except OSError:
+        return 0
+
+
+async def _worker_stall(h: Harness, report: Report) -> None:
+    o = h.options
+    assert h.fleet is not None
+    deadline = time.monotonic() + o.timeout_s
+    db, tenant_id, key, api, _, workers = await _single_region(h, schedulers=1, workers=2, work_s=WORK_S,
+                                                               worker_lease_s=STALL_LEASE_S)
+    stalled, other = workers
+    report.add("processes", f"PostgreSQL, api, scheduler, executor, 2 SDK workers (each run works {WORK_S:g} s; "
+               f"worker lease {STALL_LEASE_S:g} s, renewed every third)")
+    async with Submitter([f"http://127.0.0.1:{api.ports['api']}"], key) as submitter:
+        flow = Flow(submitter, o, workers)
+        await flow.start()
+        await asyncio.sleep(o.warmup_s)  # traffic before the fault
+
+        async def holding() -> list[Any] | None:
+            return await _safely(db, lambda tx: tx.drill.leased_by(tenant_id, stalled.name)) or None
+
+        herd_due = await flow.herd()
+        await asyncio.sleep(max(0.0, herd_due + 0.2 - time.time()))
+        await until(holding, timeout_s=30, what=f"{stalled.name} to hold leases")
+        h.fleet.pause(stalled)
+        fault_at = time.time()
+        held = await db.transaction(lambda tx: tx.drill.leased_by(tenant_id, stalled.name))
+        keys = {(x.job_id, round(x.scheduled_for.timestamp(), 3)) for x in held}
+
+        async def retried() -> float | None:
+            again = [r.started for r in read_runs([other.runs_path] if other.runs_path else [])
+                     if r.key in keys and r.started >= fault_at]
+            done = {r.key for r in read_runs([other.runs_path] if other.runs_path else [])
+                    if r.key in keys and r.started >= fault_at}
+            return max(again) if keys and done == keys else None
+
+        retried_at = await until(retried, timeout_s=max(1.0, deadline - time.monotonic()),
+                                 what=f"{other.name} to run what {stalled.name} held")
+        takeover_s = retried_at - fault_at
+        h.fleet.resume(stalled)
+        resumed_at = time.time()
+
+        def fenced() -> int:
+            return (_log_count(stalled, "lease lost; outcome discarded")
+                    + _log_count(stalled, "lease lost; result dropped"))
+
+        async def all_fenced() -> bool:
+            return fenced() >= len(held)
+
+        with contextlib.suppress(TimeoutError):
+            await until(all_fenced, timeout_s=10, what="the late outcomes")
+        await asyncio.sleep(o.observe_s)
+        result, _ = await flow.finish(fault_at, deadline)
+        outcomes = await db.transaction(lambda tx: tx.drill.attempt_outcomes(tenant_id))
+    discarded = sum(c.attempts for c in outcomes if c.worker_id == stalled.name and c.outcome == "discarded")
+    expired = sum(c.attempts for c in outcomes if c.worker_id == stalled.name and c.outcome == "expired")
+    _flow_lines(report, flow, result)
+    report.add("fault", f"{stalled.name} stopped (SIGSTOP) at {h.since_start(fault_at)} holding {len(held)} leased "
+               f"executions; resumed (SIGCONT) {resumed_at - fault_at:.1f} s later")
+    report.add("takeover time", f"{takeover_s:.1f} s (its {len(held)} executions' leases expired, the reaper "
+               f"returned them to the queue and {other.name} ran them)")
+    report.add("late outcomes refused", f"{fenced()} of {len(held)} (LEASE_LOST: "
+               f"{_log_count(stalled, 'lease lost; outcome discarded')} outcomes refused and kept as discarded "
+               f"attempts, {_log_count(stalled, 'lease lost; result dropped')} heartbeats refused before the "
+               f"handler finished; {stalled.name}'s attempts in the database: {discarded} discarded, {expired} "
+               "expired)")
+    _outcome_lines(report, result, f"the stalled worker's runs, run again by {other.name}; same idempotency key")
+    report.add("drill time", f"{time.time() - h.started:.0f} s")
+    report.ok = result.lost == 0
+
+
+DRILLS: dict[str, Callable[[DrillOptions], Awaitable[Report]]] = {
+    "region-failover": region_failover,
+    "scheduler-kill": scheduler_kill,
+    "worker-stall": worker_stall,
+}
