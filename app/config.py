@@ -184,6 +184,10 @@ class Settings:
             "wedged) is killed and restarted ([operations.md](operations.md))")
     api_host: str = setting("KAIROS_API_HOST", "127.0.0.1", text(), "REST API listen address")
     api_port: int = setting("KAIROS_API_PORT", 8080, integer(1, 65535), "REST API port")
+    api_max_header_bytes: int = setting(
+        "KAIROS_API_MAX_HEADER_BYTES", 32768, integer(1024, 1024 * 1024),
+        "largest request line plus headers the REST API reads; a larger request gets 431 (problem+json) and "
+        "the connection is closed")
     api_workers: int = setting(
         "KAIROS_API_WORKERS", None, integer(1), shown="CPU count", factory=lambda: os.cpu_count() or 1,
         doc="`kairos api` processes sharing the port (SO_REUSEPORT); with more than 1 the command supervises "
@@ -225,8 +229,14 @@ class Settings:
             "([http-delivery.md](http-delivery.md))")
     http_concurrency: int = setting("KAIROS_HTTP_CONCURRENCY", 64, integer(1), "HTTP deliveries in flight per executor")
     max_schedule_horizon_days: int = setting(
-        "KAIROS_MAX_SCHEDULE_HORIZON_DAYS", 3660, integer(1),
-        "how far ahead a `runAt` or a cron job's first occurrence may lie")
+        "KAIROS_MAX_SCHEDULE_HORIZON_DAYS", 3660, integer(1, 36600),
+        "how far ahead a `runAt`, a `startAt`, a cron job's first occurrence or a schedule preview's `from` "
+        "may lie")
+    min_fire_interval_s: int = setting(
+        "KAIROS_MIN_FIRE_INTERVAL_S", 10, integer(10, 86400),
+        "shortest time a recurring job may leave between two fire times: an `every` shorter than this, or a "
+        "cron expression whose closest two fire times are nearer (in wall-clock time), is refused with 422; "
+        "cron fires at most once a minute whatever this says, so `* * * * *` passes unless this is above 60")
     herd_warning_threshold: int = setting(
         "KAIROS_HERD_WARNING_THRESHOLD", 1000, integer(1),
         "a new recurring job whose first occurrence lands on a minute where its tenant already has at "

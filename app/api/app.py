@@ -7,7 +7,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
-from app.api import bodies, openapi, problems
+from app.api import bodies, guards, openapi, problems
 from app.api.auth import provide_db, provide_tenant
 from app.api.dashboard import DashboardController
 from app.api.dead_letters import DeadLetterController
@@ -40,6 +40,8 @@ def create_app(settings: Settings, db: Database) -> Litestar:
         logging_config=None,
         dependencies={"db": Provide(provide_db), "tenant": Provide(provide_tenant)},
         exception_handlers=problems.HANDLERS,  # type: ignore[arg-type]
+        # The method allowed for the path, OPTIONS answered, NUL refused in the query (app.api.guards).
+        before_request=guards.before_request,
         # Every handler's data is decoded strictly from its bytes (app.api.bodies); responses as usual.
         dto=bodies.StrictBody, return_dto=None,
         state=State({"settings": settings, "db": db, "key_cache": tenants.KeyCache(), "submit_writer": writer}),

@@ -7,7 +7,11 @@ JSON number (``"90"`` is not 90, and an integer field takes no fraction), a bool
 * a body that is not JSON is ``MalformedBody`` (400), with no field to point at;
 * JSON that breaks the schema is ``InvalidInput`` (422) whose field is a JSON Pointer (RFC 6901)
   into the body, such as ``/schedule/delaySeconds``; an enum's problem lists the values it takes,
-  a range's states its limit, a missing or unknown field is pointed at by its own name.
+  a range's states its limit, a missing or unknown field is pointed at by its own name;
+* JSON nested too deeply to decode (about 1,000 levels of arrays and objects, where the decoder's
+  recursion stops) is ``InvalidInput`` (422) pointing at the free-form field that holds it, such
+  as ``/payload``; a payload may nest ``MAX_PAYLOAD_DEPTH`` (64) levels, which the job's own
+  validation checks on what did decode.
 
 Litestar decodes handler ``data`` through :class:`StrictBody`, the app's DTO (``create_app``), so a
 route declaring ``JSONBody[...]`` gets exactly this while /schema still documents its body type;
@@ -28,6 +32,7 @@ from litestar.exceptions import ValidationException
 from litestar.typing import FieldDefinition
 
 from app import errors
+from app.domain.jobs import MAX_PAYLOAD_DEPTH
 
 T = TypeVar("T")
 
@@ -136,12 +141,68 @@ def invalid_input(exc: msgspec.ValidationError, type_: Any) -> errors.InvalidInp
     return errors.InvalidInput(field, detail)
 
 
+# Tokens of JSON text: a string (escapes included), or one structural character.
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{},:]')
+
+
+def deepest_path(raw: bytes, limit: int) -> list[str | int] | None:
+    """The path to the first array or object nested more than ``limit`` levels deep in ``raw``
+    (None: none is). Only called once decoding failed, so it may be slow; it stops at the first."""
+    path: list[str | int] = []
+    containers: list[bytes] = []  # b"{" or b"[" per open level, beside ``path``
+    key: str | int | None = None
+    for token in _TOKEN.finditer(raw):
+        text = token.group()
+        if text in (b"{", b"["):
+            if containers:
+                path.append(key if key is not None else 0)
+            containers.append(text)
+            if len(containers) > limit:
+                return path
+            key = 0 if text == b"[" else None
+        elif text in (b"}", b"]"):
+            if containers:
+                containers.pop()
+                key = path.pop() if path else None
+        elif text == b",":
+            key = key + 1 if containers and containers[-1] == b"[" and isinstance(key, int) else None
+        elif text != b":" and containers and containers[-1] == b"{" and key is None:
+            try:
+                key = msgspec.json.decode(text)
+            except msgspec.DecodeError:
+                key = text.decode(errors="replace").strip('"')
+    return None
+
+
+def _free_form(type_: Any, steps: list[str | int]) -> list[str | int]:
+    """``steps`` cut at the first value the schema leaves free (``Any``, a raw item): the field. Where
+    the schema has no such place, the deepest place it has."""
+    for end in range(len(steps) + 1):
+        declared = _type_at(type_, steps[:end])
+        if declared is None:
+            return steps[:max(end - 1, 0)]
+        if isinstance(declared, (msgspec.inspect.AnyType, msgspec.inspect.RawType)):
+            return steps[:end]
+    return steps
+
+
+def too_deep(raw: bytes, type_: Any) -> errors.InvalidInput:
+    """The InvalidInput for a body the decoder gave up on for its depth, naming the field it is in
+    (``type_``'s fields name it: the declared type, or the shape a free-form body has)."""
+    steps = deepest_path(raw, MAX_PAYLOAD_DEPTH) or []
+    return errors.InvalidInput(pointer(_free_form(type_, steps)),
+                               f"nests more than {MAX_PAYLOAD_DEPTH} levels of arrays and objects")
+
+
 def malformed(exc: msgspec.DecodeError) -> errors.MalformedBody:
     return errors.MalformedBody("", f"is not JSON: {exc}")
 
 
-def decode(raw: bytes, type_: type[T] | Any, *, empty: Callable[[], T] | None = None) -> T:
-    """``raw`` decoded strictly as ``type_``; ``empty()`` for a body with nothing in it, when given."""
+def decode(raw: bytes, type_: type[T] | Any, *, empty: Callable[[], T] | None = None, shape: Any = None) -> T:
+    """``raw`` decoded strictly as ``type_``; ``empty()`` for a body with nothing in it, when given.
+
+    ``shape``: the type whose fields name what nests too deeply when ``type_`` leaves it open (a
+    merge patch decoded as ``Any`` is shaped like a job; a batch's raw items are jobs too)."""
     if empty is not None and not raw.strip():
         return empty()
     try:
@@ -153,9 +214,13 @@ def decode(raw: bytes, type_: type[T] | Any, *, empty: Callable[[], T] | None = 
             msgspec.json.decode(raw)
         except msgspec.DecodeError as not_json:
             raise malformed(not_json) from None
+        except RecursionError:
+            raise too_deep(raw, shape or type_) from None
         raise invalid_input(exc, type_) from None
     except msgspec.DecodeError as exc:
         raise malformed(exc) from None
+    except RecursionError:
+        raise too_deep(raw, shape or type_) from None
 
 
 def from_validation_exception(exc: ValidationException) -> errors.InvalidInput:
@@ -218,3 +283,5 @@ class StrictBody(AbstractDTO[T]):
             return msgspec.convert(value, type_, strict=True)
         except msgspec.ValidationError as exc:
             raise invalid_input(exc, type_) from None
+        except RecursionError:
+            raise errors.InvalidInput("", "nests too deeply to decode") from None

@@ -102,7 +102,8 @@ class JobController(Controller):
                          ) -> schemas.JobOut:
         job_id, _ = parse_job_ref(job_ref, action=False)
         raw = await request.body()
-        body = bodies.decode(raw, Any) if raw.strip() else None  # a merge patch: any JSON, checked once merged
+        # A merge patch: any JSON, checked once merged (shaped like a job when naming what nests too deeply).
+        body = bodies.decode(raw, Any, shape=schemas.JobIn) if raw.strip() else None
         version = None
         if if_match is not None:
             try:
@@ -179,7 +180,7 @@ class _BatchOperation(Operation):
       summary="Submit up to 1,000 jobs; each item is validated on its own and the valid ones commit together.")
 async def create_jobs(request: Request, tenant: Tenant, state: State) -> schemas.BatchOut:
     """Body ``{"jobs": [JobIn + optional idempotencyKey, ...]}``; results in request order."""
-    batch = bodies.decode(await request.body(), schemas.BatchIn)
+    batch = bodies.decode(await request.body(), schemas.BatchIn, shape=schemas.BatchShape)
     if len(batch.jobs) > BATCH_MAX:
         raise errors.InvalidInput("jobs", f"at most {BATCH_MAX} jobs per batch, got {len(batch.jobs)}")
     now = service.utcnow()

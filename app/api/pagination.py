@@ -34,8 +34,11 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, UUID] | None:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         at, ident = json.loads(raw)
-        return datetime.fromisoformat(at), UUID(ident)
-    except (ValueError, TypeError):
+        instant = datetime.fromisoformat(at)
+        if instant.utcoffset() is None:  # every cursor this API issues carries its offset
+            raise ValueError(at)
+        return instant, UUID(ident)
+    except (ValueError, TypeError, OverflowError):
         raise errors.InvalidParameter("cursor", "is not a cursor this API issued") from None
 
 

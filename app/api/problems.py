@@ -21,7 +21,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
 from app import errors
-from app.api import bodies
+from app.api import bodies, guards
 
 log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
@@ -50,8 +50,10 @@ def problem_body(status: int, slug: str, title: str, detail: str, instance: str,
             "detail": detail, "instance": instance, **extra}
 
 
-def problem(status: int, slug: str, title: str, detail: str, instance: str, **extra: Any) -> Response[dict[str, Any]]:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+def problem(status: int, slug: str, title: str, detail: str, instance: str, *,
+            headers: dict[str, str] | None = None, **extra: Any) -> Response[dict[str, Any]]:
+    if status == 401:
+        headers = {"WWW-Authenticate": "Bearer", **(headers or {})}
     return Response(problem_body(status, slug, title, detail, instance, **extra), status_code=status,
                     media_type=PROBLEM, headers=headers)
 
@@ -108,6 +110,13 @@ def validation_error(request: Request, exc: ValidationException) -> Response[dic
 
 
 def http_error(request: Request, exc: HTTPException) -> Response[dict[str, Any]]:
+    if exc.status_code == 405:
+        # Raised by routing (the route's methods) or by app.api.guards (already the path's own).
+        given = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow") or ""
+        allow = ", ".join(guards.allowed_methods(request.url.path, [m.strip() for m in given.split(",") if m.strip()],
+                                                 action_route=guards.is_action_path(request.url.path)))
+        return problem(405, "method-not-allowed", "The method is not allowed on this resource.",
+                       f"{request.method} is not one of {allow}", request.url.path, headers={"Allow": allow})
     if exc.status_code == 413:
         try:
             limit = request.route_handler.resolve_request_max_body_size()  # type: ignore[attr-defined]

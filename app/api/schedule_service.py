@@ -56,13 +56,24 @@ class Preview:
     occurrences: list[cron.Occurrence]
 
 
-async def preview(db: Database, tenant_id: UUID, q: PreviewQuery, now: datetime) -> Preview:
+@dataclass(frozen=True)
+class PreviewLimits:
+    """The server's rules a previewed expression must meet, as a submitted one would."""
+
+    horizon_days: int = 3660  # KAIROS_MAX_SCHEDULE_HORIZON_DAYS: how far ahead ``from`` may lie
+    min_interval_s: int = 0  # KAIROS_MIN_FIRE_INTERVAL_S
+
+
+async def preview(db: Database, tenant_id: UUID, q: PreviewQuery, now: datetime,
+                  limits: PreviewLimits = PreviewLimits()) -> Preview:
     if not 1 <= q.count <= PREVIEW_MAX:
         raise errors.InvalidParameter("count", f"must be between 1 and {PREVIEW_MAX}")
     try:
-        start = spec.parse_instant(q.from_, "from") if q.from_ is not None else now
+        start = now
+        if q.from_ is not None:
+            start = spec.within_horizon(spec.parse_instant(q.from_, "from"), now, limits.horizon_days, "from")
         job = await _cron_job(db, tenant_id, q.job_id) if q.job_id is not None else None
-        return _evaluate(q, job, start)
+        return _evaluate(q, job, start, limits)
     except errors.InvalidParameter:
         raise
     except errors.InvalidInput as exc:
@@ -83,7 +94,7 @@ async def _cron_job(db: Database, tenant_id: UUID, job_id: str) -> store.Job:
     return job
 
 
-def _evaluate(q: PreviewQuery, job: store.Job | None, start: datetime) -> Preview:
+def _evaluate(q: PreviewQuery, job: store.Job | None, start: datetime, limits: PreviewLimits) -> Preview:
     if job is None:
         for name, value in (("cron", q.cron), ("tz", q.tz)):
             if value is None:
@@ -95,7 +106,8 @@ def _evaluate(q: PreviewQuery, job: store.Job | None, start: datetime) -> Previe
         cron.validate_tz(q.tz)  # a new zone must be one a job may name; a stored one stays as it was
     tz = q.tz if q.tz is not None else job.tz if job is not None else None
     assert tz is not None
-    resolved = cron.validate_cron(q.cron, key) if q.cron is not None else job.cron_resolved if job else None
+    resolved = (spec.validate_cron_interval(q.cron, key, limits.min_interval_s) if q.cron is not None
+                else job.cron_resolved if job else None)
     assert resolved is not None
     jitter_s = q.jitter_s if q.jitter_s is not None else job.jitter_s if job is not None else 0
     if not 0 <= jitter_s <= spec.MAX_JITTER_S:

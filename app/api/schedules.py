@@ -6,6 +6,7 @@ from typing import Annotated
 from zoneinfo import ZoneInfo
 
 from litestar import Controller, get
+from litestar.datastructures import State
 from litestar.params import QueryParameter
 
 from app.api import schedule_service as service
@@ -21,7 +22,7 @@ class ScheduleController(Controller):
     @get("/preview", operation_id="PreviewSchedule",
          summary="The next N fire times of a cron expression in a zone, or of an existing job, with DST notes.")
     async def preview(
-        self, db: DB, tenant: Tenant,
+        self, db: DB, tenant: Tenant, state: State,
         cron: Annotated[str | None, QueryParameter(
             description="5-field cron expression; required without jobId, replaces the job's with it")] = None,
         tz: Annotated[str | None, QueryParameter(
@@ -42,7 +43,8 @@ class ScheduleController(Controller):
     ) -> schemas.PreviewOut:
         query = service.PreviewQuery(cron=cron, tz=tz, count=count, from_=from_, gap=gap, repeat=repeat,
                                      jitter_s=jitter_seconds, job_id=job_id)
-        found = await service.preview(db, tenant.tenant_id, query, utcnow())
+        limits = service.PreviewLimits(state.settings.max_schedule_horizon_days, state.settings.min_fire_interval_s)
+        found = await service.preview(db, tenant.tenant_id, query, utcnow(), limits)
         zone = ZoneInfo(found.schedule.tz)
         s = found.schedule
         return schemas.PreviewOut(

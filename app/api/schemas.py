@@ -84,6 +84,12 @@ class BatchIn(msgspec.Struct, forbid_unknown_fields=True):
     jobs: list[msgspec.Raw]
 
 
+class BatchShape(msgspec.Struct):
+    """What a batch body holds once its items are decoded: names the fields of a batch's problems."""
+
+    jobs: list[BatchItemIn]
+
+
 class BatchItemOut(Wire, omit_defaults=True):
     """A stored job (jobId, nextRunAt) or, for an item that was refused, its problem object and index."""
 
@@ -268,12 +274,16 @@ class ReplayIn(Wire):
     retry: RetryOverride | None = None
 
 
+# An instant with its offset; a naive one is ambiguous and refused (msgspec's tz=True).
+AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
+
+
 class BulkReplayIn(Wire):
     """Replay up to ``limit`` dead executions of a job or finished in a window (all optional)."""
 
     job_id: str | None = None
-    finished_after: datetime | None = None
-    finished_before: datetime | None = None
+    finished_after: AwareDatetime | None = None
+    finished_before: AwareDatetime | None = None
     limit: int = 100
 
 

@@ -49,6 +49,8 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     timeout_s = spec.validate_timeout(body.timeout_seconds)
     method, headers = spec.validate_http(target, body.target.method, body.target.headers)
     start_at, end_at = spec.validate_bounds(body.schedule.start_at, body.schedule.end_at)
+    if start_at is not None:
+        spec.within_horizon(start_at, now, settings.max_schedule_horizon_days, "schedule.startAt")
     options = spec.Options(labels=spec.validate_labels(body.labels), start_at=start_at, end_at=end_at,
                            dry_run=body.dry_run, max_retry_duration_s=spec.validate_retry_duration(
                                r.max_retry_duration_seconds), http_method=method, http_headers=headers)
@@ -63,7 +65,7 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     if s.every is not None:
         if s.tz is not None or s.dst is not None:
             raise errors.InvalidInput("schedule", "an every schedule runs in UTC: tz and dst apply to cron only")
-        every = spec.every_schedule(s.every, s.jitter_seconds, start_at, now)
+        every = spec.every_schedule(s.every, s.jitter_seconds, start_at, now, settings.min_fire_interval_s)
         if end_at is not None and (every.first or every.anchor) > end_at:
             raise errors.InvalidInput("schedule.endAt", "no occurrence falls before endAt")
         return spec.JobSpec(schedule=every, **common)
@@ -75,7 +77,8 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
         once = spec.once_schedule(s.run_at, s.delay_seconds, now, settings.max_schedule_horizon_days)
         return spec.JobSpec(schedule=once, **common)
     dst = s.dst or schemas.DstIn()
-    schedule, resolved = spec.cron_schedule(s.cron, s.tz, s.jitter_seconds, dst.gap, dst.repeat, str(job_id))
+    schedule, resolved = spec.cron_schedule(s.cron, s.tz, s.jitter_seconds, dst.gap, dst.repeat, str(job_id),
+                                            min_interval_s=settings.min_fire_interval_s)
     # The first occurrence at or after startAt (a schedule that starts later waits for it).
     after = max(now, start_at - _EPSILON) if start_at is not None else now
     first, skipped = spec.first_occurrence(schedule, resolved, after, str(job_id),

@@ -25,6 +25,12 @@ MAX_JITTER_S = 86400
 MAX_DELAY_S = 10 * 366 * 86400
 # A runAt this far in the past is almost surely a mistake (a wrong year, a wrong zone).
 MAX_PAST_S = 86400
+# The instants any field accepts: from the Unix epoch to the end of year 9999 in UTC (what Python's
+# datetime and PostgreSQL's timestamptz both hold; "9999-12-31T23:59:59Z" is the usual "never").
+EARLIEST_INSTANT = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST_INSTANT = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
+# How deeply a payload's arrays and objects may nest: {"a": [1]} is 2 levels.
+MAX_PAYLOAD_DEPTH = 64
 
 Concurrency = Literal["allow", "forbid", "replace"]
 Misfire = Literal["run_once", "catch_up", "skip"]
@@ -85,20 +91,23 @@ class EverySchedule:
         return self.anchor + timedelta(seconds=steps * self.every_s)
 
 
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+# At most 9 digits a unit (9 digits of days is far past the limit; the count stays cheap to convert).
+_DURATION = re.compile(r"^(?:(\d{1,9})d)?(?:(\d{1,9})h)?(?:(\d{1,9})m)?(?:(\d{1,9})s)?$")
 MIN_EVERY_S = 10
 MAX_EVERY_S = 366 * 86400
 
 
-def parse_every(value: str) -> int:
-    """'15m', '1h30m', '90s', '1d' -> seconds; at least 10 s, at most 366 days."""
+def parse_every(value: str, min_s: int = MIN_EVERY_S) -> int:
+    """'15m', '1h30m', '90s', '1d' -> seconds; at least ``min_s`` (10 s or more), at most 366 days."""
     m = _DURATION.match(value.strip()) if isinstance(value, str) else None
     if not m or not any(m.groups()):
-        raise InvalidSchedule("schedule.every", f"{value!r} is not a duration such as 90s, 15m, 1h30m or 1d")
+        shown = value if not isinstance(value, str) or len(value) <= 32 else value[:32] + "..."
+        raise InvalidSchedule("schedule.every", f"{shown!r} is not a duration such as 90s, 15m, 1h30m or 1d")
     d, h, mi, se = (int(g) if g else 0 for g in m.groups())
     seconds = ((d * 24 + h) * 60 + mi) * 60 + se
-    if not MIN_EVERY_S <= seconds <= MAX_EVERY_S:
-        raise InvalidSchedule("schedule.every", f"must be between {MIN_EVERY_S} s and 366 days")
+    low = max(MIN_EVERY_S, min_s)
+    if not low <= seconds <= MAX_EVERY_S:
+        raise InvalidSchedule("schedule.every", f"must be between {format_every(low)} and 366 days")
     return seconds
 
 
@@ -112,11 +121,12 @@ def format_every(seconds: int) -> str:
     return out or "0s"
 
 
-def every_schedule(value: str, jitter_s: int | None, start_at: datetime | None, now: datetime) -> EverySchedule:
+def every_schedule(value: str, jitter_s: int | None, start_at: datetime | None, now: datetime,
+                   min_interval_s: int = MIN_EVERY_S) -> EverySchedule:
     window = jitter_s or 0
     if not 0 <= window <= MAX_JITTER_S:
         raise InvalidSchedule("schedule.jitterSeconds", f"must be between 0 and {MAX_JITTER_S}")
-    every_s = parse_every(value)
+    every_s = parse_every(value, min_interval_s)
     if start_at is None:
         # Anchored at the submit, first run one interval later (rate(15 minutes) created now runs in 15 minutes).
         anchor = now.replace(microsecond=0) + timedelta(seconds=every_s)
@@ -178,14 +188,48 @@ class JobSpec:
 
 
 def parse_instant(value: str, field_name: str) -> datetime:
-    """ISO 8601 with an explicit offset (Z or +hh:mm); a naive time is ambiguous and refused."""
+    """ISO 8601 with an explicit offset (Z or +hh:mm); a naive time is ambiguous and refused, and so
+    is an instant outside EARLIEST_INSTANT..LATEST_INSTANT (``0001-01-01T00:00:00+23:59`` is not in
+    any calendar Python or PostgreSQL keeps)."""
     try:
         parsed = datetime.fromisoformat(value.replace("z", "Z"))
     except (TypeError, ValueError):
-        raise InvalidInput(field_name, f"{value!r} is not an ISO 8601 instant such as 2026-10-16T09:00:00Z") from None
+        shown = value if len(value) <= 64 else value[:64] + "..."
+        raise InvalidInput(field_name, f"{shown!r} is not an ISO 8601 instant such as 2026-10-16T09:00:00Z") from None
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         raise InvalidInput(field_name, "needs an offset (Z or +hh:mm): a time without one is ambiguous")
-    return parsed.astimezone(timezone.utc)
+    try:
+        at = parsed.astimezone(timezone.utc)
+    except OverflowError:
+        at = None
+    if at is None or not EARLIEST_INSTANT <= at <= LATEST_INSTANT:
+        raise InvalidInput(field_name, f"must lie between {EARLIEST_INSTANT.isoformat()} and "
+                                       f"{LATEST_INSTANT.isoformat()}")
+    return at
+
+
+def within_horizon(at: datetime, now: datetime, horizon_days: int, field_name: str) -> datetime:
+    """``at``, unless it lies more than ``horizon_days`` after ``now`` (KAIROS_MAX_SCHEDULE_HORIZON_DAYS)."""
+    if at > now + timedelta(days=horizon_days):
+        raise InvalidInput(field_name, f"is more than {horizon_days} days away")
+    return at
+
+
+def json_depth(value: Any, limit: int) -> int:
+    """How deeply ``value``'s arrays and objects nest, counted up to ``limit + 1`` (no recursion)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack and deepest <= limit:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 # \u0000 in JSON text that is an escape, not an escaped backslash followed by "u0000".
@@ -225,6 +269,8 @@ def validate_target(kind: str, ref: str) -> Target:
 
 
 def validate_payload(payload: Any, max_bytes: int) -> Any:
+    if json_depth(payload, MAX_PAYLOAD_DEPTH) > MAX_PAYLOAD_DEPTH:
+        raise InvalidInput("payload", f"nests more than {MAX_PAYLOAD_DEPTH} levels of arrays and objects")
     dumped = json.dumps(payload, separators=(",", ":"))
     if _JSON_NUL.search(dumped):
         raise InvalidInput("payload", "must not contain the NUL character (U+0000) in a key or string")
@@ -331,21 +377,31 @@ def once_schedule(run_at: str | None, delay_s: float | None, now: datetime, hori
         if not 0 <= delay_s <= MAX_DELAY_S:
             raise InvalidInput("schedule.delaySeconds", f"must be between 0 and {MAX_DELAY_S}")
         at = now + timedelta(seconds=delay_s)
-    if at > now + timedelta(days=horizon_days):
-        raise InvalidInput("schedule.runAt", f"is more than {horizon_days} days away")
-    return OnceSchedule(at)
+    return OnceSchedule(within_horizon(at, now, horizon_days, "schedule.runAt"))
 
 
 def cron_schedule(expr: str, tz: str | None, jitter_s: int | None, gap: str | None, repeat: str | None,
-                  job_key: str) -> tuple[cron.CronSchedule, str]:
+                  job_key: str, *, min_interval_s: int = 0) -> tuple[cron.CronSchedule, str]:
     if not tz:
         raise InvalidSchedule("schedule.tz", "a cron schedule needs an IANA time zone, e.g. Europe/London or UTC")
     cron.validate_tz(tz)
-    resolved = cron.validate_cron(expr, job_key)
+    resolved = validate_cron_interval(expr, job_key, min_interval_s)
     window = jitter_s or 0
     if not 0 <= window <= MAX_JITTER_S:
         raise InvalidSchedule("schedule.jitterSeconds", f"must be between 0 and {MAX_JITTER_S}")
     return cron.CronSchedule(expr=expr, tz=tz, jitter_s=window, dst=dst_policy(gap, repeat)), resolved
+
+
+def validate_cron_interval(expr: str, job_key: str, min_interval_s: int) -> str:
+    """``expr`` resolved (cron.validate_cron), refused when two of its fire times can come closer than
+    ``min_interval_s`` (KAIROS_MIN_FIRE_INTERVAL_S; a five-field expression is never closer than 60 s)."""
+    resolved = cron.validate_cron(expr, job_key)
+    if min_interval_s > 60:
+        shortest = cron.min_interval_s(expr, job_key)
+        if shortest < min_interval_s:
+            raise InvalidSchedule(cron.CRON_FIELD, f"fires {shortest} s apart at its closest; this server allows "
+                                                   f"no less than {min_interval_s} s between fire times")
+    return resolved
 
 
 _DST_GAPS: dict[str, DstGap] = {"shift": "shift", "skip": "skip"}

@@ -29,7 +29,7 @@ Modules, each depending only on those above it
 Callers import from this package; the names below are its whole public surface.
 """
 
-from app.domain.schedule.cron import CRON_FIELD, validate_cron
+from app.domain.schedule.cron import CRON_FIELD, MAX_CRON_LENGTH, min_interval_s, validate_cron
 from app.domain.schedule.misfire import MisfirePlan, missed_occurrences, plan_misfire
 from app.domain.schedule.timeline import (
     CronSchedule,
@@ -43,6 +43,7 @@ from app.domain.schedule.zone import TZ_FIELD, UTC, DstPolicy, validate_tz
 
 __all__ = [
     "CRON_FIELD",
+    "MAX_CRON_LENGTH",
     "TZ_FIELD",
     "UTC",
     "CronSchedule",
@@ -50,6 +51,7 @@ __all__ = [
     "MisfirePlan",
     "Occurrence",
     "jitter_offset_s",
+    "min_interval_s",
     "missed_occurrences",
     "next_occurrence",
     "occurrences_after",

@@ -32,6 +32,9 @@ from datetime import date, datetime, timedelta
 from app.errors import InvalidSchedule
 
 CRON_FIELD = "schedule.cron"
+# The longest expression accepted: a plain five-field expression with lists in every field fits in
+# well under this; anything longer is not a schedule a person wrote.
+MAX_CRON_LENGTH = 256
 
 _MONTH_NAMES: Mapping[str, int] = {
     name: number
@@ -277,6 +280,8 @@ def compile_cron(expr: str, job_key: str) -> CompiledCron:
     """Parse and validate ``expr`` for one job (the key decides its H tokens)."""
     if not isinstance(expr, str) or not expr.strip():
         raise _invalid(f"is empty; expected 5 fields ({_FIELD_ORDER})")
+    if len(expr) > MAX_CRON_LENGTH:
+        raise _invalid(f"is {len(expr)} characters long; at most {MAX_CRON_LENGTH}")
     text = expr.strip().upper()
     if text.startswith("@"):
         if text == "@REBOOT":
@@ -334,6 +339,47 @@ def compile_cron(expr: str, job_key: str) -> CompiledCron:
         times_of_day=tuple(times),
         times_of_day_us=tuple((hour * 3600 + minute * 60) * 1_000_000 for hour, minute in times),
     )
+
+
+_MINUTES_A_DAY = 24 * 60
+# Consecutive matching days are looked for over 28 years: the Gregorian calendar's weekdays and leap
+# days repeat with that period between 1901 and 2099, so every day-of-month/month/weekday mix shows.
+_CALENDAR_CYCLE_START = date(2001, 1, 1)
+_CALENDAR_CYCLE_DAYS = (date(2029, 1, 1) - _CALENDAR_CYCLE_START).days
+
+
+def min_interval_s(expr: str, job_key: str) -> int:
+    """The shortest time between two consecutive fire times of ``expr``, in seconds of wall-clock
+    time (a five-field expression fires at most once a minute, so at least 60).
+
+    Within a day it is the smallest gap between matching times of day; across midnight, the gap from
+    the day's last time to the next day's first counts only if two consecutive days can both match.
+    A DST change can bring two real instants closer (``repeat: twice``); wall time is what this measures.
+    """
+    compiled = compile_cron(expr, job_key)
+    minutes = [hour * 60 + minute for hour, minute in compiled.times_of_day]
+    gaps = [later - earlier for earlier, later in zip(minutes, minutes[1:], strict=False)]
+    overnight = _MINUTES_A_DAY - minutes[-1] + minutes[0]
+    if not gaps or overnight < min(gaps):
+        if _consecutive_days_match(compiled):
+            gaps.append(overnight)
+    if not gaps:  # one time a day, never on two days running: the gap is at least a day and more
+        gaps.append(overnight + _MINUTES_A_DAY)
+    return min(gaps) * 60
+
+
+def _consecutive_days_match(compiled: CompiledCron) -> bool:
+    if not compiled.days_restricted and not compiled.weekdays_restricted and len(compiled.months) == 12:
+        return True
+    day = _CALENDAR_CYCLE_START
+    matched = compiled.matches_date(day)
+    for _ in range(_CALENDAR_CYCLE_DAYS):
+        day += _ONE_DAY
+        following = compiled.matches_date(day)
+        if matched and following:
+            return True
+        matched = following
+    return False
 
 
 def validate_cron(expr: str, job_key: str) -> str:

@@ -26,6 +26,8 @@ from app.errors import InvalidSchedule
 
 UTC = timezone.utc
 TZ_FIELD = "schedule.tz"
+# The longest IANA name is 32 characters (America/Argentina/ComodRivadavia); this leaves room.
+MAX_TZ_LENGTH = 64
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def _legacy_reason(name: str) -> str | None:
 def validate_tz(tz: str) -> ZoneInfo:
     """The zone for an IANA name a new schedule may use; InvalidSchedule("schedule.tz", ...) for
     anything else, including the legacy names that are not places (EST, EST5EDT, Etc/GMT+5, ...)."""
-    if isinstance(tz, str) and tz.strip():
+    if isinstance(tz, str) and tz.strip() and len(tz) <= MAX_TZ_LENGTH:
         canonical = tz if tz in _zone_names() else next(
             (name for name in _zone_names() if name.lower() == tz.strip().lower()), None)
         reason = _legacy_reason(canonical) if canonical else None
@@ -106,6 +108,8 @@ def load_zone(tz: str) -> ZoneInfo:
     evaluating in the zone it was accepted with); InvalidSchedule("schedule.tz", ...) otherwise."""
     if not isinstance(tz, str) or not tz.strip():
         raise InvalidSchedule(TZ_FIELD, "is empty; use an IANA zone name such as Europe/London or UTC")
+    if len(tz) > MAX_TZ_LENGTH:
+        raise InvalidSchedule(TZ_FIELD, f"is {len(tz)} characters long; an IANA zone name has at most {MAX_TZ_LENGTH}")
     if tz.startswith("/") or tz.startswith("."):
         raise InvalidSchedule(TZ_FIELD, f"'{tz}' is a file path, not an IANA zone name such as Europe/London")
     if tz == "localtime":

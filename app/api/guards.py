@@ -1,0 +1,74 @@
+"""What every request passes before its handler runs: the method it uses, and its query parameters.
+
+Registered as the app's ``before_request`` hook (``create_app``), so a route added later is covered
+without doing anything:
+
+* **Methods.** A path answers the methods of its route, with the custom methods (AIP-136) told
+  apart: ``/v1/jobs/{jobId}`` is GET, PATCH and DELETE while ``/v1/jobs/{jobId}:pause`` is POST
+  only, although one Litestar route serves both. Any other method is 405 with an ``Allow`` header
+  listing what the path takes, and ``OPTIONS`` answers 204 with the same ``Allow`` (Litestar's own
+  OPTIONS answer lists the methods of the first handler registered on a path, not of all of them).
+* **Query parameters.** No name or value may hold the NUL character: PostgreSQL refuses it in
+  text, so it would otherwise come back from the database as a 500. The problem names the
+  parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from litestar import Request, Response
+from litestar.exceptions import MethodNotAllowedException
+
+from app import errors
+
+# Routes whose last segment is ``{id}`` or ``{id}:{action}``: POST is for the actions only.
+ACTION_ROUTES = frozenset({"/v1/jobs/{job_ref}", "/v1/executions/{execution_ref}"})
+_ORDER = ("GET", "POST", "PATCH", "PUT", "DELETE", "OPTIONS")
+
+
+def allowed_methods(path: str, route_methods: Iterable[str], *, action_route: bool) -> list[str]:
+    """The methods ``path`` answers, given those of the route it matched, in a stable order."""
+    methods = {m.upper() for m in route_methods} | {"OPTIONS"}
+    if action_route:
+        has_action = ":" in path.rstrip("/").rsplit("/", 1)[-1]
+        methods = {"POST", "OPTIONS"} if has_action else methods - {"POST"}
+    return sorted(methods, key=lambda m: (_ORDER.index(m) if m in _ORDER else len(_ORDER), m))
+
+
+def is_action_path(path: str) -> bool:
+    """Whether ``path`` (as requested) is one of ACTION_ROUTES: ``/v1/jobs/<one segment>`` and the like."""
+    for template in ACTION_ROUTES:
+        prefix = template.rsplit("/", 1)[0] + "/"
+        rest = path.removeprefix(prefix)
+        if path.startswith(prefix) and rest and "/" not in rest.rstrip("/"):
+            return True
+    return False
+
+
+def route_methods(request: Request) -> frozenset[str]:
+    """The methods of the route ``request`` matched (read once per app from its route table)."""
+    state = request.app.state
+    table: dict[str, frozenset[str]] | None = state.get(_TABLE_KEY)
+    if table is None:
+        table = {route.path_format: frozenset(getattr(route, "methods", ())) for route in request.app.routes}
+        state[_TABLE_KEY] = table
+    return table.get(request.scope.get("path_template", ""), frozenset({request.method}))
+
+
+_TABLE_KEY = "guards_route_methods"
+
+
+async def before_request(request: Request) -> Response[None] | None:
+    allowed = allowed_methods(request.url.path, route_methods(request),
+                              action_route=request.scope.get("path_template") in ACTION_ROUTES)
+    allow = ", ".join(allowed)
+    if request.method not in allowed:
+        raise MethodNotAllowedException(headers={"Allow": allow})
+    if request.method == "OPTIONS":
+        return Response(None, status_code=204, headers={"Allow": allow})
+    for name, value in request.query_params.multi_items():
+        if "\x00" in name or "\x00" in value:
+            raise errors.InvalidParameter(name.replace("\x00", "\\u0000"),
+                                          "must not contain the NUL character (U+0000)")
+    return None
