@@ -21,8 +21,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
+import msgspec
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.api.app import create_app
 from app.api.metrics import TierMetrics, start_worker_listener, worker_socket
@@ -35,6 +38,92 @@ log = logging.getLogger(__name__)
 # A worker that lived less than this was failing to start, not crashing in service.
 STARTUP_WINDOW_S = 5.0
 RESTART_BACKOFF_S = 1.0
+
+
+def _problem_response(status: int, reason: str, slug: str, title: str, detail: str) -> bytes:
+    """A whole HTTP/1.1 response carrying an RFC 9457 problem, for refusals made before the app runs."""
+    body = msgspec.json.encode({"type": f"https://kairos.dev/problems/{slug}", "title": title, "status": status,
+                                "detail": detail})
+    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
+    return head.encode("ascii") + body
+
+
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback: the parser stops, and uvicorn answers through send_400_response."""
+
+
+class BoundedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a bound on the request head and problem+json refusals.
+
+    httptools (llhttp) reads a header of any length, so a 1 MiB Authorization header would be held
+    and handed to the app. Here a request's line and headers are measured as the parser reports
+    them, and bytes received while they are still incomplete are counted, so the parser never holds
+    much more than ``max_header_bytes`` of head: past it the request gets 431 and the connection is
+    closed, and the app never sees it. What the parser refuses (not HTTP, a NUL in a header) gets
+    400. Both bodies are application/problem+json, like every other error of the API, instead of
+    uvicorn's text/plain.
+    """
+
+    max_header_bytes = 32 * 1024
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True  # between a request's first byte and the end of its headers
+        self._head_bytes = 0  # bytes received while in the head
+        self._head_size = 0  # the request line and headers as parsed
+        self._too_large = False
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head, self._head_size = True, 0
+
+    def on_url(self, url: bytes) -> None:
+        self._head_size += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_size += len(name) + len(value) + 4  # ": " and CRLF
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head, self._head_bytes = False, 0
+        if self._head_size > self.max_header_bytes:
+            self._too_large = True
+            raise _HeadTooLarge()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True  # what comes next on the connection is the next request's head
+
+    def data_received(self, data: bytes) -> None:
+        if self._too_large:
+            return  # refused; the connection is closing
+        if self._in_head:
+            if self._head_bytes > self.max_header_bytes:  # all that came before this chunk was head
+                self._too_large = True
+                self.send_400_response("")
+                return
+            self._head_bytes += len(data)
+        super().data_received(data)
+
+    def send_400_response(self, msg: str) -> None:
+        if self._too_large:
+            log.warning("request head too large; refused", extra={"limit_bytes": self.max_header_bytes})
+            response = _problem_response(
+                431, "Request Header Fields Too Large", "headers-too-large", "The request's headers are too large.",
+                f"the request line and headers are longer than this server's limit of {self.max_header_bytes} bytes")
+        else:
+            response = _problem_response(400, "Bad Request", "malformed-request", "The request is not HTTP.",
+                                         "the server could not parse the request as HTTP/1.1")
+        if not self.transport.is_closing():
+            self.transport.write(response)
+            self.transport.close()
+
+
+def _protocol(settings: Settings) -> type[BoundedHttpProtocol]:
+    return type("KairosHttpProtocol", (BoundedHttpProtocol,), {"max_header_bytes": settings.api_max_header_bytes})
 
 
 def _listen(settings: Settings, reuse_port: bool) -> socket.socket:
@@ -56,7 +145,7 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:
     sock = _listen(settings, reuse_port=settings.api_reuse_port)
     # uvicorn's access log stays off: RequestTelemetry writes the one line per request.
     config = uvicorn.Config(RequestTelemetry(create_app(settings, db)), log_config=None, access_log=False,
-                            lifespan="on", timeout_graceful_shutdown=5, http="httptools", backlog=2048)
+                            lifespan="on", timeout_graceful_shutdown=5, http=_protocol(settings), backlog=2048)
     server = uvicorn.Server(config)
     # Under a supervisor: answer its tier-wide scrape (app.api.metrics).
     listener = await start_worker_listener(settings.api_metrics_dir, db) if settings.api_metrics_dir else None
