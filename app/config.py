@@ -281,6 +281,15 @@ class Settings:
         "KAIROS_ADMIN_TOKEN", "", SECRET, shown="empty",
         doc="operator token for every tenant's figures: `/v1/stats/*`, `/v1/status` and `/dashboard` accept "
             "`Authorization: Bearer <token>` (compared in constant time); empty: no operator access")
+    # Failed-authentication throttle per client address (app.api.auth, docs/quotas.md).
+    auth_failure_limit: int = setting(
+        "KAIROS_AUTH_FAILURE_LIMIT", 20, integer(0, note=" (0: no throttle)"),
+        "failed API-key attempts one client address may make in a burst (and then this many per "
+        "`KAIROS_AUTH_FAILURE_WINDOW_S`) before the API answers its requests 429 without checking the key "
+        "([quotas.md](quotas.md))")
+    auth_failure_window_s: float = setting(
+        "KAIROS_AUTH_FAILURE_WINDOW_S", 60.0, number(exclusive=True), shown="`60`",
+        doc="the window of `KAIROS_AUTH_FAILURE_LIMIT`, in seconds")
     # Regions (docs/regions.md): schedulers outside the primary region stand by.
     region: str = setting(
         "KAIROS_REGION", "", text(required=False),

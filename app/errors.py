@@ -72,6 +72,21 @@ class InvalidExecutionState(InvalidStateTransition):
 class TenantQuotaExceeded(KairosError):
     """The tenant's quota is exhausted; try again later."""
 
+    def __init__(self, detail: str | None = None, *, quota: str | None = None, limit: int | None = None,
+                 retry_after_s: int | None = None) -> None:
+        super().__init__(detail)
+        self.quota = quota  # which one, as the API spells it: maxActiveJobs, maxSubmitPerSecond
+        self.limit = limit
+        self.retry_after_s = retry_after_s  # the Retry-After header's seconds
+
+
+class AuthenticationThrottled(KairosError):
+    """Too many failed authentication attempts from this address; try again later."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__()
+        self.retry_after_s = retry_after_s
+
 
 class EgressRefused(KairosError):
     """The target address is not allowed by the egress policy."""

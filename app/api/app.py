@@ -8,7 +8,7 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
 from app.api import bodies, guards, openapi, problems
-from app.api.auth import provide_db, provide_tenant
+from app.api.auth import AuthThrottle, provide_db, provide_tenant
 from app.api.dashboard import DashboardController
 from app.api.dead_letters import DeadLetterController
 from app.api.health import DemoController, HealthController
@@ -44,7 +44,8 @@ def create_app(settings: Settings, db: Database) -> Litestar:
         before_request=guards.before_request,
         # Every handler's data is decoded strictly from its bytes (app.api.bodies); responses as usual.
         dto=bodies.StrictBody, return_dto=None,
-        state=State({"settings": settings, "db": db, "key_cache": tenants.KeyCache(), "submit_writer": writer}),
+        state=State({"settings": settings, "db": db, "key_cache": tenants.KeyCache(), "submit_writer": writer,
+                     "auth_throttle": AuthThrottle.from_settings(settings)}),
         on_shutdown=[writer.close],
         openapi_config=OpenAPIConfig(title="Kairos", version="1", path="/schema",
                                      render_plugins=[LocalSwaggerUI("/schema")],

@@ -33,6 +33,11 @@ PROBLEM_SCHEMA: dict[str, Any] = {
         "field": {"type": "string", "description": "JSON Pointer (body) or parameter name of the bad input",
                   "example": "/retry/maxAttempts"},
         "maxBytes": {"type": "integer", "description": "413 only: the route's body limit"},
+        "quota": {"type": "string", "enum": ["maxActiveJobs", "maxSubmitPerSecond"],
+                  "description": "429 of a submit quota only: which one (docs/quotas.md)"},
+        "limit": {"type": "integer", "description": "429 of a submit quota only: the quota's value"},
+        "retryAfterSeconds": {"type": "integer", "minimum": 1,
+                              "description": "429 only: the Retry-After header's value, also on batch items"},
     },
 }
 
@@ -41,7 +46,9 @@ STATUS_TEXT = {
     403: "The key does not cover this resource.", 404: "No such resource for this tenant.",
     409: "The resource is not in a state that allows this, or changed concurrently.",
     413: "The body is larger than the route allows (maxBytes).",
-    422: "The JSON breaks the schema or a rule; field names it.", 429: "The tenant's quota is spent.",
+    422: "The JSON breaks the schema or a rule; field names it.",
+    429: "A quota of the tenant is reached (quota names it), or this client address failed to authenticate too "
+         "often; come back after Retry-After seconds.",
     503: "The database is unreachable or the transaction kept conflicting; retry.",
 }
 
@@ -55,9 +62,14 @@ JOB_EXAMPLE = {
 ID_PARAMS = {"job_ref": ("jobId", "The job's id."), "execution_ref": ("executionId", "The execution's id.")}
 
 
+RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again.", "required": True,
+                               "schema": {"type": "integer", "minimum": 1}}}
+
+
 def _problems(*statuses: int) -> dict[str, Any]:
     return {str(s): {"description": STATUS_TEXT[s],
-                     "content": {PROBLEM_MEDIA: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+                     "content": {PROBLEM_MEDIA: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+                     **({"headers": RETRY_AFTER} if s == 429 else {})}
             for s in statuses}
 
 
@@ -79,7 +91,7 @@ def _action(operation_id: str, summary: str, *, tag: str, param: tuple[str, str]
             body_required: bool, answer: str, status: int, problems: tuple[int, ...]) -> dict[str, Any]:
     op: dict[str, Any] = {"tags": [tag], "operationId": operation_id, "summary": summary,
                           "parameters": [_id_param(*param)],
-                          "responses": {str(status): _json(answer), **_problems(*problems)}}
+                          "responses": {str(status): _json(answer), **_problems(*sorted({*problems, 429}))}}
     if body:
         op["requestBody"] = _body(body, body_required)
     return {"post": op}
@@ -110,7 +122,8 @@ ACTIONS: dict[str, dict[str, Any]] = {
         problems=(400, 401, 404, 409, 422, 503)),
 }
 
-# Problems per operation beyond 401/503 (which every /v1 operation can give).
+# Problems per operation beyond 401/429/503 (which every /v1 operation can give: 429 when the client
+# address failed to authenticate too often, app.api.auth).
 PROBLEMS: dict[str, tuple[int, ...]] = {
     "CreateJob": (400, 403, 409, 413, 422, 429), "CreateJobs": (400, 413, 422), "ListJobs": (400, 422),
     "GetJob": (404,), "CancelJob": (404, 409), "UpdateJob": (400, 403, 404, 409, 422),
@@ -198,6 +211,6 @@ def _finish(op: Any, *, public: bool) -> None:
         op.request_body = UPDATE_BODY
     responses = dict(op.responses or {})
     responses.pop("400", None)  # Litestar's own validation body; ours is a problem
-    for status, response in _problems(*sorted({401, 503, *PROBLEMS.get(op.operation_id, ())})).items():
+    for status, response in _problems(*sorted({401, 429, 503, *PROBLEMS.get(op.operation_id, ())})).items():
         responses.setdefault(status, response)
     op.responses = responses

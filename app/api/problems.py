@@ -37,6 +37,7 @@ _STATUS: dict[type[errors.KairosError], tuple[int, str]] = {
     errors.IdempotencyConflict: (409, "idempotency-conflict"),
     errors.InvalidStateTransition: (409, "invalid-state"),
     errors.TenantQuotaExceeded: (429, "quota-exceeded"),
+    errors.AuthenticationThrottled: (429, "too-many-auth-failures"),
     errors.DatabaseUnavailable: (503, "database-unavailable"),
     errors.ObjectStoreUnavailable: (503, "object-store-unavailable"),
     errors.TransactionRetriesExhausted: (503, "contention"),
@@ -85,7 +86,11 @@ def error_body(exc: errors.KairosError, instance: str, *, within: str = "",
     else:
         status, slug = 500, "internal"
     field = field_of(exc, within=within, parameters=parameters) if isinstance(exc, errors.InvalidInput) else None
-    extra = {"field": field} if field is not None else {}
+    extra: dict[str, Any] = {"field": field} if field is not None else {}
+    if isinstance(exc, errors.TenantQuotaExceeded) and exc.quota is not None:
+        extra.update(quota=exc.quota, limit=exc.limit)
+    if (retry_after := getattr(exc, "retry_after_s", None)) is not None:
+        extra["retryAfterSeconds"] = retry_after
     title = (type(exc).__doc__ or "").strip().splitlines()[0]
     return problem_body(status, slug, title, exc.detail, instance, **extra)
 
@@ -101,6 +106,8 @@ def kairos_error(request: Request, exc: errors.KairosError) -> Response[dict[str
     if status >= 500:
         log.warning("request failed", extra={"path": request.url.path, "error": str(exc)})
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if "retryAfterSeconds" in body:  # a 429: when to come back (RFC 9110 section 10.2.3)
+        headers = {"Retry-After": str(body["retryAfterSeconds"])}
     return Response(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 

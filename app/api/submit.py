@@ -8,13 +8,19 @@ and at rest a submit starts one at once. A request is answered only after its tr
 committed. A request's items always commit together; if a shared transaction fails on something
 other than contention or an unreachable database, each request in it is retried alone, so one
 request's fault never fails another's.
+
+Quotas (docs/quotas.md) are checked here, where every submit passes: the submit rate when a request
+arrives (a token bucket per tenant in this process), the active-jobs quota when it is flushed (a
+count bounded by the quota). A tenant with neither costs one cached dict lookup per request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import math
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID
@@ -22,14 +28,18 @@ from uuid import UUID
 from app import errors, observability
 from app.domain import jobs as spec
 from app.domain import schedule as cron
+from app.domain.limits import TokenBuckets
 from app.domain.shards import due_minute
-from app.store import Database, Store
+from app.store import Database, Store, tenants
 from app.store import jobs as store
 
 log = logging.getLogger(__name__)
 
 WRITER_MAX_ROWS_DEFAULT = 1000
 WRITER_IN_FLIGHT_DEFAULT = 4
+QUOTA_TTL_S_DEFAULT = 5.0
+# The active-jobs quota frees up only as jobs end or are cancelled: its Retry-After is a hint.
+ACTIVE_JOBS_RETRY_AFTER_S = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +160,8 @@ class WriterConfig:
     in_flight: int = WRITER_IN_FLIGHT_DEFAULT
     # KAIROS_HERD_WARNING_THRESHOLD (None: no herd warnings).
     herd_threshold: int | None = None
+    # How long a tenant's submit quotas are cached: a changed quota applies within this long.
+    quota_ttl_s: float = QUOTA_TTL_S_DEFAULT
 
     def __post_init__(self) -> None:
         if self.max_rows < 1 or self.in_flight < 1:
@@ -160,26 +172,75 @@ class WriterConfig:
 class _Request:
     subs: list[Submission]
     done: asyncio.Future[list[Outcome]]
+    # The tenant's active-jobs quota, when it has one (checked when the request is flushed).
+    max_active_jobs: int | None = None
+
+
+def _retry_after(seconds: float) -> int:
+    return max(1, math.ceil(seconds))
+
+
+def submit_rate_exceeded(rate: int, wait_s: float) -> errors.TenantQuotaExceeded:
+    return errors.TenantQuotaExceeded(f"the tenant's submit rate of {rate} jobs per second is reached",
+                                      quota="maxSubmitPerSecond", limit=rate, retry_after_s=_retry_after(wait_s))
+
+
+def active_jobs_exceeded(cap: int) -> errors.TenantQuotaExceeded:
+    return errors.TenantQuotaExceeded(
+        f"the tenant holds its quota of {cap} active jobs (active or paused); cancel some or wait for one-off "
+        "jobs to run", quota="maxActiveJobs", limit=cap, retry_after_s=ACTIVE_JOBS_RETRY_AFTER_S)
 
 
 class SubmitWriter:
     """Group commit of submits (see the module docstring)."""
 
-    def __init__(self, db: Database, config: WriterConfig = WriterConfig()) -> None:
+    def __init__(self, db: Database, config: WriterConfig = WriterConfig(),
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.db = db
         self.config = config
+        self.quotas = tenants.QuotaCache(config.quota_ttl_s)
+        # The submit rate: one token bucket per tenant in this process (docs/quotas.md says why).
+        self.rates = TokenBuckets()
+        self._clock = clock
         self._waiting: list[_Request] = []
         self._flushes: set[asyncio.Task[None]] = set()
 
     async def submit(self, subs: list[Submission]) -> list[Outcome]:
-        """Store ``subs`` in one transaction (perhaps shared with other requests); their outcomes."""
+        """Store one request's ``subs`` (one tenant's) in one transaction, perhaps shared with other
+        requests; their outcomes, in order.
+
+        The tenant's quotas (docs/quotas.md): over its submit rate, the items beyond the tokens its
+        bucket holds come back as TenantQuotaExceeded, and when not one fits the call raises it; over
+        its active-jobs quota, the items beyond it come back as TenantQuotaExceeded. Refused items
+        write nothing."""
         if not subs:
             return []
-        request = _Request(subs, asyncio.get_running_loop().create_future())
+        tenant_id = subs[0].tenant_id
+        quota = self.quotas.cached(tenant_id) or await self.quotas.get(self.db, tenant_id)
+        refused: list[Outcome] = []
+        if quota.max_submit_per_s is not None:
+            subs, refused = self._admit(subs, quota.max_submit_per_s)
+        request = _Request(subs, asyncio.get_running_loop().create_future(), quota.max_active_jobs)
         self._waiting.append(request)
         self._start_flushes()
         # Shielded: a client that goes away does not cancel a transaction other requests share.
-        return await asyncio.shield(request.done)
+        return await asyncio.shield(request.done) + refused
+
+    def _admit(self, subs: list[Submission], rate: int) -> tuple[list[Submission], list[Outcome]]:
+        """The first items the tenant's bucket has tokens for, and the refusals of the rest (raised
+        when none has one). The bucket holds one second's worth."""
+        tenant_id = subs[0].tenant_id
+        now = self._clock()
+        taken = self.rates.take(tenant_id, len(subs), rate, rate, now)
+        if taken.granted < len(subs):
+            observability.quota_refusals.add(len(subs) - taken.granted,
+                                             {"quota": "max_submit_per_s", "tenant": str(tenant_id)})
+        if taken.granted == 0:
+            raise submit_rate_exceeded(rate, taken.retry_after_s)
+        if taken.granted == len(subs):
+            return subs, []
+        over = submit_rate_exceeded(rate, self.rates.wait_s(tenant_id, rate, rate, now))
+        return subs[:taken.granted], [over] * (len(subs) - taken.granted)
 
     def _start_flushes(self) -> None:
         while self._waiting and len(self._flushes) < self.config.in_flight:
@@ -197,9 +258,12 @@ class SubmitWriter:
         self._start_flushes()
 
     async def _flush(self, group: list[_Request]) -> None:
-        subs = [s for r in group for s in r.subs]
         try:
-            outcomes = await self.db.transaction(lambda tx: store_many(tx, subs, self.config.herd_threshold))
+            verdicts = await self._active_jobs_verdicts(group)
+            subs = [s for r, v in zip(group, verdicts, strict=True) for i, s in enumerate(r.subs)
+                    if v is None or v[i] is None]
+            outcomes = await self.db.transaction(
+                lambda tx: store_many(tx, subs, self.config.herd_threshold)) if subs else []
         except (errors.DatabaseUnavailable, errors.TransactionRetriesExhausted) as exc:
             for r in group:
                 _settle(r, exc)
@@ -212,13 +276,54 @@ class SubmitWriter:
                         extra={"requests": len(group), "error": str(exc)})
             await asyncio.gather(*(self._flush([r]) for r in group))
             return
-        at = 0
-        for r in group:
-            _settle(r, outcomes[at:at + len(r.subs)])
-            at += len(r.subs)
+        stored = iter(outcomes)
+        for r, v in zip(group, verdicts, strict=True):
+            _settle(r, [next(stored) if v is None or v[i] is None else v[i] for i in range(len(r.subs))])
         created = sum(1 for o in outcomes if isinstance(o, Created) and not o.replayed)
         if created:
             observability.jobs_submitted.add(created)
+
+    async def _active_jobs_verdicts(self, group: list[_Request]) -> list[list[Outcome | None] | None]:
+        """Per request, None when all its items may be stored, else per item None (store it) or the
+        refusal of an item beyond its tenant's active-jobs quota.
+
+        The count is read before the write, at READ COMMITTED, in its own transaction: inside the
+        serializable write it would make concurrent submits of the tenant conflict (and a sequential
+        scan, which the planner picks when one tenant owns most jobs, conflicts with every insert into
+        jobs). So concurrent transactions may each pass the check: a tenant can go over its quota by
+        what the transactions in flight at that moment carry, never further (docs/quotas.md)."""
+        caps = {r.subs[0].tenant_id: r.max_active_jobs for r in group if r.max_active_jobs is not None}
+        if not caps:
+            return [None] * len(group)
+        keys = sorted({(s.tenant_id, s.idempotency_key) for r in group if r.max_active_jobs is not None
+                       for s in r.subs if s.idempotency_key is not None})
+
+        async def read(tx: Store) -> tuple[dict[UUID, int], set[tuple[UUID, str]]]:
+            counts = {t: await tx.tenants.active_job_count(t, cap) for t, cap in caps.items()}
+            return counts, set(await tx.jobs.by_idempotency_keys(keys))
+
+        counts, earlier = await self.db.transaction(read, isolation="READ COMMITTED")
+        room = {t: cap - counts[t] for t, cap in caps.items()}
+        verdicts: list[list[Outcome | None] | None] = []
+        for r in group:
+            if r.max_active_jobs is None:
+                verdicts.append(None)
+                continue
+            tenant_id = r.subs[0].tenant_id
+            verdict: list[Outcome | None] = []
+            for s in r.subs:
+                if s.idempotency_key is not None and (tenant_id, s.idempotency_key) in earlier:
+                    verdict.append(None)  # a retry of an earlier submit adds no job: answered as that one was
+                elif room[tenant_id] > 0:
+                    room[tenant_id] -= 1
+                    verdict.append(None)
+                else:
+                    verdict.append(active_jobs_exceeded(caps[tenant_id]))
+            over = sum(o is not None for o in verdict)
+            if over:
+                observability.quota_refusals.add(over, {"quota": "max_active_jobs", "tenant": str(tenant_id)})
+            verdicts.append(verdict if over else None)
+        return verdicts
 
     async def close(self) -> None:
         """Wait for transactions in flight (and what waits behind them) to finish."""

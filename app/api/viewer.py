@@ -21,7 +21,7 @@ from litestar.di import NamedDependency
 from litestar.params import QueryParameter
 
 from app import errors
-from app.api.auth import provide_tenant
+from app.api.auth import provide_tenant, refuse_if_throttled
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ def _bearer(request: Request) -> str:
 async def provide_viewer(request: Request, state: State, chosen: Annotated[str | None, QueryParameter(
         name="tenant", description="the operator's admin token only: one tenant's figures (by name)")] = None,
                          ) -> Viewer:
+    refuse_if_throttled(request, state)  # a throttled address gets no admin-token guesses either
     if is_admin_token(_bearer(request), state.settings.admin_token):
         if chosen is None:
             return Viewer(admin=True, tenant_id=None, tenant_name=None)

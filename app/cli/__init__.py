@@ -25,6 +25,7 @@ from app.cli.status import status
 from app.cli.worker import worker
 from app.config import InvalidSetting, load
 from app.store import Store
+from app.store.tenants import UNCHANGED
 
 T = TypeVar("T")
 console = Console(stderr=False, highlight=False)
@@ -112,7 +113,30 @@ def tenants() -> None:
 
 def _tenant_json(t: Any) -> dict[str, Any]:
     return {"tenantId": str(t.tenant_id), "name": t.name, "weight": t.weight, "maxInflight": t.max_inflight,
-            "maxDispatchPerSecond": t.max_dispatch_per_s, "createdAt": t.created_at.isoformat()}
+            "maxDispatchPerSecond": t.max_dispatch_per_s, "maxActiveJobs": t.max_active_jobs,
+            "maxSubmitPerSecond": t.max_submit_per_s, "createdAt": t.created_at.isoformat()}
+
+
+class _QuotaOrNone(click.ParamType):
+    """A submit quota: an integer in [1, high], or ``none`` to clear it (no limit)."""
+
+    name = "N|none"
+
+    def __init__(self, high: int) -> None:
+        self.high = high
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is UNCHANGED:
+            return value  # type: ignore[no-any-return]
+        if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+            return None
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            number = 0
+        if not 1 <= number <= self.high:
+            self.fail(f"{value!r} is not an integer 1-{self.high} or none", param, ctx)
+        return number
 
 
 @tenants.command("create")
@@ -161,13 +185,20 @@ def tenants_rotate_key(name: str, as_json: bool) -> None:
 @click.option("--weight", type=click.IntRange(1, 1000), help="Fairness weight in shared pools.")
 @click.option("--max-inflight", type=click.IntRange(1, 1_000_000), help="Leased executions per pool at once.")
 @click.option("--max-dispatch-per-s", type=click.IntRange(1, 1_000_000), help="Occurrences dispatched per second.")
-def tenants_set_quota(name: str, weight: int | None, max_inflight: int | None,
-                      max_dispatch_per_s: int | None) -> None:
-    """Change a tenant's quotas."""
-    if weight is None and max_inflight is None and max_dispatch_per_s is None:
-        fail("give at least one of --weight, --max-inflight, --max-dispatch-per-s")
-    tenant = _need_tenant(lambda tx, t: tx.tenants.set_quota(t.tenant_id, weight=weight, max_inflight=max_inflight,
-                                                       max_dispatch_per_s=max_dispatch_per_s), name)
+@click.option("--max-active-jobs", type=_QuotaOrNone(100_000_000), default=UNCHANGED,
+              help="Active or paused jobs the tenant may hold; none: no limit (docs/quotas.md).")
+@click.option("--max-submit-per-s", type=_QuotaOrNone(1_000_000), default=UNCHANGED,
+              help="Jobs the tenant may submit per second, per API process; none: no limit.")
+def tenants_set_quota(name: str, weight: int | None, max_inflight: int | None, max_dispatch_per_s: int | None,
+                      max_active_jobs: int | None, max_submit_per_s: int | None) -> None:
+    """Change a tenant's quotas (the ones not given stay as they are)."""
+    if (weight is None and max_inflight is None and max_dispatch_per_s is None
+            and max_active_jobs is UNCHANGED and max_submit_per_s is UNCHANGED):
+        fail("give at least one of --weight, --max-inflight, --max-dispatch-per-s, --max-active-jobs, "
+             "--max-submit-per-s")
+    tenant = _need_tenant(lambda tx, t: tx.tenants.set_quota(
+        t.tenant_id, weight=weight, max_inflight=max_inflight, max_dispatch_per_s=max_dispatch_per_s,
+        max_active_jobs=max_active_jobs, max_submit_per_s=max_submit_per_s), name)
     click.echo(json.dumps(_tenant_json(tenant)))
 
 

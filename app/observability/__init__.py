@@ -239,6 +239,13 @@ meter = metrics.get_meter("kairos")
 
 # API
 jobs_submitted = meter.create_counter("kairos.jobs.submitted", description="Jobs accepted by the API")
+quota_refusals = meter.create_counter(
+    "kairos.quota.refusals",
+    description="Submitted jobs refused by a tenant quota, by quota (max_active_jobs, max_submit_per_s) and tenant")
+auth_throttled = meter.create_counter(
+    "kairos.auth.throttled",
+    description="API requests answered 429 without checking their key: their client address failed to "
+                "authenticate too often")
 http_request_duration = meter.create_histogram(
     "kairos.http.request.duration", unit="s", explicit_bucket_boundaries_advisory=REQUEST_BUCKETS_S,
     description="API requests by route template, method, status and status class (2xx, 4xx, ...)")

@@ -1,0 +1,147 @@
+"""The failed-authentication throttle per client address, against a real `kairos api` process.
+
+After KAIROS_AUTH_FAILURE_LIMIT failed attempts from one address, its requests are answered 429 with
+Retry-After before the key is looked at (a valid key too); other addresses are not affected. The
+episode is logged once, structured, and counted in kairos_auth_throttled_total. The client binds
+its own loopback address (127.0.0.2, 127.0.0.3) so each test is a distinct client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.api.conftest import TenantKey, make_tenant
+from tests.conftest import free_port, fresh_database, wait_for
+
+LIMIT = 5
+ADMIN_TOKEN = "operator-token-for-tests-only"
+PROBLEM = "application/problem+json"
+
+
+@dataclass(frozen=True)
+class Api:
+    url: str
+    database_url: str
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def throttled_api(pg_base_url: str, pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    with fresh_database(pg_base_url, pg_template) as database_url:
+        port = free_port()
+        # One process: the buckets are per API process (docs/quotas.md), so one client meets one bucket.
+        env = {**os.environ, "KAIROS_DATABASE_URL": database_url, "KAIROS_API_PORT": str(port),
+               "KAIROS_API_WORKERS": "1", "KAIROS_HOME": str(tmp_path_factory.mktemp("home")),
+               "KAIROS_LOG_FORMAT": "json", "KAIROS_ADMIN_TOKEN": ADMIN_TOKEN,
+               "KAIROS_AUTH_FAILURE_LIMIT": str(LIMIT), "KAIROS_AUTH_FAILURE_WINDOW_S": "600"}
+        log = tmp_path_factory.mktemp("logs") / "api.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=env, stdout=out,
+                                    stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"kairos api exited: {log.read_text()[-2000:]}")
+            try:
+                return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        try:
+            wait_for(ready, timeout_s=30, what="kairos api /readyz")
+            yield Api(url, database_url, log)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=15)
+
+
+def client_from(address: str, api: Api) -> httpx.Client:
+    return httpx.Client(base_url=api.url, timeout=10, transport=httpx.HTTPTransport(local_address=address))
+
+
+def log_lines(api: Api) -> list[dict]:
+    out = []
+    for line in api.log.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def throttled_count(api: Api) -> float:
+    text = httpx.get(f"{api.url}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("kairos_auth_throttled_total"))
+
+
+@pytest.fixture(scope="module")
+def tenant_key(throttled_api: Api) -> TenantKey:
+    return make_tenant(throttled_api.database_url)
+
+
+def test_after_the_limit_an_address_gets_429_without_its_key_being_checked(
+        throttled_api: Api, tenant_key: TenantKey) -> None:
+    good = {"Authorization": f"Bearer {tenant_key.key}"}
+    with client_from("127.0.0.2", throttled_api) as attacker, client_from("127.0.0.3", throttled_api) as bystander:
+        assert attacker.get("/v1/jobs", headers=good).status_code == 200  # a good key costs nothing
+        before = throttled_count(throttled_api)
+        bad = [attacker.get("/v1/jobs", headers={"Authorization": f"Bearer guess-{i}"}).status_code
+               for i in range(LIMIT - 1)] + [attacker.get("/v1/jobs").status_code]  # no header is a failure too
+        assert bad == [401] * LIMIT
+        for headers in ({"Authorization": "Bearer guess-again"}, good):
+            resp = attacker.get("/v1/jobs", headers=headers)
+            assert resp.status_code == 429, resp.text
+            assert resp.headers["content-type"].startswith(PROBLEM)
+            problem = resp.json()
+            assert problem["type"] == "https://kairos.dev/problems/too-many-auth-failures"
+            # The bucket refills LIMIT per 600 s: one attempt back after 120 s.
+            assert 1 <= int(resp.headers["retry-after"]) <= 120
+            assert problem["retryAfterSeconds"] == int(resp.headers["retry-after"])
+        # Another address, with the same good key, is unaffected.
+        assert bystander.get("/v1/jobs", headers=good).status_code == 200
+        assert bystander.post("/v1/jobs:batch", headers=good, json={"jobs": []}).status_code == 200
+    assert throttled_count(throttled_api) - before == 2
+    episodes = wait_for(lambda: [r for r in log_lines(throttled_api) if r.get("msg") == "authentication throttled"],
+                        timeout_s=10, what="the throttle's log line")
+    assert len(episodes) == 1
+    assert episodes[0]["client"] == "127.0.0.2" and episodes[0]["limit"] == LIMIT
+    assert episodes[0]["level"] == "warning" and episodes[0]["logger"] == "app.api.auth"
+    assert "guess" not in throttled_api.log.read_text()  # no presented key reaches the log
+
+
+def test_a_throttled_address_writes_nothing(throttled_api: Api, tenant_key: TenantKey) -> None:
+    from tests.api.conftest import query
+
+    def jobs() -> int:
+        return query(throttled_api.database_url, "SELECT count(*) FROM jobs")[0][0]
+
+    before = jobs()
+    body = {"name": "n", "target": {"type": "queue", "ref": "p"}, "schedule": {"delaySeconds": 60}}
+    with client_from("127.0.0.4", throttled_api) as attacker:
+        for i in range(LIMIT):
+            assert attacker.post("/v1/jobs", json=body, headers={"Authorization": f"Bearer x{i}"}).status_code == 401
+        resp = attacker.post("/v1/jobs", json=body, headers={"Authorization": f"Bearer {tenant_key.key}"})
+    assert resp.status_code == 429
+    assert jobs() == before
+
+
+def test_a_throttled_address_cannot_try_the_admin_token_either(throttled_api: Api) -> None:
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    with client_from("127.0.0.5", throttled_api) as attacker:
+        assert attacker.get("/v1/status", headers=admin).status_code == 200
+        for i in range(LIMIT):  # wrong admin tokens are failed authentications like wrong keys
+            assert attacker.get("/v1/status", headers={"Authorization": f"Bearer wrong-{i}"}).status_code == 401
+        resp = attacker.get("/v1/status", headers=admin)
+    assert resp.status_code == 429
+    assert resp.json()["type"] == "https://kairos.dev/problems/too-many-auth-failures"
