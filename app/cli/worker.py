@@ -61,9 +61,13 @@ worker key. More: docs/worker-protocol.md, "The command worker".
 @click.option("--idle-notice-s", type=click.FloatRange(0, 86400), default=60.0, show_default=True,
               help="After this long with nothing leased, log that no work came from the pool (again every "
                    "such stretch; 0: never).")
+@click.option("--prefetch", type=click.IntRange(0, 1000), default=None,
+              help="Executions leased ahead of free slots, waiting in the worker (heartbeaten) for one "
+                   "[default: sized from the measured Lease round trip against the commands' run time, "
+                   "about 0 for commands that run for seconds; 0: never].")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def worker(pool: str, addr: str | None, concurrency: int, lease_seconds: float, worker_id: str | None,
-           report_ms: float, idle_notice_s: float, command: tuple[str, ...]) -> None:
+           report_ms: float, idle_notice_s: float, prefetch: int | None, command: tuple[str, ...]) -> None:
     """Run COMMAND once per execution of POOL, with the payload as JSON on stdin.
 
     Exit 0 completes the execution, 65 dead-letters it, any other exit (75 by convention)
@@ -84,7 +88,7 @@ def worker(pool: str, addr: str | None, concurrency: int, lease_seconds: float, 
     executor = addr or settings.executor_addr
     w = Worker(check_pool_ref(pool), command_handler(argv), addr=executor, api_key=settings.api_key,
                concurrency=concurrency, lease_seconds=lease_seconds, worker_id=worker_id, report_s=report_ms / 1000,
-               idle_notice_s=idle_notice_s)
+               idle_notice_s=idle_notice_s, prefetch=prefetch)
     logging.getLogger("kairos.worker").info("worker starting", extra={
         "pool": pool, "addr": executor, "command": argv})
     try:

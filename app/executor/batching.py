@@ -19,7 +19,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
@@ -113,38 +113,53 @@ class Outcomes:
         and remember each one for its outcome line."""
         kind = observability.queue_kind(queue)
         traced = tracing.enabled()
+        leases = self._leases
+        record_lag = observability.start_lag.record
+        attributes: dict[UUID, dict[str, str]] = {}  # one per tenant of the batch
         for item in leased:
             # The lease ends lease_s after it began, capped at the job's timeout (ExecutionLeaseFair).
-            leased_at: datetime = item.lease_until - timedelta(seconds=min(lease_s, float(item.timeout_s)))
-            lag_s = (leased_at - item.scheduled_for).total_seconds()
+            lag_s = (item.lease_until - item.scheduled_for).total_seconds() - min(lease_s, float(item.timeout_s))
             if item.attempt == 1:
-                observability.start_lag.record(max(0.0, lag_s), {"tenant": str(item.tenant_id), "queue": kind})
+                attrs = attributes.get(item.tenant_id)
+                if attrs is None:
+                    attrs = attributes[item.tenant_id] = {"tenant": str(item.tenant_id), "queue": kind}
+                record_lag(lag_s if lag_s > 0.0 else 0.0, attrs)
             span = None
+            previous = leases.pop(item.execution_id, None)  # a re-lease: this attempt replaces it
             if traced:  # nothing of this on the lease path when tracing is off
-                previous = self._leases.get(item.execution_id)
                 if previous is not None:
                     tracing.end_attempt(previous.span, "lease_lost")
+                leased_at = item.lease_until - timedelta(seconds=min(lease_s, float(item.timeout_s)))
                 span = tracing.start_attempt(item.traceparent, leased_at, {
                     "kairos.job_id": str(item.job_id), "kairos.execution_id": str(item.execution_id),
                     "kairos.attempt": item.attempt, "kairos.queue_kind": kind})
-            self._leases[item.execution_id] = _Lease(item.job_id, item.tenant_id, item.attempt,
-                                                     round(lag_s * 1000, 1), span)
-            self._leases.move_to_end(item.execution_id)
-        while len(self._leases) > TRACKED_LEASES_MAX:
-            tracing.end_attempt(self._leases.popitem(last=False)[1].span, "untracked")
+            leases[item.execution_id] = _Lease(item.job_id, item.tenant_id, item.attempt, round(lag_s * 1000, 1), span)
+        while len(leases) > TRACKED_LEASES_MAX:
+            tracing.end_attempt(leases.popitem(last=False)[1].span, "untracked")
 
-    def _settled(self, execution_id: UUID, attempt: int, outcome: str, **more: object) -> None:
-        """The outcome's log line and (but for a deferral, which is no attempt's outcome) its count."""
-        if outcome != "deferred":
-            observability.executions.add(1, {"outcome": outcome})
-        fields: dict[str, object] = {"execution_id": str(execution_id), "attempt": attempt, "outcome": outcome}
-        lease = self._leases.pop(execution_id, None)
-        if lease is not None and lease.attempt == attempt:
-            fields.update(job_id=str(lease.job_id), tenant_id=str(lease.tenant_id), lag_ms=lease.lag_ms)
-            tracing.end_attempt(lease.span, outcome)
-        elif lease is not None:
-            self._leases[execution_id] = lease  # another attempt's: keep it for its own outcome
-        log.info("execution outcome", extra={**fields, **more})
+    def _settled(self, settled: Sequence[tuple[UUID, int, str]], **more: object) -> None:
+        """The outcome lines of a batch, (execution_id, attempt, outcome) each, and (but for a deferral,
+        which is no attempt's outcome) their counts: one add per outcome, one write for the lines."""
+        counts: dict[str, int] = {}
+        rows = []
+        leases = self._leases
+        for execution_id, attempt, outcome in settled:
+            counts[outcome] = counts.get(outcome, 0) + 1
+            fields: dict[str, object] = {"execution_id": str(execution_id), "attempt": attempt, "outcome": outcome}
+            lease = leases.pop(execution_id, None)
+            if lease is not None and lease.attempt == attempt:
+                fields.update(job_id=str(lease.job_id), tenant_id=str(lease.tenant_id), lag_ms=lease.lag_ms)
+                if lease.span is not None:
+                    tracing.end_attempt(lease.span, outcome)
+            elif lease is not None:
+                leases[execution_id] = lease  # another attempt's: keep it for its own outcome
+            if more:
+                fields.update(more)
+            rows.append(fields)
+        for outcome, n in counts.items():
+            if outcome != "deferred":
+                observability.executions.add(n, {"outcome": outcome})
+        observability.log_many(log, logging.INFO, "execution outcome", rows)
 
     async def complete(self, item: ex.Success) -> bool:
         return await self.completer.submit(item)
@@ -166,22 +181,22 @@ class Outcomes:
     async def _complete(self, items: Sequence[ex.Success]) -> list[bool]:
         answers = await self.db.transaction(lambda tx: tx.executions.complete_many(items), isolation=self.isolation)
         out = [answers.get(i.execution_id, False) for i in items]
-        for item, ok in zip(items, out, strict=True):
-            self._settled(item.execution_id, item.attempt, "succeeded" if ok else "lease_lost")
+        self._settled([(item.execution_id, item.attempt, "succeeded" if ok else "lease_lost")
+                       for item, ok in zip(items, out, strict=True)])
         return out
 
     async def _fail(self, items: Sequence[ex.Failure]) -> list[ex.FailOutcome]:
         answers = await self.db.transaction(lambda tx: tx.executions.fail_many(items), isolation=self.isolation)
         out = [answers.get(i.execution_id) or ex.FailOutcome(i.execution_id, None, None) for i in items]
-        for item, o in zip(items, out, strict=True):
-            outcome = "lease_lost" if o.state is None else "retried" if o.state == ExecutionState.READY else "dead"
-            self._settled(item.execution_id, item.attempt, outcome)
+        self._settled([(item.execution_id, item.attempt,
+                         "lease_lost" if o.state is None else "retried" if o.state == ExecutionState.READY else "dead")
+                        for item, o in zip(items, out, strict=True)])
         return out
 
     async def _defer(self, items: Sequence[Deferral]) -> list[bool]:
         refs = [ex.AttemptRef(i.execution_id, i.attempt) for i in items]
         await self.db.transaction(lambda tx: tx.executions.defer_many(refs, [i.delay_s for i in items]),
                                   isolation=self.isolation)
-        for i in items:
-            self._settled(i.execution_id, i.attempt, "deferred", delay_s=round(i.delay_s, 3))
+        for i in items:  # each its own delay
+            self._settled([(i.execution_id, i.attempt, "deferred")], delay_s=round(i.delay_s, 3))
         return [True] * len(items)

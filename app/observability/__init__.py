@@ -70,21 +70,71 @@ class JsonFormatter(logging.Formatter):
         self._prefix = ""
 
     def format(self, record: logging.LogRecord) -> str:
-        second = int(record.created)
+        exc = self.formatException(record.exc_info) if record.exc_info else None
+        return self.line(record.created, record.levelname, record.name, record.getMessage(), _extras(record), exc)
+
+    def line(self, created: float, level: str, logger: str, message: str, fields: Mapping[str, Any],
+             exc: str | None = None) -> str:
+        """One record's JSON object from its parts (``fields`` already redacted)."""
+        second = int(created)
         if second != self._second:
             self._second, self._prefix = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         out: dict[str, Any] = {
-            "ts": f"{self._prefix}.{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
+            "ts": f"{self._prefix}.{int((created - second) * 1000):03d}Z",
+            "level": level.lower(),
+            "logger": logger,
+            "msg": message,
             "service": self.service,
             "pid": self.pid,
         }
-        out.update(_extras(record))
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+        out.update(fields)
+        if exc is not None:
+            out["exc"] = exc
         return self._encode(out).decode()
+
+
+def _json_handlers(logger: logging.Logger, level: int) -> list[logging.StreamHandler[Any]] | None:
+    """The handlers a record of ``logger`` at ``level`` reaches, when each is a plain JSON stream
+    handler and nothing filters on the way (so :func:`log_many` may write the lines itself)."""
+    found: list[logging.StreamHandler[Any]] = []
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.filters:
+            return None
+        for h in current.handlers:
+            if type(h) is not logging.StreamHandler or not isinstance(h.formatter, JsonFormatter) or h.filters:
+                return None
+            if level >= h.level:
+                found.append(h)
+        if not current.propagate:
+            break
+        current = current.parent
+    return found
+
+
+def log_many(logger: logging.Logger, level: int, message: str, rows: Iterable[Mapping[str, Any]]) -> None:
+    """A record per row (its extra fields), as ``logger.log(level, message, extra=row)`` would write
+    each, but in one write per handler: the executor's outcome lines of a whole batch."""
+    if not logger.isEnabledFor(level):
+        return
+    handlers = _json_handlers(logger, level)
+    if handlers is None:  # a test's capture handler, the text format: one record at a time
+        for row in rows:
+            logger.log(level, message, extra=dict(row))
+        return
+    if not handlers:
+        return
+    rows = list(rows)
+    created, name, levelname = time.time(), logger.name, logging.getLevelName(level)
+    for h in handlers:
+        formatter = h.formatter
+        assert isinstance(formatter, JsonFormatter)
+        text = "".join(formatter.line(created, levelname, name, message,
+                                      {k: (REDACTED if k.lower() in SECRET_FIELDS else v) for k, v in row.items()})
+                       + h.terminator for row in rows)
+        with h.lock or threading.Lock():
+            h.stream.write(text)
+            h.flush()
 
 
 # Loggers of libraries that configure their own output unless told not to: their records are

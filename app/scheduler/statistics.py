@@ -5,7 +5,11 @@ dispatch into executions and attempts). Until the planner's statistics see those
 the lease and dispatch statements for the tables it last analyzed (an empty ready queue), and
 those plans were 10-25x slower through a herd; autovacuum's own analyze came about a minute
 later. This duty checks every ``interval_s`` whether a hot table changed by at least
-``min_rows`` rows and ``fraction`` of its size since its last analyze, and then analyzes them.
+``min_rows`` rows and ``fraction`` of its size since its last analyze, and then analyzes those
+tables (each on its own: ANALYZE samples up to 30,000 rows of a table, a share of a core that the
+untouched tables need not pay), each at most once per ``min_gap_s``: through a drain the lease
+and completion updates keep executions "stale" every second, and re-analyzing it that often cost
+a fifth of PostgreSQL's time in a 50,000-job herd while the plans did not change.
 PostgreSQL only: on CockroachDB the duty does nothing (its automatic statistics cover this).
 """
 
@@ -13,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from dataclasses import dataclass
 
 from app.duties import run_every
@@ -23,6 +29,7 @@ log = logging.getLogger(__name__)
 STATISTICS_INTERVAL_S_DEFAULT = 1.0
 STATISTICS_MIN_ROWS_DEFAULT = 5_000
 STATISTICS_FRACTION_DEFAULT = 0.2
+STATISTICS_MIN_GAP_S_DEFAULT = 5.0
 
 
 @dataclass(frozen=True)
@@ -32,21 +39,24 @@ class StatisticsKeeperConfig:
     min_rows: int = STATISTICS_MIN_ROWS_DEFAULT
     # ... and at least this fraction of its rows.
     fraction: float = STATISTICS_FRACTION_DEFAULT
+    # ... and this keeper has not analyzed it in the last min_gap_s seconds.
+    min_gap_s: float = STATISTICS_MIN_GAP_S_DEFAULT
 
     def __post_init__(self) -> None:
-        if self.interval_s <= 0 or self.min_rows < 1 or self.fraction < 0:
-            raise ValueError("interval_s > 0, min_rows >= 1 and fraction >= 0 are required")
+        if self.interval_s <= 0 or self.min_rows < 1 or self.fraction < 0 or self.min_gap_s < 0:
+            raise ValueError("interval_s > 0, min_rows >= 1, fraction >= 0 and min_gap_s >= 0 are required")
 
 
 @dataclass(frozen=True)
 class StatisticsResult:
-    analyzed: tuple[str, ...]  # the stale tables that triggered an analyze (empty: none)
+    analyzed: tuple[str, ...]  # the stale tables analyzed (empty: none)
 
 
 class StatisticsKeeper:
     def __init__(self, db: Database, config: StatisticsKeeperConfig = StatisticsKeeperConfig()) -> None:
         self.db = db
         self.config = config
+        self._analyzed_at: dict[str, float] = {}  # table -> monotonic time of this keeper's last analyze
 
     @property
     def enabled(self) -> bool:
@@ -56,11 +66,14 @@ class StatisticsKeeper:
         cfg = self.config
         stale = await self.db.transaction(
             lambda tx: tx.statistics.stale_tables(min_rows=cfg.min_rows, fraction=cfg.fraction))
-        if not stale:
-            return StatisticsResult(())
-        await self.db.transaction(lambda tx: tx.statistics.analyze_hot_tables(), isolation="READ COMMITTED")
-        log.info("planner statistics refreshed", extra={"stale": sorted(stale)})
-        return StatisticsResult(tuple(sorted(stale)))
+        now = time.monotonic()
+        due = sorted(t for t in stale if now - self._analyzed_at.get(t, -math.inf) >= cfg.min_gap_s)
+        for table in due:
+            await self.db.transaction(lambda tx, table=table: tx.statistics.analyze(table), isolation="READ COMMITTED")
+            self._analyzed_at[table] = time.monotonic()
+        if due:
+            log.info("planner statistics refreshed", extra={"tables": due, "stale": sorted(stale)})
+        return StatisticsResult(tuple(due))
 
     async def run(self, stop: asyncio.Event) -> None:
         if self.enabled:

@@ -5,6 +5,11 @@ from __future__ import annotations
 from app.store.queries import q
 from app.store.table import Table
 
+# The hot tables and the statement that analyzes each (StatisticsStaleTables names only these).
+_ANALYZE = {"jobs": "StatisticsAnalyzeJobs", "due_index": "StatisticsAnalyzeDueIndex",
+            "executions": "StatisticsAnalyzeExecutions", "attempts": "StatisticsAnalyzeAttempts"}
+HOT_TABLES = tuple(_ANALYZE)
+
 
 class Statistics(Table):
     """The statistics statements of one transaction."""
@@ -13,5 +18,6 @@ class Statistics(Table):
         rows = await self._conn.execute(q("StatisticsStaleTables"), {"min_rows": min_rows, "fraction": fraction})
         return [r.relname for r in rows]
 
-    async def analyze_hot_tables(self) -> None:
-        await self._conn.execute(q("StatisticsAnalyzeHotTables"))
+    async def analyze(self, table: str) -> None:
+        """ANALYZE one of :data:`HOT_TABLES` (KeyError for any other name)."""
+        await self._conn.execute(q(_ANALYZE[table]))

@@ -1,15 +1,27 @@
 -- name: AttemptListForExecution
--- Every attempt of one of a tenant's executions, oldest first (including discarded late results).
+-- Every attempt of one of a tenant's executions, oldest first (including discarded late results); the live attempt (not yet ended, so without an attempts row) comes from the executions row.
 SELECT execution_id, attempt, worker_id, leased_at, lease_until, finished_at, outcome, error, result
 FROM attempts
 WHERE tenant_id = :tenant_id AND execution_id = :execution_id
+UNION ALL
+SELECT e.execution_id, e.attempt, e.lease_owner, e.started_at, e.lease_until, NULL, 'running', NULL, NULL
+FROM executions AS e
+WHERE e.tenant_id = :tenant_id AND e.execution_id = :execution_id AND e.state = 'leased'
+  AND NOT EXISTS (SELECT 1 FROM attempts AS a  -- a 'running' row opened at lease time (before 2026-12)
+                  WHERE a.execution_id = e.execution_id AND a.attempt = e.attempt)
 ORDER BY attempt;
 
 -- name: AttemptListForExecutions
--- Every attempt of several of a tenant's executions (a page of a job's history), by execution and attempt.
+-- Every attempt of several of a tenant's executions (a page of a job's history), by execution and attempt; live attempts from the executions rows (see AttemptListForExecution).
 SELECT execution_id, attempt, worker_id, leased_at, lease_until, finished_at, outcome, error, result
 FROM attempts
 WHERE tenant_id = :tenant_id AND execution_id = ANY (CAST(:execution_ids AS UUID[]))
+UNION ALL
+SELECT e.execution_id, e.attempt, e.lease_owner, e.started_at, e.lease_until, NULL, 'running', NULL, NULL
+FROM executions AS e
+WHERE e.tenant_id = :tenant_id AND e.execution_id = ANY (CAST(:execution_ids AS UUID[])) AND e.state = 'leased'
+  AND NOT EXISTS (SELECT 1 FROM attempts AS a
+                  WHERE a.execution_id = e.execution_id AND a.attempt = e.attempt)
 ORDER BY execution_id, attempt;
 
 -- name: ReplayBudgetEnsure

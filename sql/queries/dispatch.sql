@@ -35,28 +35,39 @@ LEFT JOIN jobs AS j ON j.job_id = c.job_id
 ORDER BY b.ord;
 
 -- name: DispatchCancelReplaced
--- Replace overlap: cancel the unfinished executions of these jobs older than the occurrence replacing them, and close their running attempts; the worker's next call gets LEASE_LOST.
+-- Replace overlap: cancel the unfinished executions of these jobs older than the occurrence replacing them, and write the attempts rows of those a worker held, ended 'cancelled'; the worker's next call gets LEASE_LOST.
 WITH batch AS (
     SELECT * FROM unnest(CAST(:job_ids AS UUID[]), CAST(:scheduled_fors AS TIMESTAMPTZ[]),
                          CAST(:errors AS TEXT[]))
         AS b (job_id, scheduled_for, error)
-),
-cancelled AS (
+), victims AS (
+    -- The rows before the update (one snapshot): a leased one's live attempt. Once each, by the
+    -- newest occurrence replacing it.
+    SELECT DISTINCT ON (e.execution_id)
+           e.execution_id, e.attempt, e.tenant_id, e.state, e.lease_owner, e.started_at, e.lease_until, b.error
+    FROM executions AS e JOIN batch AS b ON e.job_id = b.job_id
+    WHERE e.scheduled_for < b.scheduled_for
+      AND e.state IN ('ready', 'leased')  -- finished work keeps its outcome
+    ORDER BY e.execution_id, b.scheduled_for DESC
+), cancelled AS (
     UPDATE executions AS e
     SET state = 'cancelled', lease_owner = NULL, lease_until = NULL,
         finished_at = coalesce(CAST(:now AS TIMESTAMPTZ), now()),
-        error = b.error
-    FROM batch AS b
-    WHERE e.job_id = b.job_id AND e.scheduled_for < b.scheduled_for
+        error = v.error
+    FROM victims AS v
+    WHERE e.execution_id = v.execution_id
       AND e.state IN ('ready', 'leased')  -- finished work keeps its outcome
-    RETURNING e.execution_id, e.attempt
+      AND e.state = v.state AND e.attempt = v.attempt  -- changed meanwhile: left alone
+    RETURNING e.execution_id
 )
-UPDATE attempts AS a
-SET outcome = 'cancelled', finished_at = coalesce(CAST(:now AS TIMESTAMPTZ), now()), error = 'replaced'
-FROM cancelled AS c
-WHERE a.execution_id = c.execution_id AND a.attempt = c.attempt
-  AND a.outcome = 'running'  -- an attempt that already reported keeps its outcome
-RETURNING a.execution_id;
+INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at, outcome, error)
+SELECT v.execution_id, v.attempt, v.tenant_id, v.lease_owner, v.started_at, v.lease_until,
+       coalesce(CAST(:now AS TIMESTAMPTZ), now()), 'cancelled', 'replaced'
+FROM victims AS v
+WHERE v.state = 'leased' AND v.execution_id IN (SELECT execution_id FROM cancelled)
+ON CONFLICT (execution_id, attempt) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
+    outcome = 'cancelled', finished_at = excluded.finished_at, error = excluded.error
+RETURNING execution_id;
 
 -- name: DispatchRecord
 -- The writes of a claimed batch in one statement: insert its executions (ready or skipped; ON CONFLICT (job_id, scheduled_for) DO NOTHING), insert cron jobs' next due_index rows, advance the jobs.

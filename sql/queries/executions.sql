@@ -2,7 +2,8 @@
 -- A page of one job's executions, newest occurrence first; keyset cursor on scheduled_for (unique within a job, so UNIQUE (job_id, scheduled_for) serves the page read backwards).
 SELECT execution_id, scheduled_for, attempt, state, started_at, finished_at, error, skip_reason, trigger,
        dispatched_at, traceparent,
-       (SELECT min(a.leased_at) FROM attempts AS a WHERE a.execution_id = executions.execution_id) AS first_started_at
+       coalesce((SELECT min(a.leased_at) FROM attempts AS a WHERE a.execution_id = executions.execution_id),
+                started_at) AS first_started_at  -- no ended attempt yet: the live one is the first
 FROM executions
 WHERE job_id = :job_id AND tenant_id = :tenant_id
   AND (CAST(:before_scheduled AS TIMESTAMPTZ) IS NULL OR scheduled_for < CAST(:before_scheduled AS TIMESTAMPTZ))
@@ -44,7 +45,7 @@ WHERE job_id = :job_id AND tenant_id = :tenant_id
 RETURNING scheduled_for;
 
 -- name: ExecutionLeaseFair
--- Lease up to :limit ready executions of one queue, round-robin across tenants weighted by tenants.weight, each tenant capped at its max_inflight leased in this queue; bumps attempt (the fencing token) and opens an attempts row per lease.
+-- Lease up to :limit ready executions of one queue, round-robin across tenants weighted by tenants.weight, each tenant capped at its max_inflight leased in this queue; bumps attempt (the fencing token). The live attempt is the executions row itself (lease_owner, started_at, lease_until): its attempts row is written once, when it ends.
 WITH RECURSIVE ready_tenants (tenant_id) AS (
     -- Loose index scan over executions_ready: one probe per tenant, however deep its backlog.
     (SELECT tenant_id FROM executions
@@ -98,11 +99,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
     WHERE e.execution_id = p.execution_id AND j.job_id = e.job_id
       AND e.state = 'ready' AND e.attempt = p.attempt  -- a concurrent lease of the same row changes nothing
     RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
-              e.lease_owner, e.started_at, e.lease_until, e.payload, e.traceparent
-), opened AS (
-    INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until)
-    SELECT execution_id, attempt, tenant_id, lease_owner, started_at, lease_until FROM leased
-    RETURNING execution_id
+              e.lease_until, e.payload, e.traceparent
 )
 SELECT l.execution_id, l.job_id, l.tenant_id, l.attempt, l.max_attempts, l.scheduled_for, l.lease_until,
        coalesce(l.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s,
@@ -120,32 +117,25 @@ FROM executions
 WHERE queue = :queue AND state = 'ready';
 
 -- name: ExecutionHeartbeat
--- Extend the lease of the current attempt to now + :lease_s, never past started_at + the job's timeout.
-WITH extended AS (
-    UPDATE executions AS e SET
-        lease_until = least(c.now + CAST(:lease_s AS FLOAT8) * INTERVAL '1 second',
-                            e.started_at + CAST(j.timeout_s AS FLOAT8) * INTERVAL '1 second')
-    FROM jobs AS j, (SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now) AS c
-    WHERE e.execution_id = :execution_id AND j.job_id = e.job_id
-      AND e.state = 'leased' AND e.attempt = :attempt  -- a stale attempt changes nothing
-      AND e.started_at + CAST(j.timeout_s AS FLOAT8) * INTERVAL '1 second' > c.now  -- timed out: no more extensions
-      AND (CAST(:scope AS TEXT) IS NULL OR e.queue = CAST(:scope AS TEXT)
-           OR (right(CAST(:scope AS TEXT), 1) = ':' AND left(e.queue, length(CAST(:scope AS TEXT))) = CAST(:scope AS TEXT)))
-    RETURNING e.execution_id, e.attempt, e.lease_until
-), mirrored AS (
-    UPDATE attempts AS a SET lease_until = x.lease_until
-    FROM extended AS x
-    WHERE a.execution_id = x.execution_id AND a.attempt = x.attempt
-      AND a.outcome = 'running'  -- only the live attempt's lease moves
-    RETURNING a.execution_id
-)
-SELECT lease_until FROM extended;
+-- Extend the lease of the current attempt to now + :lease_s, never past started_at + the job's timeout (the live attempt is the executions row: no attempts row to mirror).
+UPDATE executions AS e SET
+    lease_until = least(c.now + CAST(:lease_s AS FLOAT8) * INTERVAL '1 second',
+                        e.started_at + CAST(j.timeout_s AS FLOAT8) * INTERVAL '1 second')
+FROM jobs AS j, (SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now) AS c
+WHERE e.execution_id = :execution_id AND j.job_id = e.job_id
+  AND e.state = 'leased' AND e.attempt = :attempt  -- a stale attempt changes nothing
+  AND e.started_at + CAST(j.timeout_s AS FLOAT8) * INTERVAL '1 second' > c.now  -- timed out: no more extensions
+  AND (CAST(:scope AS TEXT) IS NULL OR e.queue = CAST(:scope AS TEXT)
+       OR (right(CAST(:scope AS TEXT), 1) = ':' AND left(e.queue, length(CAST(:scope AS TEXT))) = CAST(:scope AS TEXT)))
+RETURNING e.lease_until;
 
 -- name: ExecutionCompleteMany
--- Record success of many current attempts at once (unnest over arrays); a stale attempt changes nothing and its result is kept on its attempts row as 'discarded'.
+-- Record success of many current attempts at once (unnest over arrays), writing each attempt's row as it ends; a stale attempt changes nothing and its result is kept on its (expired or cancelled) attempts row as 'discarded'.
 WITH input AS (
     -- Only executions the caller's credential covers: scope is an exact queue, a queue prefix ending in ':', or NULL (the executor itself).
-    SELECT i.execution_id, i.attempt, i.result
+    -- x is the row before this statement's update (one snapshot): the live attempt's owner and times.
+    SELECT i.execution_id, i.attempt, i.result, x.tenant_id, x.lease_owner, x.started_at, x.lease_until,
+           x.state = 'leased' AND x.attempt = i.attempt AS current
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:results AS TEXT[]),
                 CAST(:scopes AS TEXT[])) AS i (execution_id, attempt, result, scope)
     JOIN executions AS x ON x.execution_id = i.execution_id
@@ -157,16 +147,24 @@ WITH input AS (
         state = 'succeeded', finished_at = c.now, result = CAST(i.result AS JSONB), error = NULL,
         lease_owner = NULL, lease_until = NULL
     FROM input AS i, clock AS c
-    WHERE e.execution_id = i.execution_id
+    WHERE e.execution_id = i.execution_id AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     RETURNING e.execution_id
 ), recorded AS (
-    UPDATE attempts AS a SET
-        -- IN (SELECT ...) is one hashed lookup per row (a join with the CTE became a nested loop).
-        outcome = CASE WHEN a.execution_id IN (SELECT execution_id FROM done) THEN 'succeeded' ELSE 'discarded' END,
-        finished_at = c.now, result = CAST(i.result AS JSONB)
+    INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
+                          outcome, result)
+    SELECT i.execution_id, i.attempt, i.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now,
+           'succeeded', CAST(i.result AS JSONB)
     FROM input AS i, clock AS c
-    WHERE a.execution_id = i.execution_id AND a.attempt = i.attempt
+    WHERE i.execution_id IN (SELECT execution_id FROM done)
+    -- A 'running' row opened at lease time (as Kairos did before 2026-12) ends here too.
+    ON CONFLICT (execution_id, attempt) DO UPDATE SET
+        outcome = 'succeeded', finished_at = excluded.finished_at, result = excluded.result
+    RETURNING execution_id
+), discarded AS (
+    UPDATE attempts AS a SET outcome = 'discarded', finished_at = c.now, result = CAST(i.result AS JSONB)
+    FROM input AS i, clock AS c
+    WHERE a.execution_id = i.execution_id AND a.attempt = i.attempt AND NOT i.current
       AND a.outcome IN ('running', 'expired', 'cancelled')  -- a repeated call changes nothing
     RETURNING a.execution_id
 )
@@ -184,17 +182,19 @@ SELECT e.execution_id,
        coalesce(e.max_backoff_s, j.max_backoff_s) AS max_backoff_s,
        j.max_retry_duration_s,
        extract(epoch FROM coalesce(CAST(:now AS TIMESTAMPTZ), now())
-                         - (SELECT min(a.leased_at) FROM attempts AS a WHERE a.execution_id = e.execution_id))
+                         - coalesce((SELECT min(a.leased_at) FROM attempts AS a WHERE a.execution_id = e.execution_id),
+                                    e.started_at))  -- the first attempt's own row is not written yet
            AS retrying_for_s
 FROM executions AS e
 JOIN jobs AS j ON j.job_id = e.job_id
 WHERE e.execution_id = ANY (CAST(:execution_ids AS UUID[]));
 
 -- name: ExecutionFailMany
--- Record failure of many current attempts at once: ready again after :delays_s, or dead when not retryable or out of attempts; a stale attempt changes nothing ('discarded').
+-- Record failure of many current attempts at once, writing each attempt's row as it ends: ready again after :delays_s, or dead when not retryable or out of attempts; a stale attempt changes nothing ('discarded').
 WITH input AS (
     -- Only executions the caller's credential covers (see ExecutionCompleteMany).
-    SELECT i.execution_id, i.attempt, i.error, i.retryable, i.delay_s
+    SELECT i.execution_id, i.attempt, i.error, i.retryable, i.delay_s, x.tenant_id, x.lease_owner, x.started_at,
+           x.lease_until, x.state = 'leased' AND x.attempt = i.attempt AS current
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:errors AS TEXT[]),
                 CAST(:retryable AS BOOL[]), CAST(:delays_s AS FLOAT8[]), CAST(:scopes AS TEXT[]))
         AS i (execution_id, attempt, error, retryable, delay_s, scope)
@@ -210,15 +210,22 @@ WITH input AS (
         finished_at = CASE WHEN i.retryable AND e.attempt < e.max_attempts THEN NULL ELSE c.now END,
         error = i.error, lease_owner = NULL, lease_until = NULL
     FROM input AS i, clock AS c
-    WHERE e.execution_id = i.execution_id
+    WHERE e.execution_id = i.execution_id AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     RETURNING e.execution_id, e.state, e.ready_at
 ), recorded AS (
-    UPDATE attempts AS a SET
-        outcome = CASE WHEN a.execution_id IN (SELECT execution_id FROM failed) THEN 'failed' ELSE 'discarded' END,
-        finished_at = c.now, error = i.error
+    INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
+                          outcome, error)
+    SELECT i.execution_id, i.attempt, i.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now, 'failed', i.error
     FROM input AS i, clock AS c
-    WHERE a.execution_id = i.execution_id AND a.attempt = i.attempt
+    WHERE i.execution_id IN (SELECT execution_id FROM failed)
+    ON CONFLICT (execution_id, attempt) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
+        outcome = 'failed', finished_at = excluded.finished_at, error = excluded.error
+    RETURNING execution_id
+), discarded AS (
+    UPDATE attempts AS a SET outcome = 'discarded', finished_at = c.now, error = i.error
+    FROM input AS i, clock AS c
+    WHERE a.execution_id = i.execution_id AND a.attempt = i.attempt AND NOT i.current
       AND a.outcome IN ('running', 'expired', 'cancelled')  -- a repeated call changes nothing
     RETURNING a.execution_id
 )
@@ -249,11 +256,12 @@ WITH input AS (
 SELECT execution_id FROM deferred;
 
 -- name: ExecutionReapExpired
--- Return up to :limit executions whose lease expired to ready, or to dead when that expiry spent the last attempt; their attempts end 'expired'.
+-- Return up to :limit executions whose lease expired to ready, or to dead when that expiry spent the last attempt; their attempts rows are written, ended 'expired'.
 WITH clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
 ), expired AS (
-    SELECT e.execution_id, e.attempt FROM executions AS e, clock AS c
+    SELECT e.execution_id, e.attempt, e.tenant_id, e.lease_owner, e.started_at, e.lease_until
+    FROM executions AS e, clock AS c
     WHERE e.lease_until < c.now  -- leased and expired (executions_leased_until)
     ORDER BY e.lease_until
     LIMIT CAST(:limit AS INT)
@@ -271,11 +279,13 @@ WITH clock AS (
       AND e.lease_until < c.now  -- a heartbeat that landed first keeps its lease
     RETURNING e.execution_id, e.attempt, e.state, e.error
 ), closed AS (
-    UPDATE attempts AS a SET outcome = 'expired', finished_at = c.now, error = r.error
-    FROM reaped AS r, clock AS c
-    WHERE a.execution_id = r.execution_id AND a.attempt = r.attempt
-      AND a.outcome = 'running'  -- only the live attempt expires
-    RETURNING a.execution_id
+    INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
+                          outcome, error)
+    SELECT x.execution_id, x.attempt, x.tenant_id, x.lease_owner, x.started_at, x.lease_until, c.now, 'expired', r.error
+    FROM reaped AS r JOIN expired AS x ON x.execution_id = r.execution_id, clock AS c
+    ON CONFLICT (execution_id, attempt) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
+        outcome = 'expired', finished_at = excluded.finished_at, error = excluded.error
+    RETURNING execution_id
 )
 SELECT state, count(*) AS n FROM reaped GROUP BY state;
 

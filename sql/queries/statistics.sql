@@ -7,6 +7,18 @@ WHERE schemaname = current_schema()
   AND n_mod_since_analyze >= greatest(CAST(:min_rows AS INT8),
                                       CAST(:fraction AS FLOAT8) * (n_live_tup - n_mod_since_analyze));
 
--- name: StatisticsAnalyzeHotTables
--- Refresh planner statistics of the hot tables (a herd inserted just before its due time would otherwise be leased with plans made for an empty ready queue).
-ANALYZE jobs, due_index, executions, attempts;
+-- name: StatisticsAnalyzeJobs
+-- Refresh the planner statistics of jobs (one table per statement: only the stale ones are analyzed).
+ANALYZE jobs;
+
+-- name: StatisticsAnalyzeDueIndex
+-- Refresh the planner statistics of due_index.
+ANALYZE due_index;
+
+-- name: StatisticsAnalyzeExecutions
+-- Refresh the planner statistics of executions (a herd dispatched just before its due time would otherwise be leased with plans made for an empty ready queue).
+ANALYZE executions;
+
+-- name: StatisticsAnalyzeAttempts
+-- Refresh the planner statistics of attempts.
+ANALYZE attempts;

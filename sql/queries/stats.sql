@@ -19,7 +19,8 @@ WITH clock AS (
         AND e.scheduled_for > c.now - CAST(:window_s AS FLOAT8) * INTERVAL '1 second'
         AND e.scheduled_for <= c.now
     LEFT JOIN LATERAL (
-        SELECT min(a.leased_at) AS first_leased_at FROM attempts AS a WHERE a.execution_id = e.execution_id
+        SELECT coalesce(min(a.leased_at), e.started_at) AS first_leased_at  -- the live first attempt: the execution's row
+        FROM attempts AS a WHERE a.execution_id = e.execution_id
     ) AS f ON true
     WHERE e.state <> 'skipped'  -- a skipped occurrence never runs: it has no lag
 ), dispatched AS (
@@ -54,7 +55,8 @@ WITH clock AS (
         AND e.scheduled_for > c.now - CAST(:window_s AS FLOAT8) * INTERVAL '1 second'
         AND e.scheduled_for <= c.now
     LEFT JOIN LATERAL (
-        SELECT min(a.leased_at) AS first_leased_at FROM attempts AS a WHERE a.execution_id = e.execution_id
+        SELECT coalesce(min(a.leased_at), e.started_at) AS first_leased_at  -- the live first attempt: the execution's row
+        FROM attempts AS a WHERE a.execution_id = e.execution_id
     ) AS f ON true
     WHERE e.state <> 'skipped'
 )

@@ -19,6 +19,14 @@ async def lease(db: Database, queue: str, n: int, lease_s: float = 30, now: date
     return await db.transaction(lambda c: c.executions.lease(queue, worker, n, lease_s, now=now), isolation=RC)
 
 
+async def sql(db: Database, statement: str, **params) -> list[tuple]:
+    return await tf.raw(db, lambda c: _rows(c, statement, params))
+
+
+async def _rows(conn, statement: str, params: dict) -> list[tuple]:
+    return [tuple(r) for r in await conn.execute(text(statement), params)]
+
+
 async def state_of(db: Database, tenant_id, execution_id) -> ex.Execution:
     return await db.transaction(lambda c: c.executions.get(tenant_id, execution_id))
 
@@ -53,6 +61,29 @@ async def test_lease_bumps_attempt_and_a_stale_attempt_changes_nothing(db: Datab
     history = await db.transaction(lambda c: c.attempts.list_for_execution(t.tenant_id, eid))
     assert [(a.attempt, a.outcome) for a in history] == [(1, "discarded"), (2, "succeeded")]
     assert history[0].result == {"by": "stale"}  # the late result is kept on its own attempt, not the outcome
+
+
+async def test_the_live_attempt_is_the_execution_row_and_its_attempts_row_is_written_when_it_ends(
+        db: Database) -> None:
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "emails")
+    job = await tf.job(db, t.tenant_id, queue=queue)
+    [eid, legacy] = await tf.ready_executions(db, job, 2)
+    leased = {e.execution_id: e for e in await lease(db, queue, 10, worker="w7")}
+    assert await sql(db, "SELECT count(*) FROM attempts") == [(0,)]  # nothing written at lease time
+    [live] = await db.transaction(lambda c: c.attempts.list_for_execution(t.tenant_id, eid))
+    assert (live.attempt, live.outcome, live.worker_id, live.finished_at) == (1, "running", "w7", None)
+    assert live.lease_until == leased[eid].lease_until
+    # A row opened at lease time, as Kairos did before, still ends as its attempt ends.
+    await sql(db, "INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until) "
+                  "SELECT execution_id, attempt, tenant_id, lease_owner, started_at, lease_until FROM executions "
+                  "WHERE execution_id = :e RETURNING 1", e=legacy)
+    done = [ex.Success(eid, 1, {"ok": 1}), ex.Success(legacy, 1, {"ok": 2})]
+    assert await db.transaction(lambda c: c.executions.complete_many(done)) == {eid: True, legacy: True}
+    for execution_id, n in ((eid, 1), (legacy, 2)):
+        [ended] = await db.transaction(lambda c, e=execution_id: c.attempts.list_for_execution(t.tenant_id, e))
+        assert (ended.outcome, ended.worker_id, ended.result) == ("succeeded", "w7", {"ok": n})
+        assert ended.leased_at is not None and ended.finished_at is not None
 
 
 async def test_retries_follow_the_backoff_formula_then_dead(db: Database) -> None:

@@ -292,14 +292,11 @@ async def test_paused_and_cancelled_jobs_are_never_dispatched(db: Database) -> N
 
 
 async def _previous_execution(db: Database, job_id: UUID, tenant: UUID, state: str, at: datetime) -> None:
-    lease = ", 'w1', :until" if state == "leased" else ", NULL, NULL"
+    """A leased one as the lease leaves it: the live attempt is the executions row (no attempts row yet)."""
+    lease = ", 'w1', :at, :until" if state == "leased" else ", NULL, NULL, NULL"
     await rows(db, "INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, "
-                   f"ready_at, lease_owner, lease_until) VALUES (:j, :t, 'q', :at, 1, 3, :s, :at {lease}) "
+                   f"ready_at, lease_owner, started_at, lease_until) VALUES (:j, :t, 'q', :at, 1, 3, :s, :at {lease}) "
                    "RETURNING 1", j=job_id, t=tenant, at=at, s=state, until=at + timedelta(hours=1))
-    if state == "leased":
-        await rows(db, "INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until) "
-                       "SELECT execution_id, 1, tenant_id, 'w1', :at, :at FROM executions WHERE job_id = :j "
-                       "RETURNING 1", j=job_id, at=at)
 
 
 @pytest.mark.parametrize("policy", ["allow", "forbid", "replace"])

@@ -44,6 +44,20 @@ async def test_a_burst_of_executions_is_analyzed_once(db: Database) -> None:
     assert (await keeper.run_once()).analyzed == ()
 
 
+async def test_only_stale_tables_are_analyzed_and_each_at_most_once_per_gap(db: Database) -> None:
+    keeper = StatisticsKeeper(db, StatisticsKeeperConfig(min_rows=500, fraction=0.2, min_gap_s=3600))
+    tenant = await tf.tenant(db)
+    job = await tf.job(db, tenant.tenant_id, queue=tf.tenant_queue(tenant.tenant_id, "p"))
+    first = datetime.now(timezone.utc) - timedelta(seconds=5)
+    for round_ in range(2):
+        await tf.insert_ready(db, [job] * 2000, [first - timedelta(minutes=round_, milliseconds=i) for i in range(2000)])
+        await db.engine.dispose()
+        await flush_stats(db)
+        # Round 1: executions is stale and analyzed (jobs, one row, is not stale). Round 2: stale
+        # again, but analyzed less than min_gap_s ago: left for later.
+        assert (await keeper.run_once()).analyzed == (("executions",) if round_ == 0 else ())
+
+
 @pytest.mark.parametrize("bad", [{"interval_s": 0}, {"min_rows": 0}, {"fraction": -1}])
 def test_config_is_validated(bad: dict) -> None:
     with pytest.raises(ValueError):

@@ -14,7 +14,8 @@ serves the operator's shared pool ``emails`` (jobs targeting ``"ref": "shared/em
 are different pools even when both exist: a shared pool never takes a tenant's own pool's jobs.
 
 Model: the worker leases up to its free slots with a long poll, runs each execution's handler
-concurrently, heartbeats every third of the lease, and completes (handler returned) or fails
+concurrently (at most ``concurrency`` at once), heartbeats every third of the lease from the moment
+it is leased, and completes (handler returned) or fails
 (handler raised; ``NonRetryable`` dead-letters at once) with the exception text. If a
 heartbeat answers LEASE_LOST (another worker owns the execution now, or it was cancelled or
 timed out), the handler is cancelled and its result is not reported. Outcomes are buffered for
@@ -23,6 +24,13 @@ fenced by its own attempt: an item answered LEASE_LOST is counted and logged as 
 exactly as a single Complete would be (executors without the batched calls get one call per
 execution). On SIGTERM or SIGINT it stops leasing, sends what is buffered at once, lets running
 handlers finish for ``grace_s``, and fails the rest as retryable.
+Leasing ahead (``prefetch``): a slot that frees while a Lease call is on its way waits for that
+call, so for short handlers (a process per execution, a no-op) the worker leases up to ``prefetch``
+executions more than it has slots; they wait in the worker, heartbeaten, for the next free slot.
+The default (None) sizes it from what the worker measures, the Lease round trip against the
+handlers' duration (slots that free during one round trip, at most ``concurrency``): about 0 for
+handlers that run for seconds, so a worker never sits on work another one could start; 0 turns
+it off. An execution's timeout counts from its lease, as on the server.
 A worker that has leased nothing for ``idle_notice_s`` (60 s) with nothing running says so at INFO,
 once per such stretch: a pool that no job of the key's tenant targets looks exactly like a quiet
 one from here (the protocol has no call to ask), and this line is the hint.
@@ -64,7 +72,7 @@ class Worker:
                  concurrency: int = 10, lease_seconds: float = 30.0, wait_seconds: float = 5.0,
                  batch: int | None = None, worker_id: str | None = None, grace_s: float | None = None,
                  report_s: float = 0.005, report_max: int = 500,
-                 idle_notice_s: float | None = IDLE_NOTICE_S_DEFAULT) -> None:
+                 idle_notice_s: float | None = IDLE_NOTICE_S_DEFAULT, prefetch: int | None = None) -> None:
         self.pool = pool
         self.handler = handler
         self.addr = addr
@@ -78,10 +86,15 @@ class Worker:
         self.report_s = report_s
         self.report_max = report_max
         self.idle_notice_s = idle_notice_s  # None or 0: never
+        self.prefetch = prefetch if prefetch is None else max(0, prefetch)  # None: sized from measurements
+        self._slots = asyncio.Semaphore(self.concurrency)
+        self._lease_rtt_s = 0.0  # moving averages: a Lease call's round trip, a handler's run
+        self._handler_s = 0.0
         self.stats = {"completed": 0, "failed": 0, "lease_lost": 0}
         self._running: dict[asyncio.Task[None], Execution] = {}
-        # Executions leased and not yet past their handler: what `concurrency` bounds. An execution
-        # whose outcome is only being reported holds no slot (the report is batched and brief).
+        # Executions leased and not yet past their handler (running, or waiting for a slot): what
+        # concurrency + prefetch bounds. An execution whose outcome is only being reported holds no
+        # slot (the report is batched and brief).
         self._busy = 0
         self._slot_freed = asyncio.Event()
         self._handlers: dict[str, asyncio.Task[Any]] = {}  # execution_id -> its task, while in the handler
@@ -114,6 +127,19 @@ class Worker:
         log.info("worker stopped", extra={"pool": self.pool, **self.stats})
 
     # -- leasing -----------------------------------------------------------------------------
+    @property
+    def lease_ahead(self) -> int:
+        """How many executions beyond ``concurrency`` the worker leases now (see ``prefetch``)."""
+        if self.prefetch is not None:
+            return self.prefetch
+        if self._handler_s <= 0.0:
+            return 0
+        return min(self.concurrency, int(self.concurrency * self._lease_rtt_s / self._handler_s))
+
+    @staticmethod
+    def _average(current: float, sample: float) -> float:
+        return sample if current <= 0.0 else 0.9 * current + 0.1 * sample
+
     def _note_idle(self, leased: int, idle_since: float) -> float:
         """After a Lease answer: when the current idle stretch began, logging once it lasts ``idle_notice_s``."""
         now = asyncio.get_running_loop().time()
@@ -133,7 +159,7 @@ class Worker:
         idle_since = asyncio.get_running_loop().time()
         try:
             while not stop.is_set():
-                free = self.concurrency - self._busy
+                free = self.concurrency + self.lease_ahead - self._busy
                 if free <= 0:
                     self._slot_freed.clear()
                     freed = asyncio.ensure_future(self._slot_freed.wait())
@@ -142,6 +168,7 @@ class Worker:
                     continue
                 call = asyncio.ensure_future(client.lease(self.pool, self.worker_id, min(free, self.batch),
                                                           self.lease_seconds, self.wait_seconds))
+                began = asyncio.get_running_loop().time()
                 await asyncio.wait([call, stopped], return_when=asyncio.FIRST_COMPLETED)
                 if not call.done():
                     call.cancel()  # the server sees the cancellation before it leases anything
@@ -149,6 +176,8 @@ class Worker:
                     break
                 try:
                     got = call.result()
+                    if got:  # a long poll that found nothing says nothing of the round trip
+                        self._lease_rtt_s = self._average(self._lease_rtt_s, asyncio.get_running_loop().time() - began)
                     backoff = 0.2
                     idle_since = self._note_idle(len(got), idle_since)
                 except grpc.aio.AioRpcError as exc:
@@ -203,10 +232,13 @@ class Worker:
         assert task is not None
         self._handlers[eid] = task
         beat = Heartbeat(client, execution, task, self.lease_seconds)
+        loop = asyncio.get_running_loop()
         try:
             try:
-                async with asyncio.timeout(execution.timeout_seconds or None):
+                async with asyncio.timeout(execution.timeout_seconds or None), self._slots:
+                    began = loop.time()
                     result = await self._call_handler(execution)
+                    self._handler_s = self._average(self._handler_s, loop.time() - began)
                 error, retryable = None, True
             except TimeoutError:
                 error, retryable = f"timed out after {execution.timeout_seconds}s", True

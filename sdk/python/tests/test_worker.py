@@ -193,3 +193,38 @@ async def test_an_idle_worker_says_no_work_was_leased_but_not_while_a_handler_ru
     await asyncio.wait_for(run, 10)
     assert notices()[0] == ("no work leased from pool jobs in the last 0.2 s: is any job targeting queue jobs "
                             "with this tenant's key?")
+
+
+async def test_prefetch_leases_ahead_but_never_runs_more_handlers_than_concurrency(served: Served) -> None:
+    fake = served.executor
+    ids = [fake.add(i) for i in range(6)]
+    running, most = 0, 0
+    release = asyncio.Event()
+
+    async def handler(execution):
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await release.wait()
+        running -= 1
+
+    worker = Worker("jobs", handler, addr=served.addr, api_key="k", concurrency=2, prefetch=2, wait_seconds=0.2)
+    stop, run = await _run(worker)
+    # Two run, two more are leased ahead and wait in the worker; the last two stay on the server.
+    await until(lambda: len(fake._ready) == 2 and running == 2, what="four leased, two running")
+    assert worker.lease_ahead == 2 and most == 2
+    release.set()
+    await until(lambda: len(fake.outcomes) == 6, what="every outcome")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert most == 2 and set(fake.outcomes) == set(ids)
+
+
+async def test_prefetch_by_default_is_sized_from_the_lease_round_trip_against_the_handlers(served: Served) -> None:
+    worker = Worker("jobs", lambda e: None, addr=served.addr, api_key="k", concurrency=16)
+    assert worker.lease_ahead == 0  # nothing measured yet
+    worker._lease_rtt_s, worker._handler_s = 0.005, 0.005  # a round trip as long as a handler: a slot each
+    assert worker.lease_ahead == 16
+    worker._handler_s = 30.0  # long handlers: never sit on work another worker could start
+    assert worker.lease_ahead == 0
+    assert Worker("jobs", lambda e: None, addr=served.addr, api_key="k", prefetch=0).lease_ahead == 0
