@@ -228,6 +228,11 @@ class Settings:
         doc="comma-separated IPs, CIDRs or host names HTTP targets may reach despite the egress policy "
             "([http-delivery.md](http-delivery.md))")
     http_concurrency: int = setting("KAIROS_HTTP_CONCURRENCY", 64, integer(1), "HTTP deliveries in flight per executor")
+    http_lease_s: float = setting(
+        "KAIROS_HTTP_LEASE_S", 15.0, number(minimum=1.0), shown="`15`",
+        doc="lease of an HTTP delivery, renewed every third of it while the request runs (never past the job's "
+            "timeout): how soon another executor retries the deliveries of one that died "
+            "([http-delivery.md](http-delivery.md))")
     max_schedule_horizon_days: int = setting(
         "KAIROS_MAX_SCHEDULE_HORIZON_DAYS", 3660, integer(1, 36600),
         "how far ahead a `runAt`, a `startAt`, a cron job's first occurrence or a schedule preview's `from` "

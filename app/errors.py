@@ -92,6 +92,10 @@ class EgressRefused(KairosError):
     """The target address is not allowed by the egress policy."""
 
 
+class TargetUnresolved(KairosError):
+    """The target's host name does not resolve (retried with backoff: DNS may answer later)."""
+
+
 class DatabaseUnavailable(KairosError):
     """The database is unreachable."""
 

@@ -21,6 +21,7 @@ from app.config import Settings
 from app.domain import jobs as spec
 from app.domain import schedule as cron
 from app.domain.states import REPORTED_JOB_STATES, JobState
+from app.executor.egress import policy_for as egress_policy
 from app.observability import tracing
 from app.store import Database, Store
 from app.store import dispatch as dispatch_store
@@ -42,7 +43,7 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     ``job_id``: an existing job's (an update keeps its id, so H tokens resolve the same)."""
     job_id = job_id or uuid4()
     name = spec.validate_name(body.name)
-    target = spec.validate_target(body.target.type, body.target.ref)
+    target = spec.validate_target(body.target.type, body.target.ref, egress_policy(settings))
     payload = spec.validate_payload(body.payload, settings.payload_max_bytes)
     r = body.retry or schemas.RetryIn()
     retry = spec.validate_retry(r.max_attempts, r.backoff_seconds, r.max_backoff_seconds)

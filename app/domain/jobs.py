@@ -13,6 +13,7 @@ from uuid import UUID
 
 from app.domain import queues
 from app.domain import schedule as cron
+from app.domain.egress import EgressPolicy
 from app.domain.queues import HTTP_QUEUE
 from app.errors import InvalidInput, InvalidSchedule
 
@@ -250,16 +251,28 @@ def validate_name(name: str) -> str:
     return name
 
 
-def validate_target(kind: str, ref: str) -> Target:
+def validate_target(kind: str, ref: str, egress: EgressPolicy | None = None) -> Target:
+    """``egress``: the server's policy, which refuses a URL whose host is a private, loopback, link-local or
+    metadata address (or Kairos's own port) at submit; names are checked when a delivery resolves them."""
     _no_nul(ref, "target.ref")
     if kind == "http":
         if len(ref) > MAX_URL_LEN:
             raise InvalidInput("target.ref", f"URL longer than {MAX_URL_LEN} characters")
-        parts = urlsplit(ref)
+        try:
+            parts = urlsplit(ref)
+            port = parts.port
+        except ValueError as exc:  # a bracket out of place, a port that is no number or out of range
+            raise InvalidInput("target.ref", f"not a valid URL: {exc}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInput("target.ref", "an http target needs an absolute http(s) URL")
         if parts.username or parts.password:
             raise InvalidInput("target.ref", "credentials in the URL are not allowed; use the signature header")
+        if egress is not None:
+            reason = egress.refused_literal(parts.hostname, port or (443 if parts.scheme == "https" else 80))
+            if reason:
+                raise InvalidInput("target.ref", f"refused by the egress policy: {reason}; HTTP targets must be "
+                                                 "public (an operator can allow addresses with "
+                                                 "KAIROS_HTTP_EGRESS_ALLOW)")
         return Target("http", ref)
     if kind == "queue":
         if queues.parse_pool_ref(ref) is None:

@@ -23,7 +23,7 @@ from app.config import Settings
 from app.duties import supervise
 from app.executor.batching import Outcomes
 from app.executor.depth import ReadyDepth
-from app.executor.egress import EgressPolicy
+from app.executor.egress import policy_for
 from app.executor.http_pool import HttpPool, HttpPoolConfig
 from app.executor.reaper import LeaseReaper
 from app.executor.retention import RetentionConfig, RetentionPruner, objects_for
@@ -65,8 +65,8 @@ class WorkerTransport(Protocol):
 async def serve(settings: Settings, db: Database, stop: asyncio.Event, transport: WorkerTransport) -> None:
     outcomes = Outcomes(db)
     addr = await transport.start(db, outcomes)
-    pool = HttpPool(db, outcomes, HttpPoolConfig(concurrency=settings.http_concurrency),
-                    egress=EgressPolicy.from_allow_list(settings.http_egress_allow),
+    pool = HttpPool(db, outcomes, HttpPoolConfig(concurrency=settings.http_concurrency, lease_s=settings.http_lease_s),
+                    egress=policy_for(settings),
                     payloads=PayloadStore.from_settings(settings))
 
     def ready(count: int) -> None:

@@ -57,6 +57,15 @@ class AttemptRef:
 
 
 @dataclass(frozen=True)
+class Renewal:
+    """A lease to renew; ``restart`` also restarts its attempt's clock (a delivery that has not started)."""
+
+    execution_id: UUID
+    attempt: int
+    restart: bool = False
+
+
+@dataclass(frozen=True)
 class Success:
     execution_id: UUID
     attempt: int
@@ -145,6 +154,27 @@ class Executions(Table):
         if tuple(rows.keys()) != _LEASED_COLUMNS:
             raise RuntimeError(f"ExecutionLeaseFair returns {tuple(rows.keys())}, Leased expects {_LEASED_COLUMNS}")
         return [Leased(*r) for r in rows]
+
+    async def lease_skipping(self, queue: str, worker_id: str, limit: int, lease_s: float,
+                             skip_tenants: Sequence[UUID], *, now: datetime | None = None) -> list[Leased]:
+        """``lease`` for the HTTP pool: the same fair lease, without the tenants in ``skip_tenants``."""
+        rows = await self._conn.execute(q("ExecutionLeaseFairSkipping"), {
+            "queue": queue, "worker_id": worker_id, "limit": limit, "lease_s": lease_s, "now": now,
+            "salt": secrets.token_hex(4), "skip_tenants": plain(list(skip_tenants)),
+        })
+        return [Leased(**r._mapping) for r in rows]  # by name: the pool leases a batch at a time, not per call
+
+    async def renew_many(self, held: Sequence[Renewal], worker_id: str, lease_s: float,
+                         *, now: datetime | None = None) -> dict[UUID, datetime]:
+        """execution_id -> new lease_until of each renewed lease; one not held by ``worker_id`` at that
+        attempt (or past its timeout, unless restarted) is missing."""
+        if not held:
+            return {}
+        rows = await self._conn.execute(q("ExecutionLeaseRenewMany"), {
+            "execution_ids": plain([h.execution_id for h in held]), "attempts": plain([h.attempt for h in held]),
+            "restarts": plain([h.restart for h in held]), "worker_id": worker_id, "lease_s": lease_s, "now": now,
+        })
+        return {execution_id: lease_until for execution_id, lease_until in rows}
 
     async def next_ready_in(self, queue: str, *, now: datetime | None = None) -> float | None:
         """Seconds until the queue's earliest ready execution falls due (<= 0: now); None when none is ready."""

@@ -16,7 +16,7 @@ import pytest
 from app.errors import EgressRefused
 from app.executor.batching import Outcomes
 from app.executor.breaker import BreakerConfig
-from app.executor.egress import EgressPolicy
+from app.executor.egress import EgressPolicy, resolve
 from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
 from app.store.db import Database
 from kairos_sdk.signature import verify
@@ -197,7 +197,8 @@ async def test_egress_policy_refuses_metadata_and_private_addresses_without_send
     assert sent == []  # nothing left the process
     assert metadata.state == "dead" and "metadata" in metadata.error
     assert private.state == "dead" and "private" in private.error
-    assert loopback.state == "dead" and "loopback" in loopback.error
+    # A name: the tenant learns it was refused, never the address it resolved to.
+    assert loopback.state == "dead" and loopback.error == "target refused by egress policy"
     # An allow-list opens private ranges, but never the metadata address.
     metadata, private = await deliver(["http://169.254.169.254/latest/meta-data/", "http://10.0.0.1:8080/hook"],
                                       EgressPolicy.from_allow_list(["10.0.0.0/8", "169.254.0.0/16"]))
@@ -211,11 +212,11 @@ async def test_egress_policy_unit() -> None:
     for host in ("169.254.169.254", "10.0.0.1", "127.0.0.1", "192.168.1.1", "::1", "fe80::1", "fd00:ec2::254",
                  "100.64.0.1", "0.0.0.0", "::ffff:10.0.0.1"):
         with pytest.raises(EgressRefused):
-            await policy.resolve(host, 80)
-    assert str(await policy.resolve("93.184.215.14", 80)) == "93.184.215.14"
-    assert str(await LOCAL.resolve("127.0.0.1", 80)) == "127.0.0.1"
+            await resolve(policy, host, 80)
+    assert str(await resolve(policy, "93.184.215.14", 80)) == "93.184.215.14"
+    assert str(await resolve(LOCAL, "127.0.0.1", 80)) == "127.0.0.1"
     with pytest.raises(EgressRefused):
-        await EgressPolicy.from_allow_list(["169.254.0.0/16"]).resolve("169.254.169.254", 80)
+        await resolve(EgressPolicy.from_allow_list(["169.254.0.0/16"]), "169.254.169.254", 80)
 
 
 async def test_circuit_breaker_opens_defers_without_spending_attempts_then_closes(db: Database,
