@@ -165,6 +165,12 @@ class Settings:
         "KAIROS_DATABASE_URL", "", DATABASE_URL,
         "`postgresql://...` (PostgreSQL >= 15) or `cockroachdb://...`; empty: start or join the embedded "
         "PostgreSQL under `KAIROS_HOME`")
+    read_database_url: str = setting(
+        "KAIROS_READ_DATABASE_URL", "", DATABASE_URL,
+        "a read replica (PostgreSQL streaming standby) for reads that tolerate a few seconds of staleness: job "
+        "history, attempts, dead-letter lists, `/v1/stats`, `/v1/status` and the dashboard; its transactions are "
+        "read-only; empty: those reads go to `KAIROS_DATABASE_URL` (on CockroachDB as follower reads, "
+        "[cockroachdb.md](cockroachdb.md))")
     # SERIALIZABLE matches CockroachDB's default; the retry helper absorbs 40001.
     db_isolation: str = setting(
         "KAIROS_DB_ISOLATION", "SERIALIZABLE", choice(ISOLATION_LEVELS, upper=True),

@@ -108,6 +108,10 @@ class ObjectNotFound(KairosError):
     """No such object in the object store."""
 
 
+class CommitAmbiguous(DatabaseUnavailable):
+    """The database could not tell whether the commit landed; retry with the same Idempotency-Key."""
+
+
 class TransactionRetriesExhausted(KairosError):
     """The transaction kept conflicting with concurrent ones and was given up."""
 

@@ -60,7 +60,7 @@ async def list_dead(db: Database, tenant_id: UUID, *, job_id: str | None, cursor
     n = page_limit(limit)
     before = decode_cursor(cursor)
     job = parse_uuid(job_id, "jobId", parameter=True)
-    rows = await db.transaction(lambda tx: tx.executions.list_dead(tenant_id, job_id=job, before=before, limit=n + 1))
+    rows = await db.read(lambda tx: tx.executions.list_dead(tenant_id, job_id=job, before=before, limit=n + 1))
     return split_page(rows, n, lambda d: (d.finished_at, d.execution_id))
 
 
@@ -112,7 +112,7 @@ async def attempts(db: Database, tenant_id: UUID, execution_id: UUID) -> list[at
             raise errors.ExecutionNotFound()
         return await tx.attempts.list_for_execution(tenant_id, execution_id)
 
-    return await db.transaction(work)
+    return await db.read(work, fresh_if=(errors.ExecutionNotFound,))  # the read replica, if any
 
 
 def dead_letter_out(d: store.DeadLetter) -> schemas.DeadLetterOut:

@@ -174,7 +174,7 @@ async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | 
         attempts = await tx.attempts.list_for_executions(tenant_id, [e.execution_id for e in rows[:n]])
         return job, rows, attempts
 
-    job, rows, attempts = await db.transaction(work, isolation="REPEATABLE READ")
+    job, rows, attempts = await db.read(work, fresh_if=(errors.JobNotFound,))  # the read replica, if any
     page, nxt = split_page(rows, n, lambda e: (e.scheduled_for, e.execution_id))
     return job, page, attempts, nxt
 

@@ -49,7 +49,7 @@ def horizon_hours(value: int | None) -> int:
 
 
 async def read(db: Database, work: Callable[[Store], Awaitable[T]]) -> T:
-    return await db.transaction(work, isolation=READ_ISOLATION)
+    return await db.read(work, isolation=READ_ISOLATION)  # the read replica, or follower reads
 
 
 def scope_out(viewer: Viewer) -> out.ScopeOut:

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 WRITER_MAX_ROWS_DEFAULT = 1000
 WRITER_IN_FLIGHT_DEFAULT = 4
 QUOTA_TTL_S_DEFAULT = 5.0
+# How often each API process re-reads which tenants are critical (their submits commit on the standby).
+CRITICAL_REFRESH_S = 2.0
 # The active-jobs quota frees up only as jobs end or are cancelled: its Retry-After is a hint.
 ACTIVE_JOBS_RETRY_AFTER_S = 30
 
@@ -104,11 +106,15 @@ def not_granted(ref: str) -> errors.Forbidden:
     return errors.Forbidden(f"pool {ref!r} is not a shared pool this tenant is granted")
 
 
-async def store_many(tx: Store, subs: Sequence[Submission], herd_threshold: int | None = None) -> list[Outcome]:
+async def store_many(tx: Store, subs: Sequence[Submission], herd_threshold: int | None = None, *,
+                     stored: frozenset[UUID] | None = None) -> list[Outcome]:
     """Store submissions in the caller's transaction; one outcome per submission, in order.
 
     A new recurring job whose first occurrence lands on a minute where its tenant already has
-    ``herd_threshold`` occurrences due (this one included) comes back with a herd warning."""
+    ``herd_threshold`` occurrences due (this one included) comes back with a herd warning.
+
+    ``stored``: the job ids of these submissions found stored after an ambiguous commit of this
+    same call (``landed``): nothing is written, the outcomes are those the commit produced."""
     shared = [spec.shared_pool_of(s.job.target) for s in subs]
     granted = await tx.jobs.shared_pool_access_many(sorted({
         (s.tenant_id, pool) for s, pool in zip(subs, shared, strict=True) if pool is not None}))
@@ -119,7 +125,7 @@ async def store_many(tx: Store, subs: Sequence[Submission], herd_threshold: int 
             out[i] = not_granted(s.job.target.ref)
             continue
         rows.append(new_job_row(s, spec.queue_for(s.job.target, s.tenant_id)))
-    inserted = await tx.jobs.insert_many(rows)
+    inserted = await tx.jobs.insert_many(rows) if stored is None else stored
     taken = sorted({(s.tenant_id, s.idempotency_key) for i, s in enumerate(subs)
                     if out[i] is None and s.job.job_id not in inserted and s.idempotency_key is not None})
     earlier = await tx.jobs.by_idempotency_keys(taken)
@@ -145,11 +151,46 @@ async def store_many(tx: Store, subs: Sequence[Submission], herd_threshold: int 
                 out[i] = replace(created, warnings=(_herd_warning(count, minute),))
     queues = {r.job_id: r.queue for r in rows}
     for s, outcome in zip(subs, out, strict=True):
-        if isinstance(outcome, Created) and not outcome.replayed and s.job.skipped_before_first:
+        if stored is None and isinstance(outcome, Created) and not outcome.replayed and s.job.skipped_before_first:
             await tx.jobs.record_skipped(s.job.job_id, s.tenant_id, queues[s.job.job_id],
                                        s.job.retry.max_attempts,
                                        [o.nominal_utc for o in s.job.skipped_before_first], "dst_gap")
     return out  # type: ignore[return-value]
+
+
+async def landed(tx: Store, subs: Sequence[Submission], herd_threshold: int | None = None) -> list[Outcome] | None:
+    """After an ambiguous commit of ``store_many(subs)``: its outcomes if it landed, None if not.
+
+    The job ids were chosen before the transaction first ran, and a transaction that inserts no job
+    writes nothing, so "any of them is stored" is "it committed" (never re-inserted blindly); the
+    submissions it did not insert are answered, as the commit answered them, from their
+    Idempotency-Keys."""
+    found = await tx.durability.existing_jobs(s.job.job_id for s in subs)
+    if not found:
+        return None
+    return await store_many(tx, subs, herd_threshold, stored=found)
+
+
+class CriticalTenants:
+    """Which tenants are critical (docs/durability.md), re-read at most every ``refresh_s``: a
+    submit costs a set lookup; ``kairos tenants set-critical`` takes effect within ``refresh_s``."""
+
+    def __init__(self, refresh_s: float = CRITICAL_REFRESH_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.refresh_s = refresh_s
+        self._clock = clock
+        self._ids: frozenset[UUID] = frozenset()
+        self._until = float("-inf")
+        self._reading: asyncio.Lock | None = None
+
+    async def contains(self, db: Database, tenant_id: UUID) -> bool:
+        if self._clock() >= self._until:
+            self._reading = self._reading or asyncio.Lock()
+            async with self._reading:
+                if self._clock() >= self._until:
+                    self._ids = await db.transaction(lambda tx: tx.durability.critical_tenants(),
+                                                     isolation="READ COMMITTED")
+                    self._until = self._clock() + self.refresh_s
+        return tenant_id in self._ids
 
 
 @dataclass(frozen=True)
@@ -174,6 +215,9 @@ class _Request:
     done: asyncio.Future[list[Outcome]]
     # The tenant's active-jobs quota, when it has one (checked when the request is flushed).
     max_active_jobs: int | None = None
+    # A critical tenant's request: committed with synchronous_commit = remote_apply, never in a
+    # transaction with other tenants' requests (they would wait for the standby too).
+    critical: bool = False
 
 
 def _retry_after(seconds: float) -> int:
@@ -199,6 +243,7 @@ class SubmitWriter:
         self.db = db
         self.config = config
         self.quotas = tenants.QuotaCache(config.quota_ttl_s)
+        self.critical = CriticalTenants()
         # The submit rate: one token bucket per tenant in this process (docs/quotas.md says why).
         self.rates = TokenBuckets()
         self._clock = clock
@@ -220,7 +265,8 @@ class SubmitWriter:
         refused: list[Outcome] = []
         if quota.max_submit_per_s is not None:
             subs, refused = self._admit(subs, quota.max_submit_per_s)
-        request = _Request(subs, asyncio.get_running_loop().create_future(), quota.max_active_jobs)
+        request = _Request(subs, asyncio.get_running_loop().create_future(), quota.max_active_jobs,
+                           await self.critical.contains(self.db, tenant_id))
         self._waiting.append(request)
         self._start_flushes()
         # Shielded: a client that goes away does not cancel a transaction other requests share.
@@ -246,12 +292,22 @@ class SubmitWriter:
         while self._waiting and len(self._flushes) < self.config.in_flight:
             group, rows = [], 0
             while self._waiting and (not group or rows + len(self._waiting[0].subs) <= self.config.max_rows):
-                request = self._waiting.pop(0)
+                request = self._next_waiting(critical=group[0].critical if group else None)
+                if request is None:
+                    break
                 group.append(request)
                 rows += len(request.subs)
             task = asyncio.create_task(self._flush(group), name="submit-flush")
             self._flushes.add(task)
             task.add_done_callback(self._flushed)
+
+    def _next_waiting(self, *, critical: bool | None) -> _Request | None:
+        """The oldest waiting request (of the given criticality, when given): a transaction carries
+        critical tenants' requests or the others', never both."""
+        for i, request in enumerate(self._waiting):
+            if critical is None or request.critical == critical:
+                return self._waiting.pop(i)
+        return None
 
     def _flushed(self, task: asyncio.Task[None]) -> None:
         self._flushes.discard(task)
@@ -262,8 +318,7 @@ class SubmitWriter:
             verdicts = await self._active_jobs_verdicts(group)
             subs = [s for r, v in zip(group, verdicts, strict=True) for i, s in enumerate(r.subs)
                     if v is None or v[i] is None]
-            outcomes = await self.db.transaction(
-                lambda tx: store_many(tx, subs, self.config.herd_threshold)) if subs else []
+            outcomes = await self._write(subs, critical=group[0].critical) if subs else []
         except (errors.DatabaseUnavailable, errors.TransactionRetriesExhausted) as exc:
             for r in group:
                 _settle(r, exc)
@@ -282,6 +337,17 @@ class SubmitWriter:
         created = sum(1 for o in outcomes if isinstance(o, Created) and not o.replayed)
         if created:
             observability.jobs_submitted.add(created)
+
+    async def _write(self, subs: list[Submission], *, critical: bool) -> list[Outcome]:
+        """One transaction storing ``subs``; a critical tenant's commits on the synchronous standby.
+        An ambiguous commit is resolved by ``landed`` (Database.transaction's ``on_ambiguous``)."""
+
+        async def write(tx: Store) -> list[Outcome]:
+            if critical:
+                await tx.durability.commit_on_standby()
+            return await store_many(tx, subs, self.config.herd_threshold)
+
+        return await self.db.transaction(write, on_ambiguous=lambda tx: landed(tx, subs, self.config.herd_threshold))
 
     async def _active_jobs_verdicts(self, group: list[_Request]) -> list[list[Outcome | None] | None]:
         """Per request, None when all its items may be stored, else per item None (store it) or the

@@ -96,12 +96,33 @@ def db() -> None:
 
 
 @db.command("upgrade")
-def db_upgrade() -> None:
+@click.option("--cockroach-overlay", is_flag=True,
+              help="Then apply the CockroachDB multi-region overlay (sql/cockroach/): regions, survival goal, "
+                   "table localities, due_index splits, history TTL (docs/cockroachdb.md). CockroachDB only.")
+@click.option("--primary-region", metavar="REGION", help="With --cockroach-overlay: the database's primary "
+                                                         "region (default KAIROS_PRIMARY_REGION).")
+@click.option("--secondary-region", metavar="REGION", help="With --cockroach-overlay: the region that takes the "
+                                                           "leaseholders when the primary is lost (the standby's).")
+def db_upgrade(cockroach_overlay: bool, primary_region: str | None, secondary_region: str | None) -> None:
     """Apply pending migrations (idempotent; safe from several processes at once)."""
-    from app.store import migrate
+    from app.store import migrate, overlay
 
-    applied = run_command(migrate.upgrade, upgrade=False)
+    if not cockroach_overlay and (primary_region or secondary_region):
+        fail("--primary-region and --secondary-region go with --cockroach-overlay")
+    settings = load()
+
+    async def work(d: Any) -> tuple[list[str], list[str]]:
+        applied = await migrate.upgrade(d)
+        if not cockroach_overlay:
+            return applied, []
+        return applied, await overlay.apply(d, primary_region=primary_region or settings.primary_region,
+                                            secondary_region=secondary_region or None,
+                                            retention_days=settings.retention_days)
+
+    applied, statements = run_command(work, upgrade=False)
     click.echo(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else ""))
+    if cockroach_overlay:
+        click.echo(f"applied the CockroachDB overlay ({len(statements)} statements)")
 
 
 # -- tenants -------------------------------------------------------------------------------------------
@@ -218,6 +239,19 @@ def tenants_list() -> None:
     """All tenants."""
     for t in run_command(lambda d: d.transaction(lambda tx: tx.tenants.list_all())):
         click.echo(json.dumps(_tenant_json(t)))
+
+
+@tenants.command("set-critical")
+@click.argument("name")
+@click.argument("state", metavar="on|off")
+def tenants_set_critical(name: str, state: str) -> None:
+    """Commit the tenant's submits synchronously to the standby (on) or locally (off); docs/durability.md.
+
+    Every API process picks the change up within a few seconds (app.api.submit.CRITICAL_REFRESH_S)."""
+    if state not in ("on", "off"):
+        fail(f"the state is on or off, not {state!r}")
+    critical = _need_tenant(lambda tx, t: tx.durability.set_critical(t.tenant_id, state == "on"), name)
+    click.echo(json.dumps({"name": name, "critical": critical}))
 
 
 main.add_command(pools)

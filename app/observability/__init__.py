@@ -327,6 +327,8 @@ breaker_state = ObservedGauge(
     "kairos.breaker.state", "Circuit breaker per HTTP origin with failures: 0 closed, 1 half-open, 2 open")
 # Store
 tx_retries = meter.create_counter("kairos.db.tx_retries", description="Transactions re-run after 40001/40P01")
+tx_ambiguous = meter.create_counter(
+    "kairos.db.tx_ambiguous", description="Commits whose outcome the database could not tell (CockroachDB 40003)")
 # Data lifecycle (app.executor.retention)
 history_archived = meter.create_counter(
     "kairos.history.archived", description="Rows archived to the object store and deleted, by table")

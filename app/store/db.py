@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app import errors, observability
 from app.config import Settings
+from app.store.queries import COCKROACH
 from app.store.seam import Store
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,42 @@ class RetryConfig:
 def sqlstate(exc: BaseException) -> str | None:
     orig = getattr(exc, "orig", None)
     return getattr(orig, "sqlstate", None) or getattr(exc, "sqlstate", None)
+
+
+# CockroachDB's client-side retry errors all carry 40001 and a message that begins "restart
+# transaction" (transaction-retry-error-reference); the message alone is matched too, since some
+# drivers and proxies lose the code on the way. An ambiguous commit is 40003 "result is ambiguous":
+# the transaction may or may not have committed (cockroachlabs.com/docs/stable/common-errors).
+COCKROACH_RETRY_MESSAGE = "restart transaction"
+AMBIGUOUS_SQLSTATE = "40003"
+AMBIGUOUS_MESSAGE = "result is ambiguous"
+
+
+def _message(exc: BaseException) -> str:
+    return str(getattr(exc, "orig", None) or exc).lower()
+
+
+def retryable(exc: BaseException) -> bool:
+    """Running the whole transaction again may succeed: a serialization failure or deadlock
+    (PostgreSQL and CockroachDB), or one of CockroachDB's "restart transaction" errors."""
+    return sqlstate(exc) in RETRYABLE_SQLSTATES or COCKROACH_RETRY_MESSAGE in _message(exc)
+
+
+def ambiguous(exc: BaseException) -> bool:
+    """The commit's outcome is unknown (CockroachDB lost track of it): it may have landed."""
+    return sqlstate(exc) == AMBIGUOUS_SQLSTATE or AMBIGUOUS_MESSAGE in _message(exc)
+
+
+# sqlalchemy-cockroachdb accepts only these; CockroachDB itself runs REPEATABLE READ as SERIALIZABLE
+# unless the cluster enables it (read-committed / transactions docs), so that is what it is asked for.
+COCKROACH_ISOLATION_LEVELS = frozenset({"SERIALIZABLE", "READ COMMITTED", "AUTOCOMMIT"})
+
+
+def isolation_for(dialect: str, isolation: str) -> str:
+    """``isolation`` as ``dialect`` can be asked for it."""
+    if dialect == COCKROACH and isolation.upper() not in COCKROACH_ISOLATION_LEVELS:
+        return "SERIALIZABLE"
+    return isolation
 
 
 def translate(exc: DBAPIError) -> errors.KairosError:
@@ -106,9 +143,10 @@ def create_engine(url: str, *, isolation: str = "SERIALIZABLE", pool_size: int =
         connect_args["options"] = options
     if application_name:
         connect_args["application_name"] = application_name[:63]
+    driver_url = normalise_url(url)
     return create_async_engine(
-        normalise_url(url),
-        isolation_level=isolation,
+        driver_url,
+        isolation_level=isolation_for(COCKROACH if driver_url.startswith(COCKROACH) else "", isolation),
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,  # a connection the server dropped (restart, idle timeout) is replaced before use
@@ -121,8 +159,10 @@ class Database:
     """An engine plus the retrying transaction runner every write goes through."""
 
     def __init__(self, engine: AsyncEngine, retry: RetryConfig = RetryConfig(), *,
-                 transaction_timeout_s: float = 0.0) -> None:
+                 transaction_timeout_s: float = 0.0, read_engine: AsyncEngine | None = None) -> None:
         self.engine = engine
+        # KAIROS_READ_DATABASE_URL (a streaming standby): where ``read`` goes; None: the primary.
+        self.read_engine = read_engine
         self.retry = retry
         self.retries = 0  # transactions re-run after 40001/40P01, for metrics and tests
         # Client-side bound on one run of a transaction's work, connection checkout included; 0: none.
@@ -136,7 +176,12 @@ class Database:
         engine = create_engine(url, isolation=settings.db_isolation, pool_size=settings.db_pool_size,
                                statement_timeout_s=timeout_s,
                                application_name=f"kairos-{name}:{os.getpid()}" if name else "")
-        return cls(engine, transaction_timeout_s=timeout_s * TRANSACTION_TIMEOUT_FACTOR)
+        reader = None
+        if settings.read_database_url:  # a hot standby: REPEATABLE READ, since it refuses SERIALIZABLE
+            reader = create_engine(settings.read_database_url, isolation="REPEATABLE READ",
+                                   pool_size=settings.db_pool_size, statement_timeout_s=timeout_s,
+                                   application_name=f"kairos-{name}-read:{os.getpid()}" if name else "")
+        return cls(engine, transaction_timeout_s=timeout_s * TRANSACTION_TIMEOUT_FACTOR, read_engine=reader)
 
     @property
     def dialect(self) -> str:
@@ -147,8 +192,14 @@ class Database:
         work: Callable[[Store], Awaitable[T]],
         *,
         isolation: str | None = None,
+        on_ambiguous: Callable[[Store], Awaitable[T | None]] | None = None,
+        read_only: bool = False,
+        _primary: bool = False,
     ) -> T:
-        """Run ``work`` in one transaction, re-running it whole on 40001/40P01.
+        """Run ``work`` in one transaction, re-running it whole on 40001/40P01 (and CockroachDB's
+        "restart transaction" errors). An ambiguous commit (CockroachDB 40003) is resolved with
+        ``on_ambiguous`` (see ``_after_ambiguous_commit``), never by running ``work`` blindly again.
+        ``read_only``: see ``read``.
 
         ``work`` must be safe to run again: it gets a fresh ``Store`` each time and must not keep
         state from a failed run. Any other database error leaves as an ``app.errors`` exception
@@ -159,7 +210,7 @@ class Database:
             bound = asyncio.timeout(self.transaction_timeout_s or None)
             try:
                 async with bound:
-                    return await self._run(work, isolation)
+                    return await self._run(work, isolation, read_only, _primary)
             except TimeoutError as exc:
                 if not bound.expired():
                     raise
@@ -168,7 +219,9 @@ class Database:
                 raise errors.DatabaseUnavailable(
                     f"no answer from the database within {self.transaction_timeout_s:g} s") from exc
             except DBAPIError as exc:
-                if sqlstate(exc) not in RETRYABLE_SQLSTATES:
+                if ambiguous(exc):
+                    return await self._after_ambiguous_commit(work, isolation, on_ambiguous, exc)
+                if not retryable(exc):
                     raise translate(exc) from exc
                 if attempt == self.retry.attempts:
                     raise errors.TransactionRetriesExhausted() from exc
@@ -181,12 +234,58 @@ class Database:
                 raise errors.DatabaseUnavailable("no database connection free in the pool") from exc
         raise AssertionError("unreachable")
 
-    async def _run(self, work: Callable[[Store], Awaitable[T]], isolation: str | None) -> T:
-        async with self.engine.connect() as conn:
+    async def _run(self, work: Callable[[Store], Awaitable[T]], isolation: str | None,
+                   read_only: bool = False, primary: bool = False) -> T:
+        replica = read_only and not primary
+        engine = (self.read_engine or self.engine) if replica else self.engine
+        async with engine.connect() as conn:
             if isolation:
-                await conn.execution_options(isolation_level=isolation)
+                await conn.execution_options(isolation_level=isolation_for(engine.dialect.name, isolation))
+            if read_only:
+                await conn.execution_options(postgresql_readonly=True)  # BEGIN READ ONLY: a write fails (25006)
             async with conn.begin():
-                return await work(Store(conn))
+                store = Store(conn)
+                if replica and self.read_engine is None and engine.dialect.name == COCKROACH:
+                    await store.schema.follower_read()
+                return await work(store)
+
+    async def _after_ambiguous_commit(self, work: Callable[[Store], Awaitable[T]], isolation: str | None,
+                                      on_ambiguous: Callable[[Store], Awaitable[T | None]] | None,
+                                      exc: DBAPIError) -> T:
+        """The commit may have landed. ``on_ambiguous`` reads, in a new transaction, whether it did
+        (by keys the work chose before it first ran) and returns the work's result if so, None if
+        not; only then is the work run again. Reading a key the ambiguous transaction wrote makes
+        CockroachDB settle that transaction first (a reader that meets its intent resolves it), so
+        the answer cannot change afterwards. Without ``on_ambiguous`` the caller is told
+        (CommitAmbiguous) rather than the work being repeated."""
+        observability.tx_ambiguous.add(1)
+        if on_ambiguous is None:
+            raise errors.CommitAmbiguous(str(getattr(exc, "orig", exc)).splitlines()[0]) from exc
+        log.warning("commit result ambiguous; reading whether it landed", extra={"error": str(exc.orig)[:200]})
+        found = await self.transaction(on_ambiguous, isolation="READ COMMITTED")
+        if found is not None:
+            return found
+        return await self.transaction(work, isolation=isolation, on_ambiguous=on_ambiguous)
+
+    async def read(self, work: Callable[[Store], Awaitable[T]], *, isolation: str = "REPEATABLE READ",
+                   fresh_if: tuple[type[Exception], ...] = ()) -> T:
+        """Run ``work`` in a read-only transaction where reads that tolerate a few seconds of
+        staleness belong (history, attempts, dead letters, the dashboard): on the read database
+        (KAIROS_READ_DATABASE_URL, a streaming standby) when there is one; on CockroachDB without
+        one, at ``follower_read_timestamp()`` so the nearest replica answers; else on the primary.
+        Read-only everywhere: a write in ``work`` fails and changes nothing. REPEATABLE READ by
+        default (one snapshot for the whole read; a hot standby refuses SERIALIZABLE).
+
+        ``fresh_if``: errors a stale read may cause (a job submitted a moment ago not found yet) are
+        answered by the primary instead."""
+        try:
+            return await self.transaction(work, isolation=isolation, read_only=True)
+        except fresh_if:
+            if self.read_engine is None and self.dialect != COCKROACH:
+                raise  # it was the primary already
+            return await self.transaction(work, isolation=isolation, read_only=True, _primary=True)
 
     async def close(self) -> None:
         await self.engine.dispose()
+        if self.read_engine is not None:
+            await self.read_engine.dispose()

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.store.attempts import Attempts
 from app.store.dispatch import Dispatch
 from app.store.drill import Drill
+from app.store.durability import Durability
 from app.store.executions import Executions
 from app.store.jobs import Jobs
 from app.store.pools import Pools
@@ -31,14 +32,16 @@ from app.store.tenants import Tenants
 class Store:
     """Every statement one transaction may run, bound to its connection."""
 
-    __slots__ = ("attempts", "dispatch", "drill", "executions", "jobs", "pools", "schema", "shard_leases",
-                 "statistics", "replication", "retention", "stats",
+    __slots__ = ("attempts", "dispatch", "drill", "durability", "executions", "jobs", "pools", "schema",
+                 "shard_leases", "statistics",
+                 "replication", "retention", "stats",
                  "tenants")
 
     def __init__(self, conn: AsyncConnection) -> None:
         self.attempts = Attempts(conn)
         self.dispatch = Dispatch(conn)
         self.drill = Drill(conn)
+        self.durability = Durability(conn)
         self.executions = Executions(conn)
         self.jobs = Jobs(conn)
         self.pools = Pools(conn)
