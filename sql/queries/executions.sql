@@ -346,7 +346,7 @@ WHERE state = 'ready' AND ready_at <= coalesce(CAST(:now AS TIMESTAMPTZ), now())
 GROUP BY queue;
 
 -- name: ExecutionLeaseFairSkipping
--- ExecutionLeaseFair for the built-in HTTP pool: the same fair lease, skipping the tenants in :skip_tenants (those whose leased deliveries already wait for a slot in the leasing executor, so their backlog stays in the queue instead of holding leases).
+-- ExecutionLeaseFair for the built-in HTTP pool: the same fair lease (the live attempt is the executions row), skipping the tenants in :skip_tenants (those whose leased deliveries already wait for a slot in the leasing executor, so their backlog stays in the queue instead of holding leases).
 WITH RECURSIVE ready_tenants (tenant_id) AS (
     -- Loose index scan over executions_ready: one probe per tenant, however deep its backlog.
     (SELECT tenant_id FROM executions
@@ -401,12 +401,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
     WHERE e.execution_id = p.execution_id AND j.job_id = e.job_id
       AND e.state = 'ready' AND e.attempt = p.attempt  -- a concurrent lease of the same row changes nothing
     RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
-              e.lease_owner, e.started_at, e.lease_until, e.payload, e.traceparent
-), opened AS (
-    -- The attempt's 'running' row: the outcome statements end it (or write it, when none was opened).
-    INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until)
-    SELECT execution_id, attempt, tenant_id, lease_owner, started_at, lease_until FROM leased
-    RETURNING execution_id
+              e.lease_until, e.payload, e.traceparent
 )
 SELECT l.execution_id, l.job_id, l.tenant_id, l.attempt, l.max_attempts, l.scheduled_for, l.lease_until,
        coalesce(l.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s,
@@ -417,7 +412,7 @@ JOIN jobs AS j ON j.job_id = l.job_id
 JOIN tenants AS t ON t.tenant_id = l.tenant_id;
 
 -- name: ExecutionLeaseRenewMany
--- Renew many current attempts held by :worker_id (the HTTP pool's deliveries, sent or waiting for a slot) to now + :lease_s, never past started_at + the job's timeout; restarts[i] first moves the attempt's start to now (a delivery still waiting has not started: it keeps its whole timeout). Answers the renewed ones.
+-- Renew many current attempts held by :worker_id (the HTTP pool's deliveries, sent or waiting for a slot) to now + :lease_s, never past started_at + the job's timeout; restarts[i] first moves the attempt's start to now (a delivery still waiting has not started: it keeps its whole timeout; its attempts row, written when it ends, says so). Answers the renewed ones.
 WITH input AS (
     SELECT * FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:restarts AS BOOL[]))
         AS i (execution_id, attempt, restart)
@@ -434,12 +429,6 @@ WITH input AS (
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
       AND e.lease_owner = :worker_id  -- only the holder renews
       AND (i.restart OR e.started_at + CAST(j.timeout_s AS FLOAT8) * INTERVAL '1 second' > c.now)  -- timed out: no more
-    RETURNING e.execution_id, e.attempt, e.started_at, e.lease_until
-), mirrored AS (
-    UPDATE attempts AS a SET leased_at = r.started_at, lease_until = r.lease_until
-    FROM renewed AS r
-    WHERE a.execution_id = r.execution_id AND a.attempt = r.attempt
-      AND a.outcome = 'running'  -- an attempts row opened at lease time follows its lease
-    RETURNING a.execution_id
+    RETURNING e.execution_id, e.lease_until
 )
 SELECT execution_id, lease_until FROM renewed;
