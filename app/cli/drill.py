@@ -1,4 +1,4 @@
-"""``kairos drill region-failover | scheduler-kill | worker-stall``: failure drills on one machine.
+"""``kairos drill region-failover | db-failover | scheduler-kill | worker-stall``: failure drills on one machine.
 
 Each drill starts what it needs (PostgreSQL from the installed binaries, Kairos processes, SDK
 workers) in a temporary directory, injects its fault, prints a report and removes everything it
@@ -102,6 +102,15 @@ def _run(name: str, verbose: bool, **kwargs: Any) -> None:
 def region_failover(asynchronous: bool, verbose: bool, **kwargs: Any) -> None:
     """Two regions on two PostgreSQL servers (primary, streaming standby); kill the primary region."""
     _run("region-failover", verbose, synchronous=not asynchronous, **kwargs)
+
+
+@drill.command("db-failover")
+@click.option("--async", "asynchronous", is_flag=True,
+              help="Replicate asynchronously and measure what is lost (default: synchronous, must lose nothing).")
+@_options
+def db_failover(asynchronous: bool, verbose: bool, **kwargs: Any) -> None:
+    """One region on a PostgreSQL primary and streaming standby; kill the primary database only."""
+    _run("db-failover", verbose, synchronous=not asynchronous, **kwargs)
 
 
 @drill.command("scheduler-kill")

@@ -202,6 +202,23 @@ class Flow:
             await asyncio.sleep(POLL_S)
 
 
+async def _drill(title: str, options: DrillOptions, body: Callable[[Harness, Report], Awaitable[None]]) -> Report:
+    """Run ``body`` within --timeout; whatever happens, stop and remove everything the drill started."""
+    report = Report(title, [])
+    harness = Harness(options)
+    try:
+        async with asyncio.timeout(options.timeout_s):
+            await body(harness, report)
+    except TimeoutError:
+        report.add("error", f"the drill did not finish within --timeout {options.timeout_s:.0f} s")
+        report.ok = False
+    finally:
+        await harness.close()
+        if options.keep:
+            report.add("logs", str(harness.directory))
+    return report
+
+
 def _flow_lines(report: Report, flow: Flow, result: Tally) -> None:
     kinds: dict[str, int] = {}
     for o in flow.submitter.owed:
@@ -224,19 +241,7 @@ def _outcome_lines(report: Report, result: Tally, duplicated_reason: str) -> Non
 
 async def region_failover(options: DrillOptions) -> Report:
     mode = "synchronous" if options.synchronous else "asynchronous"
-    report = Report(f"region-failover ({mode} replication)", [])
-    harness = Harness(options)
-    try:
-        async with asyncio.timeout(options.timeout_s):
-            await _region_failover(harness, report)
-    except TimeoutError:
-        report.add("error", f"the drill did not finish within --timeout {options.timeout_s:.0f} s")
-        report.ok = False
-    finally:
-        await harness.close()
-        if options.keep:
-            report.add("logs", str(harness.directory))
-    return report
+    return await _drill(f"region-failover ({mode} replication)", options, _region_failover)
 
 
 async def _region_failover(h: Harness, report: Report) -> None:
@@ -313,6 +318,62 @@ async def _owned_by_region(db: Database, region: str) -> bool:
     return owned(await live_shards(db), region=region) == SHARDS
 
 
+# -- database failover ---------------------------------------------------------------------------
+
+async def database_failover(options: DrillOptions) -> Report:
+    mode = "synchronous" if options.synchronous else "asynchronous"
+    return await _drill(f"db-failover ({mode} replication)", options, _database_failover)
+
+
+async def _database_failover(h: Harness, report: Report) -> None:
+    """The database alone fails: every Kairos process lives on and follows the promotion by itself."""
+    o = h.options
+    assert h.cluster is not None
+    deadline = time.monotonic() + o.timeout_s
+    site = await _single_region(h, schedulers=1, workers=1, work_s=0.0, worker_lease_s=o.worker_lease_s,
+                                standby=True)
+    assert site.standby is not None
+    await until(lambda: _owned_by_region(site.db, PRIMARY), timeout_s=60, what="the scheduler to own every shard")
+    report.add("processes", f"PostgreSQL primary and {'synchronous' if o.synchronous else 'asynchronous'} "
+               "streaming standby; api, scheduler, executor, SDK worker on one multi-host URL "
+               "(target_session_attrs=read-write)")
+    async with Submitter([_api_url(site.api)], site.key) as submitter:
+        flow = Flow(submitter, o, site.workers)
+        await flow.start()
+        await asyncio.sleep(o.warmup_s)  # traffic before the fault
+        herd_due = await flow.herd()
+        await asyncio.sleep(max(0.0, herd_due + 0.3 - time.time()))
+        lag = await site.primary.standby("standby")
+        fault_at = time.time()
+        h.cluster.kill(site.primary)
+        promote_s = h.cluster.promote(site.standby)
+        direct = h.database(site.standby.url(DATABASE))
+
+        async def first_start_after_fault() -> float | None:
+            starts = [r.started for r in flow.runs() if r.at > fault_at]
+            return min(starts) if starts else None
+
+        recovered_at = await until(first_start_after_fault, timeout_s=max(1.0, deadline - time.monotonic()),
+                                   what="an occurrence due after the fault to start")
+        await asyncio.sleep(o.observe_s)
+        result, _ = await flow.finish(fault_at, deadline)
+        present = await direct.transaction(lambda tx: tx.drill.jobs_present(
+            site.tenant_id, [ow.job_id for ow in submitter.owed]))
+    _flow_lines(report, flow, result)
+    report.add("fault", f"the primary PostgreSQL killed (SIGKILL) at {h.since_start(fault_at)}; replication lag at "
+               "the failure: " + (f"{lag.flush_lag_bytes} bytes not flushed, {lag.replay_lag_bytes} bytes not "
+                                  f"replayed on the standby ({lag.sync_state})" if lag else "standby not connected"))
+    report.add("promotion", f"{promote_s:.2f} s")
+    report.add("recovery time", f"{recovered_at - fault_at:.1f} s (the first occurrence due after the fault started)")
+    _outcome_lines(report, result, "started again once its lease expired: its outcome could not be reported "
+                   "while the database failed over; same idempotency key")
+    missing = len(submitter.owed) - len(present)
+    report.add("missing after failover", f"{missing} of {len(submitter.owed)} acknowledged jobs are not in the "
+               "promoted database")
+    report.add("drill time", f"{time.time() - h.started:.0f} s")
+    report.ok = result.lost == 0 or not o.synchronous
+
+
 # -- scheduler kill ------------------------------------------------------------------------------
 
 def _owner_pid(owner: str) -> int | None:
@@ -322,27 +383,30 @@ def _owner_pid(owner: str) -> int | None:
 
 
 async def scheduler_kill(options: DrillOptions) -> Report:
-    report = Report("scheduler-kill", [])
-    harness = Harness(options)
-    try:
-        async with asyncio.timeout(options.timeout_s):
-            await _scheduler_kill(harness, report)
-    except TimeoutError:
-        report.add("error", f"the drill did not finish within --timeout {options.timeout_s:.0f} s")
-        report.ok = False
-    finally:
-        await harness.close()
-        if options.keep:
-            report.add("logs", str(harness.directory))
-    return report
+    return await _drill("scheduler-kill", options, _scheduler_kill)
 
 
-async def _single_region(h: Harness, *, schedulers: int, workers: int, work_s: float,
-                         worker_lease_s: float) -> tuple[Database, UUID, str, Proc, list[Proc], list[Proc]]:
+@dataclass
+class Site:
+    """One region's processes on one database (with a streaming standby when asked)."""
+
+    db: Database
+    tenant_id: UUID
+    key: str
+    api: Proc
+    schedulers: list[Proc]
+    workers: list[Proc]
+    primary: Node
+    standby: Node | None = None
+
+
+async def _single_region(h: Harness, *, schedulers: int, workers: int, work_s: float, worker_lease_s: float,
+                         standby: bool = False) -> Site:
     assert h.cluster is not None and h.fleet is not None
-    node: Node = h.cluster.start_primary(PRIMARY)
+    node = h.cluster.start_primary("primary")
+    replica = await h.cluster.add_standby(node, "standby", synchronous=h.options.synchronous) if standby else None
     h.cluster.create_database(node, DATABASE)
-    url = node.url(DATABASE)
+    url = multi_host_url([node, replica], DATABASE) if replica else node.url(DATABASE)
     db = h.database(url)
     await migrate.upgrade(db)
     tenant_id, key = await h.tenant(db)
@@ -354,15 +418,19 @@ async def _single_region(h: Harness, *, schedulers: int, workers: int, work_s: f
                                    concurrency=h.options.worker_concurrency, lease_s=worker_lease_s, work_s=work_s)
                     for i in range(workers)]
     await h.fleet.wait_ready()
-    return db, tenant_id, key, api, scheds, pool_workers
+    return Site(db, tenant_id, key, api, scheds, pool_workers, node, replica)
+
+
+def _api_url(api: Proc) -> str:
+    return f"http://127.0.0.1:{api.ports['api']}"
 
 
 async def _scheduler_kill(h: Harness, report: Report) -> None:
     o = h.options
     assert h.fleet is not None
     deadline = time.monotonic() + o.timeout_s
-    db, _, key, api, scheds, workers = await _single_region(h, schedulers=2, workers=1, work_s=0.0,
-                                                            worker_lease_s=o.worker_lease_s)
+    site = await _single_region(h, schedulers=2, workers=1, work_s=0.0, worker_lease_s=o.worker_lease_s)
+    db, scheds = site.db, site.schedulers
 
     async def split() -> list[LiveShards] | None:
         shards = await live_shards(db)
@@ -373,8 +441,8 @@ async def _scheduler_kill(h: Harness, report: Report) -> None:
     victim_owner = next(s for s in before if _owner_pid(s.owner) == victim.pid)
     report.add("processes", "PostgreSQL, api, 2 schedulers, executor, SDK worker "
                f"(shards: {', '.join(f'{s.owner} {s.shards}' for s in before)})")
-    async with Submitter([f"http://127.0.0.1:{api.ports['api']}"], key) as submitter:
-        flow = Flow(submitter, o, workers)
+    async with Submitter([_api_url(site.api)], site.key) as submitter:
+        flow = Flow(submitter, o, site.workers)
         await flow.start()
         await asyncio.sleep(o.warmup_s)  # traffic before the fault
         herd_due = await flow.herd()
@@ -407,19 +475,7 @@ STALL_LEASE_S = 3.0
 
 
 async def worker_stall(options: DrillOptions) -> Report:
-    report = Report("worker-stall", [])
-    harness = Harness(options)
-    try:
-        async with asyncio.timeout(options.timeout_s):
-            await _worker_stall(harness, report)
-    except TimeoutError:
-        report.add("error", f"the drill did not finish within --timeout {options.timeout_s:.0f} s")
-        report.ok = False
-    finally:
-        await harness.close()
-        if options.keep:
-            report.add("logs", str(harness.directory))
-    return report
+    return await _drill("worker-stall", options, _worker_stall)
 
 
 def _log_count(proc: Proc, message: str) -> int:
@@ -433,13 +489,13 @@ async def _worker_stall(h: Harness, report: Report) -> None:
     o = h.options
     assert h.fleet is not None
     deadline = time.monotonic() + o.timeout_s
-    db, tenant_id, key, api, _, workers = await _single_region(h, schedulers=1, workers=2, work_s=WORK_S,
-                                                               worker_lease_s=STALL_LEASE_S)
-    stalled, other = workers
+    site = await _single_region(h, schedulers=1, workers=2, work_s=WORK_S, worker_lease_s=STALL_LEASE_S)
+    db, tenant_id = site.db, site.tenant_id
+    stalled, other = site.workers
     report.add("processes", f"PostgreSQL, api, scheduler, executor, 2 SDK workers (each run works {WORK_S:g} s; "
                f"worker lease {STALL_LEASE_S:g} s, renewed every third)")
-    async with Submitter([f"http://127.0.0.1:{api.ports['api']}"], key) as submitter:
-        flow = Flow(submitter, o, workers)
+    async with Submitter([_api_url(site.api)], site.key) as submitter:
+        flow = Flow(submitter, o, site.workers)
         await flow.start()
         await asyncio.sleep(o.warmup_s)  # traffic before the fault
 
@@ -498,6 +554,7 @@ async def _worker_stall(h: Harness, report: Report) -> None:
 
 DRILLS: dict[str, Callable[[DrillOptions], Awaitable[Report]]] = {
     "region-failover": region_failover,
+    "db-failover": database_failover,
     "scheduler-kill": scheduler_kill,
     "worker-stall": worker_stall,
 }
