@@ -105,19 +105,25 @@ def db() -> None:
                                                            "leaseholders when the primary is lost (the standby's).")
 def db_upgrade(cockroach_overlay: bool, primary_region: str | None, secondary_region: str | None) -> None:
     """Apply pending migrations (idempotent; safe from several processes at once)."""
-    from app.store import migrate, overlay
+    from app.cli.runtime import database_url
+    from app.store import Database, migrate, overlay
 
     if not cockroach_overlay and (primary_region or secondary_region):
         fail("--primary-region and --secondary-region go with --cockroach-overlay")
     settings = load()
 
-    async def work(d: Any) -> tuple[list[str], list[str]]:
-        applied = await migrate.upgrade(d)
-        if not cockroach_overlay:
-            return applied, []
-        return applied, await overlay.apply(d, primary_region=primary_region or settings.primary_region,
-                                            secondary_region=secondary_region or None,
-                                            retention_days=settings.retention_days)
+    async def work(_: Any) -> tuple[list[str], list[str]]:
+        # DDL may legitimately run long: its own connections, without the statement timeout.
+        d = Database.from_settings(settings, database_url(settings), name="db-upgrade", bounded=False)
+        try:
+            applied = await migrate.upgrade(d)
+            if not cockroach_overlay:
+                return applied, []
+            return applied, await overlay.apply(d, primary_region=primary_region or settings.primary_region,
+                                                secondary_region=secondary_region or None,
+                                                retention_days=settings.retention_days)
+        finally:
+            await d.close()
 
     applied, statements = run_command(work, upgrade=False)
     click.echo(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else ""))

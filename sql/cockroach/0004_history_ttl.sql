@@ -4,7 +4,7 @@
 -- minutes) archives and deletes a row first and the TTL only removes what it could not reach for a
 -- day. Rows still running have finished_at NULL, so the expression is NULL and they never expire.
 -- With KAIROS_RETENTION_DAYS=0 (keep everything) the TTL is removed instead. CockroachDB has no
--- partition drop; a TTL job deletes in small batches at low priority, at the hour given here.
+-- partition drop; a TTL job deletes in small batches at low priority, every hour (ttl_job_cron).
 -- https://www.cockroachlabs.com/docs/stable/row-level-ttl
 -- kairos: if retention
 ALTER TABLE executions SET (ttl_expiration_expression = $$(finished_at + INTERVAL '{ttl_days} days')$$,
