@@ -14,6 +14,7 @@ SDK (kairos_sdk) is a separate distribution and reads KAIROS_GRPC_ADDR and KAIRO
 
 from __future__ import annotations
 
+import base64
 import math
 import os
 import re
@@ -48,6 +49,7 @@ class InvalidSetting(KairosError):
 class Parser:
     allowed: str  # completes "KAIROS_X must be ...", e.g. "an integer 1-65535"
     parse: Callable[[str], Any]
+    hidden: bool = False  # a bad value is not echoed back (key material)
 
 
 def integer(low: int, high: int | None = None, note: str = "") -> Parser:
@@ -133,6 +135,25 @@ def _secret(raw: str) -> str:
 SECRET = Parser("empty or a string of at least 16 characters", _secret)
 
 
+class FernetKeys(tuple[str, ...]):
+    """KAIROS_SECRET_KEY's keys; its repr never shows them."""
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} key(s)>"
+
+
+def _fernet_keys(raw: str) -> FernetKeys:
+    keys = _csv(raw)
+    for key in keys:  # what cryptography's Fernet(key) accepts: 32 bytes, URL-safe base64
+        if len(key) != 44 or len(base64.urlsafe_b64decode(key.encode())) != 32:
+            raise ValueError(raw)
+    return FernetKeys(keys)
+
+
+FERNET_KEYS = Parser("empty or a comma-separated list of Fernet keys (44 characters of URL-safe base64 each; "
+                     "`kairos db new-secret-key` prints one)", _fernet_keys, hidden=True)
+
+
 # -- fields --------------------------------------------------------------------------------------------
 
 SECTIONS = {
@@ -159,8 +180,8 @@ class Settings:
 
     home: Path = setting(
         "KAIROS_HOME", ".kairos", DIRECTORY, factory=lambda: Path(".kairos").resolve(),
-        doc="state directory: the embedded database (`pgdata/`), `kairos up`'s child logs (`logs/`) and the "
-            "demo key (`demo.key`)")
+        doc="state directory: the embedded database (`pgdata/`), `kairos up`'s child logs (`logs/`), the "
+            "demo key (`demo.key`) and, with the embedded database, the key sealing signing secrets (`secret.key`)")
     database_url: str = setting(
         "KAIROS_DATABASE_URL", "", DATABASE_URL,
         "`postgresql://...` (PostgreSQL >= 15) or `cockroachdb://...`; empty: start or join the embedded "
@@ -423,7 +444,8 @@ def _read(cls: type[Any], environ: Mapping[str, str]) -> Any:
         try:
             values[f.name] = parser.parse(raw)
         except ValueError:
-            raise InvalidSetting(f.metadata["variable"], parser.allowed, raw) from None
+            raise InvalidSetting(f.metadata["variable"], parser.allowed,
+                                 f"{len(raw)} characters, not shown" if parser.hidden else raw) from None
     return cls(**values)
 
 

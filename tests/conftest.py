@@ -18,11 +18,16 @@ from typing import TypeVar
 
 import psycopg
 import pytest
+from cryptography.fernet import Fernet
 
 from app.store import embedded, migrate
 from app.store.db import Database, create_engine
 
 TEMPLATE = "kairos_template"
+# One signing-secret key for the run (app.store.sealing): this process and every kairos process the tests
+# start (they inherit it) seal and open tenants' signing secrets alike. Tests that start processes with a
+# cleaned environment pass it on themselves (or use an embedded KAIROS_HOME, whose key file is generated).
+os.environ.setdefault("KAIROS_SECRET_KEY", Fernet.generate_key().decode())
 T = TypeVar("T")
 
 

@@ -28,6 +28,7 @@ from app.domain.queues import HTTP_QUEUE, pool_of_queue, shared_queue, tenant_qu
 from app.store import arrays
 from app.store.db import Database
 from app.store.queries import NamedQuery, parse
+from app.store.tenants import signing_secrets_of
 
 SQL = Path(__file__).resolve().parent / "sql" / "factories.sql"
 
@@ -71,7 +72,7 @@ async def tenant(db: Database, name: str | None = None) -> TenantFixture:
     created = await db.transaction(lambda c: c.tenants.create(name))
     assert created is not None, f"tenant {name} exists"
     t, key = created
-    return TenantFixture(t.tenant_id, t.name, key, t.signing_secret)
+    return TenantFixture(t.tenant_id, t.name, key, signing_secrets_of(t).current)
 
 
 async def job(db: Database, tenant_id: UUID, *, queue: str, target_ref: str | None = None,

@@ -21,6 +21,7 @@ from app.cli.history import history
 from app.cli.jobs import jobs
 from app.cli.pools import pools
 from app.cli.runtime import fail, run_command
+from app.cli.signing_secrets import db_new_secret_key, db_reseal_secrets, tenants_rotate_secret, tenants_show_secret
 from app.cli.status import status
 from app.cli.worker import worker
 from app.config import InvalidSetting, load
@@ -182,7 +183,7 @@ def tenants_create(name: str, as_json: bool) -> None:
                                "signingSecret": tenant.signing_secret}))
     else:
         console.print(f"tenant     {tenant.name}\nid         {tenant.tenant_id}\napi key    {key}\n"
-                      f"signing    {tenant.signing_secret}\n[dim]The key is stored only as a hash: keep it now.[/]")
+                      f"signing    {signing}\n[dim]The key is stored only as a hash: keep it now.[/]")
 
 
 def _need_tenant(tenant_work: Callable[[Store, Any], Awaitable[T]], name: str) -> T:
@@ -260,6 +261,10 @@ def tenants_set_critical(name: str, state: str) -> None:
     click.echo(json.dumps({"name": name, "critical": critical}))
 
 
+tenants.add_command(tenants_rotate_secret)
+tenants.add_command(tenants_show_secret)
+db.add_command(db_reseal_secrets)
+db.add_command(db_new_secret_key)
 main.add_command(pools)
 main.add_command(worker)
 main.add_command(jobs)

@@ -70,6 +70,9 @@ class SupervisorConfig:
     health_interval_s: float = 1.0
     probe_timeout_s: float = 2.0
     liveness_timeout_s: float = 10.0
+    # A scheduler or executor serves /healthz on its metrics port from its first second, before it opens
+    # the database: one that has not answered once this long after its start is wedged too.
+    startup_grace_s: float = 30.0
     # The embedded PostgreSQL: how often its postmaster is looked at, and the backoff between restarts.
     database_check_s: float = 0.5
     database_backoff_s: float = 0.5
@@ -92,6 +95,7 @@ class Child:
     # When its health check last answered 200 since this start; None: not yet (not checked until it has).
     healthy_at: float | None = None
     last_probe: str = ""  # what the latest failed check saw
+    probe_timed_out: bool = False  # the latest check reached a listener that did not answer (stopped, wedged)
     wedged: bool = False  # this start ended in our SIGKILL for not answering
 
 
@@ -104,6 +108,8 @@ class DemoTenant:
 async def ensure_demo_tenant(db: Database, home: Path) -> DemoTenant:
     """The demo tenant's key and signing secret; the key is kept in KAIROS_HOME/demo.key (0600) because
     only its hash is stored."""
+    from app.store.tenants import signing_secrets_of  # the secret is stored sealed (app.store.sealing)
+
     key_file = home / "demo.key"
 
     async def work(tx: Store) -> DemoTenant:
@@ -111,14 +117,14 @@ async def ensure_demo_tenant(db: Database, home: Path) -> DemoTenant:
         if tenant is None:
             created = await tx.tenants.create(DEMO_TENANT)
             assert created is not None
-            return DemoTenant(created[1], created[0].signing_secret)
+            return DemoTenant(created[1], signing_secrets_of(created[0]).current)
         if key_file.exists():
             key = key_file.read_text().strip()
             principal = await tx.tenants.resolve_key(key)
             if principal is not None and principal.tenant_id == tenant.tenant_id:
-                return DemoTenant(key, tenant.signing_secret)
+                return DemoTenant(key, signing_secrets_of(tenant).current)
         key, _ = await tx.tenants.rotate_key(tenant.tenant_id)
-        return DemoTenant(key, tenant.signing_secret)
+        return DemoTenant(key, signing_secrets_of(tenant).current)
 
     demo = await db.transaction(work)
     key_file.write_text(demo.key + "\n")
@@ -289,14 +295,28 @@ class Supervisor:
             return None if token == self.token else "no answer on the gRPC port"
         else:
             return None  # a scheduler without a metrics port has nothing to ask
+        child.probe_timed_out = False
         try:
             answer = await client.get(url, timeout=self.config.probe_timeout_s)
             body = answer.json()
         except (httpx.HTTPError, ValueError) as exc:
+            child.probe_timed_out = isinstance(exc, httpx.TimeoutException)
             return f"{url}: {type(exc).__name__}"
         if not isinstance(body, dict) or body.get("supervisorToken") != self.token:
             return f"{url}: not answered by this run's {child.name}"
         return None if answer.status_code == 200 else f"{url}: {answer.status_code} {body.get('reason', '')}".strip()
+
+    def silent_since(self, child: Child) -> float | None:
+        """Since when ``child``'s silence counts: its last 200; or, for a tier whose probe port answers from
+        its start and now holds the connection without a word, the end of the start-up grace. None while
+        it may still be starting (the API waits for the database before it serves its port), or when its
+        probe port is simply not ours (taken by another process, which it tolerates)."""
+        if child.healthy_at is not None:
+            return child.healthy_at
+        serves_from_start = child.name in ("scheduler", "executor") and metrics_ports(self.settings)[child.name]
+        if child.probe_timed_out and serves_from_start:
+            return child.started_at + self.config.startup_grace_s - self.config.liveness_timeout_s
+        return None
 
     def kill_wedged(self, child: Child, silent_s: float) -> None:
         assert child.proc is not None
@@ -319,9 +339,10 @@ class Supervisor:
                         child.healthy_at = now
                         continue
                     child.last_probe = problem
-                    if (child.healthy_at is not None and now - child.healthy_at > self.config.liveness_timeout_s
+                    since = self.silent_since(child)
+                    if (since is not None and now - since > self.config.liveness_timeout_s
                             and not self.stopping and child.proc is not None and child.proc.poll() is None):
-                        self.kill_wedged(child, now - child.healthy_at)
+                        self.kill_wedged(child, now - since)
                         child.healthy_at = None
                 await asyncio.sleep(self.config.health_interval_s)
 

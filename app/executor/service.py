@@ -21,6 +21,7 @@ from typing import Protocol
 from app import observability
 from app.config import Settings
 from app.duties import supervise
+from app.executor import signing
 from app.executor.batching import Outcomes
 from app.executor.depth import ReadyDepth
 from app.executor.egress import policy_for
@@ -63,6 +64,7 @@ class WorkerTransport(Protocol):
 
 
 async def serve(settings: Settings, db: Database, stop: asyncio.Event, transport: WorkerTransport) -> None:
+    await signing.prepare(settings, db)  # HTTP deliveries are signed: the secret key must be there
     outcomes = Outcomes(db)
     addr = await transport.start(db, outcomes)
     pool = HttpPool(db, outcomes, HttpPoolConfig(concurrency=settings.http_concurrency, lease_s=settings.http_lease_s),

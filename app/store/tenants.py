@@ -6,12 +6,14 @@ import hashlib
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 from sqlalchemy import Row
 
+from app import errors
+from app.store import sealing
 from app.store.queries import q
 from app.store.table import Table
 
@@ -25,7 +27,7 @@ KEY_PREFIX = "kairos_"
 class Tenant:
     tenant_id: UUID
     name: str
-    signing_secret: str
+    signing_secret: str  # as stored: sealed (app.store.sealing); signing_secrets_of opens it
     weight: int
     max_inflight: int
     max_dispatch_per_s: int
@@ -122,10 +124,12 @@ def _tenant(row: Row[Any]) -> Tenant:
 class Tenants(Table):
     """The tenants statements of one transaction."""
 
-    async def create(self, name: str) -> tuple[Tenant, str] | None:
-        """Create a tenant and its first API key; None when the name is taken."""
+    async def create(self, name: str, *, keyring: sealing.Keyring | None = None) -> tuple[Tenant, str] | None:
+        """Create a tenant and its first API key; None when the name is taken. Its new signing secret is
+        stored sealed (``signing_secrets_of`` opens it)."""
+        sealed = (keyring or sealing.current()).seal(sealing.SigningSecrets(sealing.new_secret()))
         row = (await self._conn.execute(q("TenantInsert"), {
-            "tenant_id": uuid4(), "name": name, "signing_secret": secrets.token_hex(32),
+            "tenant_id": uuid4(), "name": name, "signing_secret": sealed,
         })).first()
         if row is None:
             return None
@@ -191,3 +195,90 @@ class Tenants(Table):
         """The tenant's active and paused jobs, counted up to ``cap`` at most."""
         row = (await self._conn.execute(q("TenantActiveJobCount"), {"tenant_id": tenant_id, "cap": cap})).one()
         return int(row.active)
+
+
+    # -- signing secrets (app.store.sealing): sealed at rest, rotated with an overlap -------------
+
+    async def signing_secrets(self, tenant_id: UUID,
+                              keyring: sealing.Keyring | None = None) -> StoredSigningSecrets | None:
+        """The tenant's signing secrets, opened; None when it does not exist."""
+        row = (await self._conn.execute(q("TenantSigningSecretGet"), {"tenant_id": tenant_id})).first()
+        if row is None:
+            return None
+        return StoredSigningSecrets((keyring or sealing.current()).open(row.signing_secret),
+                                    row.signing_secret_rotated_at)
+
+    async def rotate_signing_secret(self, tenant_id: UUID, overlap_s: float, *,
+                                    keyring: sealing.Keyring | None = None,
+                                    now: datetime | None = None) -> StoredSigningSecrets | None:
+        """A new current secret; the one it replaces keeps signing as well for ``overlap_s`` (0: stops at once).
+
+        A secret still in an earlier rotation's overlap is dropped: deliveries carry at most two signatures.
+        None when the tenant does not exist; StoreConflict when its secret changed meanwhile.
+        """
+        keyring = keyring or sealing.current()
+        row = (await self._conn.execute(q("TenantSigningSecretGet"), {"tenant_id": tenant_id})).first()
+        if row is None:
+            return None
+        at = now or sealing.utcnow()
+        old = keyring.open(row.signing_secret)
+        new = sealing.SigningSecrets(sealing.new_secret())
+        if overlap_s > 0:
+            new = sealing.SigningSecrets(new.current, old.current, at + timedelta(seconds=overlap_s))
+        rotated_at = await self._store_signing_secret(tenant_id, row.signing_secret, keyring.seal(new),
+                                                      rotated=True, now=at)
+        if rotated_at is _MISSED:
+            raise errors.StoreConflict("the signing secret changed meanwhile (another rotation?): run it again")
+        return StoredSigningSecrets(new, rotated_at)
+
+    async def seal_plaintext_signing_secrets(self, keyring: sealing.Keyring | None = None, *,
+                                             limit: int = sealing.SEAL_BATCH_DEFAULT) -> int:
+        """Seal up to ``limit`` secrets still stored in plaintext (rows from before 0011); how many were."""
+        keyring = keyring or sealing.current()
+        rows = (await self._conn.execute(q("TenantSigningSecretPlaintextList"), {"limit": limit})).all()
+        sealed = 0
+        for r in rows:
+            stored = await self._store_signing_secret(r.tenant_id, r.signing_secret,
+                                                      keyring.seal(keyring.open(r.signing_secret)), rotated=False)
+            sealed += stored is not _MISSED
+        return sealed
+
+    async def reseal_signing_secrets(self, after: UUID | None, keyring: sealing.Keyring | None = None, *,
+                                     limit: int = sealing.SEAL_BATCH_DEFAULT) -> tuple[int, UUID | None]:
+        """Re-seal under the keyring's first key the secrets, of up to ``limit`` tenants after ``after``, that
+        another key sealed (or none); (how many were, where the next page starts: None after the last)."""
+        keyring = keyring or sealing.current()
+        rows = (await self._conn.execute(q("TenantSigningSecretPage"), {"after": after, "limit": limit})).all()
+        resealed = 0
+        for r in rows:
+            if not keyring.sealed_by_primary(r.signing_secret):
+                stored = await self._store_signing_secret(r.tenant_id, r.signing_secret,
+                                                          keyring.seal(keyring.open(r.signing_secret)), rotated=False)
+                resealed += stored is not _MISSED
+        return resealed, (rows[-1].tenant_id if len(rows) == limit else None)
+
+    async def _store_signing_secret(self, tenant_id: UUID, expected: str, sealed: str, *, rotated: bool,
+                                    now: datetime | None = None) -> Any:
+        """TenantSigningSecretSet: the new rotation time, or _MISSED when the stored secret was not ``expected``."""
+        row = (await self._conn.execute(q("TenantSigningSecretSet"), {
+            "tenant_id": tenant_id, "expected": expected, "sealed": sealed, "rotated": rotated, "now": now,
+        })).first()
+        return _MISSED if row is None else row.signing_secret_rotated_at
+
+
+# -- signing secrets ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StoredSigningSecrets:
+    """A tenant's signing secrets, opened, and when they were last rotated (None: never)."""
+
+    secrets: sealing.SigningSecrets
+    rotated_at: datetime | None
+
+
+def signing_secrets_of(tenant: Tenant, keyring: sealing.Keyring | None = None) -> sealing.SigningSecrets:
+    """The tenant's signing secrets, opened from its row."""
+    return (keyring or sealing.current()).open(tenant.signing_secret)
+
+
+_MISSED: Any = object()  # TenantSigningSecretSet found the secret changed (or the tenant gone)

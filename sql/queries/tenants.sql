@@ -49,3 +49,31 @@ SELECT count(*) AS active
 FROM (SELECT 1 FROM jobs
       WHERE tenant_id = :tenant_id AND state IN ('active', 'paused')
       LIMIT CAST(:cap AS INT8)) AS live;
+
+-- name: TenantSigningSecretGet
+-- A tenant's stored signing secret (sealed: app/store/sealing.py) and when it was last rotated.
+SELECT signing_secret, signing_secret_rotated_at FROM tenants WHERE tenant_id = :tenant_id;
+
+-- name: TenantSigningSecretSet
+-- Store a tenant's newly sealed signing secret if the stored one is still :expected (a concurrent rotation or re-seal changes nothing); a rotation also stamps signing_secret_rotated_at.
+UPDATE tenants SET
+    signing_secret = :sealed,
+    signing_secret_rotated_at = CASE WHEN CAST(:rotated AS BOOL) THEN coalesce(CAST(:now AS TIMESTAMPTZ), now())
+                                     ELSE signing_secret_rotated_at END
+WHERE tenant_id = :tenant_id
+  AND signing_secret = :expected  -- changed since it was read: nothing is written
+RETURNING signing_secret_rotated_at;
+
+-- name: TenantSigningSecretPlaintextList
+-- Up to :limit tenants whose signing secret is still stored in plaintext (rows from before migration 0011), for sealing.
+SELECT tenant_id, signing_secret FROM tenants
+WHERE left(signing_secret, 7) <> 'fernet:'
+ORDER BY tenant_id
+LIMIT CAST(:limit AS INT);
+
+-- name: TenantSigningSecretPage
+-- Stored signing secrets by tenant_id after :after (keyset; NULL: from the start), :limit at a time, for re-sealing under a new key.
+SELECT tenant_id, signing_secret FROM tenants
+WHERE CAST(:after AS UUID) IS NULL OR tenant_id > CAST(:after AS UUID)
+ORDER BY tenant_id
+LIMIT CAST(:limit AS INT);

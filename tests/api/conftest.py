@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from app.store.db import Database, create_engine
+from app.store.tenants import signing_secrets_of
 from tests.conftest import free_port, wait_for
 
 
@@ -68,7 +69,7 @@ def make_tenant(database_url: str, name: str | None = None) -> TenantKey:
             created = await db.transaction(lambda c: c.tenants.create(name or f"t-{uuid.uuid4().hex[:8]}"))
             assert created is not None
             t, key = created
-            return TenantKey(t.tenant_id, t.name, key, t.signing_secret)
+            return TenantKey(t.tenant_id, t.name, key, signing_secrets_of(t).current)
         finally:
             await db.close()
 

@@ -47,6 +47,7 @@ def executor(database_url: str, tmp_path: Path) -> Iterator[Executor]:
         proc = subprocess.Popen([sys.executable, "-m", "app.cli", "executor"], cwd=ROOT, stdout=out,
                                 stderr=subprocess.STDOUT,
                                 env=_env(KAIROS_DATABASE_URL=database_url, KAIROS_GRPC_PORT=str(port),
+                                         KAIROS_SECRET_KEY=os.environ["KAIROS_SECRET_KEY"],
                                          KAIROS_HOME=str(tmp_path / "home"), KAIROS_HTTP_EGRESS_ALLOW="127.0.0.1"))
 
     def listening() -> bool:

@@ -277,3 +277,22 @@ def test_values_are_checked_against_the_schema() -> None:
         render(merge(DEFAULTS, {"ports": {"http": "eighty"}}))
     with pytest.raises(helm.HelmError, match="databaseUrl"):
         render(merge(DEFAULTS, {"secrets": {"databaseUrl": "mysql://nope"}}))
+
+
+def test_every_tier_gets_a_generated_signing_secret_key_and_a_given_one_is_kept() -> None:
+    import base64
+
+    from cryptography.fernet import Fernet
+
+    docs = manifests(values_of(overrides=REQUIRED))
+    [secret] = by_kind(docs, "Secret").values()
+    Fernet(base64.b64decode(secret["data"]["secret-key"]).decode())  # a valid KAIROS_SECRET_KEY
+    for kind in ("Deployment", "Job"):
+        for name, doc in by_kind(docs, kind).items():
+            env = [e for c in doc["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])]
+            [key] = [e for e in env if e["name"] == "KAIROS_SECRET_KEY"]
+            assert key["valueFrom"]["secretKeyRef"]["key"] == "secret-key", name
+    given = Fernet.generate_key().decode()
+    docs = manifests(values_of(overrides=merge(REQUIRED, {"secrets": {"secretKey": given}})))
+    [secret] = by_kind(docs, "Secret").values()
+    assert base64.b64decode(secret["data"]["secret-key"]).decode() == given

@@ -63,7 +63,7 @@ app.kubernetes.io/component: {{ .tier }}
 {{- default (printf "%s-secrets" (include "kairos.fullname" .)) .Values.secrets.existingSecret }}
 {{- end }}
 
-{{/* The environment of every kairos process: settings, region, and the two secrets. */}}
+{{/* The environment of every kairos process: settings, region, and the secrets. */}}
 {{- define "kairos.env" -}}
 - name: KAIROS_DATABASE_URL
   valueFrom:
@@ -75,10 +75,19 @@ app.kubernetes.io/component: {{ .tier }}
     secretKeyRef:
       name: {{ include "kairos.secretName" . }}
       key: {{ .Values.secrets.adminTokenKey }}
+- name: KAIROS_SECRET_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "kairos.secretName" . }}
+      key: {{ .Values.secrets.secretKeyKey }}
 - name: KAIROS_REGION
   value: {{ .Values.region | quote }}
 - name: KAIROS_PRIMARY_REGION
   value: {{ .Values.primaryRegion | quote }}
+- name: KAIROS_REGION_TAKEOVER_GRACE_S
+  value: {{ .Values.regionTakeoverGraceSeconds | quote }}
+- name: KAIROS_REGION_FAILBACK
+  value: {{ ternary "1" "0" .Values.regionFailback | quote }}
 - name: KAIROS_HOME
   value: /var/lib/kairos
 - name: KAIROS_API_HOST

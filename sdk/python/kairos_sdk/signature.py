@@ -8,6 +8,12 @@ with ``sign``; a tenant's endpoint checks with ``verify``::
 
     if not verify_signature(secret, request.headers["Kairos-Signature"], raw_body):
         return 401
+
+Rotation: while an operator's ``kairos tenants rotate-secret`` overlap window lasts, a delivery
+carries one ``v1=`` per active secret (the new one first, then the previous), as Stripe does, so
+a receiver still holding the previous secret keeps verifying, and one already on the new secret
+does too. A receiver may also pass both of its secrets, ``verify_signature([new, old], ...)``,
+while it switches over: any one matching any ``v1`` is enough.
 """
 
 from __future__ import annotations
@@ -15,20 +21,27 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from collections.abc import Sequence
 
 HEADER = "Kairos-Signature"
 
 
-def sign(secret: str, body: bytes, t: int | None = None) -> str:
-    """The header value signing ``body`` at ``t`` (default now)."""
+def _mac(secret: str, t: int, body: bytes) -> str:
+    return hmac.new(secret.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
+
+
+def sign(secret: str | Sequence[str], body: bytes, t: int | None = None) -> str:
+    """The header value signing ``body`` at ``t`` (default now): one ``v1`` per secret, in order."""
     t = int(time.time()) if t is None else t
-    mac = hmac.new(secret.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"t={t},v1={mac}"
+    secrets = (secret,) if isinstance(secret, str) else tuple(secret)
+    if not secrets:
+        raise ValueError("sign needs at least one secret")
+    return f"t={t}," + ",".join(f"v1={_mac(s, t, body)}" for s in secrets)
 
 
-def verify(secret: str, header: str, body: bytes, *, tolerance_s: float = 300,
+def verify(secret: str | Sequence[str], header: str, body: bytes, *, tolerance_s: float = 300,
            now: float | None = None) -> bool:
-    """True when ``header`` signs ``body`` with ``secret`` and its time is within tolerance."""
+    """True when ``header`` signs ``body`` with ``secret`` (or any of several) and its time is within tolerance."""
     fields: dict[str, list[str]] = {}
     for part in header.split(","):
         key, _, value = part.strip().partition("=")
@@ -39,5 +52,8 @@ def verify(secret: str, header: str, body: bytes, *, tolerance_s: float = 300,
         return False
     if abs((time.time() if now is None else now) - t) > tolerance_s:
         return False
-    expected = sign(secret, body, t).split("v1=", 1)[1]
-    return any(hmac.compare_digest(expected, v) for v in fields.get("v1", []))
+    secrets = (secret,) if isinstance(secret, str) else tuple(secret)
+    found = fields.get("v1", [])
+    # Every comparison runs (no early exit on a match), each in constant time.
+    matches = [hmac.compare_digest(_mac(s, t, body), v) for s in secrets for v in found]
+    return any(matches)
