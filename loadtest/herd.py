@@ -458,7 +458,7 @@ async def submit(http: Http, make: Callable[[int], tuple[str, bytes]], *, count:
     return stats
 
 
-def job_body(name: str, schedule: dict[str, Any], ref: str = POOL) -> bytes:
+def job_body(name: str, schedule: dict[str, Any], ref: str = f"shared/{POOL}") -> bytes:
     return json.dumps({"name": name, "target": {"type": "queue", "ref": ref}, "payload": {},
                        "schedule": schedule}, separators=(",", ":")).encode()
 
