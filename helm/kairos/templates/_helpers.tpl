@@ -88,10 +88,6 @@ app.kubernetes.io/component: {{ .tier }}
   value: {{ .Values.regionTakeoverGraceSeconds | quote }}
 - name: KAIROS_REGION_FAILBACK
   value: {{ ternary "1" "0" .Values.regionFailback | quote }}
-- name: KAIROS_REGION_TAKEOVER_GRACE_S
-  value: {{ .Values.regionTakeoverGraceSeconds | quote }}
-- name: KAIROS_REGION_FAILBACK
-  value: {{ ternary "1" "0" .Values.regionFailback | quote }}
 - name: KAIROS_HOME
   value: /var/lib/kairos
 - name: KAIROS_API_HOST
