@@ -354,6 +354,12 @@ class Supervisor:
         delay = self.config.database_backoff_s
         while not self.stopping:
             if embedded.postmaster(pgdata) is not None:
+                if self.database_down_since is not None:  # back (a start that timed out may finish later)
+                    down_s = time.monotonic() - self.database_down_since
+                    self.database_down_since, delay = None, self.config.database_backoff_s
+                    observability.supervisor_restarts.add(1, {"tier": "postgres", "reason": "exited"})
+                    log.warning("embedded PostgreSQL restarted; the tiers reconnect by themselves",
+                                extra={"down_s": round(down_s, 2)})
                 await asyncio.sleep(self.config.database_check_s)
                 continue
             if self.database_down_since is None:
@@ -366,12 +372,6 @@ class Supervisor:
                     "error": str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__, "in_s": delay})
                 await asyncio.sleep(delay)
                 delay = min(self.config.database_backoff_max_s, delay * 2)
-                continue
-            down_s = time.monotonic() - self.database_down_since
-            self.database_down_since, delay = None, self.config.database_backoff_s
-            observability.supervisor_restarts.add(1, {"tier": "postgres", "reason": "exited"})
-            log.warning("embedded PostgreSQL restarted; the tiers reconnect by themselves",
-                        extra={"down_s": round(down_s, 2)})
 
     async def readiness(self) -> str | None:
         """What `kairos up`'s own /readyz says: None when the database runs and every child answered."""

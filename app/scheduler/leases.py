@@ -241,6 +241,7 @@ class ShardLeaser:
             async with asyncio.timeout(budget):
                 return await self.run_once()
         except TimeoutError:
+            self.expire_if_stale()  # the cancellation may have been quicker than the timer
             raise errors.DatabaseUnavailable(f"shard leases not renewed within {budget:.1f} s") from None
         finally:
             expiry.cancel()

@@ -35,6 +35,8 @@ SHUTDOWN_GRACE_S = 5.0
 # The leaser's silence that makes /healthz fail: its passes are bounded by the lease TTL, plus the few
 # seconds a cancelled statement may take to let go of its connection.
 LEASER_SILENCE_SLACK_S = 15.0
+# The shortest stall (no dispatch batch finished while work is overdue) that makes a scheduler stand down.
+STALL_MIN_S = 5.0
 
 
 class DispatchProgress:
@@ -113,7 +115,10 @@ class Scheduler:
                                 wake_dispatcher=self.dispatcher.wake)
         self.statistics = StatisticsKeeper(db)
         ttl_s = self.leaser.config.ttl_s
-        self.progress = DispatchProgress(self.dispatcher, self.heap, stall_s=max(3 * ttl_s, 15.0), sit_out_s=ttl_s)
+        # Twice the TTL: a leaser tick that hangs costs the shards after one TTL; a dispatcher that hangs
+        # while the leaser still renews (it found a fresh connection) costs them after two.
+        self.progress = DispatchProgress(self.dispatcher, self.heap, stall_s=max(2 * ttl_s, STALL_MIN_S),
+                                         sit_out_s=ttl_s)
         self.leaser_silence_s = 3 * ttl_s + LEASER_SILENCE_SLACK_S
 
     def leaser_silent(self) -> str | None:
