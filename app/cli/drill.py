@@ -24,11 +24,14 @@ from app import observability
 from app.drill.cluster import PG_BIN_DEFAULT
 
 
-def _options(func: Callable[..., Any]) -> Callable[..., Any]:
+def _options(func: Callable[..., Any] | None = None, *, herd: int = 1000) -> Any:
+    """The options every drill takes; ``herd`` is the drill's default herd size."""
+    if func is None:
+        return lambda f: _options(f, herd=herd)
     for option in reversed([
         click.option("--timeout", "timeout_s", type=click.FloatRange(10, 3600), default=240.0, show_default=True,
                      help="Seconds the whole drill may take; it stops, cleans up and fails after that."),
-        click.option("--herd", type=click.IntRange(0, 20_000), default=1000, show_default=True,
+        click.option("--herd", type=click.IntRange(0, 20_000), default=herd, show_default=True,
                      help="One-off jobs all due at one instant, just before the fault."),
         click.option("--steady", "steady_per_s", type=click.FloatRange(0.5, 200), default=10.0, show_default=True,
                      help="One-off jobs submitted per second throughout, each due 2 s later."),
@@ -121,7 +124,7 @@ def scheduler_kill(verbose: bool, **kwargs: Any) -> None:
 
 
 @drill.command("worker-stall")
-@_options
+@_options(herd=200)  # its runs take 0.8 s each: a bigger herd measures the workers' capacity, not the stall
 def worker_stall(verbose: bool, **kwargs: Any) -> None:
     """Two SDK workers; SIGSTOP one holding leases, measure the retries elsewhere and the fenced late outcomes."""
     _run("worker-stall", verbose, **kwargs)

@@ -129,6 +129,11 @@ class Node:
         state: StandbyState | None = await _read(self, lambda tx: tx.replication.standby(standby_name))
         return state
 
+    async def wal_position(self) -> int | None:
+        """Bytes of WAL it has: written (a primary) or received (a standby)."""
+        position: int | None = await _read(self, lambda tx: tx.replication.wal_position())
+        return position
+
     async def in_recovery(self) -> bool:
         return bool(await _read(self, lambda tx: tx.replication.in_recovery()))
 

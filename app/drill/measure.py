@@ -107,7 +107,3 @@ class Report:
 
     def render(self) -> str:
         return "\n".join([f"drill: {self.drill}", *(f"{k}: {v}" for k, v in self.lines)])
-
-
-def seconds(value: float | None) -> str:
-    return "not within the drill" if value is None else f"{value:.1f} s"

@@ -25,11 +25,12 @@ from uuid import UUID
 from app import errors
 from app.drill.cluster import PG_BIN_DEFAULT, Cluster, Node, multi_host_url
 from app.drill.fleet import Fleet, Proc, RegionEnv
-from app.drill.measure import Report, Run, Tally, read_runs, seconds, tally
+from app.drill.measure import Report, Run, Tally, read_runs, tally
 from app.drill.traffic import Submitter, one_off, recurring
 from app.store import Database, Store, migrate, sealing
 from app.store.db import create_engine
 from app.store.drill import LiveShards
+from app.store.replication import StandbyState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -232,8 +233,9 @@ def _outcome_lines(report: Report, result: Tally, duplicated_reason: str) -> Non
     report.add("lost", str(result.lost) + (f" (first: {', '.join(f'{j}@{at:.3f}' for j, at in result.lost_examples)})"
                                            if result.lost else ""))
     report.add("duplicated", f"{result.duplicated}" + (f" ({duplicated_reason})" if result.duplicated else ""))
-    report.add("lag back under 2 s", seconds(result.lag_back_s) + f" after the fault (max start lag "
-               f"{result.max_lag_s:.1f} s; {result.late_after_fault} occurrences started 2 s late or more after it)")
+    back = "not by the end of the drill" if result.lag_back_s is None else f"{result.lag_back_s:.1f} s after the fault"
+    report.add("lag back under 2 s", f"{back} (max start lag {result.max_lag_s:.1f} s; {result.late_after_fault} "
+               "occurrences started 2 s late or more after the fault)")
     report.add("ran", f"{result.ran} of {result.owed} owed occurrences")
 
 
@@ -278,11 +280,13 @@ async def _region_failover(h: Harness, report: Report) -> None:
         await asyncio.sleep(max(0.0, herd_due + 0.3 - time.time()))
         # The fault: the primary region's database and every process in it, at once.
         lag = await primary_db.standby(STANDBY)
+        written = await primary_db.wal_position()
         fault_at = time.time()
         cluster.kill(primary_db)
         victims = fleet.in_region(PRIMARY)
         for proc in victims:
             fleet.kill(proc)
+        received = await standby_db.wal_position()
         promote_s = cluster.promote(standby_db)
         direct = h.database(standby_db.url(DATABASE))
         await until(lambda: _owned_by_region(direct, STANDBY), timeout_s=max(1.0, deadline - time.monotonic()),
@@ -294,9 +298,8 @@ async def _region_failover(h: Harness, report: Report) -> None:
             tenant_id, [ow.job_id for ow in submitter.owed]))
     _flow_lines(report, flow, result)
     report.add("fault", f"{PRIMARY} killed at {h.since_start(fault_at)} (its PostgreSQL and {len(victims)} "
-               f"processes, SIGKILL), {(fault_at - herd_due):.1f} s after the herd was due; replication lag at "
-               f"the failure: " + (f"{lag.flush_lag_bytes} bytes not flushed, {lag.replay_lag_bytes} bytes not "
-                                   f"replayed on the standby ({lag.sync_state})" if lag else "standby not connected"))
+               f"processes, SIGKILL), {(fault_at - herd_due):.1f} s after the herd was due; "
+               + _replication_at_failure(lag, written, received))
     report.add("promotion", f"{promote_s:.2f} s ({STANDBY}'s PostgreSQL accepts writes; processes follow "
                "through the multi-host URL)")
     report.add("takeover time", f"{takeover_s:.1f} s ({STANDBY} owns {SHARDS}/{SHARDS} shards; lease TTL "
@@ -308,6 +311,17 @@ async def _region_failover(h: Harness, report: Report) -> None:
                "promoted database")
     report.add("drill time", f"{time.time() - h.started:.0f} s")
     report.ok = result.lost == 0 or not o.synchronous
+
+
+def _replication_at_failure(lag: StandbyState | None, written: int | None, received: int | None) -> str:
+    """The replication lag at the moment of failure, two ways: the WAL the primary had written (read just
+    before the kill) that the standby never received, and the lag the standby last reported."""
+    if lag is None:
+        return "replication lag at the failure: the standby was not connected"
+    never = max(0, written - received) if written is not None and received is not None else None
+    return (f"replication lag at the failure: {'unknown' if never is None else never} bytes of WAL never "
+            f"received by the standby ({lag.sync_state}; it last reported {lag.flush_lag_bytes} bytes not "
+            f"flushed, {lag.replay_lag_bytes} not replayed)")
 
 
 def _redacted(url: str) -> str:
@@ -344,8 +358,10 @@ async def _database_failover(h: Harness, report: Report) -> None:
         herd_due = await flow.herd()
         await asyncio.sleep(max(0.0, herd_due + 0.3 - time.time()))
         lag = await site.primary.standby("standby")
+        written = await site.primary.wal_position()
         fault_at = time.time()
         h.cluster.kill(site.primary)
+        received = await site.standby.wal_position()
         promote_s = h.cluster.promote(site.standby)
         direct = h.database(site.standby.url(DATABASE))
 
@@ -360,9 +376,8 @@ async def _database_failover(h: Harness, report: Report) -> None:
         present = await direct.transaction(lambda tx: tx.drill.jobs_present(
             site.tenant_id, [ow.job_id for ow in submitter.owed]))
     _flow_lines(report, flow, result)
-    report.add("fault", f"the primary PostgreSQL killed (SIGKILL) at {h.since_start(fault_at)}; replication lag at "
-               "the failure: " + (f"{lag.flush_lag_bytes} bytes not flushed, {lag.replay_lag_bytes} bytes not "
-                                  f"replayed on the standby ({lag.sync_state})" if lag else "standby not connected"))
+    report.add("fault", f"the primary PostgreSQL killed (SIGKILL) at {h.since_start(fault_at)}; "
+               + _replication_at_failure(lag, written, received))
     report.add("promotion", f"{promote_s:.2f} s")
     report.add("recovery time", f"{recovered_at - fault_at:.1f} s (the first occurrence due after the fault started)")
     _outcome_lines(report, result, "started again once its lease expired: its outcome could not be reported "
@@ -401,7 +416,7 @@ class Site:
 
 
 async def _single_region(h: Harness, *, schedulers: int, workers: int, work_s: float, worker_lease_s: float,
-                         standby: bool = False) -> Site:
+                         standby: bool = False, concurrency: int | None = None) -> Site:
     assert h.cluster is not None and h.fleet is not None
     node = h.cluster.start_primary("primary")
     replica = await h.cluster.add_standby(node, "standby", synchronous=h.options.synchronous) if standby else None
@@ -415,7 +430,8 @@ async def _single_region(h: Harness, *, schedulers: int, workers: int, work_s: f
     scheds = [h.fleet.scheduler(f"scheduler-{i + 1}", env) for i in range(schedulers)]
     executor = h.fleet.executor("executor", env)
     pool_workers = [h.fleet.worker(f"worker-{i + 1}", env, executor=executor, api_key=key, pool=POOL,
-                                   concurrency=h.options.worker_concurrency, lease_s=worker_lease_s, work_s=work_s)
+                                   concurrency=concurrency or h.options.worker_concurrency, lease_s=worker_lease_s,
+                                   work_s=work_s)
                     for i in range(workers)]
     await h.fleet.wait_ready()
     return Site(db, tenant_id, key, api, scheds, pool_workers, node, replica)
@@ -472,6 +488,7 @@ async def _all_owned_by_others(db: Database, owner: str) -> bool:
 
 WORK_S = 0.8  # each run of the stall drill works this long, so the stalled worker holds runs in flight
 STALL_LEASE_S = 3.0
+STALL_CONCURRENCY = 32  # runs each of its workers holds at once
 
 
 async def worker_stall(options: DrillOptions) -> Report:
@@ -489,11 +506,12 @@ async def _worker_stall(h: Harness, report: Report) -> None:
     o = h.options
     assert h.fleet is not None
     deadline = time.monotonic() + o.timeout_s
-    site = await _single_region(h, schedulers=1, workers=2, work_s=WORK_S, worker_lease_s=STALL_LEASE_S)
+    site = await _single_region(h, schedulers=1, workers=2, work_s=WORK_S, worker_lease_s=STALL_LEASE_S,
+                                concurrency=STALL_CONCURRENCY)
     db, tenant_id = site.db, site.tenant_id
     stalled, other = site.workers
-    report.add("processes", f"PostgreSQL, api, scheduler, executor, 2 SDK workers (each run works {WORK_S:g} s; "
-               f"worker lease {STALL_LEASE_S:g} s, renewed every third)")
+    report.add("processes", f"PostgreSQL, api, scheduler, executor, 2 SDK workers ({STALL_CONCURRENCY} runs at once "
+               f"each, every run works {WORK_S:g} s; worker lease {STALL_LEASE_S:g} s, renewed every third)")
     async with Submitter([_api_url(site.api)], site.key) as submitter:
         flow = Flow(submitter, o, site.workers)
         await flow.start()

@@ -31,3 +31,14 @@ class Replication(Table):
 
     async def in_recovery(self) -> bool:
         return bool((await self._conn.execute(q("ReplicationInRecovery"))).scalar_one())
+
+    async def wal_position(self) -> int | None:
+        """Bytes of WAL this server has (written on a primary, received on a standby); None: nothing yet."""
+        text = (await self._conn.execute(q("ReplicationWalPosition"))).scalar_one()
+        return lsn_bytes(text) if text else None
+
+
+def lsn_bytes(lsn: str) -> int:
+    """``16/B374D848`` -> its byte position."""
+    high, low = lsn.split("/")
+    return (int(high, 16) << 32) + int(low, 16)

@@ -11,3 +11,7 @@ WHERE application_name = :name;
 -- name: ReplicationInRecovery
 -- PostgreSQL only (the local drills): whether this server is a standby still replaying WAL.
 SELECT pg_is_in_recovery() AS in_recovery;
+
+-- name: ReplicationWalPosition
+-- PostgreSQL only (the local drills): how far this server's WAL goes: written on a primary, received on a standby.
+SELECT CAST(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END AS TEXT) AS lsn;
