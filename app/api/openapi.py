@@ -10,13 +10,23 @@ can give, path parameters named and typed as ids, and an example on the job body
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import msgspec
 from litestar import Litestar
-from litestar.openapi.spec import Components, OpenAPI, OpenAPIType, SecurityScheme
+from litestar.openapi.spec import Components, OpenAPI, OpenAPIType, Schema, SecurityScheme
 
 from app.api import schemas
+from app.api.dead_letter_service import BULK_REPLAY_MAX
+from app.api.jobs import BATCH_MAX
+from app.api.pagination import PAGE_MAX
+from app.api.schedule_service import PREVIEW_MAX
+from app.api.stats_service import MAX_HORIZON_HOURS, MAX_WINDOW_MINUTES
+from app.domain import jobs as spec
+from app.domain import schedule as cron
+from app.domain.schedule.zone import MAX_TZ_LENGTH
+from app.domain.states import REPORTED_JOB_STATES
 
 PROBLEM_MEDIA = "application/problem+json"
 PUBLIC = ("/healthz", "/readyz", "/metrics", "/demo/echo")
@@ -44,6 +54,8 @@ PROBLEM_SCHEMA: dict[str, Any] = {
 STATUS_TEXT = {
     400: "The body is not JSON (or is missing).", 401: "No valid API key (send Authorization: Bearer <key>).",
     403: "The key does not cover this resource.", 404: "No such resource for this tenant.",
+    405: "The method is not one this path takes (Allow lists them): /v1/jobs/{jobId} with a colon in the id "
+         "names a custom method, which only POST takes.",
     409: "The resource is not in a state that allows this, or changed concurrently.",
     413: "The body is larger than the route allows (maxBytes).",
     422: "The JSON breaks the schema or a rule; field names it.",
@@ -126,7 +138,7 @@ ACTIONS: dict[str, dict[str, Any]] = {
 # address failed to authenticate too often, app.api.auth).
 PROBLEMS: dict[str, tuple[int, ...]] = {
     "CreateJob": (400, 403, 409, 413, 422, 429), "CreateJobs": (400, 413, 422), "ListJobs": (400, 422),
-    "GetJob": (404,), "CancelJob": (404, 409), "UpdateJob": (400, 403, 404, 409, 422),
+    "GetJob": (404, 405), "CancelJob": (404, 405, 409), "UpdateJob": (400, 403, 404, 405, 409, 422),
     "ListJobExecutions": (404, 422), "PreviewSchedule": (404, 422), "ListExecutionAttempts": (404,),
     "ListDeadLetters": (422,), "ReplayDeadLetters": (400, 422, 429),
     **{op: (400, 403, 404, 422) for op in ("GetStartLag", "GetOutcomes", "GetQueueDepths", "GetDueHistogram",
@@ -137,6 +149,156 @@ UPDATE_BODY = {"required": True, "description": "A JSON Merge Patch (RFC 7396) o
                "change; null removes a label or an optional field. Validated as a submit would be.",
                "content": {"application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/JobIn"}},
                            "application/json": {"schema": {"$ref": "#/components/schemas/JobIn"}}}}
+
+
+# -- the bounds the API enforces, written into the document ----------------------------------------------
+# The request types are decoded by msgspec without bounds; the limits live in app.domain (one source),
+# so they are copied here into the schemas a client generates from, and tests/security/test_schemathesis.py
+# checks that data inside them is accepted and data outside them refused.
+
+NO_NUL = "^[^\\u0000]*$"  # PostgreSQL refuses NUL in text
+ONE_LINE = "^[^\\u0000\\r\\n]*$"
+
+
+def _range(low: float, high: float) -> dict[str, Any]:
+    return {"minimum": low, "maximum": high}
+
+
+FIELD_RULES: dict[str, dict[str, dict[str, Any]]] = {
+    "JobIn": {
+        "name": {"minLength": 1, "maxLength": spec.MAX_NAME_LEN, "pattern": "^[^\\u0000]*\\S[^\\u0000]*$"},
+        "timeoutSeconds": _range(1, spec.MAX_TIMEOUT_S),
+        "labels": {"maxProperties": spec.MAX_LABELS, "propertyNames": {"pattern": spec.LABEL_KEY.pattern},
+                   "additionalProperties": {"type": "string", "maxLength": spec.MAX_LABEL_VALUE_LEN,
+                                            "pattern": NO_NUL}},
+    },
+    "TargetIn": {
+        "type": {"enum": ["http", "queue"]},
+        "ref": {"minLength": 1, "maxLength": spec.MAX_URL_LEN, "pattern": NO_NUL},
+        "method": {"enum": list(spec.HTTP_METHODS)},
+        "headers": {"maxProperties": spec.MAX_HEADERS, "propertyNames": {"pattern": spec.HEADER_NAME.pattern},
+                    "additionalProperties": {"type": "string", "maxLength": spec.MAX_HEADER_VALUE_LEN,
+                                             "pattern": ONE_LINE}},
+    },
+    "ScheduleIn": {
+        "delaySeconds": _range(0, spec.MAX_DELAY_S),
+        "cron": {"minLength": 1, "maxLength": cron.MAX_CRON_LENGTH, "pattern": NO_NUL},
+        "every": {"pattern": "^[0-9dhms]{1,40}$"},
+        "tz": {"minLength": 1, "maxLength": MAX_TZ_LENGTH, "pattern": NO_NUL},
+        "jitterSeconds": _range(0, spec.MAX_JITTER_S),
+    },
+    "DstIn": {"gap": {"enum": ["shift", "skip"]}, "repeat": {"enum": ["once", "twice"]}},
+    "RetryIn": {
+        "maxAttempts": _range(1, spec.MAX_ATTEMPTS),
+        "backoffSeconds": _range(0, spec.MAX_BACKOFF_S),
+        "maxBackoffSeconds": _range(0, spec.MAX_BACKOFF_S),
+        "maxRetryDurationSeconds": {"exclusiveMinimum": 0, "maximum": spec.MAX_RETRY_DURATION_S},
+    },
+    "RetryOverride": {
+        "maxAttempts": _range(1, spec.MAX_ATTEMPTS),
+        "backoffSeconds": _range(0, spec.MAX_BACKOFF_S),
+        "maxBackoffSeconds": _range(0, spec.MAX_BACKOFF_S),
+    },
+    "BulkReplayIn": {
+        "jobId": {"format": "uuid"},
+        "finishedAfter": {"format": "date-time"},
+        "finishedBefore": {"format": "date-time"},
+        "limit": _range(1, BULK_REPLAY_MAX),
+    },
+    "BackfillIn": {"from": {"format": "date-time"}, "to": {"format": "date-time"}},
+}
+
+# Query and header parameters, by name, wherever they appear.
+PARAMETER_RULES: dict[str, dict[str, Any]] = {
+    "limit": _range(1, PAGE_MAX),
+    "count": _range(1, PREVIEW_MAX),
+    "jitterSeconds": _range(0, spec.MAX_JITTER_S),
+    "minutes": _range(1, MAX_WINDOW_MINUTES),
+    "hours": _range(1, MAX_HORIZON_HOURS),
+    "state": {"enum": list(REPORTED_JOB_STATES)},
+    "gap": {"enum": ["shift", "skip"]},
+    "repeat": {"enum": ["once", "twice"]},
+    "cron": {"minLength": 1, "maxLength": cron.MAX_CRON_LENGTH, "pattern": NO_NUL},
+    "tz": {"minLength": 1, "maxLength": MAX_TZ_LENGTH, "pattern": NO_NUL},
+    "from": {"format": "date-time"},
+    "jobId": {"format": "uuid"},
+    "label": {"pattern": "^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?:[^\\u0000]*$"},
+    "Idempotency-Key": {"minLength": 1, "maxLength": 255},
+    "If-Match": {"pattern": '^(W/)?"?[0-9]{1,18}"?$'},
+}
+
+
+def _snake(key: str) -> str:
+    return {"propertyNames": "property_names", "additionalProperties": "additional_properties"}.get(
+        key, "".join("_" + c.lower() if c.isupper() else c for c in key))
+
+
+def _as_schema(rule: Any) -> Any:
+    return Schema(**{_snake(k): _as_schema(v) for k, v in rule.items()}) if isinstance(rule, dict) else rule
+
+
+def _constrain(target: Any, rules: dict[str, Any]) -> None:
+    """Add ``rules`` (JSON Schema keywords) to ``target``: a Litestar Schema or a plain dict."""
+    if isinstance(target, dict):
+        target.update(rules)
+        return
+    for key, value in rules.items():
+        setattr(target, _snake(key), _as_schema(value))
+
+
+def _value_branch(prop: Any) -> Any:
+    """The schema of a property's value: the non-null branch of an optional one."""
+    branches = (prop.get("anyOf") or prop.get("oneOf")) if isinstance(prop, dict) else (
+        prop.one_of or prop.any_of)
+    for branch in branches or ():
+        kind = branch.get("type") if isinstance(branch, dict) else branch.type
+        if kind not in ("null", OpenAPIType.NULL):
+            return branch
+    return prop
+
+
+def _properties(schema: Any) -> dict[str, Any]:
+    return (schema.get("properties") if isinstance(schema, dict) else schema.properties) or {}
+
+
+def _bounds(known: dict[str, Any]) -> None:
+    for name, fields in FIELD_RULES.items():
+        props = _properties(known[name])
+        for field, rules in fields.items():
+            _constrain(_value_branch(props[field]), rules)
+    for name, schema in known.items():
+        # Bodies are decoded with forbid_unknown_fields, answers carry their fields only. A problem is
+        # open (RFC 9457 lets it grow members).
+        if name != "Problem" and _properties(schema):
+            _constrain(schema, {"additionalProperties": False})
+
+
+def _parameter_bounds(op: Any) -> None:
+    """An optional parameter is one left out, never one sent as ``null``: its schema is its value's."""
+    for param in op.parameters or ():
+        if getattr(param, "param_in", "path") == "path":
+            continue
+        param.schema = _value_branch(param.schema)
+        rules = PARAMETER_RULES.get(param.name)
+        if rules is not None:
+            _constrain(param.schema, rules)
+
+
+def _batch_body(known: dict[str, Any]) -> dict[str, Any]:
+    """POST /v1/jobs:batch's body: items are jobs plus their own idempotencyKey (BatchItemIn)."""
+    item = copy.deepcopy(known["JobIn"])
+    item.title, item.examples = "BatchItemIn", None
+    item.description = "A job of a batch: the fields of a single submit plus its own Idempotency-Key."
+    item.properties = {**item.properties, "idempotencyKey": Schema(type=OpenAPIType.STRING, min_length=1,
+                                                                    max_length=255)}
+    known["BatchItemIn"] = item
+    # Any item is taken: one that is not a BatchItemIn gets its own problem in results (the batch is 200).
+    each = {"description": "A BatchItemIn. Each item is validated on its own: one that is not valid gets a "
+            "problem in its place in `results`, and the valid ones are stored.",
+            "anyOf": [{"$ref": "#/components/schemas/BatchItemIn"}, {}]}
+    body = {"type": "object", "required": ["jobs"], "additionalProperties": False, "properties": {
+        "jobs": {"type": "array", "items": each, "maxItems": BATCH_MAX}}}
+    return {"required": True, "content": {"application/json": {"schema": body}}}
 
 
 def document(app: Litestar) -> None:
@@ -162,6 +324,8 @@ def document(app: Litestar) -> None:
                               "delaySeconds, cron with tz, or every), what (payload) and how to retry.")
     components.schemas = known
     _instants(known)
+    _bounds(known)
+    batch = _batch_body(known)
     paths = dict(api.paths or {})
     # The generic handlers behind the custom methods give way to one operation per action.
     item = paths.get("/v1/jobs/{job_ref}")
@@ -176,6 +340,8 @@ def document(app: Litestar) -> None:
         renamed[new] = path_item
         for op in _operations(path_item):
             _finish(op, public=path in PUBLIC or not path.startswith("/v1"))
+            if op.operation_id == "CreateJobs":
+                op.request_body = batch
     renamed.update(ACTIONS)
     api.paths = renamed
 
@@ -198,15 +364,22 @@ def _operations(item: Any) -> list[Any]:
     return [op for op in (item.get, item.post, item.put, item.patch, item.delete) if op is not None]
 
 
+READY_UNAVAILABLE = {"description": "The database is unreachable or migrations are pending.",
+                     "content": {"application/json": {"schema": {"type": "object"}}}}
+
+
 def _finish(op: Any, *, public: bool) -> None:
     if public:
         op.security = []
+        if op.operation_id == "Readyz":
+            op.responses = {**(op.responses or {}), "503": READY_UNAVAILABLE}
         return
     for param in op.parameters or ():
         if getattr(param, "name", None) in ID_PARAMS:
             name, description = ID_PARAMS[param.name]
             param.name, param.description = name, description
             param.schema = {"type": "string", "format": "uuid"}
+    _parameter_bounds(op)
     if op.operation_id == "UpdateJob":
         op.request_body = UPDATE_BODY
     responses = dict(op.responses or {})
