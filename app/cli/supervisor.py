@@ -53,7 +53,7 @@ from app.config import Settings
 from app.duties import supervise
 from app.observability.probes import serve_probes
 from app.rpc import server as rpc_server
-from app.store import Database, Store, embedded, migrate
+from app.store import Database, Store, embedded, migrate, sealing
 
 log = logging.getLogger(__name__)
 TIERS = ("api", "scheduler", "executor")
@@ -453,6 +453,11 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
     settings.home.mkdir(parents=True, exist_ok=True)
     url = database_url(settings)
     extra_env = {"KAIROS_LOG_FORMAT": settings.log_format}
+    if not settings.database_url and not settings.secret_key:
+        # The children get the embedded server's URL, so they would ask for KAIROS_SECRET_KEY: hand them the
+        # key the embedded mode keeps in KAIROS_HOME (made here if it is the first run).
+        sealing.keyring_for(settings)
+        extra_env["KAIROS_SECRET_KEY"] = (settings.home / sealing.KEY_FILE).read_text().strip()
     if demo:
         extra_env["KAIROS_DEMO"] = "1"
         if not settings.http_egress_allow:
