@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import httpx
 import pytest
 from sqlalchemy import text
 
@@ -123,3 +124,29 @@ async def test_a_tier_started_while_its_database_is_unreachable_waits_for_it(tmp
     assert not waiting.done()  # no database: it keeps trying instead of failing
     stop.set()
     assert await asyncio.wait_for(waiting, 10) is None
+
+
+async def test_healthz_on_the_probe_port_names_a_silent_loop_and_carries_the_token() -> None:
+    from app.observability.probes import Liveness, serve_probes
+
+    async def nothing() -> bytes:
+        return b""
+
+    async def ready() -> None:
+        return None
+
+    live = Liveness()
+    server = await serve_probes("127.0.0.1", 0, metrics=nothing, ready=ready, live=live.silent, token="t0k")
+    assert server is not None
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient() as client:
+            ok = await client.get(f"http://127.0.0.1:{port}/healthz")
+            assert (ok.status_code, ok.json()) == (200, {"status": "ok", "supervisorToken": "t0k"})
+            live.watch("scheduler.leaser", lambda: "the shard leaser has not finished a pass for 60 s")
+            wedged = await client.get(f"http://127.0.0.1:{port}/healthz")
+            assert wedged.status_code == 503
+            assert wedged.json() == {"status": "wedged", "reason": "the shard leaser has not finished a pass for 60 s",
+                                     "supervisorToken": "t0k"}
+    finally:
+        server.close()
