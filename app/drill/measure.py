@@ -61,6 +61,7 @@ class Tally:
     lost: int
     duplicated: int
     lost_examples: list[tuple[UUID, float]]
+    lost_keys: list[tuple[UUID, float]]
     lag_back_s: float | None  # None: not back under the target by the end
     max_lag_s: float
     late_after_fault: int  # occurrences first started after the fault that started LAG_TARGET_S late or more
@@ -90,8 +91,8 @@ def tally(owed: Iterable[Owed], runs: list[Run], *, fault_at: float, until: floa
     else:
         lag_back = None
     return Tally(owed=len(expected), ran=len(expected) - len(lost), lost=len(lost), duplicated=duplicated,
-                 lost_examples=lost[:5], lag_back_s=lag_back, max_lag_s=max((lag for _, lag in lags), default=0.0),
-                 late_after_fault=len(late))
+                 lost_examples=lost[:5], lost_keys=lost, lag_back_s=lag_back,
+                 max_lag_s=max((lag for _, lag in lags), default=0.0), late_after_fault=len(late))
 
 
 @dataclass

@@ -229,9 +229,27 @@ def _flow_lines(report: Report, flow: Flow, result: Tally) -> None:
                f"every {flow.options.every_s} s); submits not acknowledged: {flow.submitter.refused}")
 
 
-def _outcome_lines(report: Report, result: Tally, duplicated_reason: str) -> None:
-    report.add("lost", str(result.lost) + (f" (first: {', '.join(f'{j}@{at:.3f}' for j, at in result.lost_examples)})"
-                                           if result.lost else ""))
+async def _where_lost(db: Database, result: Tally) -> str:
+    """Where the database has the occurrences no worker started: still due, dispatched, or nowhere."""
+    ids = sorted({job for job, _ in result.lost_keys})
+    due = await _safely(db, lambda tx: tx.drill.due_of(ids))
+    executions = await _safely(db, lambda tx: tx.drill.executions_of(ids))
+    if due is None or executions is None:
+        return "the database could not be read"
+    states = {(job, round(at.timestamp(), 3)): state for job, at, state in executions}
+    waiting = sum(1 for job, at in result.lost_keys if job in due and round(due[job].timestamp(), 3) == at)
+    dispatched: dict[str, int] = {}
+    for key in result.lost_keys:
+        if key in states:
+            dispatched[states[key]] = dispatched.get(states[key], 0) + 1
+    nowhere = result.lost - waiting - sum(dispatched.values())
+    shown = ", ".join(f"{n} {state}" for state, n in sorted(dispatched.items())) or "none"
+    return (f"in the database: {waiting} still waiting in due_index, dispatched: {shown}, {nowhere} with no trace; "
+            f"first: {', '.join(f'{j}@{at:.3f}' for j, at in result.lost_examples)}")
+
+
+async def _outcome_lines(report: Report, db: Database, result: Tally, duplicated_reason: str) -> None:
+    report.add("lost", str(result.lost) + (f" ({await _where_lost(db, result)})" if result.lost else ""))
     report.add("duplicated", f"{result.duplicated}" + (f" ({duplicated_reason})" if result.duplicated else ""))
     back = "not by the end of the drill" if result.lag_back_s is None else f"{result.lag_back_s:.1f} s after the fault"
     report.add("lag back under 2 s", f"{back} (max start lag {result.max_lag_s:.1f} s; {result.late_after_fault} "
@@ -304,8 +322,8 @@ async def _region_failover(h: Harness, report: Report) -> None:
                "through the multi-host URL)")
     report.add("takeover time", f"{takeover_s:.1f} s ({STANDBY} owns {SHARDS}/{SHARDS} shards; lease TTL "
                f"{o.lease_ttl_s:g} s + takeover grace {o.grace_s:g} s)")
-    _outcome_lines(report, result, "started again once its lease expired: its worker was killed, or its outcome "
-                   "could not be reported while the database failed over; same idempotency key")
+    await _outcome_lines(report, direct, result, "started again once its lease expired: its worker was killed, or "
+                         "its outcome could not be reported while the database failed over; same idempotency key")
     missing = len(submitter.owed) - len(present)
     report.add("missing after failover", f"{missing} of {len(submitter.owed)} acknowledged jobs are not in the "
                "promoted database")
@@ -380,8 +398,8 @@ async def _database_failover(h: Harness, report: Report) -> None:
                + _replication_at_failure(lag, written, received))
     report.add("promotion", f"{promote_s:.2f} s")
     report.add("recovery time", f"{recovered_at - fault_at:.1f} s (the first occurrence due after the fault started)")
-    _outcome_lines(report, result, "started again once its lease expired: its outcome could not be reported "
-                   "while the database failed over; same idempotency key")
+    await _outcome_lines(report, direct, result, "started again once its lease expired: its outcome could not be "
+                         "reported while the database failed over; same idempotency key")
     missing = len(submitter.owed) - len(present)
     report.add("missing after failover", f"{missing} of {len(submitter.owed)} acknowledged jobs are not in the "
                "promoted database")
@@ -475,7 +493,7 @@ async def _scheduler_kill(h: Harness, report: Report) -> None:
                f"at {h.since_start(fault_at)}, {herd_due - fault_at:.1f} s before the herd was due")
     report.add("takeover time", f"{takeover_s:.1f} s ({scheds[1].name} owns {SHARDS}/{SHARDS} shards; lease TTL "
                f"{o.lease_ttl_s:g} s)")
-    _outcome_lines(report, result, "started twice; same idempotency key")
+    await _outcome_lines(report, db, result, "started twice; same idempotency key")
     report.add("drill time", f"{time.time() - h.started:.0f} s")
     report.ok = result.lost == 0
 
@@ -565,7 +583,8 @@ async def _worker_stall(h: Harness, report: Report) -> None:
                f"attempts, {_log_count(stalled, 'lease lost; result dropped')} heartbeats refused before the "
                f"handler finished; {stalled.name}'s attempts in the database: {discarded} discarded, {expired} "
                "expired)")
-    _outcome_lines(report, result, f"the stalled worker's runs, run again by {other.name}; same idempotency key")
+    await _outcome_lines(report, db, result,
+                         f"the stalled worker's runs, run again by {other.name}; same idempotency key")
     report.add("drill time", f"{time.time() - h.started:.0f} s")
     report.ok = result.lost == 0
 

@@ -55,3 +55,17 @@ class Drill(Table):
     async def leased_by(self, tenant_id: UUID, worker_id: str) -> list[LeasedExecution]:
         rows = await self._conn.execute(q("DrillExecutionsLeasedBy"), {"tenant_id": tenant_id, "worker_id": worker_id})
         return [LeasedExecution(r.execution_id, r.job_id, r.scheduled_for, r.attempt) for r in rows]
+
+    async def due_of(self, job_ids: Sequence[UUID]) -> dict[UUID, datetime]:
+        """job_id -> the occurrence it has waiting in due_index."""
+        if not job_ids:
+            return {}
+        rows = await self._conn.execute(q("DrillDueOf"), {"job_ids": plain(job_ids)})
+        return {r.job_id: r.next_run_at for r in rows}
+
+    async def executions_of(self, job_ids: Sequence[UUID]) -> list[tuple[UUID, datetime, str]]:
+        """(job_id, scheduled_for, state) of every execution of these jobs."""
+        if not job_ids:
+            return []
+        rows = await self._conn.execute(q("DrillExecutionsOf"), {"job_ids": plain(job_ids)})
+        return [(r.job_id, r.scheduled_for, r.state) for r in rows]

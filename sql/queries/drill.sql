@@ -23,3 +23,11 @@ ORDER BY worker_id, outcome;
 -- The local drills: the executions one worker holds leased right now (the work a stalled worker strands).
 SELECT execution_id, job_id, scheduled_for, attempt FROM executions
 WHERE tenant_id = :tenant_id AND state = 'leased' AND lease_owner = :worker_id;
+
+-- name: DrillDueOf
+-- The local drills: which of these jobs still have an occurrence waiting in due_index (not dispatched).
+SELECT job_id, next_run_at FROM due_index WHERE job_id = ANY(CAST(:job_ids AS UUID[]));
+
+-- name: DrillExecutionsOf
+-- The local drills: the executions of these jobs and their states (dispatched, whether or not run).
+SELECT job_id, scheduled_for, state FROM executions WHERE job_id = ANY(CAST(:job_ids AS UUID[]));
