@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from app.config import PAYLOAD_MAX_BYTES_DEFAULT
 from tests.api.conftest import ApiProcess, TenantKey, query
 from tests.api.test_dead_letters_api import dead_execution
 from tests.api.test_jobs_api import PROBLEM, once_job
@@ -137,7 +138,8 @@ def test_parameters_are_named_as_sent_and_refused_with_422(api: ApiProcess, clie
 
 
 def test_a_body_over_the_limit_is_413_stating_the_limit(client: httpx.Client) -> None:
-    problem = problem_of(client.post("/v1/jobs", content=b" " * (1024 * 1024 + 1), headers=JSON), 413)
-    assert "1048576 bytes" in problem["detail"] and problem["maxBytes"] == 1048576
+    limit = PAYLOAD_MAX_BYTES_DEFAULT + 64 * 1024  # a job's largest payload and the rest of its body
+    problem = problem_of(client.post("/v1/jobs", content=b" " * (limit + 1), headers=JSON), 413)
+    assert f"{limit} bytes" in problem["detail"] and problem["maxBytes"] == limit
     problem = problem_of(client.post("/v1/jobs:batch", content=b" " * (16 * 1024 * 1024 + 1), headers=JSON), 413)
     assert "16777216 bytes" in problem["detail"] and problem["maxBytes"] == 16 * 1024 * 1024
