@@ -177,3 +177,25 @@ async def test_every_statement_plans_on_cockroachdb() -> None:
                 params = dict.fromkeys(statement.compile(dialect=conn.dialect).binds)
                 explain = text("EXPLAIN " + text_for(name, COCKROACH))
                 await conn.execute(explain, params)
+
+
+# -- CockroachDB's texts on PostgreSQL (the rest: test_cockroach_execution_store.py) ---------------
+
+async def test_cockroachs_http_pool_lease_skips_the_tenants_it_is_told_to(database_url: str) -> None:
+    from app.store import Database
+    from app.store.db import create_engine
+    from tests import factories
+
+    db = Database(create_engine(database_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://"),
+                                pool_size=2))
+    try:
+        waiting, served = await factories.tenant(db), await factories.tenant(db)
+        for t in (waiting, served):
+            job = await factories.job(db, t.tenant_id, queue=factories.HTTP_QUEUE)
+            await factories.ready_executions(db, job, 3)
+        leased = await db.transaction(lambda tx: tx.executions.lease_skipping(
+            factories.HTTP_QUEUE, "w1", 10, 30.0, [waiting.tenant_id]), isolation="READ COMMITTED")
+        assert sorted({x.tenant_id for x in leased}) == [served.tenant_id] and len(leased) == 3
+        assert {x.attempt for x in leased} == {1}
+    finally:
+        await db.close()
