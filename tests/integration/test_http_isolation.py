@@ -144,6 +144,7 @@ async def test_one_tenants_slow_targets_never_delay_anothers_deliveries(db: Data
     assert {r.attempt for r in await rows(db, a_ids + b_ids)} == {1}
     assert max(slow1.most_in_flight, slow2.most_in_flight) <= 4
     assert b_latency < 5
+    print(f"B delivered {b_latency:.2f}s after its jobs were ready, A's targets hanging")
 
 
 async def test_an_open_breaker_defers_the_leased_batch_without_spending_attempts(db: Database) -> None:
