@@ -54,6 +54,7 @@ from app.store import (  # noqa: E402
     Store,  # noqa: E402
     embedded,
     migrate,
+    sealing,
 )
 from app.store.db import Database, create_engine  # noqa: E402
 
@@ -584,13 +585,16 @@ class Stack:
         env.update({"KAIROS_HOME": str(self.run.tmp / "home"), "KAIROS_DATABASE_URL": self.url,
                     "KAIROS_API_PORT": str(self.api_port), "KAIROS_GRPC_PORT": str(self.grpc_port),
                     "KAIROS_API_HOST": "127.0.0.1", "KAIROS_GRPC_HOST": "127.0.0.1",
-                    "KAIROS_LOG_LEVEL": self.run.args.log_level, "PYTHONUNBUFFERED": "1"})
+                    "KAIROS_LOG_LEVEL": self.run.args.log_level, "PYTHONUNBUFFERED": "1",
+                    sealing.SECRET_KEY_VARIABLE: os.environ[sealing.SECRET_KEY_VARIABLE]})
         for item in self.run.args.tier_env:
             k, _, v = item.partition("=")
             env[k] = v
         return env
 
     async def up(self, tenant_names: list[str]) -> None:
+        # The tiers must open the signing secrets the tenants below are sealed with (app.store.sealing).
+        os.environ.setdefault(sealing.SECRET_KEY_VARIABLE, sealing.new_key())
         self.url = self.run.server.create(self.label)
         self.db = Database(create_engine(self.url, pool_size=2))
         await migrate.upgrade(self.db)

@@ -30,7 +30,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.store import embedded, migrate  # noqa: E402
+from app.store import embedded, migrate, sealing  # noqa: E402
 from app.store.db import Database, create_engine  # noqa: E402
 from tests import factories as tf  # noqa: E402
 
@@ -93,6 +93,8 @@ def measure(conn: psycopg.Connection, since: datetime) -> tuple[int, float]:
 
 async def main() -> None:
     args = parse()
+    # The executor must open the signing secret the bench tenant is sealed with (app.store.sealing).
+    os.environ.setdefault(sealing.SECRET_KEY_VARIABLE, sealing.new_key())
     base = os.environ.get("KAIROS_DATABASE_URL") or embedded.start(Path(args.home) / "pgdata")
     name = f"lease_bench_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(libpq(with_database(base, "postgres")), autocommit=True) as admin:
