@@ -50,7 +50,8 @@ async def test_only_stale_tables_are_analyzed_and_each_at_most_once_per_gap(db: 
     job = await tf.job(db, tenant.tenant_id, queue=tf.tenant_queue(tenant.tenant_id, "p"))
     first = datetime.now(timezone.utc) - timedelta(seconds=5)
     for round_ in range(2):
-        await tf.insert_ready(db, [job] * 2000, [first - timedelta(minutes=round_, milliseconds=i) for i in range(2000)])
+        due = [first - timedelta(minutes=round_, milliseconds=i) for i in range(2000)]
+        await tf.insert_ready(db, [job] * 2000, due)
         await db.engine.dispose()
         await flush_stats(db)
         # Round 1: executions is stale and analyzed (jobs, one row, is not stale). Round 2: stale
