@@ -99,6 +99,9 @@ def _run(name: str, verbose: bool, **kwargs: Any) -> None:
 
 
 @drill.command("region-failover")
+@click.option("--link-stall", "link_stall_s", type=click.FloatRange(0, 60), default=0.0, show_default=True,
+              help="Stop the primary's WAL senders this many seconds before the fault, as a stalled link between "
+                   "the regions would: synchronous commits wait for it, --async ones are acknowledged and lost.")
 @click.option("--async", "asynchronous", is_flag=True,
               help="Replicate asynchronously and measure what is lost (default: synchronous, must lose nothing).")
 @_options
@@ -108,6 +111,9 @@ def region_failover(asynchronous: bool, verbose: bool, **kwargs: Any) -> None:
 
 
 @drill.command("db-failover")
+@click.option("--link-stall", "link_stall_s", type=click.FloatRange(0, 60), default=0.0, show_default=True,
+              help="Stop the primary's WAL senders this many seconds before the fault, as a stalled link between "
+                   "the regions would: synchronous commits wait for it, --async ones are acknowledged and lost.")
 @click.option("--async", "asynchronous", is_flag=True,
               help="Replicate asynchronously and measure what is lost (default: synchronous, must lose nothing).")
 @_options

@@ -30,6 +30,7 @@ import ctypes
 import logging
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -40,6 +41,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+import psutil
 
 from app.store.db import Database, create_engine
 from app.store.replication import StandbyState
@@ -71,6 +74,26 @@ _COMMON_SETTINGS = {
     # A standby whose primary died retries its WAL source this often; promotion waits for it.
     "wal_retrieve_retry_interval": "200ms",
 }
+
+
+@dataclass(frozen=True)
+class WalTail:
+    """What a dead primary's WAL holds past the point its standby had received."""
+
+    bytes: int  # from the standby's receive position to the end of the primary's last record
+    commits: int  # transactions whose commit record is in it
+
+
+def lsn_text(position: int) -> str:
+    return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
+
+
+def _lsn_value(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
+_WALDUMP_RECORD = re.compile(r"len \(rec/tot\):\s*\d+/\s*(\d+), tx:\s*\d+, lsn: ([0-9A-F]+/[0-9A-F]+),")
 
 
 class ClusterError(RuntimeError):
@@ -239,6 +262,33 @@ class Cluster:
         self._run("pg_ctl", "promote", "-D", str(node.pgdata), "-w", "-t", str(int(timeout_s)))
         log.info("drill node promoted", extra={"node": node.name, "port": node.port})
         return time.monotonic() - started
+
+    def stall_wal_senders(self, node: Node) -> int:
+        """SIGSTOP ``node``'s WAL senders, as a stalled link between regions would hold replication back:
+        commits wait for a synchronous standby, an asynchronous one falls behind. Returns how many."""
+        if node.process is None:
+            return 0
+        senders = [child for child in psutil.Process(node.process.pid).children()
+                   if "walsender" in " ".join(child.cmdline())]
+        for sender in senders:
+            sender.suspend()
+        return len(senders)
+
+    def wal_not_received(self, dead: Node, received: int) -> WalTail:
+        """Read a stopped node's own WAL (pg_waldump) from ``received`` on: the bytes and the committed
+        transactions its standby never got. Run after the kill: nothing is written any more."""
+        result = subprocess.run([str(self.pg_bin / "pg_waldump"), "-p", str(dead.pgdata / "pg_wal"),
+                                 "-s", lsn_text(received)], capture_output=True, cwd=self.base_dir, timeout=60,
+                                check=False, **self._as_user())
+        end, commits = received, 0
+        for line in result.stdout.decode(errors="replace").splitlines():
+            record = _WALDUMP_RECORD.search(line)
+            if record is None:
+                continue
+            end = max(end, _lsn_value(record.group(2)) + int(record.group(1)))
+            if "desc: COMMIT" in line:
+                commits += 1
+        return WalTail(bytes=end - received, commits=commits)
 
     # -- teardown ---------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from app import errors
-from app.drill.cluster import PG_BIN_DEFAULT, Cluster, Node, multi_host_url
+from app.drill.cluster import PG_BIN_DEFAULT, Cluster, Node, WalTail, multi_host_url
 from app.drill.fleet import Fleet, Proc, RegionEnv
 from app.drill.measure import Report, Run, Tally, read_runs, tally
 from app.drill.traffic import Submitter, one_off, recurring
@@ -59,6 +59,7 @@ class DrillOptions:
     lease_ttl_s: float = 3.0  # scheduler shard leases (KAIROS_LEASE_TTL_S)
     grace_s: float = 2.0  # KAIROS_REGION_TAKEOVER_GRACE_S
     synchronous: bool = True  # region-failover: synchronous streaming replication
+    link_stall_s: float = 0.0  # failovers: the primary's WAL senders stopped this long before the fault
     worker_concurrency: int = 16
     worker_lease_s: float = 5.0
     pg_bin: Path = PG_BIN_DEFAULT
@@ -296,15 +297,15 @@ async def _region_failover(h: Harness, report: Report) -> None:
         await asyncio.sleep(o.warmup_s)  # traffic before the fault, not a wait for anything
         herd_due = await flow.herd()
         await asyncio.sleep(max(0.0, herd_due + 0.3 - time.time()))
+        await _stall_link(cluster, primary_db, o.link_stall_s)
         # The fault: the primary region's database and every process in it, at once.
         lag = await primary_db.standby(STANDBY)
-        written = await primary_db.wal_position()
         fault_at = time.time()
         cluster.kill(primary_db)
         victims = fleet.in_region(PRIMARY)
         for proc in victims:
             fleet.kill(proc)
-        received = await standby_db.wal_position()
+        tail = await _wal_tail(cluster, primary_db, standby_db)
         promote_s = cluster.promote(standby_db)
         direct = h.database(standby_db.url(DATABASE))
         await until(lambda: _owned_by_region(direct, STANDBY), timeout_s=max(1.0, deadline - time.monotonic()),
@@ -316,8 +317,9 @@ async def _region_failover(h: Harness, report: Report) -> None:
             tenant_id, [ow.job_id for ow in submitter.owed]))
     _flow_lines(report, flow, result)
     report.add("fault", f"{PRIMARY} killed at {h.since_start(fault_at)} (its PostgreSQL and {len(victims)} "
-               f"processes, SIGKILL), {(fault_at - herd_due):.1f} s after the herd was due; "
-               + _replication_at_failure(lag, written, received))
+               f"processes, SIGKILL), {(fault_at - herd_due):.1f} s after the herd was due"
+               + (f", its WAL senders stopped {o.link_stall_s:g} s before" if o.link_stall_s else "") + "; "
+               + _replication_at_failure(lag, tail, o.synchronous))
     report.add("promotion", f"{promote_s:.2f} s ({STANDBY}'s PostgreSQL accepts writes; processes follow "
                "through the multi-host URL)")
     report.add("takeover time", f"{takeover_s:.1f} s ({STANDBY} owns {SHARDS}/{SHARDS} shards; lease TTL "
@@ -331,15 +333,29 @@ async def _region_failover(h: Harness, report: Report) -> None:
     report.ok = result.lost == 0 or not o.synchronous
 
 
-def _replication_at_failure(lag: StandbyState | None, written: int | None, received: int | None) -> str:
-    """The replication lag at the moment of failure, two ways: the WAL the primary had written (read just
-    before the kill) that the standby never received, and the lag the standby last reported."""
-    if lag is None:
+async def _stall_link(cluster: Cluster, primary: Node, stall_s: float) -> None:
+    """--link-stall: replication held back for ``stall_s`` before the fault, as a stalled link would."""
+    if stall_s > 0:
+        cluster.stall_wal_senders(primary)
+        await asyncio.sleep(stall_s)  # the stall itself is the fault's first half, not a wait for anything
+
+
+async def _wal_tail(cluster: Cluster, dead: Node, standby: Node) -> WalTail | None:
+    """What the killed primary had written that the standby never received (its WAL, read after the kill)."""
+    received = await standby.wal_position()
+    return None if received is None else cluster.wal_not_received(dead, received)
+
+
+def _replication_at_failure(lag: StandbyState | None, tail: WalTail | None, synchronous: bool) -> str:
+    """The replication lag at the moment of failure: what the dead primary's WAL holds beyond what the
+    standby received (bytes, and committed transactions: with synchronous replication none of those
+    was acknowledged to its client), and the lag the standby had last reported."""
+    if lag is None or tail is None:
         return "replication lag at the failure: the standby was not connected"
-    never = max(0, written - received) if written is not None and received is not None else None
-    return (f"replication lag at the failure: {'unknown' if never is None else never} bytes of WAL never "
-            f"received by the standby ({lag.sync_state}; it last reported {lag.flush_lag_bytes} bytes not "
-            f"flushed, {lag.replay_lag_bytes} not replayed)")
+    acknowledged = "none of them acknowledged to a client" if synchronous else "acknowledged or not"
+    return (f"replication lag at the failure: {tail.bytes} bytes of WAL and {tail.commits} committed transactions "
+            f"the standby never received ({acknowledged}; {lag.sync_state} standby, which had last reported "
+            f"{lag.flush_lag_bytes} bytes not flushed, {lag.replay_lag_bytes} not replayed)")
 
 
 def _redacted(url: str) -> str:
@@ -375,11 +391,11 @@ async def _database_failover(h: Harness, report: Report) -> None:
         await asyncio.sleep(o.warmup_s)  # traffic before the fault
         herd_due = await flow.herd()
         await asyncio.sleep(max(0.0, herd_due + 0.3 - time.time()))
+        await _stall_link(h.cluster, site.primary, o.link_stall_s)
         lag = await site.primary.standby("standby")
-        written = await site.primary.wal_position()
         fault_at = time.time()
         h.cluster.kill(site.primary)
-        received = await site.standby.wal_position()
+        tail = await _wal_tail(h.cluster, site.primary, site.standby)
         promote_s = h.cluster.promote(site.standby)
         direct = h.database(site.standby.url(DATABASE))
 
@@ -394,8 +410,9 @@ async def _database_failover(h: Harness, report: Report) -> None:
         present = await direct.transaction(lambda tx: tx.drill.jobs_present(
             site.tenant_id, [ow.job_id for ow in submitter.owed]))
     _flow_lines(report, flow, result)
-    report.add("fault", f"the primary PostgreSQL killed (SIGKILL) at {h.since_start(fault_at)}; "
-               + _replication_at_failure(lag, written, received))
+    report.add("fault", f"the primary PostgreSQL killed (SIGKILL) at {h.since_start(fault_at)}"
+               + (f", its WAL senders stopped {o.link_stall_s:g} s before" if o.link_stall_s else "") + "; "
+               + _replication_at_failure(lag, tail, o.synchronous))
     report.add("promotion", f"{promote_s:.2f} s")
     report.add("recovery time", f"{recovered_at - fault_at:.1f} s (the first occurrence due after the fault started)")
     await _outcome_lines(report, direct, result, "started again once its lease expired: its outcome could not be "
