@@ -112,7 +112,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--deadline", type=float, default=3600.0, help="global time bound, seconds")
     g.add_argument("--drain-timeout", type=float,
                    help="seconds after the last due time to wait for every start (default 30 + jobs/500)")
-    g.add_argument("--explain", action="store_true", help="print EXPLAIN of the lease statement at the drain midpoint")
+    g.add_argument("--explain", action="store_true",
+                   help="print EXPLAIN (ANALYZE, BUFFERS) of the lease statement at the drain midpoint (rolled back)")
     g.add_argument("--keep", action="store_true", help="keep the databases (and the embedded server's data)")
     g.add_argument("--database-url", help="a PostgreSQL server to use instead of a fresh embedded one")
     g.add_argument("--results-dir", default=str(ROOT / "loadtest" / "results"))
@@ -727,7 +728,8 @@ class Stack:
         assert self.conn is not None
         try:
             with self.conn.transaction(force_rollback=True):
-                plan = self.conn.execute("EXPLAIN " + query, params).fetchall()
+                # ANALYZE runs it (the leases it takes are rolled back): the time of each plan node.
+                plan = self.conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + query, params).fetchall()
         except psycopg.Error as exc:
             return f"EXPLAIN {name} failed: {exc}"
         return f"EXPLAIN {name}\n" + "\n".join(r[0] for r in plan)

@@ -72,7 +72,8 @@ class Worker:
                  concurrency: int = 10, lease_seconds: float = 30.0, wait_seconds: float = 5.0,
                  batch: int | None = None, worker_id: str | None = None, grace_s: float | None = None,
                  report_s: float = 0.005, report_max: int = 500,
-                 idle_notice_s: float | None = IDLE_NOTICE_S_DEFAULT, prefetch: int | None = None) -> None:
+                 idle_notice_s: float | None = IDLE_NOTICE_S_DEFAULT, prefetch: int | None = None,
+                 gather_s: float = 0.002) -> None:
         self.pool = pool
         self.handler = handler
         self.addr = addr
@@ -87,6 +88,7 @@ class Worker:
         self.report_max = report_max
         self.idle_notice_s = idle_notice_s  # None or 0: never
         self.prefetch = prefetch if prefetch is None else max(0, prefetch)  # None: sized from measurements
+        self.gather_s = gather_s  # how long a Lease waits for more slots to free under load
         self._slots = asyncio.Semaphore(self.concurrency)
         self._lease_rtt_s = 0.0  # moving averages: a Lease call's round trip, a handler's run
         self._handler_s = 0.0
@@ -134,7 +136,7 @@ class Worker:
             return self.prefetch
         if self._handler_s <= 0.0:
             return 0
-        return min(self.concurrency, int(self.concurrency * self._lease_rtt_s / self._handler_s))
+        return min(self.concurrency, self.batch, int(self.concurrency * self._lease_rtt_s / self._handler_s))
 
     @staticmethod
     def _average(current: float, sample: float) -> float:
@@ -156,15 +158,25 @@ class Worker:
     async def _lease_loop(self, client: WorkerClient, stop: asyncio.Event) -> None:
         backoff = 0.2
         stopped = asyncio.ensure_future(stop.wait())
-        idle_since = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        idle_since = loop.time()
+        gather_until = 0.0
         try:
             while not stop.is_set():
-                free = self.concurrency + self.lease_ahead - self._busy
-                if free <= 0:
+                room = self.concurrency + self.lease_ahead
+                free = room - self._busy
+                # Under load, slots free one by one: ask for at least half a batch at a time (waiting up
+                # to gather_s for it), or every call pays the server's fair-lease planning for a few rows.
+                enough = 1 if self._busy == 0 else max(1, min(self.batch, room) // 2)
+                now = loop.time()
+                if free <= 0 or (free < enough and now < gather_until):
                     self._slot_freed.clear()
                     freed = asyncio.ensure_future(self._slot_freed.wait())
-                    await asyncio.wait([stopped, freed], return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait([stopped, freed], timeout=None if free <= 0 else gather_until - now,
+                                       return_when=asyncio.FIRST_COMPLETED)
                     freed.cancel()
+                    if free <= 0:  # the first slot to free opens a gathering window
+                        gather_until = loop.time() + self.gather_s
                     continue
                 call = asyncio.ensure_future(client.lease(self.pool, self.worker_id, min(free, self.batch),
                                                           self.lease_seconds, self.wait_seconds))

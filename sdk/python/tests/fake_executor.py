@@ -30,6 +30,7 @@ class FakeExecutor(pb_grpc.WorkerServicer):
     batched: bool = True
     calls: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
+    lease_asks: list[int] = field(default_factory=list)  # each Lease call's max
     outcomes: dict[str, tuple] = field(default_factory=dict)  # execution_id -> ("complete", result) | ("fail", ...)
     lost: set[str] = field(default_factory=set)
     # Set: CompleteMany answers only once it is released (an executor slow to acknowledge).
@@ -53,6 +54,7 @@ class FakeExecutor(pb_grpc.WorkerServicer):
 
     async def Lease(self, request, context):
         self._record("Lease", context)
+        self.lease_asks.append(request.max)
         deadline = time.monotonic() + request.wait_seconds
         while not self._ready and time.monotonic() < deadline:
             self._added.clear()

@@ -228,3 +228,21 @@ async def test_prefetch_by_default_is_sized_from_the_lease_round_trip_against_th
     worker._handler_s = 30.0  # long handlers: never sit on work another worker could start
     assert worker.lease_ahead == 0
     assert Worker("jobs", lambda e: None, addr=served.addr, api_key="k", prefetch=0).lease_ahead == 0
+
+
+async def test_under_load_a_lease_asks_for_half_a_batch_at_least_not_for_each_slot_that_frees(served: Served) -> None:
+    fake = served.executor
+    for i in range(200):
+        fake.add(i)
+
+    async def handler(execution):
+        await asyncio.sleep(0.0005 * (execution.payload % 7))  # slots free one by one
+
+    worker = Worker("jobs", handler, addr=served.addr, api_key="k", concurrency=16, batch=16, prefetch=0,
+                    gather_s=0.05, wait_seconds=0.2)
+    stop, run = await _run(worker)
+    await until(lambda: len(fake.outcomes) == 200, what="every outcome")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    busy_asks = [n for n in fake.lease_asks[1:-1] if n]  # the first (idle) and the last (drained) ask may be anything
+    assert busy_asks and min(busy_asks) >= 8, fake.lease_asks
