@@ -325,7 +325,9 @@ async def _region_failover(h: Harness, report: Report) -> None:
     report.add("takeover time", f"{takeover_s:.1f} s ({STANDBY} owns {SHARDS}/{SHARDS} shards; lease TTL "
                f"{o.lease_ttl_s:g} s + takeover grace {o.grace_s:g} s)")
     await _outcome_lines(report, direct, result, "started again once its lease expired: its worker was killed, or "
-                         "its outcome could not be reported while the database failed over; same idempotency key")
+                         "its outcome could not be reported while the database failed over"
+                         + ("" if o.synchronous else ", or its completion was lost with the primary") +
+                         "; same idempotency key")
     missing = len(submitter.owed) - len(present)
     report.add("missing after failover", f"{missing} of {len(submitter.owed)} acknowledged jobs are not in the "
                "promoted database")
@@ -416,7 +418,9 @@ async def _database_failover(h: Harness, report: Report) -> None:
     report.add("promotion", f"{promote_s:.2f} s")
     report.add("recovery time", f"{recovered_at - fault_at:.1f} s (the first occurrence due after the fault started)")
     await _outcome_lines(report, direct, result, "started again once its lease expired: its outcome could not be "
-                         "reported while the database failed over; same idempotency key")
+                         "reported while the database failed over"
+                         + ("" if o.synchronous else ", or its completion was lost with the primary") +
+                         "; same idempotency key")
     missing = len(submitter.owed) - len(present)
     report.add("missing after failover", f"{missing} of {len(submitter.owed)} acknowledged jobs are not in the "
                "promoted database")
