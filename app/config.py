@@ -340,6 +340,17 @@ class Settings:
         "KAIROS_REGION_FAILBACK", True, FLAG, shown="`1`",
         doc="`1`: standby-region schedulers hand their shards back once the primary region's have been back "
             "for the grace; `0`: they keep them until they stop (fail back by hand)")
+    # Signing secrets at rest (app.store.sealing, docs/http-delivery.md).
+    secret_key: FernetKeys = setting(
+        "KAIROS_SECRET_KEY", FernetKeys(), FERNET_KEYS,
+        shown="empty: `KAIROS_HOME/secret.key`, generated, with the embedded database; required with "
+              "`KAIROS_DATABASE_URL`",
+        doc="the keys sealing tenants' HTTP signing secrets in the database: the first seals, any opens (put a "
+            "new key first, run `kairos db reseal-secrets`, then drop the old one)")
+    signing_secret_overlap_s: float = setting(
+        "KAIROS_SIGNING_SECRET_OVERLAP_S", 86400.0, number(), shown="`86400` (24 h)",
+        doc="how long `kairos tenants rotate-secret` keeps signing with the previous secret as well (its "
+            "`--overlap` wins)")
     log_level: str = setting("KAIROS_LOG_LEVEL", "INFO", choice(LOG_LEVELS, upper=True), "log level")
     log_format: str = setting(
         "KAIROS_LOG_FORMAT", "json", choice(LOG_FORMATS, upper=False),

@@ -171,16 +171,19 @@ class _QuotaOrNone(click.ParamType):
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def tenants_create(name: str, as_json: bool) -> None:
-    """Create a tenant; prints its id, API key and HTTP signing secret (shown once)."""
+    """Create a tenant; prints its id, API key (shown once) and HTTP signing secret (kairos tenants show-secret)."""
     if not name.strip() or len(name) > 100:
         fail("a tenant name is 1-100 characters")
     created = run_command(lambda d: d.transaction(lambda tx: tx.tenants.create(name)))
     if created is None:
         fail(f"tenant {name!r} already exists")
+    from app.store.tenants import signing_secrets_of
+
     tenant, key = created
+    signing = signing_secrets_of(tenant).current  # stored sealed (app.store.sealing)
     if as_json:
         click.echo(json.dumps({"tenantId": str(tenant.tenant_id), "name": tenant.name, "apiKey": key,
-                               "signingSecret": tenant.signing_secret}))
+                               "signingSecret": signing}))
     else:
         console.print(f"tenant     {tenant.name}\nid         {tenant.tenant_id}\napi key    {key}\n"
                       f"signing    {signing}\n[dim]The key is stored only as a hash: keep it now.[/]")
