@@ -28,6 +28,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -59,7 +60,7 @@ from app.store import (  # noqa: E402
 from app.store.db import Database, create_engine  # noqa: E402
 
 POOL = "herd"
-ALL_SCENARIOS = ("herd100k", "herd10k", "mixed", "light", "steady", "short", "submit", "command")
+ALL_SCENARIOS = ("herd100k", "herd10k", "mixed", "light", "steady", "short", "submit", "command", "memory")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -1302,9 +1303,22 @@ async def scenario_command(run: Run) -> None:
             f"{100 * drain / baseline:.0f} % ({100 * drain / with_pipes:.0f} % of piped)", drain >= 0.8 * baseline)
 
 
+async def scenario_memory(run: Run) -> None:
+    """Bytes per scheduler heap entry with 1,000,000 upcoming entries (loadtest/heap_memory.py: a component
+    probe in its own process, no tiers: the heap is the scheduler's only per-entry state)."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(ROOT / "loadtest" / "heap_memory.py"),
+                                                "--entries", "1000000", stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    found = re.search(r"bytes per heap entry\s+([\d,]+) B", out.decode())
+    per_entry = int(found.group(1).replace(",", "")) if found else None
+    run.results["memory"] = {"entries": 1_000_000, "bytesPerEntry": per_entry}
+    run.row("memory", "scheduler heap: bytes per entry, 1,000,000 loaded (component probe)", "<= 150 B",
+            "-" if per_entry is None else f"{per_entry:,} B", per_entry is not None and per_entry <= 150)
+
+
 SCENARIOS = {"herd100k": scenario_herd100k, "herd10k": scenario_herd10k, "mixed": scenario_mixed,
              "light": scenario_light, "steady": scenario_steady, "short": scenario_short, "submit": scenario_submit,
-             "command": scenario_command}
+             "command": scenario_command, "memory": scenario_memory}
 
 
 # -- output ------------------------------------------------------------------------------------------
