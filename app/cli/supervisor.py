@@ -461,7 +461,8 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
     if demo:
         extra_env["KAIROS_DEMO"] = "1"
         if not settings.http_egress_allow:
-            extra_env["KAIROS_HTTP_EGRESS_ALLOW"] = "127.0.0.1"
+            # The demo job posts to the API's own /demo/echo: that one loopback port, not every one.
+            extra_env["KAIROS_HTTP_EGRESS_ALLOW"] = f"127.0.0.1:{settings.api_port}"
 
     async def prepare() -> DemoTenant:
         db = Database.from_settings(settings, url, name="up", bounded=False)  # migrations: no statement timeout

@@ -31,6 +31,11 @@ def test_up_serves_the_api_delivers_the_demo_job_and_stops_cleanly(tmp_path: Pat
 
             history = wait_for(delivered, timeout_s=40, interval_s=0.2, what="the demo job to succeed")
             assert history[0]["attempt"] == 1
+            # The demo opens the API's own port to its echo job, and no other loopback port.
+            elsewhere = {"name": "probe", "target": {"type": "http", "ref": "http://127.0.0.1:9/x"},
+                         "schedule": {"runAt": "2030-01-01T00:00:00Z"}}
+            refused = client.post("/v1/jobs", json=elsewhere)
+            assert refused.status_code == 422 and refused.json()["field"] == "/target/ref", refused.text
 
             body = {"name": "cli-smoke", "target": {"type": "queue", "ref": "smoke"}, "payload": {},
                     "schedule": {"cron": "*/10 * * * *", "tz": "UTC"}}
