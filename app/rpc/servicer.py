@@ -146,6 +146,13 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"execution_id {value!r} is not a UUID")
             raise AssertionError("unreachable") from None
 
+    @staticmethod
+    async def _error_text(context: grpc.aio.ServicerContext, error: str) -> str:
+        """A reported error as stored: "failed" when empty; NUL refused (PostgreSQL cannot keep it)."""
+        if "\x00" in error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "error must not contain the NUL character")
+        return error or "failed"
+
     async def _batch_ids(self, context: grpc.aio.ServicerContext, items) -> list[UUID]:
         """The items' execution ids: at most max_batch, each a UUID, none twice."""
         if len(items) > self.config.max_batch:
@@ -175,6 +182,8 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         lease_s = max(1.0, min(lease_s, self.config.max_lease_s))
         wait_s = max(0.0, min(request.wait_seconds, self.config.max_wait_s))
         worker_id = (request.worker_id or context.peer() or "worker")[:200]
+        if "\x00" in worker_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "worker_id must not contain the NUL character")
         deadline = time.monotonic() + wait_s
         while True:
             ready = self._ready
@@ -241,9 +250,9 @@ class WorkerServicer(pb_grpc.WorkerServicer):
     async def Fail(self, request: pb.FailRequest, context: grpc.aio.ServicerContext) -> pb.FailResponse:
         cred = await self._credential(context)
         eid = await self._execution_id(context, request.execution_id)
+        error = await self._error_text(context, request.error)
         out = await self._call(context, lambda: self.outcomes.fail(
-            ex.Failure(eid, request.attempt, request.error or "failed", retryable=request.retryable,
-                       scope=cred.scope)))
+            ex.Failure(eid, request.attempt, error, retryable=request.retryable, scope=cred.scope)))
         if out.state is None:
             return pb.FailResponse(outcome=pb.LEASE_LOST,
                                    message="attempt is not current: its error was recorded as discarded")
@@ -277,7 +286,8 @@ class WorkerServicer(pb_grpc.WorkerServicer):
     async def FailMany(self, request: pb.FailManyRequest, context: grpc.aio.ServicerContext) -> pb.FailManyResponse:
         cred = await self._credential(context)
         ids = await self._batch_ids(context, request.items)
-        failed = [ex.Failure(eid, item.attempt, item.error or "failed", retryable=item.retryable, scope=cred.scope)
+        failed = [ex.Failure(eid, item.attempt, await self._error_text(context, item.error), retryable=item.retryable,
+                             scope=cred.scope)
                   for item, eid in zip(request.items, ids, strict=True)]
         outs = await self._call(context, lambda: self.outcomes.fail_batch(failed))
         results = []

@@ -249,3 +249,21 @@ async def test_batched_calls_refuse_malformed_batches(db: Database, addr: str) -
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await intruder.complete_many([(eid, 1, None)])
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_nul_in_a_worker_id_or_an_error_is_invalid_argument_and_changes_nothing(db: Database,
+                                                                                       addr: str) -> None:
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "p")
+    job = await tf.job(db, t.tenant_id, queue=queue)
+    [eid] = await tf.ready_executions(db, job)
+    async with WorkerClient(addr, t.key) as client:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await client.lease("p", "w\x001", 1)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "NUL" in err.value.details()
+        [held] = await client.lease("p", "w1", 1)  # the refused call leased nothing
+        assert held.execution_id == str(eid)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await client.fail(str(eid), held.attempt, "bad\x00news", retryable=True)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "NUL" in err.value.details()
+        assert (await client.complete(str(eid), held.attempt)).outcome == "ok"  # still the current attempt
