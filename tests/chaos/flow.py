@@ -105,7 +105,8 @@ class Submitter:
     accepted: dict[str, str] = field(default_factory=dict)  # idempotency key -> job id
     refused: int = 0  # answers that were not 2xx (retried)
     transport_errors: int = 0  # no answer at all (retried)
-    accepted_at: list[float] = field(default_factory=list)  # monotonic time of each acceptance
+    # (sent, answered): monotonic times of the request that was accepted, for each job
+    accepted_at: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -115,6 +116,7 @@ class Submitter:
         key = str(uuid.uuid4())
         delay = 0.05
         while time.monotonic() < deadline:
+            sent = time.monotonic()
             try:
                 answer = await client.post(f"{self.api}/v1/jobs", json=body,
                                            headers={**self.headers, "Idempotency-Key": key})
@@ -123,7 +125,7 @@ class Submitter:
             else:
                 if answer.status_code in (200, 201):
                     self.accepted[key] = answer.json()["jobId"]
-                    self.accepted_at.append(time.monotonic())
+                    self.accepted_at.append((sent, time.monotonic()))
                     return
                 self.refused += 1
             await asyncio.sleep(delay)

@@ -156,10 +156,10 @@ def run_fault(tmp_path: Path, server: PrivateServer, record_property, *, name: s
 
 def test_database_crash_mid_dispatch_loses_nothing_and_every_tier_reconnects(
         tmp_path: Path, server: PrivateServer, record_property) -> None:
-    # Due over 20 s and dispatched at their due time: the crash lands while the scheduler is writing
+    # Due over 12 s and dispatched at their due time: the crash lands while the scheduler is writing
     # executions (a quarter of them done).
-    first = due_in(8)
-    due = [first + timedelta(seconds=20.0 * i / JOBS) for i in range(JOBS)]
+    first = due_in(6)
+    due = [first + timedelta(seconds=12.0 * i / JOBS) for i in range(JOBS)]
     report = run_fault(tmp_path, server, record_property, name="database crash mid-dispatch", due=due,
                        handler_s=0.02, concurrency=64,
                        crash_when=lambda c: sum(c.values()) >= JOBS // 4)
@@ -168,10 +168,10 @@ def test_database_crash_mid_dispatch_loses_nothing_and_every_tier_reconnects(
 
 def test_database_crash_mid_complete_loses_nothing_and_reruns_only_unreported_outcomes(
         tmp_path: Path, server: PrivateServer, record_property) -> None:
-    # All due at once and dispatched within a second; workers take 0.3 s a job, so completions flow
-    # for some fifteen seconds and the crash lands among them (a quarter completed).
+    # All due at once and dispatched within a second; workers take 0.2 s a job, 64 at a time, so
+    # completions flow for some ten seconds and the crash lands among them (a quarter completed).
     at = due_in(6)
     report = run_fault(tmp_path, server, record_property, name="database crash mid-complete", due=[at] * JOBS,
-                       handler_s=0.3, concurrency=32,
+                       handler_s=0.2, concurrency=32,
                        crash_when=lambda c: c.get("succeeded", 0) >= JOBS // 4)
     assert report["in_flight_at_crash"].get("leased", 0) > 0  # completions were really in flight

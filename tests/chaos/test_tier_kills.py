@@ -40,7 +40,7 @@ from tests.e2e.conftest import kairos_up
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
-JOBS = 1200
+JOBS = 800
 
 
 def dispatched_since(url: str, tenant_id: str, since) -> int:
@@ -62,7 +62,7 @@ def all_succeeded(url: str, tenant_id: str, n: int) -> bool:
 @pytest.mark.parametrize("tier", ["api", "scheduler", "executor", "worker"])
 def test_sigkill_of_a_tier_under_load_loses_nothing(tmp_path: Path, database_url: str, record_property,
                                                       tier: str) -> None:
-    handler_s = 0.5 if tier == "worker" else 0.05  # a worker killed "during a job" must have jobs running
+    handler_s = 0.3 if tier == "worker" else 0.05  # a worker killed "during a job" must have jobs running
     with kairos_up(tmp_path, KAIROS_DATABASE_URL=database_url, **tier_env(KAIROS_DISPATCH_AHEAD_S="0")) as up:
         url, tenant_id = database_url, demo_tenant(database_url)
         workers = [WorkerProcess.start(tmp_path, f"w{i}", up.grpc_addr, up.key, handler_s=handler_s,
@@ -71,7 +71,8 @@ def test_sigkill_of_a_tier_under_load_loses_nothing(tmp_path: Path, database_url
         report: dict[str, object] = {"fault": f"SIGKILL {tier}"}
         try:
             if tier == "api":
-                # Submits one by one, eight at a time, paced so they last ~10 s: the kill lands among them.
+                # Submits one by one, eight at a time, paced so they last several seconds: the kill lands
+                # among them.
                 bodies = [job_body(i, delay_s=1.0) for i in range(JOBS)]
                 done = threading.Event()
                 failure: list[BaseException] = []
@@ -94,17 +95,20 @@ def test_sigkill_of_a_tier_under_load_loses_nothing(tmp_path: Path, database_url
                 _kill(victim)
                 def accepted_again() -> bool:
                     restarted = child_pids(up.text())["api"] != victim
-                    return done.is_set() or (restarted and submitter.accepted_at[-1] > killed)
+                    return done.is_set() or (restarted and any(s > killed for s, _ in submitter.accepted_at))
 
                 wait_until(accepted_again, timeout_s=60, what="a submit to be accepted by the restarted API")
-                report["recovery_s"] = round(min(t for t in submitter.accepted_at if t > killed) - killed, 2)
+                # The first acceptance of a request sent after the kill: only the restarted API can give it.
+                report["recovery_s"] = round(min(a for s, a in submitter.accepted_at if s > killed) - killed, 2)
                 thread.join(timeout=90)
                 assert not failure, failure
                 assert done.is_set()
+                # Submits that got no answer (or a 5xx) across the kill and were sent again with their key.
+                report["submits_retried"] = submitter.transport_errors + submitter.refused
             else:
-                if tier == "scheduler":  # due over 15 s, dispatched at the due time: kill during dispatch
-                    first = due_in(6)
-                    due = [first + timedelta(seconds=15.0 * i / JOBS) for i in range(JOBS)]
+                if tier == "scheduler":  # due over 10 s, dispatched at the due time: kill during dispatch
+                    first = due_in(5)
+                    due = [first + timedelta(seconds=10.0 * i / JOBS) for i in range(JOBS)]
                 else:  # due within 2 s, all dispatched at once: the kill lands among leases and runs
                     first = due_in(4)
                     due = [first + timedelta(seconds=2.0 * i / JOBS) for i in range(JOBS)]
