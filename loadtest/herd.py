@@ -724,7 +724,7 @@ class Stack:
             return "no Execution*Lease* statement in the catalogue"
         name, sql = found
         known = {"queue": f"shared:{POOL}", "now": None, "limit": self.run.args.lease_batch, "salt": "explain",
-                 "worker_id": "explain", "lease_s": 30.0, "pool": POOL}
+                 "worker_id": "explain", "lease_s": 30.0, "pool": POOL, "skip_tenants": "{}"}
         query, params = to_psycopg(sql, known)
         assert self.conn is not None
         try:

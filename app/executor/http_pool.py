@@ -10,7 +10,7 @@ Slots. A request in flight holds one of the executor's ``concurrency`` slots; at
 of one circuit (tenant, origin) and ``per_tenant`` of one tenant are in flight at once. A leased
 delivery that cannot start yet waits in this process holding no slot, so one tenant's slow target
 never keeps another tenant's deliveries from starting; a tenant with ``per_origin`` or more deliveries
-waiting is not leased more (``ExecutionLeaseFairSkipping``) until they drain, so its backlog stays in
+waiting is not leased more (``ExecutionLeaseFair``'s ``skip_tenants``) until they drain, so its backlog stays in
 the queue rather than in leases.
 
 Breakers. A per-(tenant, origin) circuit breaker (``app.executor.breaker``) decides at the moment a
@@ -199,8 +199,8 @@ class HttpPool:
         skip = [t for t, n in self.waiting_by_tenant().items() if n >= self.config.per_origin]
         began = time.monotonic()
         got = await self.db.transaction(
-            lambda tx: tx.executions.lease_skipping(HTTP_QUEUE, self.config.worker_id, min(free, self.config.batch),
-                                                    self.config.lease_s, skip),
+            lambda tx: tx.executions.lease(HTTP_QUEUE, self.config.worker_id, min(free, self.config.batch),
+                                           self.config.lease_s, skip_tenants=skip),
             isolation=self.config.isolation)
         if got:
             observability.leased.add(len(got), {"queue": observability.queue_kind(HTTP_QUEUE)})

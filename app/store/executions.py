@@ -145,24 +145,16 @@ class Executions(Table):
     """The executions statements of one transaction."""
 
     async def lease(self, queue: str, worker_id: str, limit: int, lease_s: float,
-                    *, now: datetime | None = None) -> list[Leased]:
-        """Lease up to ``limit`` ready executions of ``queue``, fairly across tenants."""
+                    *, skip_tenants: Sequence[UUID] = (), now: datetime | None = None) -> list[Leased]:
+        """Lease up to ``limit`` ready executions of ``queue``, fairly across tenants, none of ``skip_tenants``'s
+        (the HTTP pool's tenants whose deliveries already wait in it)."""
         rows = await self._conn.execute(q("ExecutionLeaseFair"), {
             "queue": queue, "worker_id": worker_id, "limit": limit, "lease_s": lease_s, "now": now,
-            "salt": secrets.token_hex(4),
+            "salt": secrets.token_hex(4), "skip_tenants": plain(list(skip_tenants)),
         })
         if tuple(rows.keys()) != _LEASED_COLUMNS:
             raise RuntimeError(f"ExecutionLeaseFair returns {tuple(rows.keys())}, Leased expects {_LEASED_COLUMNS}")
         return [Leased(*r) for r in rows]
-
-    async def lease_skipping(self, queue: str, worker_id: str, limit: int, lease_s: float,
-                             skip_tenants: Sequence[UUID], *, now: datetime | None = None) -> list[Leased]:
-        """``lease`` for the HTTP pool: the same fair lease, without the tenants in ``skip_tenants``."""
-        rows = await self._conn.execute(q("ExecutionLeaseFairSkipping"), {
-            "queue": queue, "worker_id": worker_id, "limit": limit, "lease_s": lease_s, "now": now,
-            "salt": secrets.token_hex(4), "skip_tenants": plain(list(skip_tenants)),
-        })
-        return [Leased(**r._mapping) for r in rows]  # by name: the pool leases a batch at a time, not per call
 
     async def renew_many(self, held: Sequence[Renewal], worker_id: str, lease_s: float,
                          *, now: datetime | None = None) -> dict[UUID, datetime]:

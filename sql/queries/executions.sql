@@ -45,7 +45,7 @@ WHERE job_id = :job_id AND tenant_id = :tenant_id
 RETURNING scheduled_for;
 
 -- name: ExecutionLeaseFair
--- Lease up to :limit ready executions of one queue, round-robin across tenants weighted by tenants.weight, each tenant capped at its max_inflight leased in this queue; bumps attempt (the fencing token). The live attempt is the executions row itself (lease_owner, started_at, lease_until): its attempts row is written once, when it ends.
+-- Lease up to :limit ready executions of one queue, round-robin across tenants weighted by tenants.weight, each tenant capped at its max_inflight leased in this queue, skipping the tenants in :skip_tenants (the HTTP pool's: those whose leased deliveries already wait for a slot in the leasing executor, so their backlog stays in the queue instead of holding leases; empty for workers); bumps attempt (the fencing token). The live attempt is the executions row itself (lease_owner, started_at, lease_until): its attempts row is written once, when it ends.
 WITH RECURSIVE ready_tenants (tenant_id) AS (
     -- Loose index scan over executions_ready: one probe per tenant, however deep its backlog.
     (SELECT tenant_id FROM executions
@@ -64,6 +64,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
                                AND l.lease_until IS NOT NULL) AS room  -- leased (executions_leased_by_queue)
     FROM ready_tenants AS r
     JOIN tenants AS t ON t.tenant_id = r.tenant_id
+    WHERE NOT (r.tenant_id = ANY (CAST(:skip_tenants AS UUID[])))  -- their deliveries wait here already
 ), share AS (
     -- Rounds of the round-robin that :limit can fill when every tenant has work: no tenant can
     -- be picked more than weight * rounds times, so locking more of its rows only costs.
@@ -344,72 +345,6 @@ SELECT queue, count(*) AS ready
 FROM executions
 WHERE state = 'ready' AND ready_at <= coalesce(CAST(:now AS TIMESTAMPTZ), now())
 GROUP BY queue;
-
--- name: ExecutionLeaseFairSkipping
--- ExecutionLeaseFair for the built-in HTTP pool: the same fair lease (the live attempt is the executions row), skipping the tenants in :skip_tenants (those whose leased deliveries already wait for a slot in the leasing executor, so their backlog stays in the queue instead of holding leases).
-WITH RECURSIVE ready_tenants (tenant_id) AS (
-    -- Loose index scan over executions_ready: one probe per tenant, however deep its backlog.
-    (SELECT tenant_id FROM executions
-     WHERE queue = :queue AND state = 'ready'
-     ORDER BY tenant_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT e.tenant_id FROM executions AS e
-            WHERE e.queue = :queue AND e.state = 'ready' AND e.tenant_id > r.tenant_id
-            ORDER BY e.tenant_id LIMIT 1)
-    FROM ready_tenants AS r
-    WHERE r.tenant_id IS NOT NULL
-), quota AS (
-    SELECT t.tenant_id, t.weight, coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now,
-           t.max_inflight - (SELECT count(*) FROM executions AS l
-                             WHERE l.queue = :queue AND l.tenant_id = t.tenant_id
-                               AND l.lease_until IS NOT NULL) AS room  -- leased (executions_leased_by_queue)
-    FROM ready_tenants AS r
-    JOIN tenants AS t ON t.tenant_id = r.tenant_id
-    WHERE NOT (r.tenant_id = ANY (CAST(:skip_tenants AS UUID[])))  -- their deliveries wait here already
-), share AS (
-    -- Rounds of the round-robin that :limit can fill when every tenant has work: no tenant can
-    -- be picked more than weight * rounds times, so locking more of its rows only costs.
-    SELECT q.*, q.weight * CAST(ceil(CAST(:limit AS FLOAT8) / sum(q.weight) OVER ()) AS INT) AS most
-    FROM quota AS q
-    WHERE q.room > 0
-), candidates AS (
-    SELECT c.execution_id, c.attempt, q.tenant_id, q.weight, q.now,
-           row_number() OVER (PARTITION BY q.tenant_id ORDER BY c.ready_at, c.execution_id) AS turn
-    FROM share AS q
-    CROSS JOIN LATERAL (
-        SELECT e.execution_id, e.attempt, e.ready_at FROM executions AS e
-        WHERE e.queue = :queue AND e.tenant_id = q.tenant_id
-          AND e.state = 'ready' AND e.ready_at <= q.now
-        ORDER BY e.ready_at
-        LIMIT least(q.room, q.most, CAST(:limit AS INT))  -- room > 0: a lowered quota leases nothing
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-), picked AS (
-    -- Round r holds each tenant's turns r*weight+1 .. (r+1)*weight; tenants take turns in an
-    -- order that rotates per call (:salt), so no tenant is always first.
-    SELECT execution_id, attempt, now FROM candidates
-    ORDER BY (turn - 1) / weight, md5(CAST(tenant_id AS TEXT) || CAST(:salt AS TEXT)), turn
-    LIMIT CAST(:limit AS INT)
-), leased AS (
-    UPDATE executions AS e SET
-        state = 'leased',
-        attempt = e.attempt + 1,
-        lease_owner = :worker_id,
-        started_at = p.now,
-        lease_until = p.now + least(CAST(:lease_s AS FLOAT8), CAST(j.timeout_s AS FLOAT8)) * INTERVAL '1 second'
-    FROM picked AS p, jobs AS j
-    WHERE e.execution_id = p.execution_id AND j.job_id = e.job_id
-      AND e.state = 'ready' AND e.attempt = p.attempt  -- a concurrent lease of the same row changes nothing
-    RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
-              e.lease_until, e.payload, e.traceparent
-)
-SELECT l.execution_id, l.job_id, l.tenant_id, l.attempt, l.max_attempts, l.scheduled_for, l.lease_until,
-       coalesce(l.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s,
-       t.signing_secret, j.http_method, j.http_headers, l.traceparent,
-       CASE WHEN l.payload IS NULL THEN j.payload_ref END AS payload_ref  -- in the object store: the pool reads it
-FROM leased AS l
-JOIN jobs AS j ON j.job_id = l.job_id
-JOIN tenants AS t ON t.tenant_id = l.tenant_id;
 
 -- name: ExecutionLeaseRenewMany
 -- Renew many current attempts held by :worker_id (the HTTP pool's deliveries, sent or waiting for a slot) to now + :lease_s, never past started_at + the job's timeout; restarts[i] first moves the attempt's start to now (a delivery still waiting has not started: it keeps its whole timeout; its attempts row, written when it ends, says so). Answers the renewed ones.

@@ -193,8 +193,8 @@ async def test_cockroachs_http_pool_lease_skips_the_tenants_it_is_told_to(databa
         for t in (waiting, served):
             job = await factories.job(db, t.tenant_id, queue=factories.HTTP_QUEUE)
             await factories.ready_executions(db, job, 3)
-        leased = await db.transaction(lambda tx: tx.executions.lease_skipping(
-            factories.HTTP_QUEUE, "w1", 10, 30.0, [waiting.tenant_id]), isolation="READ COMMITTED")
+        leased = await db.transaction(lambda tx: tx.executions.lease(
+            factories.HTTP_QUEUE, "w1", 10, 30.0, skip_tenants=[waiting.tenant_id]), isolation="READ COMMITTED")
         assert sorted({x.tenant_id for x in leased}) == [served.tenant_id] and len(leased) == 3
         assert {x.attempt for x in leased} == {1}
     finally:

@@ -15,6 +15,7 @@ WITH clock AS (
     FROM tenants AS t, clock AS c
     WHERE EXISTS (SELECT 1 FROM executions AS r
                   WHERE r.queue = :queue AND r.tenant_id = t.tenant_id AND r.state = 'ready')
+      AND NOT (t.tenant_id = ANY (CAST(:skip_tenants AS UUID[])))  -- the HTTP pool's waiting tenants
 ), share AS (
     -- As on PostgreSQL; sum() of INT is DECIMAL on CockroachDB, so both sides of / are FLOAT8.
     SELECT q.*, q.weight * CAST(ceil(CAST(:limit AS FLOAT8) / CAST(sum(q.weight) OVER () AS FLOAT8)) AS INT) AS most
@@ -42,67 +43,6 @@ WITH clock AS (
     LIMIT CAST(:limit AS INT)
 ), locked AS (
     -- Rows another leaser holds are skipped; the guarded UPDATE below is what makes a lease safe.
-    SELECT e.execution_id FROM executions AS e
-    WHERE e.execution_id IN (SELECT execution_id FROM picked) AND e.state = 'ready'
-    FOR UPDATE SKIP LOCKED
-), leased AS (
-    UPDATE executions AS e SET
-        state = 'leased',
-        attempt = e.attempt + 1,
-        lease_owner = :worker_id,
-        started_at = p.now,
-        lease_until = p.now + least(CAST(:lease_s AS FLOAT8), CAST(j.timeout_s AS FLOAT8)) * INTERVAL '1 second'
-    FROM picked AS p, jobs AS j
-    WHERE e.execution_id = p.execution_id AND j.job_id = e.job_id
-      AND e.execution_id IN (SELECT execution_id FROM locked)
-      AND e.state = 'ready' AND e.attempt = p.attempt  -- a concurrent lease of the same row changes nothing
-    RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
-              e.lease_until, e.payload, e.traceparent
-)
-SELECT l.execution_id, l.job_id, l.tenant_id, l.attempt, l.max_attempts, l.scheduled_for, l.lease_until,
-       coalesce(l.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s,
-       t.signing_secret, j.http_method, j.http_headers, l.traceparent,
-       CASE WHEN l.payload IS NULL THEN j.payload_ref END AS payload_ref
-FROM leased AS l
-JOIN jobs AS j ON j.job_id = l.job_id
-JOIN tenants AS t ON t.tenant_id = l.tenant_id;
-
--- name: ExecutionLeaseFairSkipping
--- CockroachDB: ExecutionLeaseFairSkipping written as the CockroachDB ExecutionLeaseFair above, skipping the tenants in :skip_tenants.
-WITH clock AS (
-    SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
-), quota AS (
-    SELECT t.tenant_id, t.weight, c.now,
-           t.max_inflight - (SELECT count(*) FROM executions AS l
-                             WHERE l.queue = :queue AND l.tenant_id = t.tenant_id
-                               AND l.lease_until IS NOT NULL) AS room
-    FROM tenants AS t, clock AS c
-    WHERE EXISTS (SELECT 1 FROM executions AS r
-                  WHERE r.queue = :queue AND r.tenant_id = t.tenant_id AND r.state = 'ready')
-      AND NOT (t.tenant_id = ANY (CAST(:skip_tenants AS UUID[])))  -- their deliveries wait here already
-), share AS (
-    SELECT q.*, q.weight * CAST(ceil(CAST(:limit AS FLOAT8) / CAST(sum(q.weight) OVER () AS FLOAT8)) AS INT) AS most
-    FROM quota AS q
-    WHERE q.room > 0
-), candidates AS (
-    SELECT c.execution_id, c.attempt, q.tenant_id, q.weight, q.now, q.room, q.most,
-           row_number() OVER (PARTITION BY q.tenant_id ORDER BY c.ready_at, c.execution_id) AS turn
-    FROM share AS q
-    CROSS JOIN LATERAL (
-        SELECT e.execution_id, e.attempt, e.ready_at FROM executions AS e
-        WHERE e.queue = :queue AND e.tenant_id = q.tenant_id
-          AND e.state = 'ready' AND e.ready_at <= q.now
-        ORDER BY e.ready_at
-        LIMIT CAST(:limit AS INT)
-    ) AS c
-), capped AS (
-    SELECT * FROM candidates WHERE turn <= least(room, most)
-), picked AS (
-    SELECT execution_id, attempt, now FROM capped
-    ORDER BY floor(CAST(turn - 1 AS FLOAT8) / CAST(weight AS FLOAT8)),
-             md5(CAST(tenant_id AS TEXT) || CAST(:salt AS TEXT)), turn
-    LIMIT CAST(:limit AS INT)
-), locked AS (
     SELECT e.execution_id FROM executions AS e
     WHERE e.execution_id IN (SELECT execution_id FROM picked) AND e.state = 'ready'
     FOR UPDATE SKIP LOCKED
