@@ -48,3 +48,20 @@ async def test_non_zero_exit_fails_with_stderr_and_65_is_not_retried() -> None:
 def test_a_command_is_required() -> None:
     with pytest.raises(ValueError):
         command_handler([])
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12) or not hasattr(__import__("os"), "pidfd_open"),
+                    reason="3.12+ waits for children on the event loop already; pidfd_open is Linux 5.3+")
+async def test_before_3_12_children_are_waited_for_on_the_event_loop_not_a_thread_each() -> None:
+    import asyncio
+    import threading
+    import warnings
+
+    run = command_handler(["true"], pidfd_watcher=True)
+    before = threading.active_count()
+    assert await run(_execution(None)) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert isinstance(asyncio.get_child_watcher(), asyncio.PidfdChildWatcher)
+    results = await asyncio.gather(*(run(_execution(None)) for _ in range(8)))
+    assert results == [None] * 8 and threading.active_count() == before  # no waitpid thread per child
