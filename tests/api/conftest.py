@@ -8,7 +8,9 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -37,14 +39,16 @@ class TenantKey:
         return {"Authorization": f"Bearer {self.key}"}
 
 
-@pytest.fixture(scope="module")
-def api(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiProcess]:
+@contextmanager
+def running_api(database_url: str, tmp_path_factory: pytest.TempPathFactory,
+                **env: str) -> Iterator[tuple[ApiProcess, Path]]:
+    """A `kairos api` process on ``database_url`` (``env``: extra KAIROS_* settings), ready, and its log."""
     port = free_port()
-    env = {**os.environ, "KAIROS_DATABASE_URL": module_database_url, "KAIROS_API_PORT": str(port),
-           "KAIROS_HOME": str(tmp_path_factory.mktemp("home")), "KAIROS_LOG_FORMAT": "json"}
+    full = {**os.environ, "KAIROS_DATABASE_URL": database_url, "KAIROS_API_PORT": str(port),
+            "KAIROS_HOME": str(tmp_path_factory.mktemp("home")), "KAIROS_LOG_FORMAT": "json", **env}
     log_path = tmp_path_factory.mktemp("logs") / "api.log"
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=env, stdout=out,
+        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=full, stdout=out,
                                 stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
 
@@ -56,10 +60,18 @@ def api(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
         except httpx.HTTPError:
             return False
 
-    wait_for(ready, timeout_s=30, what="kairos api /readyz")
-    yield ApiProcess(url, module_database_url, proc)
-    proc.terminate()
-    proc.wait(timeout=15)
+    try:
+        wait_for(ready, timeout_s=30, what="kairos api /readyz")
+        yield ApiProcess(url, database_url, proc), log_path
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def api(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiProcess]:
+    with running_api(module_database_url, tmp_path_factory) as (process, _log):
+        yield process
 
 
 def make_tenant(database_url: str, name: str | None = None) -> TenantKey:

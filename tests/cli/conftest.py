@@ -17,11 +17,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.api.conftest import ApiProcess, TenantKey, make_tenant
-from tests.conftest import free_port, fresh_database, wait_for
+from tests.api.conftest import ApiProcess, TenantKey, make_tenant, running_api
+from tests.conftest import free_port, fresh_database
 
 
 @dataclass(frozen=True)
@@ -52,28 +51,8 @@ def cli_database_url(pg_base_url: str, pg_template: str) -> Iterator[str]:
 
 @pytest.fixture(scope="package")
 def cli_api(cli_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiProcess]:
-    port = free_port()
-    env = {**os.environ, "KAIROS_DATABASE_URL": cli_database_url, "KAIROS_API_PORT": str(port),
-           "KAIROS_API_WORKERS": "1", "KAIROS_HOME": str(tmp_path_factory.mktemp("home")),
-           "KAIROS_LOG_FORMAT": "json"}
-    log_path = tmp_path_factory.mktemp("logs") / "api.log"
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"kairos api exited: {log_path.read_text()[-2000:]}")
-        try:
-            return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(ready, timeout_s=30, what="kairos api /readyz")
-    yield ApiProcess(url, cli_database_url, proc)
-    proc.terminate()
-    proc.wait(timeout=15)
+    with running_api(cli_database_url, tmp_path_factory, KAIROS_API_WORKERS="1") as (process, _log):
+        yield process
 
 
 @pytest.fixture

@@ -9,9 +9,6 @@ its own loopback address (127.0.0.2, 127.0.0.3) so each test is a distinct clien
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.conftest import TenantKey, make_tenant
-from tests.conftest import free_port, fresh_database, wait_for
+from tests.api.conftest import TenantKey, make_tenant, running_api
+from tests.conftest import fresh_database, wait_for
 
 LIMIT = 5
 ADMIN_TOKEN = "operator-token-for-tests-only"
@@ -36,33 +33,11 @@ class Api:
 
 @pytest.fixture(scope="module")
 def throttled_api(pg_base_url: str, pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    with fresh_database(pg_base_url, pg_template) as database_url:
-        port = free_port()
-        # One process: the buckets are per API process (docs/quotas.md), so one client meets one bucket.
-        env = {**os.environ, "KAIROS_DATABASE_URL": database_url, "KAIROS_API_PORT": str(port),
-               "KAIROS_API_WORKERS": "1", "KAIROS_HOME": str(tmp_path_factory.mktemp("home")),
-               "KAIROS_LOG_FORMAT": "json", "KAIROS_ADMIN_TOKEN": ADMIN_TOKEN,
-               "KAIROS_AUTH_FAILURE_LIMIT": str(LIMIT), "KAIROS_AUTH_FAILURE_WINDOW_S": "600"}
-        log = tmp_path_factory.mktemp("logs") / "api.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=env, stdout=out,
-                                    stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-
-        def ready() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"kairos api exited: {log.read_text()[-2000:]}")
-            try:
-                return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        try:
-            wait_for(ready, timeout_s=30, what="kairos api /readyz")
-            yield Api(url, database_url, log)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=15)
+    # One process: the buckets are per API process (docs/quotas.md), so one client meets one bucket.
+    with fresh_database(pg_base_url, pg_template) as database_url, running_api(
+            database_url, tmp_path_factory, KAIROS_API_WORKERS="1", KAIROS_ADMIN_TOKEN=ADMIN_TOKEN,
+            KAIROS_AUTH_FAILURE_LIMIT=str(LIMIT), KAIROS_AUTH_FAILURE_WINDOW_S="600") as (process, log):
+        yield Api(process.url, database_url, log)
 
 
 def client_from(address: str, api: Api) -> httpx.Client:

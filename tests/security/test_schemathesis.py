@@ -22,14 +22,10 @@ is tests/security/test_auth_rate.py's.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 
-import httpx
 import hypothesis
 import pytest
 import schemathesis
@@ -38,8 +34,8 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from tests.api.conftest import ApiProcess, make_tenant
-from tests.conftest import free_port, fresh_database, wait_for
+from tests.api.conftest import ApiProcess, make_tenant, running_api
+from tests.conftest import fresh_database
 
 EXAMPLES = 10
 BUDGET_S = 60.0
@@ -71,31 +67,9 @@ STRICT_INTEGER = "got `float`"
 
 @pytest.fixture(scope="module")
 def api(pg_base_url: str, pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiProcess]:
-    with fresh_database(pg_base_url, pg_template) as database_url:
-        port = free_port()
-        env = {**os.environ, "KAIROS_DATABASE_URL": database_url, "KAIROS_API_PORT": str(port),
-               "KAIROS_API_WORKERS": "1", "KAIROS_HOME": str(tmp_path_factory.mktemp("home")),
-               "KAIROS_LOG_FORMAT": "json", "KAIROS_AUTH_FAILURE_LIMIT": "0"}
-        log = tmp_path_factory.mktemp("logs") / "api.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=env, stdout=out,
-                                    stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-
-        def ready() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"kairos api exited: {log.read_text()[-2000:]}")
-            try:
-                return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        try:
-            wait_for(ready, timeout_s=30, what="kairos api /readyz")
-            yield ApiProcess(url, database_url, proc)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=15)
+    with fresh_database(pg_base_url, pg_template) as database_url, running_api(
+            database_url, tmp_path_factory, KAIROS_API_WORKERS="1", KAIROS_AUTH_FAILURE_LIMIT="0") as (process, _log):
+        yield process
 
 
 def _semantic(field: str) -> bool:
