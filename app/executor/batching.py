@@ -137,13 +137,15 @@ class Outcomes:
         while len(leases) > TRACKED_LEASES_MAX:
             tracing.end_attempt(leases.popitem(last=False)[1].span, "untracked")
 
-    def _settled(self, settled: Sequence[tuple[UUID, int, str]], **more: object) -> None:
-        """The outcome lines of a batch, (execution_id, attempt, outcome) each, and (but for a deferral,
-        which is no attempt's outcome) their counts: one add per outcome, one write for the lines."""
+    def _settled(self, settled: Sequence[tuple[UUID, int, str]],
+                 more: Sequence[dict[str, object]] | None = None) -> None:
+        """The outcome lines of a batch, (execution_id, attempt, outcome) each with ``more[i]``'s fields,
+        and (but for a deferral, which is no attempt's outcome) their counts: one add per outcome, one
+        write for the lines."""
         counts: dict[str, int] = {}
         rows = []
         leases = self._leases
-        for execution_id, attempt, outcome in settled:
+        for i, (execution_id, attempt, outcome) in enumerate(settled):
             counts[outcome] = counts.get(outcome, 0) + 1
             fields: dict[str, object] = {"execution_id": str(execution_id), "attempt": attempt, "outcome": outcome}
             lease = leases.pop(execution_id, None)
@@ -153,8 +155,8 @@ class Outcomes:
                     tracing.end_attempt(lease.span, outcome)
             elif lease is not None:
                 leases[execution_id] = lease  # another attempt's: keep it for its own outcome
-            if more:
-                fields.update(more)
+            if more is not None:
+                fields.update(more[i])
             rows.append(fields)
         for outcome, n in counts.items():
             if outcome != "deferred":
@@ -197,6 +199,6 @@ class Outcomes:
         refs = [ex.AttemptRef(i.execution_id, i.attempt) for i in items]
         await self.db.transaction(lambda tx: tx.executions.defer_many(refs, [i.delay_s for i in items]),
                                   isolation=self.isolation)
-        for i in items:  # each its own delay
-            self._settled([(i.execution_id, i.attempt, "deferred")], delay_s=round(i.delay_s, 3))
+        self._settled([(i.execution_id, i.attempt, "deferred") for i in items],
+                      [{"delay_s": round(i.delay_s, 3)} for i in items])
         return [True] * len(items)

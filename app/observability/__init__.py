@@ -42,9 +42,12 @@ SECRET_FIELDS = frozenset({"authorization", "api_key", "key", "signing_secret", 
 REDACTED = "[redacted]"
 
 
+def _redacted(fields: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    return {k: (REDACTED if k.lower() in SECRET_FIELDS else v) for k, v in fields}
+
+
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: (REDACTED if k.lower() in SECRET_FIELDS else v)
-            for k, v in record.__dict__.items() if k not in _RESERVED and not k.startswith("_")}
+    return _redacted((k, v) for k, v in record.__dict__.items() if k not in _RESERVED and not k.startswith("_"))
 
 
 class TextFormatter(logging.Formatter):
@@ -129,12 +132,14 @@ def log_many(logger: logging.Logger, level: int, message: str, rows: Iterable[Ma
     for h in handlers:
         formatter = h.formatter
         assert isinstance(formatter, JsonFormatter)
-        text = "".join(formatter.line(created, levelname, name, message,
-                                      {k: (REDACTED if k.lower() in SECRET_FIELDS else v) for k, v in row.items()})
-                       + h.terminator for row in rows)
-        with h.lock or threading.Lock():
+        text = "".join(formatter.line(created, levelname, name, message, _redacted(row.items())) + h.terminator
+                       for row in rows)
+        h.acquire()
+        try:
             h.stream.write(text)
             h.flush()
+        finally:
+            h.release()
 
 
 # Loggers of libraries that configure their own output unless told not to: their records are
