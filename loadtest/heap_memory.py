@@ -1,12 +1,16 @@
-"""Scheduler heap memory per entry. Component probe (no tiers, no database): not the user's path.
+"""Scheduler heap memory per entry, and its add/pop cost. Component probe (no tiers, no database): not the user's path.
 
-    .venv/bin/python loadtest/heap_memory.py [--entries 1000000] [--tenants 100]
+    .venv/bin/python loadtest/heap_memory.py [--entries 1000000] [--tenants 100] [--no-timing]
 
 Builds the entries the way the DueLoader does (a DueEntry per due_index row, with its own UUIDs
 and datetimes, as the driver returns them), adds them to a DueHeap under tracemalloc, and prints
-the bytes allocated per entry: the heap item, the entry, its key in the index and the shard set,
-the rank table, and the row's own objects. Target (issue 7): <= 150 B per entry with 1,000,000
-upcoming entries loaded.
+the bytes allocated per entry: everything the heap keeps for them (its columns, key index, order
+buckets and tables), plus the last page of rows the probe still holds. Target (issue 7): <= 150 B
+per entry with 1,000,000 upcoming entries loaded.
+
+Then, without tracemalloc, it builds the same entries again and times adding them (in the
+loader's pages) and popping them all (batches of 2,000, as the dispatcher does, each settled;
+one second later each, so the tenants' quotas refill as they would in real time).
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import time
 import tracemalloc
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -23,27 +29,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.scheduler.heap import DueEntry, DueHeap  # noqa: E402
 
+BASE = datetime(2026, 12, 2, tzinfo=timezone.utc)
+PAGE = 5_000  # the loader adds a page of rows at a time
+POP_BATCH = 2_000  # the dispatcher's batch
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--entries", type=int, default=1_000_000)
-    p.add_argument("--tenants", type=int, default=100)
-    p.add_argument("--seed", type=int, default=7)
-    args = p.parse_args()
-    rng = random.Random(args.seed)
-    base = datetime(2026, 12, 2, tzinfo=timezone.utc)
-    tenants = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(args.tenants)]
+
+def pages(entries: int, tenants: int, seed: int) -> Iterator[list[DueEntry]]:
+    """The rows, a page at a time: due over one day, tenants and shards at random."""
+    rng = random.Random(seed)
+    tenant_ids = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(tenants)]
+    for start in range(0, entries, PAGE):
+        batch = []
+        for _ in range(min(PAGE, entries - start)):
+            at_s = rng.randrange(0, 86_400)
+            at = BASE + timedelta(seconds=at_s)  # a fresh datetime per column, as the driver returns them
+            batch.append(DueEntry(rng.randrange(256), 1, BASE + timedelta(seconds=at_s - at_s % 60), at,
+                                  uuid.UUID(int=rng.getrandbits(128)),
+                                  uuid.UUID(tenant_ids[rng.randrange(len(tenant_ids))]),
+                                  BASE + timedelta(seconds=at_s)))
+        yield batch
+
+
+def measure_memory(args: argparse.Namespace) -> None:
+    generate = pages(args.entries, args.tenants, args.seed)
     tracemalloc.start()
     heap = DueHeap()
-    chunk = 5_000  # the loader adds a page of rows at a time
-    for start in range(0, args.entries, chunk):
-        batch = []
-        for _ in range(min(chunk, args.entries - start)):
-            at_s = rng.randrange(0, 86_400)
-            at = base + timedelta(seconds=at_s)  # a fresh datetime per column, as the driver returns them
-            batch.append(DueEntry(rng.randrange(256), 1, base + timedelta(seconds=at_s - at_s % 60), at,
-                                  uuid.UUID(int=rng.getrandbits(128)), uuid.UUID(tenants[rng.randrange(len(tenants))]),
-                                  base + timedelta(seconds=at_s)))
+    for batch in generate:
         heap.add(batch)
     current, _peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -51,6 +62,47 @@ def main() -> None:
     verdict = "pass" if per_entry <= 150 else "FAIL"
     print(f"entries loaded        {len(heap):,}")
     print(f"bytes per heap entry  {per_entry:,.0f} B (target <= 150 B)  {verdict}")
+
+
+def measure_time(args: argparse.Namespace) -> None:
+    batches = list(pages(args.entries, args.tenants, args.seed))
+    heap = DueHeap()
+    started = time.perf_counter()
+    for batch in batches:
+        heap.add(batch)
+    add_s = time.perf_counter() - started
+    del batches
+    end_ts = (BASE + timedelta(days=1)).timestamp()
+    pop_s = settle_s = 0.0
+    popped = calls = 0
+    while len(heap) and calls <= args.entries:  # bounded, should the heap ever stop giving
+        # Every batch a second later, as if dispatched in real time: quotas refill between batches.
+        started = time.perf_counter()
+        batch = heap.pop_due(end_ts + calls, POP_BATCH)
+        settling = time.perf_counter()
+        pop_s += settling - started
+        calls += 1
+        heap.settle(batch)
+        settle_s += time.perf_counter() - settling
+        popped += len(batch)
+    n = max(1, args.entries)
+    print(f"add                   {add_s / n * 1e6:.2f} us per entry ({add_s:.1f} s for {args.entries:,}, "
+          f"pages of {PAGE:,})")
+    print(f"pop_due               {pop_s / max(1, popped) * 1e6:.2f} us per entry (batches of {POP_BATCH:,}, "
+          f"{popped:,} popped in {calls:,} calls)")
+    print(f"settle                {settle_s / max(1, popped) * 1e6:.2f} us per entry")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--entries", type=int, default=1_000_000)
+    p.add_argument("--tenants", type=int, default=100)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--no-timing", action="store_true", help="only the memory figure")
+    args = p.parse_args()
+    measure_memory(args)
+    if not args.no_timing:
+        measure_time(args)
 
 
 if __name__ == "__main__":
