@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from app.scheduler.heap import DueEntry, DueHeap, TokenBucket
@@ -114,3 +115,143 @@ def test_forget_lets_a_fenced_row_be_loaded_again() -> None:
     heap.add([e])
     heap.forget(heap.pop_due(TS0, 10))
     assert heap.add([e]) == 1
+
+
+# --- The compact layout (slots, generations, the key index, buckets) ------------------------------
+
+
+def test_a_settled_slot_is_reused_only_after_its_key_expired_and_memory_stays_bounded() -> None:
+    clock = FakeMonotonic()
+    heap = DueHeap(recent_s=60, monotonic=clock)
+    first = entry()
+    heap.add([first])
+    [popped] = heap.pop_due(TS0, 10)
+    heap.settle([popped])
+    heap.add([entry(at=1)])
+    [other] = heap.pop_due(TS0 + 1, 10)
+    assert other.slot != popped.slot  # the settled key still holds its slot
+    heap.settle([other])
+    clock.t = 61
+    heap.add([entry(at=2)])
+    [reused] = heap.pop_due(TS0 + 2, 10)
+    assert reused.slot in (popped.slot, other.slot) and reused.generation > popped.generation
+    heap.forget([popped])  # the old object no longer names a live entry
+    assert len(heap) == 1
+    # Rounds of add, pop, settle and expiry keep reusing the same slots.
+    for round_ in range(10):
+        heap.add([entry(at=10 + round_) for _ in range(5000)])
+        while batch := heap.pop_due(TS0 + 10 + round_, 2000):
+            heap.settle(batch)
+        clock.t += 61
+    assert len(heap._state) <= 3 * 5000
+
+
+def test_an_entry_popped_before_its_shard_was_dropped_is_stale_after_the_row_is_added_again() -> None:
+    heap = DueHeap()
+    e = entry(shard=2, revision=1)
+    heap.add([e])
+    [old] = heap.pop_due(TS0, 10)
+    assert heap.drop_shards([2]) == 1
+    assert heap.add([replace(e, revision=2)]) == 1
+    [new] = heap.pop_due(TS0, 10)
+    assert new.slot == old.slot and new.generation != old.generation and new.revision == 2
+    heap.requeue([old])
+    heap.hold([old], 5.0)
+    heap.forget([old])
+    heap.settle([old])
+    assert len(heap) == 1 and heap.pop_due(TS0 + 100, 10) == []  # none of it touched the new entry
+    heap.requeue([new])
+    assert heap.pop_due(TS0, 10) == [new]
+
+
+def test_dropped_entries_still_waiting_in_a_bucket_are_not_popped_again_when_their_slots_return() -> None:
+    heap = DueHeap()
+    lost = [entry(shard=1, at=i) for i in range(10)]
+    kept = [entry(shard=2, at=i) for i in range(20)]
+    heap.add(lost + kept)
+    assert heap.drop_shards([1]) == 10
+    assert heap.add([replace(e, revision=2) for e in lost]) == 10
+    popped = heap.pop_due(TS0 + 100, 100)
+    assert len(popped) == 30 and len(set(popped)) == 30
+    assert sorted(e.revision for e in popped if e.shard_id == 1) == [2] * 10
+
+
+def test_the_key_index_grows_shrinks_and_reuses_tombstones_without_losing_a_key() -> None:
+    heap = DueHeap()
+    entries = [entry(at=i % 50) for i in range(20_000)]
+    assert heap.add(entries) == 20_000
+    grown = len(heap._table)
+    assert grown >= 30_000  # at most two thirds full
+    heap.forget(entries[:19_000])
+    assert len(heap._table) < grown // 4  # rebuilt smaller, tombstones gone
+    assert heap.add(entries) == 19_000  # the forgotten keys load again, the others are known
+    # Churn: keys come and go while few stay; tombstones must not fill the table.
+    for _ in range(20):
+        churn = [entry(at=100) for _ in range(1000)]
+        assert heap.add(churn) == 1000
+        heap.forget(churn)
+    assert heap.add(entries) == 0 and len(heap) == 20_000
+    assert len(heap._table) <= 65_536
+
+
+def test_a_herd_of_100k_at_one_instant_pops_fairly_and_intact() -> None:
+    hog = [entry(A, quota=10**6) for _ in range(90_000)]
+    small_tenants = [uuid.UUID(int=1000 + i) for i in range(100)]
+    small = [entry(t, quota=10**6) for t in small_tenants for _ in range(100)]
+    heap = DueHeap()
+    heap.add(hog + small)
+    popped: list[DueEntry] = []
+    while batch := heap.pop_due(TS0, 2000):
+        popped.extend(batch)
+        heap.settle(batch)
+    assert len(popped) == 100_000 and set(popped) == set(hog + small)  # every field as loaded
+    first = popped[:10_100]  # rank k = 0..99: one of each of the 101 tenants per rank
+    assert sum(e.tenant_id == A for e in first) == 100
+    assert [e.tenant_id for e in popped[10_100:]] == [A] * 89_900
+    for k in range(100):  # every small tenant has its k-th turn before anyone's (k+1)-th
+        assert len({e.tenant_id for e in first[101 * k:101 * (k + 1)]}) == 101
+    assert [e for e in popped if e.tenant_id == A] == hog  # a tenant's own entries keep their order
+
+
+def test_requeued_entries_go_before_the_rest_of_their_instant() -> None:
+    heap = DueHeap()
+    now = [entry(A, at=10) for _ in range(3)] + [entry(B, at=10) for _ in range(3)]
+    later = entry(C, at=11)
+    heap.add(now + [later])
+    first = heap.pop_due(TS0 + 10, 3)  # A's first, B's first, A's second
+    heap.requeue(first[2:])
+    again = heap.pop_due(TS0 + 20, 100)
+    assert again[0] == first[2]  # ahead of B's second, which shares its rank
+    assert again[-1] == later and len(again) == 5
+
+
+def test_held_entries_wait_until_due_and_then_go_before_work_of_that_instant() -> None:
+    heap = DueHeap()
+    held = [entry(A, at=10) for _ in range(2)]
+    heap.add(held)
+    popped = heap.pop_due(TS0 + 10, 10)  # popped 5 s ahead of "now" 5
+    heap.hold(popped, 5.0)
+    soon, same_instant = entry(B, at=12), [entry(B, at=15) for _ in range(2)]
+    heap.add([soon] + same_instant)
+    assert heap.pop_due(TS0 + 14.9, 10) == [soon]
+    assert heap.next_wake_ts() == TS0 + 15
+    assert heap.pop_due(TS0 + 15, 10) == held + same_instant
+
+
+def test_an_entry_arriving_after_its_instant_was_sorted_still_takes_its_turn() -> None:
+    heap = DueHeap()
+    heap.add([entry(A) for _ in range(4)])
+    assert [e.tenant_id for e in heap.pop_due(TS0, 1)] == [A]  # the instant's bucket is sorted now
+    heap.add([entry(B), entry(A, at=-30)])  # B's first at this instant, and an overdue one
+    assert [e.tenant_id for e in heap.pop_due(TS0, 10)] == [A, B, A, A, A]
+    assert heap.pop_due(TS0, 10) == []
+
+
+def test_next_wake_is_the_earliest_entry_even_before_its_bucket_is_sorted() -> None:
+    heap = DueHeap()
+    heap.add([entry(at=7.25), entry(at=3.5)])
+    assert heap.next_wake_ts() == TS0 + 3.5
+    heap.add([entry(at=3.25)])
+    assert heap.next_wake_ts() == TS0 + 3.25
+    assert heap.pop_due(TS0 + 3.3, 10)[0].next_run_at == T0 + timedelta(seconds=3.25)
+    assert heap.next_wake_ts() == TS0 + 3.5
