@@ -86,7 +86,7 @@ def worker(pool: str, addr: str | None, concurrency: int, lease_seconds: float, 
     if argv and argv[0] == "--":
         argv = argv[1:]
     executor = addr or settings.executor_addr
-    w = Worker(check_pool_ref(pool), command_handler(argv, pidfd_watcher=True), addr=executor, api_key=settings.api_key,
+    w = Worker(check_pool_ref(pool), command_handler(argv), addr=executor, api_key=settings.api_key,
                concurrency=concurrency, lease_seconds=lease_seconds, worker_id=worker_id, report_s=report_ms / 1000,
                idle_notice_s=idle_notice_s, prefetch=prefetch)
     logging.getLogger("kairos.worker").info("worker starting", extra={

@@ -50,18 +50,85 @@ def test_a_command_is_required() -> None:
         command_handler([])
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 12) or not hasattr(__import__("os"), "pidfd_open"),
-                    reason="3.12+ waits for children on the event loop already; pidfd_open is Linux 5.3+")
-async def test_before_3_12_children_are_waited_for_on_the_event_loop_not_a_thread_each() -> None:
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="posix_spawn and pidfds are the Linux path")
+async def test_on_linux_commands_are_spawned_and_waited_for_on_the_event_loop_not_by_asyncio() -> None:
     import asyncio
     import threading
-    import warnings
 
-    run = command_handler(["true"], pidfd_watcher=True)
+    run = command_handler(_python("import json, sys; print(json.dumps(json.load(sys.stdin)))"))
     before = threading.active_count()
-    assert await run(_execution(None)) is None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        assert isinstance(asyncio.get_child_watcher(), asyncio.PidfdChildWatcher)
-    results = await asyncio.gather(*(run(_execution(None)) for _ in range(8)))
-    assert results == [None] * 8 and threading.active_count() == before  # no waitpid thread per child
+    spawned = 0
+    real = __import__("os").posix_spawnp
+
+    def counting(*args: object, **kwargs: object) -> int:
+        nonlocal spawned
+        spawned += 1
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("os.posix_spawnp", counting)
+        results = await asyncio.gather(*(run(_execution({"i": i})) for i in range(8)))
+    assert results == [{"i": i} for i in range(8)]
+    assert spawned == 8 and threading.active_count() == before  # no waitpid thread per child
+
+
+async def test_the_asyncio_path_behaves_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kairos_sdk import command
+
+    monkeypatch.setattr(command, "_pidfds_work", lambda: False)
+    run = command_handler(_python("import json, sys; p = json.load(sys.stdin); print(json.dumps(p['n'] * 2))"))
+    assert await run(_execution({"n": 21})) == 42
+    with pytest.raises(CommandFailed, match="exit status 3: broken"):
+        await command_handler(_python("import sys; sys.stderr.write('broken'); sys.exit(3)"))(_execution(None))
+
+
+async def test_a_large_payload_and_output_pass_whole_and_the_result_is_the_tail_of_stdout() -> None:
+    # Bigger than a pipe's buffer both ways: nothing blocks, and the result is stdout's last 16 KiB.
+    payload = {"blob": "x" * 300_000}
+    run = command_handler(_python(
+        "import json, sys; p = json.load(sys.stdin); sys.stdout.write('y' * 200_000 + json.dumps(len(p['blob'])))"))
+    assert await run(_execution(payload)) == {"stdout": ("y" * 200_000 + "300000")[-16 * 1024:]}
+
+
+async def test_the_error_is_the_last_lines_of_stderr_and_no_descriptor_is_left_open() -> None:
+    import os
+
+    before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    code = "import sys; [print(f'line {i}', file=sys.stderr) for i in range(5000)]; sys.exit(4)"
+    with pytest.raises(CommandFailed) as failed:
+        await command_handler(_python(code))(_execution(None))
+    assert str(failed.value).splitlines() == ["exit status 4: line 4980"] + [f"line {i}" for i in range(4981, 5000)]
+    if before is not None:
+        assert len(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the child through /proc")
+@pytest.mark.parametrize("spawned", [True, False], ids=["posix_spawn", "asyncio"])
+async def test_a_cancelled_command_is_killed_and_reaped(spawned: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import os
+
+    from kairos_sdk import command
+
+    if not spawned:
+        monkeypatch.setattr(command, "_pidfds_work", lambda: False)
+    run = command_handler(_python("import time; time.sleep(60)"))
+    task = asyncio.ensure_future(run(_execution(None)))
+    deadline = asyncio.get_running_loop().time() + 10
+    children: list[str] = []
+    while not children and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
+        children = [p for p in os.listdir("/proc") if p.isdigit() and _parent(p) == os.getpid()]
+    assert children
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not any(os.path.exists(f"/proc/{pid}") and _parent(pid) == os.getpid() for pid in children)
+
+
+def _parent(pid: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
