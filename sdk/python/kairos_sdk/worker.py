@@ -28,9 +28,13 @@ Leasing ahead (``prefetch``): a slot that frees while a Lease call is on its way
 call, so for short handlers (a process per execution, a no-op) the worker leases up to ``prefetch``
 executions more than it has slots; they wait in the worker, heartbeaten, for the next free slot.
 The default (None) sizes it from what the worker measures, the Lease round trip against the
-handlers' duration (slots that free during one round trip, at most ``concurrency``): about 0 for
-handlers that run for seconds, so a worker never sits on work another one could start; 0 turns
-it off. An execution's timeout counts from its lease, as on the server.
+handlers' duration (slots that free during one round trip, at most twice ``concurrency``: a
+round trip longer than a handler must bring more than the slots hold): about 0 for handlers that
+run for seconds, so a worker never sits on work another one could start; 0 turns it off. Idle,
+the worker has one Lease long poll out; under load up to two calls are in flight, each for the
+places free when it leaves (every free place, prefetch included, unless ``batch`` caps a call),
+so slots that free during one round trip are filled by the next answer. An execution's timeout
+counts from its lease, as on the server.
 A worker that has leased nothing for ``idle_notice_s`` (60 s) with nothing running says so at INFO,
 once per such stretch: a pool that no job of the key's tenant targets looks exactly like a quiet
 one from here (the protocol has no call to ask), and this line is the hint.
@@ -59,6 +63,8 @@ log = logging.getLogger("kairos.worker")
 Handler = Callable[[Execution], Any] | Callable[[Execution], Awaitable[Any]]
 MAX_ERROR_CHARS = 4000
 IDLE_NOTICE_S_DEFAULT = 60.0
+# Lease calls in flight at once under load (one when idle: a single long poll).
+MAX_LEASE_CALLS = 2
 # A pool named "shared/<name>" is an operator's shared pool; any other name is the key's tenant's own.
 SHARED_POOL_PREFIX = "shared/"
 
@@ -82,6 +88,7 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.wait_seconds = wait_seconds
         self.batch = batch or self.concurrency
+        self._batch_given = batch is not None  # else a call may ask for every free slot, prefetch included
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.grace_s = lease_seconds if grace_s is None else grace_s
         self.report_s = report_s
@@ -136,7 +143,7 @@ class Worker:
             return self.prefetch
         if self._handler_s <= 0.0:
             return 0
-        return min(self.concurrency, self.batch, int(self.concurrency * self._lease_rtt_s / self._handler_s))
+        return min(2 * self.concurrency, int(self.concurrency * self._lease_rtt_s / self._handler_s))
 
     @staticmethod
     def _average(current: float, sample: float) -> float:
@@ -156,61 +163,81 @@ class Worker:
         return idle_since
 
     async def _lease_loop(self, client: WorkerClient, stop: asyncio.Event) -> None:
-        backoff = 0.2
         stopped = asyncio.ensure_future(stop.wait())
         loop = asyncio.get_running_loop()
         idle_since = loop.time()
-        gather_until = 0.0
+        gather_until = 0.0  # while free places are too few for a call, wait for more until then
+        was_full = False
+        backoff, not_before = 0.2, 0.0
+        calls: dict[asyncio.Future[list[Execution]], tuple[int, float]] = {}  # Lease in flight -> (asked, sent)
         try:
             while not stop.is_set():
                 room = self.concurrency + self.lease_ahead
-                free = room - self._busy
-                # Under load, slots free one by one: ask for at least half a batch at a time (waiting up
-                # to gather_s for it), or every call pays the server's fair-lease planning for a few rows.
-                enough = 1 if self._busy == 0 else max(1, min(self.batch, room) // 2)
+                free = room - self._busy - sum(n for n, _ in calls.values())
+                # A call's size bounds what it brings in one round trip: without an explicit batch it may
+                # take every free place.
+                most = self.batch if self._batch_given else room
+                # Under load slots free one by one: a call asks for half a batch at least (waiting up to
+                # gather_s for it), or every call pays the server's fair-lease planning for a few rows.
+                loaded = self._busy > 0 or bool(calls)
+                enough = max(1, min(most, room) // 2) if loaded else 1
+                # Idle, one long poll; under load a second call goes out while the first is on its way,
+                # so slots that free during a round trip are filled by the next answer, not the one after.
+                may_call = len(calls) < (MAX_LEASE_CALLS if loaded else 1)
                 now = loop.time()
-                if free <= 0 or (free < enough and now < gather_until):
+                if free <= 0:
+                    was_full = True
+                elif was_full:
+                    was_full, gather_until = False, now + self.gather_s
+                if may_call and free > 0 and now >= not_before and (free >= enough or now >= gather_until):
+                    ask = min(free, most)
+                    calls[asyncio.ensure_future(client.lease(self.pool, self.worker_id, ask, self.lease_seconds,
+                                                             self.wait_seconds))] = (ask, now)
+                    continue
+                waits: list[asyncio.Future[Any]] = [stopped, *calls]
+                freed = None
+                if may_call:
                     self._slot_freed.clear()
                     freed = asyncio.ensure_future(self._slot_freed.wait())
-                    await asyncio.wait([stopped, freed], timeout=None if free <= 0 else gather_until - now,
-                                       return_when=asyncio.FIRST_COMPLETED)
+                    waits.append(freed)
+                timeout = None
+                if may_call and free > 0:
+                    timeout = max(0.0, max(not_before, gather_until if free < enough else 0.0) - now)
+                await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                if freed is not None:
                     freed.cancel()
-                    if free <= 0:  # the first slot to free opens a gathering window
-                        gather_until = loop.time() + self.gather_s
-                    continue
-                call = asyncio.ensure_future(client.lease(self.pool, self.worker_id, min(free, self.batch),
-                                                          self.lease_seconds, self.wait_seconds))
-                began = asyncio.get_running_loop().time()
-                await asyncio.wait([call, stopped], return_when=asyncio.FIRST_COMPLETED)
-                if not call.done():
-                    call.cancel()  # the server sees the cancellation before it leases anything
-                    await asyncio.gather(call, return_exceptions=True)
-                    break
-                try:
-                    got = call.result()
+                for call in [c for c in calls if c.done()]:
+                    _, sent = calls.pop(call)
+                    try:
+                        got = call.result()
+                    except grpc.aio.AioRpcError as exc:
+                        if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+                                          grpc.StatusCode.INVALID_ARGUMENT):
+                            raise
+                        log.warning("lease failed; retrying", extra={"code": exc.code().name,
+                                                                     "details": exc.details()})
+                        not_before = loop.time() + backoff
+                        backoff = min(5.0, backoff * 2)
+                        continue
                     if got:  # a long poll that found nothing says nothing of the round trip
-                        self._lease_rtt_s = self._average(self._lease_rtt_s, asyncio.get_running_loop().time() - began)
+                        self._lease_rtt_s = self._average(self._lease_rtt_s, loop.time() - sent)
                     backoff = 0.2
                     idle_since = self._note_idle(len(got), idle_since)
-                except grpc.aio.AioRpcError as exc:
-                    if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
-                                      grpc.StatusCode.INVALID_ARGUMENT):
-                        raise
-                    log.warning("lease failed; retrying", extra={"code": exc.code().name, "details": exc.details()})
-                    try:
-                        await asyncio.wait_for(asyncio.shield(stopped), backoff)
-                    except TimeoutError:
-                        pass
-                    backoff = min(5.0, backoff * 2)
-                    continue
-                for execution in got:
-                    self._busy += 1
-                    task = asyncio.create_task(self._run_one(client, execution),
-                                               name=f"execution-{execution.execution_id}")
-                    self._running[task] = execution
-                    task.add_done_callback(lambda t: self._running.pop(t, None))
+                    self._start(client, got)
         finally:
             stopped.cancel()
+            for call in calls:
+                call.cancel()  # the server sees the cancellation before it leases anything
+            for outcome in await asyncio.gather(*calls, return_exceptions=True):
+                if isinstance(outcome, list):  # answered before the cancellation reached it
+                    self._start(client, outcome)
+
+    def _start(self, client: WorkerClient, got: list[Execution]) -> None:
+        for execution in got:
+            self._busy += 1
+            task = asyncio.create_task(self._run_one(client, execution), name=f"execution-{execution.execution_id}")
+            self._running[task] = execution
+            task.add_done_callback(lambda t: self._running.pop(t, None))
 
     async def _drain(self, client: WorkerClient) -> None:
         if not self._running:

@@ -35,6 +35,9 @@ class FakeExecutor(pb_grpc.WorkerServicer):
     lost: set[str] = field(default_factory=set)
     # Set: CompleteMany answers only once it is released (an executor slow to acknowledge).
     hold_completes: asyncio.Event | None = None
+    lease_delay_s: float = 0.0  # each Lease answers this much later (a round trip to a busy executor)
+    leases_in_flight: int = 0
+    most_leases_in_flight: int = 0
     _ready: list[pb.LeasedExecution] = field(default_factory=list)
     _added: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -53,6 +56,16 @@ class FakeExecutor(pb_grpc.WorkerServicer):
         self.keys.append(dict(context.invocation_metadata()).get("authorization", ""))
 
     async def Lease(self, request, context):
+        self.leases_in_flight += 1
+        self.most_leases_in_flight = max(self.most_leases_in_flight, self.leases_in_flight)
+        try:
+            if self.lease_delay_s:
+                await asyncio.sleep(self.lease_delay_s)
+            return await self._lease(request, context)
+        finally:
+            self.leases_in_flight -= 1
+
+    async def _lease(self, request, context):
         self._record("Lease", context)
         self.lease_asks.append(request.max)
         deadline = time.monotonic() + request.wait_seconds

@@ -246,3 +246,49 @@ async def test_under_load_a_lease_asks_for_half_a_batch_at_least_not_for_each_sl
     await asyncio.wait_for(run, 10)
     busy_asks = [n for n in fake.lease_asks[1:-1] if n]  # the first (idle) and the last (drained) ask may be anything
     assert busy_asks and min(busy_asks) >= 8, fake.lease_asks
+
+
+async def test_without_an_explicit_batch_a_lease_asks_for_every_free_slot_prefetch_included(served: Served) -> None:
+    # One Lease call is in flight at a time: capped at `concurrency`, a worker that leases ahead could
+    # never take more than a batch per round trip however many of its slots are free.
+    fake = served.executor
+    for i in range(40):
+        fake.add(i)
+    release = asyncio.Event()
+
+    async def handler(execution):
+        await release.wait()
+
+    asks: dict[str, list[int]] = {}
+    for label, batch in (("default", None), ("explicit", 4)):
+        fake.lease_asks.clear()
+        worker = Worker("jobs", handler, addr=served.addr, api_key="k", concurrency=4, prefetch=4, batch=batch,
+                        wait_seconds=0.2)
+        stop, run = await _run(worker)
+        await until(lambda: sum(fake.lease_asks) >= 8 or len(fake.lease_asks) >= 2, what="the first leases")
+        asks[label] = list(fake.lease_asks)
+        release.set()
+        stop.set()
+        await asyncio.wait_for(run, 10)
+        release.clear()
+    assert asks["default"][0] == 8, asks  # concurrency 4 + prefetch 4, in one call
+    assert asks["explicit"][:2] == [4, 4], asks  # an explicit batch still bounds every call
+
+
+async def test_under_load_a_second_lease_goes_out_while_the_first_is_on_its_way_but_idle_there_is_one(
+        served: Served) -> None:
+    fake = served.executor
+    fake.lease_delay_s = 0.02  # a round trip longer than a handler
+
+    async def handler(execution):
+        await asyncio.sleep(0.002)
+
+    worker = Worker("jobs", handler, addr=served.addr, api_key="k", concurrency=4, prefetch=4, wait_seconds=0.1)
+    stop, run = await _run(worker)
+    await until(lambda: len(fake.lease_asks) >= 3, what="idle long polls")
+    assert fake.most_leases_in_flight == 1  # nothing to do: a single long poll at a time
+    ids = [fake.add(i) for i in range(60)]
+    await until(lambda: len(fake.outcomes) == 60, what="every outcome")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert fake.most_leases_in_flight == 2 and set(fake.outcomes) == set(ids)
