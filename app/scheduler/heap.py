@@ -37,8 +37,9 @@ columns (struct of arrays), and becomes a ``DueEntry`` again only when it is pop
   rank, insertion) only when the time asked for reaches it (the loader fills the next two
   minutes in pages; sorting earlier would send the rest of a herd's pages down the slower path
   below), and the ranks are computed then, in insertion order. Entries that arrive for the sorted
-  bucket or an earlier one (a rank continues from the sorted bucket's count), and entries
-  requeued or held, go to a small heap of tuples that pop merges with the sorted bucket. A
+  bucket or an earlier one (a rank continues from the sorted bucket's count; counts start afresh
+  once pop has moved past the bucket), and entries requeued or held, go to a small heap of tuples
+  that pop merges with the sorted bucket. A
   requeued or held entry sorts before the other entries of its instant. ``next_wake_ts`` scans
   the earliest unsorted bucket for its earliest entry, only what was added since it last asked.
 - Deferred entries: a FIFO of slots per tenant.
