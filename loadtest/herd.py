@@ -71,6 +71,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scenarios", default=",".join(ALL_SCENARIOS), help="comma-separated, run in this order")
     g = p.add_argument_group("processes")
     g.add_argument("--workers", type=int, default=2, help="SDK worker processes")
+    g.add_argument("--executors", type=int, default=1,
+                   help="`kairos executor` processes, each on its own port; worker i leases from executor i mod N")
     g.add_argument("--worker-concurrency", type=int, default=256, help="handlers in flight per worker process")
     g.add_argument("--lease-batch", type=int, default=128, help="executions per Lease call")
     g.add_argument("--api-workers", type=int,
@@ -610,18 +612,25 @@ class Stack:
             env["KAIROS_API_WORKERS"] = str(self.run.args.api_workers)
         for tier, argv in (("api", api_argv), ("scheduler", [*cmd, "scheduler"]), ("executor", [*cmd, "executor"])):
             self.tiers[tier] = self.run.procs.start(f"{self.label}-{tier}", argv, env)
+        grpc_ports = [self.grpc_port]
+        for i in range(2, self.run.args.executors + 1):  # replicas: their own gRPC port, no metrics port
+            grpc_ports.append(free_port())
+            self.tiers[f"executor{i}"] = self.run.procs.start(
+                f"{self.label}-executor{i}", [*cmd, "executor"],
+                dict(env, KAIROS_GRPC_PORT=str(grpc_ports[-1]), KAIROS_METRICS_PORT="0"))
         await self._ready()
         self.api_processes = max(1, self._api_process_count())
-        spec = {"pool": POOL, "addr": f"127.0.0.1:{self.grpc_port}",
-                "concurrency": self.run.args.worker_concurrency, "batch": self.run.args.lease_batch}
-        wenv = dict(env, KAIROS_GRPC_ADDR=spec["addr"], KAIROS_API_KEY=self.worker_key)
-        if self.command is None:
-            argvs = [[sys.executable, str(Path(__file__).resolve()), "--worker-child", json.dumps(spec)]
-                     ] * self.run.args.workers
-        else:
-            argvs = [[*cmd, "worker", "--pool", POOL, "--concurrency", str(self.run.args.command_concurrency),
-                      "--", *self.command]] * self.run.args.command_workers
-        for i, argv in enumerate(argvs):
+        count = self.run.args.workers if self.command is None else self.run.args.command_workers
+        for i in range(count):
+            addr = f"127.0.0.1:{grpc_ports[i % len(grpc_ports)]}"
+            spec = {"pool": POOL, "addr": addr,
+                    "concurrency": self.run.args.worker_concurrency, "batch": self.run.args.lease_batch}
+            if self.command is None:
+                argv = [sys.executable, str(Path(__file__).resolve()), "--worker-child", json.dumps(spec)]
+            else:
+                argv = [*cmd, "worker", "--pool", POOL, "--concurrency", str(self.run.args.command_concurrency),
+                        "--", *self.command]
+            wenv = dict(env, KAIROS_GRPC_ADDR=addr, KAIROS_API_KEY=self.worker_key)
             self.workers.append(self.run.procs.start(f"{self.label}-worker{i + 1}", argv, wenv))
         await asyncio.sleep(1.5)
         self.check_alive()
@@ -701,7 +710,9 @@ class Stack:
         return rows[0][0] if rows else None
 
     def cpu(self) -> dict[str, float]:
-        roots = {name: [p.popen.pid] for name, p in self.tiers.items()}
+        roots: dict[str, list[int]] = defaultdict(list)
+        for name, p in self.tiers.items():  # executor replicas count as the executor tier
+            roots["executor" if name.startswith("executor") else name].append(p.popen.pid)
         roots["workers"] = [w.popen.pid for w in self.workers]
         pm = self.run.server.postmaster_pid()
         if pm:
