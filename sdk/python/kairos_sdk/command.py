@@ -133,21 +133,24 @@ async def _run_asyncio(argv: list[str], env: dict[str, str], stdio: tuple[int, i
 
 
 def command_handler(argv: Sequence[str]):
-    """The handler that runs ``argv`` per execution."""
+    """The handler that runs ``argv`` per execution, in the environment of this process as it is now
+    (without KAIROS_API_KEY) plus the execution's variables."""
     argv = list(argv)
     if not argv:
         raise ValueError("a command is required")
     spawn = _run_spawned if _pidfds_work() else _run_asyncio
 
+    # The environment as the handler is made (copying os.environ per execution was 4 % of a worker's time).
+    base_env = {k: v for k, v in os.environ.items() if k != "KAIROS_API_KEY"}  # the command needs no credential
+
     async def run(execution: Execution) -> Any:
-        env = dict(os.environ)
-        env.pop("KAIROS_API_KEY", None)  # the command does not need the worker's credential
-        env.update({
+        env = {
+            **base_env,
             "KAIROS_EXECUTION_ID": execution.execution_id, "KAIROS_JOB_ID": execution.job_id,
             "KAIROS_ATTEMPT": str(execution.attempt),
             "KAIROS_SCHEDULED_FOR": execution.scheduled_for.isoformat().replace("+00:00", "Z"),
             "KAIROS_IDEMPOTENCY_KEY": execution.idempotency_key,
-        })
+        }
         stdin, stdout, stderr = _memory_file("stdin"), _memory_file("stdout"), _memory_file("stderr")
         try:
             _write_all(stdin, json.dumps(execution.payload).encode())
