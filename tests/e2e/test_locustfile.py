@@ -36,6 +36,14 @@ def run_locust(env: dict[str, str], api: str, tmp_path: Path, name: str, *args: 
     return proc, json.loads(report.read_text())
 
 
+def _why(proc: subprocess.CompletedProcess, report: dict) -> str:
+    """What a failed run said: the start-lag part of its report first (Locust's tables come after it)."""
+    lag = {k: report.get(k) for k in ("notStarted", "lag", "all")}
+    at = proc.stdout.find("Start lag read back from Kairos")
+    return (f"exit {proc.returncode}; report {json.dumps(lag, default=str)[:2000]}\n"
+            f"{proc.stdout[max(0, at):][:2000]}\n{proc.stderr[-2000:]}")
+
+
 def aggregated(report: dict) -> dict:
     return next(r for r in report["requests"] if r["name"] == "Aggregated")
 
@@ -44,8 +52,7 @@ def test_locust_users_succeed_and_report_start_lag(tmp_path: Path) -> None:
     with kairos_up(tmp_path, "--demo") as up:
         proc, report = run_locust(up.env, up.api, tmp_path, "mixed", "-u", "4", "-r", "4", "-t", "10s",
                                   KAIROS_LOCUST_MAX_DELAY_S="3", KAIROS_LOCUST_WAIT="0.2,0.6")
-        output = proc.stdout + proc.stderr
-        assert proc.returncode == 0, output[-4000:]
+        assert proc.returncode == 0, _why(proc, report)
         total = aggregated(report)
         assert total["requests"] >= 30 and total["failures"] == 0, total
         submitted = sum(r["requests"] for r in report["requests"] if r["name"].startswith("/v1/jobs ["))
@@ -60,7 +67,7 @@ def test_locust_users_succeed_and_report_start_lag(tmp_path: Path) -> None:
         proc, report = run_locust(up.env, up.api, tmp_path, "herd", "-u", "4", "-r", "4", "-t", "40s",
                                   KAIROS_LOCUST_SHAPE="herd", KAIROS_LOCUST_HERD_JOBS="5",
                                   KAIROS_LOCUST_HERD_HOLD_S="3", KAIROS_LOCUST_HERD_AT=herd_at.isoformat())
-        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        assert proc.returncode == 0, _why(proc, report)
         herd = report["lag"]["herd"]
         assert herd["jobs"] == 20 and herd["started"] == 20, herd
         assert herd["first_due"] == herd["last_due"] == herd_at.isoformat(), herd
