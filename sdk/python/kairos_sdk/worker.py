@@ -168,6 +168,7 @@ class Worker:
         idle_since = loop.time()
         gather_until = 0.0  # while free places are too few for a call, wait for more until then
         was_full = False
+        brought_work = False  # did the last Lease answer bring any: under load, not idle
         backoff, not_before = 0.2, 0.0
         calls: dict[asyncio.Future[list[Execution]], tuple[int, float]] = {}  # Lease in flight -> (asked, sent)
         try:
@@ -177,12 +178,13 @@ class Worker:
                 # A call's size bounds what it brings in one round trip: without an explicit batch it may
                 # take every free place.
                 most = self.batch if self._batch_given else room
+                # Idle (the last answer was empty), one long poll, however small a batch it asks for; under
+                # load a second call goes out while the first is on its way, so slots that free during a
+                # round trip are filled by the next answer, not the one after.
+                loaded = self._busy > 0 or (bool(calls) and brought_work)
                 # Under load slots free one by one: a call asks for half a batch at least (waiting up to
                 # gather_s for it), or every call pays the server's fair-lease planning for a few rows.
-                loaded = self._busy > 0 or bool(calls)
                 enough = max(1, min(most, room) // 2) if loaded else 1
-                # Idle, one long poll; under load a second call goes out while the first is on its way,
-                # so slots that free during a round trip are filled by the next answer, not the one after.
                 may_call = len(calls) < (MAX_LEASE_CALLS if loaded else 1)
                 now = loop.time()
                 if free <= 0:
@@ -219,6 +221,7 @@ class Worker:
                         not_before = loop.time() + backoff
                         backoff = min(5.0, backoff * 2)
                         continue
+                    brought_work = bool(got)
                     if got:  # a long poll that found nothing says nothing of the round trip
                         self._lease_rtt_s = self._average(self._lease_rtt_s, loop.time() - sent)
                     backoff = 0.2

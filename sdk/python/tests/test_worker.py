@@ -292,3 +292,14 @@ async def test_under_load_a_second_lease_goes_out_while_the_first_is_on_its_way_
     stop.set()
     await asyncio.wait_for(run, 10)
     assert fake.most_leases_in_flight == 2 and set(fake.outcomes) == set(ids)
+
+
+async def test_idle_a_worker_with_a_small_explicit_batch_still_has_one_long_poll(served: Served) -> None:
+    fake = served.executor
+    worker = Worker("jobs", lambda e: None, addr=served.addr, api_key="k", concurrency=8, batch=2, prefetch=0,
+                    wait_seconds=0.1)
+    stop, run = await _run(worker)
+    await until(lambda: len(fake.lease_asks) >= 3, what="idle long polls")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert fake.most_leases_in_flight == 1 and set(fake.lease_asks) == {2}
