@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from uuid import UUID
@@ -147,11 +148,11 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             raise AssertionError("unreachable") from None
 
     @staticmethod
-    async def _error_text(context: grpc.aio.ServicerContext, error: str) -> str:
-        """A reported error as stored: "failed" when empty; NUL refused (PostgreSQL cannot keep it)."""
-        if "\x00" in error:
+    async def _error_texts(context: grpc.aio.ServicerContext, texts: Sequence[str]) -> list[str]:
+        """Reported errors as stored: "failed" when empty; a NUL in any refuses the call (PostgreSQL cannot keep it)."""
+        if any("\x00" in text for text in texts):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "error must not contain the NUL character")
-        return error or "failed"
+        return [text or "failed" for text in texts]
 
     async def _batch_ids(self, context: grpc.aio.ServicerContext, items) -> list[UUID]:
         """The items' execution ids: at most max_batch, each a UUID, none twice."""
@@ -250,7 +251,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
     async def Fail(self, request: pb.FailRequest, context: grpc.aio.ServicerContext) -> pb.FailResponse:
         cred = await self._credential(context)
         eid = await self._execution_id(context, request.execution_id)
-        error = await self._error_text(context, request.error)
+        [error] = await self._error_texts(context, [request.error])
         out = await self._call(context, lambda: self.outcomes.fail(
             ex.Failure(eid, request.attempt, error, retryable=request.retryable, scope=cred.scope)))
         if out.state is None:
@@ -286,9 +287,9 @@ class WorkerServicer(pb_grpc.WorkerServicer):
     async def FailMany(self, request: pb.FailManyRequest, context: grpc.aio.ServicerContext) -> pb.FailManyResponse:
         cred = await self._credential(context)
         ids = await self._batch_ids(context, request.items)
-        failed = [ex.Failure(eid, item.attempt, await self._error_text(context, item.error), retryable=item.retryable,
-                             scope=cred.scope)
-                  for item, eid in zip(request.items, ids, strict=True)]
+        texts = await self._error_texts(context, [item.error for item in request.items])
+        failed = [ex.Failure(eid, item.attempt, text, retryable=item.retryable, scope=cred.scope)
+                  for item, eid, text in zip(request.items, ids, texts, strict=True)]
         outs = await self._call(context, lambda: self.outcomes.fail_batch(failed))
         results = []
         for item, out in zip(request.items, outs, strict=True):
