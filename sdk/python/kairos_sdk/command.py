@@ -92,6 +92,14 @@ async def _exited(pidfd: int) -> None:
         loop.remove_reader(pidfd)
 
 
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group a command leads (it runs in a session of its own)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 async def _run_spawned(argv: list[str], env: dict[str, str], stdio: tuple[int, int, int]) -> int:
     """posix_spawn ``argv`` in a session of its own with ``stdio`` as 0, 1 and 2; its exit code
     (negative: killed by that signal). Cancelled, it kills the process group and reaps the process."""
@@ -100,19 +108,14 @@ async def _run_spawned(argv: list[str], env: dict[str, str], stdio: tuple[int, i
                           setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
     pidfd = os.pidfd_open(pid)
     try:
-        try:
-            await _exited(pidfd)
-        except BaseException:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            await _exited(pidfd)
-            raise
-        finally:
-            _, status = os.waitpid(pid, 0)  # at once: the process has exited
+        await _exited(pidfd)
+    except BaseException:
+        _kill_group(pid)
+        await _exited(pidfd)
+        raise
     finally:
         os.close(pidfd)
+        _, status = os.waitpid(pid, 0)  # at once: the process has exited
     return os.waitstatus_to_exitcode(status)
 
 
@@ -124,10 +127,7 @@ async def _run_asyncio(argv: list[str], env: dict[str, str], stdio: tuple[int, i
         return await proc.wait()
     except BaseException:
         if proc.returncode is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(proc.pid)
             await proc.wait()
         raise
 
