@@ -1,11 +1,13 @@
 -- name: StatisticsStaleTables
--- PostgreSQL only (CockroachDB refreshes its statistics by itself): the hot tables changed by at least :min_rows rows and :fraction of their size since they were last analyzed.
-SELECT relname
-FROM pg_stat_user_tables
-WHERE schemaname = current_schema()
-  AND relname IN ('jobs', 'due_index', 'executions', 'attempts')
-  AND n_mod_since_analyze >= greatest(CAST(:min_rows AS INT8),
-                                      CAST(:fraction AS FLOAT8) * (n_live_tup - n_mod_since_analyze));
+-- PostgreSQL only (CockroachDB refreshes its statistics by itself): the hot tables changed by at least :min_rows rows and :fraction of their size since they were last analyzed, and whose size moved by :fraction from the planner's belief (reltuples; -1 before the first ANALYZE). Updates that leave the size alone (a herd's leases and completions) make no new plans, and ANALYZE then only costs PostgreSQL's time in the drain.
+SELECT s.relname
+FROM pg_stat_user_tables AS s
+JOIN pg_class AS c ON c.oid = s.relid
+WHERE s.schemaname = current_schema()
+  AND s.relname IN ('jobs', 'due_index', 'executions', 'attempts')
+  AND s.n_mod_since_analyze >= greatest(CAST(:min_rows AS INT8),
+                                        CAST(:fraction AS FLOAT8) * (s.n_live_tup - s.n_mod_since_analyze))
+  AND abs(s.n_live_tup - greatest(c.reltuples, 0)) >= CAST(:fraction AS FLOAT8) * greatest(c.reltuples, 0);
 
 -- name: StatisticsAnalyzeJobs
 -- Refresh the planner statistics of jobs (one table per statement: only the stale ones are analyzed).

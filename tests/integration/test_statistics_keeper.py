@@ -59,6 +59,29 @@ async def test_only_stale_tables_are_analyzed_and_each_at_most_once_per_gap(db: 
         assert (await keeper.run_once()).analyzed == (("executions",) if round_ == 0 else ())
 
 
+async def test_updates_that_leave_a_tables_size_alone_get_no_new_analyze(db: Database) -> None:
+    # A herd's drain: every ready execution leased and finished, none added. The plans made for the
+    # table after its burst of inserts still fit, and ANALYZE would only cost PostgreSQL's time.
+    keeper = StatisticsKeeper(db, StatisticsKeeperConfig(min_rows=500, fraction=0.2, min_gap_s=0))
+    tenant = await tf.tenant(db)
+    job = await tf.job(db, tenant.tenant_id, queue=tf.tenant_queue(tenant.tenant_id, "p"))
+    first = datetime.now(timezone.utc) - timedelta(seconds=5)
+    await tf.insert_ready(db, [job] * 2000, [first - timedelta(milliseconds=i) for i in range(2000)])
+    await db.engine.dispose()
+    await flush_stats(db)
+    assert "executions" in (await keeper.run_once()).analyzed
+    async with db.engine.begin() as conn:
+        await conn.execute(text("UPDATE executions SET state = 'succeeded', finished_at = now()"))
+    await db.engine.dispose()
+    await flush_stats(db)
+    assert "executions" not in (await keeper.run_once()).analyzed
+    # ... but a second burst that doubles it is analyzed again.
+    await tf.insert_ready(db, [job] * 2000, [first - timedelta(minutes=1, milliseconds=i) for i in range(2000)])
+    await db.engine.dispose()
+    await flush_stats(db)
+    assert "executions" in (await keeper.run_once()).analyzed
+
+
 @pytest.mark.parametrize("bad", [{"interval_s": 0}, {"min_rows": 0}, {"fraction": -1}])
 def test_config_is_validated(bad: dict) -> None:
     with pytest.raises(ValueError):
