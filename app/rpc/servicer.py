@@ -86,6 +86,21 @@ def _ts(value: datetime | None) -> Timestamp | None:
     return Timestamp(seconds=d.days * 86_400 + d.seconds, nanos=d.microseconds * 1000)
 
 
+class _Timestamps:
+    """For one answer: each datetime met as (its idempotency-key form, its Timestamp), each made once."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[datetime, tuple[str, Timestamp]] = {}
+
+    def __call__(self, value: datetime) -> tuple[str, Timestamp]:
+        found = self._seen.get(value)
+        if found is None:
+            found = self._seen[value] = (ex.idempotency_time(value), _ts(value))  # type: ignore[assignment]
+        return found  # type: ignore[return-value]
+
+
 def _is_uuid(value: str) -> bool:
     try:
         UUID(value)
@@ -213,11 +228,14 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             self.outcomes.track(got, lease_s, queue)
         response = pb.LeaseResponse()
         add = response.executions.add
+        times = _Timestamps()  # a herd's executions share their due time, one lease its end
         for e in got:
-            add(execution_id=str(e.execution_id), job_id=str(e.job_id), attempt=e.attempt,
+            job_id = str(e.job_id)
+            when, scheduled_for = times(e.scheduled_for)
+            add(execution_id=str(e.execution_id), job_id=job_id, attempt=e.attempt,
                 payload=b"{}" if e.payload == {} else json.dumps(e.payload, separators=(",", ":")).encode(),
-                idempotency_key=e.idempotency_key, max_attempts=e.max_attempts, timeout_seconds=e.timeout_s,
-                scheduled_for=_ts(e.scheduled_for), lease_until=_ts(e.lease_until))
+                idempotency_key=f"{job_id}:{when}", max_attempts=e.max_attempts, timeout_seconds=e.timeout_s,
+                scheduled_for=scheduled_for, lease_until=times(e.lease_until)[1])
         return response
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:

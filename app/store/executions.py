@@ -47,7 +47,12 @@ class Leased:
     @property
     def idempotency_key(self) -> str:
         """The same for every attempt of one occurrence: receivers deduplicate on it."""
-        return f"{self.job_id}:{self.scheduled_for.isoformat().replace('+00:00', 'Z')}"
+        return f"{self.job_id}:{idempotency_time(self.scheduled_for)}"
+
+
+def idempotency_time(scheduled_for: datetime) -> str:
+    """An occurrence's time as its idempotency key writes it (ISO 8601, Z for UTC)."""
+    return scheduled_for.isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
