@@ -7,10 +7,11 @@ those plans were 10-25x slower through a herd; autovacuum's own analyze came abo
 later. This duty checks every ``interval_s`` whether a hot table changed by at least
 ``min_rows`` rows and ``fraction`` of its size since its last analyze, and its size moved by
 ``fraction`` from what the planner believes (a drain's updates leave it alone: the plans made
-after the herd's inserts still fit), and then analyzes those tables (each on its own: ANALYZE samples up to 30,000 rows of a table, a share of a core that the
-untouched tables need not pay), each at most once per ``min_gap_s``: through a drain the lease
-and completion updates keep executions "stale" every second, and re-analyzing it that often cost
-a fifth of PostgreSQL's time in a 50,000-job herd while the plans did not change.
+after the herd's inserts still fit), and then analyzes those tables (each on its own: ANALYZE
+samples up to 30,000 rows of a table, a share of a core that the untouched tables need not pay),
+each at most once per ``min_gap_s``: through a drain the lease and completion updates keep
+executions "stale" every second, and re-analyzing it that often cost a fifth of PostgreSQL's time
+in a 50,000-job herd while the plans did not change.
 PostgreSQL only: on CockroachDB the duty does nothing (its automatic statistics cover this).
 """
 
