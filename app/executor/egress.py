@@ -64,8 +64,18 @@ def host_addresses() -> frozenset[IPAddress]:
 
 
 def policy_for(settings: Settings) -> EgressPolicy:
-    """The egress policy of ``settings`` (parsed once per configuration)."""
-    return cached_policy(tuple(settings.http_egress_allow), own_ports(settings), _own_addresses())
+    """The egress policy of ``settings`` (parsed once per configuration; the same settings object, the
+    one a process runs with, answers from a memo: every submit validates its target with it)."""
+    global _last_policy
+    last = _last_policy
+    if last is not None and last[0] is settings:
+        return last[1]
+    policy = cached_policy(tuple(settings.http_egress_allow), own_ports(settings), _own_addresses())
+    _last_policy = (settings, policy)
+    return policy
+
+
+_last_policy: tuple[Settings, EgressPolicy] | None = None
 
 
 _host_addresses: frozenset[IPAddress] | None = None
