@@ -212,7 +212,12 @@ def _supervise(settings: Settings, metrics_dir: str, tier: TierMetrics) -> int:
                 break
             log.warning("api worker died; restarting", extra={"pid": proc.pid, "exit_code": code})
             time.sleep(RESTART_BACKOFF_S)
+            if stopping:  # the stop came during the back-off: nothing to restart, and none to wait for
+                del workers[i]
+                break
             workers[i] = start()
+            if stopping:  # ... or as the new worker started: it gets the signal too
+                workers[i][0].send_signal(signal.SIGTERM)
         if stopping:
             codes = [proc.wait() for proc, _ in workers]
             return next((c for c in codes if c not in (0, -signal.SIGTERM, -signal.SIGINT)), 0)
