@@ -92,13 +92,13 @@ class _Timestamps:
     __slots__ = ("_seen",)
 
     def __init__(self) -> None:
-        self._seen: dict[datetime, tuple[str, Timestamp]] = {}
+        self._seen: dict[datetime, tuple[str, Timestamp | None]] = {}
 
-    def __call__(self, value: datetime) -> tuple[str, Timestamp]:
+    def __call__(self, value: datetime) -> tuple[str, Timestamp | None]:
         found = self._seen.get(value)
         if found is None:
-            found = self._seen[value] = (ex.idempotency_time(value), _ts(value))  # type: ignore[assignment]
-        return found  # type: ignore[return-value]
+            found = self._seen[value] = (ex.idempotency_time(value), _ts(value))
+        return found
 
 
 def _is_uuid(value: str) -> bool:

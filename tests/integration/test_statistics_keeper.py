@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from uuid import UUID
 
 import pytest
 from sqlalchemy import text
@@ -25,16 +26,24 @@ async def analyzed_at(db: Database) -> datetime | None:
     return row[0] if row else None
 
 
-async def test_a_burst_of_executions_is_analyzed_once(db: Database) -> None:
-    keeper = StatisticsKeeper(db, StatisticsKeeperConfig(min_rows=500, fraction=0.2))
-    assert keeper.enabled
+async def a_job(db: Database) -> UUID:
     tenant = await tf.tenant(db)
-    job = await tf.job(db, tenant.tenant_id, queue=tf.tenant_queue(tenant.tenant_id, "p"))
-    first = datetime.now(timezone.utc) - timedelta(seconds=5)
-    await tf.insert_ready(db, [job] * 2000, [first - timedelta(milliseconds=i) for i in range(2000)])
+    return await tf.job(db, tenant.tenant_id, queue=tf.tenant_queue(tenant.tenant_id, "p"))
+
+
+async def burst(db: Database, job: UUID, minute: int = 0, n: int = 2000) -> None:
+    """``n`` ready executions of ``job`` (``minute`` minutes back), counted in pg_stat_user_tables at once."""
+    first = datetime.now(timezone.utc) - timedelta(seconds=5, minutes=minute)
+    await tf.insert_ready(db, [job] * n, [first - timedelta(milliseconds=i) for i in range(n)])
     # The inserting connections report their counts when they flush; make them flush now.
     await db.engine.dispose()
     await flush_stats(db)
+
+
+async def test_a_burst_of_executions_is_analyzed_once(db: Database) -> None:
+    keeper = StatisticsKeeper(db, StatisticsKeeperConfig(min_rows=500, fraction=0.2))
+    assert keeper.enabled
+    await burst(db, await a_job(db))
     before = await analyzed_at(db)
     result = await keeper.run_once()
     assert "executions" in result.analyzed
@@ -46,14 +55,9 @@ async def test_a_burst_of_executions_is_analyzed_once(db: Database) -> None:
 
 async def test_only_stale_tables_are_analyzed_and_each_at_most_once_per_gap(db: Database) -> None:
     keeper = StatisticsKeeper(db, StatisticsKeeperConfig(min_rows=500, fraction=0.2, min_gap_s=3600))
-    tenant = await tf.tenant(db)
-    job = await tf.job(db, tenant.tenant_id, queue=tf.tenant_queue(tenant.tenant_id, "p"))
-    first = datetime.now(timezone.utc) - timedelta(seconds=5)
+    job = await a_job(db)
     for round_ in range(2):
-        due = [first - timedelta(minutes=round_, milliseconds=i) for i in range(2000)]
-        await tf.insert_ready(db, [job] * 2000, due)
-        await db.engine.dispose()
-        await flush_stats(db)
+        await burst(db, job, minute=round_)
         # Round 1: executions is stale and analyzed (jobs, one row, is not stale). Round 2: stale
         # again, but analyzed less than min_gap_s ago: left for later.
         assert (await keeper.run_once()).analyzed == (("executions",) if round_ == 0 else ())
@@ -63,12 +67,8 @@ async def test_updates_that_leave_a_tables_size_alone_get_no_new_analyze(db: Dat
     # A herd's drain: every ready execution leased and finished, none added. The plans made for the
     # table after its burst of inserts still fit, and ANALYZE would only cost PostgreSQL's time.
     keeper = StatisticsKeeper(db, StatisticsKeeperConfig(min_rows=500, fraction=0.2, min_gap_s=0))
-    tenant = await tf.tenant(db)
-    job = await tf.job(db, tenant.tenant_id, queue=tf.tenant_queue(tenant.tenant_id, "p"))
-    first = datetime.now(timezone.utc) - timedelta(seconds=5)
-    await tf.insert_ready(db, [job] * 2000, [first - timedelta(milliseconds=i) for i in range(2000)])
-    await db.engine.dispose()
-    await flush_stats(db)
+    job = await a_job(db)
+    await burst(db, job)
     assert "executions" in (await keeper.run_once()).analyzed
     async with db.engine.begin() as conn:
         await conn.execute(text("UPDATE executions SET state = 'succeeded', finished_at = now()"))
@@ -76,9 +76,7 @@ async def test_updates_that_leave_a_tables_size_alone_get_no_new_analyze(db: Dat
     await flush_stats(db)
     assert "executions" not in (await keeper.run_once()).analyzed
     # ... but a second burst that doubles it is analyzed again.
-    await tf.insert_ready(db, [job] * 2000, [first - timedelta(minutes=1, milliseconds=i) for i in range(2000)])
-    await db.engine.dispose()
-    await flush_stats(db)
+    await burst(db, job, minute=1)
     assert "executions" in (await keeper.run_once()).analyzed
 
 

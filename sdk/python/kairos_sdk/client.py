@@ -66,10 +66,10 @@ class _Times:
 
     def __call__(self, ts) -> datetime | None:
         key = (ts.seconds, ts.nanos)
-        found = self._seen.get(key, self)
-        if found is self:
+        found = self._seen.get(key)
+        if found is None:  # new, or the unset Timestamp (None again, at once)
             found = self._seen[key] = _dt(ts)
-        return found  # type: ignore[return-value]
+        return found
 
 
 class WorkerClient:
