@@ -181,7 +181,7 @@ class Outcomes:
         return await self._fail(items) if items else []
 
     async def _complete(self, items: Sequence[ex.Success]) -> list[bool]:
-        answers = await self.db.transaction(lambda tx: tx.executions.complete_many(items), isolation=self.isolation)
+        answers = await self.db.statement(lambda tx: tx.executions.complete_many(items))
         out = [answers.get(i.execution_id, False) for i in items]
         self._settled([(item.execution_id, item.attempt, "succeeded" if ok else "lease_lost")
                        for item, ok in zip(items, out, strict=True)])

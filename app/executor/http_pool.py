@@ -198,10 +198,9 @@ class HttpPool:
             return []
         skip = [t for t, n in self.waiting_by_tenant().items() if n >= self.config.per_origin]
         began = time.monotonic()
-        got = await self.db.transaction(
+        got = await self.db.statement(
             lambda tx: tx.executions.lease(HTTP_QUEUE, self.config.worker_id, min(free, self.config.batch),
-                                           self.config.lease_s, skip_tenants=skip),
-            isolation=self.config.isolation)
+                                           self.config.lease_s, skip_tenants=skip))
         if got:
             observability.leased.add(len(got), {"queue": observability.queue_kind(HTTP_QUEUE)})
             self.outcomes.track(got, self.config.lease_s, HTTP_QUEUE)

@@ -46,7 +46,6 @@ class ServicerConfig:
     max_lease_s: float = 3600.0
     max_wait_s: float = 60.0
     max_batch: int = 1000
-    isolation: str = "READ COMMITTED"
 
 
 @dataclass(frozen=True)
@@ -203,8 +202,8 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         deadline = time.monotonic() + wait_s
         while True:
             ready = self._ready
-            got = await self._call(context, lambda: self.db.transaction(
-                lambda tx: tx.executions.lease(queue, worker_id, limit, lease_s), isolation=self.config.isolation))
+            got = await self._call(context, lambda: self.db.statement(
+                lambda tx: tx.executions.lease(queue, worker_id, limit, lease_s)))
             if got and any(e.payload_ref is not None for e in got):  # only rows whose payload is by reference
                 got = await resolve_leased(self.payloads, got, self.outcomes)
             remaining = deadline - time.monotonic()
@@ -212,8 +211,8 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                 break
             # Work dispatched ahead is ready at its due time: wake for it then, not at the next poll.
             # (Due already but not leased means quotas or other leasers hold it: poll as usual.)
-            due_in = await self._call(context, lambda: self.db.transaction(
-                lambda tx: tx.executions.next_ready_in(queue), isolation=self.config.isolation))
+            due_in = await self._call(context, lambda: self.db.statement(
+                lambda tx: tx.executions.next_ready_in(queue)))
             pause_s = min(self.config.poll_interval_s, remaining)
             if due_in is not None and due_in > 0:
                 pause_s = min(pause_s, due_in)
@@ -242,7 +241,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         cred = await self._credential(context)
         eid = await self._execution_id(context, request.execution_id)
         lease_s = max(1.0, min(request.lease_seconds or self.config.default_lease_s, self.config.max_lease_s))
-        until = await self._call(context, lambda: self.db.transaction(
+        until = await self._call(context, lambda: self.db.statement(
             lambda tx: tx.executions.heartbeat(eid, request.attempt, lease_s, scope=cred.scope)))
         if until is None:
             observability.lease_lost.add(1, {"call": "heartbeat"})

@@ -22,6 +22,7 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 
 from sqlalchemy import TextClause, text
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import CompileError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -154,3 +155,16 @@ def q(name: str) -> TextClause:
         return _compiled(name)
     except KeyError:
         raise KeyError(f"no query named {name} in sql/queries or sql/cockroach/queries") from None
+
+
+
+@cache
+def _driver_text(clause: TextClause, dialect: Dialect) -> str:
+    return str(clause.compile(dialect=dialect))
+
+
+def driver_text(clause: TextClause, dialect: Dialect) -> str:
+    """The text SQLAlchemy sends for ``clause`` (a ``q()`` statement) on ``dialect``, in the driver's
+    parameter style (psycopg: ``%(name)s``), for code that runs a statement on the driver directly.
+    Compiled once per statement and dialect."""
+    return _driver_text(clause, dialect)

@@ -147,3 +147,19 @@ def test_a_migration_checksum_covers_statements_not_comments() -> None:
     assert migrate.statements_checksum(script) == migrate.statements_checksum(
         "-- the schema, reworded\n\nCREATE TABLE t (a INT);  \n")
     assert migrate.statements_checksum(script) != migrate.statements_checksum("CREATE TABLE t (a BIGINT);\n")
+
+
+def test_the_driver_text_of_a_statement_is_its_dialects_own_in_psycopgs_parameter_style() -> None:
+    """Database.statement runs driver_text on psycopg: CockroachDB's own text where it has one."""
+    from app.store.db import create_engine
+    from app.store.queries import driver_text, q
+
+    postgres = create_engine("postgresql+psycopg://kairos@localhost/kairos").dialect
+    cockroach = create_engine("cockroachdb+psycopg://kairos@localhost/kairos").dialect
+    name = next(n for n in cockroach_catalogue() if n in catalogue())
+    on_postgres, on_cockroach = driver_text(q(name), postgres), driver_text(q(name), cockroach)
+    assert on_postgres != on_cockroach
+    for sql, source in ((on_postgres, catalogue()[name].sql), (on_cockroach, cockroach_catalogue()[name].sql)):
+        binds = set(re.findall(r"(?<![:\w\\]):(\w+)(?!:)", code(source)))
+        assert binds and binds <= set(re.findall(r"%\((\w+)\)s", sql))
+        assert re.search(r"(?<![:\w\\]):[a-z_]+\b(?!:)", code(sql)) is None  # no SQLAlchemy-style bind is left
