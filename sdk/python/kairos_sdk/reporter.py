@@ -1,7 +1,10 @@
 """Outcome reporting: finished executions are buffered for a few milliseconds and sent together.
 
 Each item of a CompleteMany / FailMany call is fenced by its own attempt, so an item answered
-LEASE_LOST means exactly what a single Complete answering LEASE_LOST would.
+LEASE_LOST means exactly what a single Complete answering LEASE_LOST would. The same fencing makes
+a report safe to send again: a call that failed in passing (an executor restarting, a database
+failing over: UNAVAILABLE, or no answer in time) is sent again with backoff for up to ``retry_s``,
+instead of the execution being run a second time once its lease expires.
 """
 
 from __future__ import annotations
@@ -18,6 +21,11 @@ from kairos_sdk.client import Answer, WorkerClient
 log = logging.getLogger("kairos.worker")
 
 Item = TypeVar("Item", bound=tuple)
+
+# A call that failed with one of these may succeed if sent again (reports are idempotent per attempt).
+TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                       grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED})
+RETRY_FIRST_S, RETRY_MOST_S = 0.1, 2.0
 
 
 class _Batch(Generic[Item]):
@@ -40,8 +48,10 @@ class OutcomeReporter:
     An executor that does not know the batched calls (UNIMPLEMENTED) gets one call per outcome.
     """
 
-    def __init__(self, client: WorkerClient, *, report_s: float = 0.005, report_max: int = 500) -> None:
+    def __init__(self, client: WorkerClient, *, report_s: float = 0.005, report_max: int = 500,
+                 retry_s: float = 30.0) -> None:
         self.client = client
+        self.retry_s = retry_s  # how long a report that failed in passing is sent again
         self.report_s = report_s
         self.report_max = max(1, report_max)
         self.batched = True
@@ -116,10 +126,9 @@ class OutcomeReporter:
             self.batched = False
             log.info("the executor has no batched outcome calls; reporting one call per execution")
 
-    @staticmethod
-    async def _send(batch: _Batch, send: Callable[[list], Awaitable[list]]) -> None:
+    async def _send(self, batch: _Batch, send: Callable[[list], Awaitable[list]]) -> None:
         try:
-            answers = await send(batch.items)
+            answers = await self._sent(batch, send)
         except BaseException as exc:  # the call failed as a whole: every item's reporter sees why
             for fut in batch.futures:
                 if not fut.done():
@@ -134,3 +143,18 @@ class OutcomeReporter:
                 fut.set_exception(answer)
             else:
                 fut.set_result(answer)
+
+    async def _sent(self, batch: _Batch, send: Callable[[list], Awaitable[list]]) -> list:
+        """``send``'s answers for the batch, sending it again after a transient failure until ``retry_s``."""
+        loop = asyncio.get_running_loop()
+        give_up_at, delay = loop.time() + self.retry_s, RETRY_FIRST_S
+        while True:
+            try:
+                return await send(batch.items)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in TRANSIENT or loop.time() + delay > give_up_at:
+                    raise
+                log.warning("reporting outcomes failed; sending them again", extra={
+                    "code": exc.code().name, "details": exc.details(), "outcomes": len(batch), "retry_in_s": delay})
+                await asyncio.sleep(delay)
+                delay = min(RETRY_MOST_S, delay * 2)

@@ -36,6 +36,7 @@ class FakeExecutor(pb_grpc.WorkerServicer):
     # Set: CompleteMany answers only once it is released (an executor slow to acknowledge).
     hold_completes: asyncio.Event | None = None
     lease_delay_s: float = 0.0  # each Lease answers this much later (a round trip to a busy executor)
+    unavailable_completes: int = 0  # this many CompleteMany calls answer UNAVAILABLE first (a restart)
     leases_in_flight: int = 0
     most_leases_in_flight: int = 0
     _ready: list[pb.LeasedExecution] = field(default_factory=list)
@@ -109,6 +110,9 @@ class FakeExecutor(pb_grpc.WorkerServicer):
         if not self.batched:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
         self._record("CompleteMany", context)
+        if self.unavailable_completes > 0:
+            self.unavailable_completes -= 1
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "executor restarting")
         if self.hold_completes is not None:
             await self.hold_completes.wait()
         return pb.CompleteManyResponse(results=[

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import grpc
 import pytest
 from fake_executor import Served, until
 
@@ -105,6 +106,49 @@ async def test_lease_lost_in_a_batched_complete_is_counted_as_lost(served: Serve
     stop.set()
     await asyncio.wait_for(run, 10)
     assert fake.outcomes == {fresh: ("complete", "done")}
+
+
+async def test_a_report_answered_unavailable_is_sent_again_not_lost(served: Served, caplog) -> None:
+    """An executor restarting answers UNAVAILABLE: the outcome is reported once it is back, so the
+    execution is not run a second time when its lease expires."""
+    fake = served.executor
+    fake.unavailable_completes = 2
+    eid = fake.add()
+    worker = Worker("jobs", lambda e: "done", addr=served.addr, api_key="k", wait_seconds=0.2)
+    stop, run = await _run(worker)
+    with caplog.at_level(logging.WARNING, logger="kairos.worker"):
+        await until(lambda: worker.stats["completed"] == 1, what="the third report")
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert fake.outcomes == {eid: ("complete", "done")}
+    assert fake.calls.count("CompleteMany") == 3
+    assert sum("sending them again" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_a_report_is_sent_again_only_after_a_transient_failure_and_within_retry_s() -> None:
+    from kairos_sdk.reporter import OutcomeReporter, _Batch
+
+    class Refused(grpc.aio.AioRpcError):
+        def __init__(self, code: grpc.StatusCode) -> None:
+            super().__init__(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details="no")
+
+    async def main() -> list[int]:
+        sent = []
+        for code, retry_s in ((grpc.StatusCode.INVALID_ARGUMENT, 30.0), (grpc.StatusCode.UNAVAILABLE, 0.25)):
+            reporter, calls = OutcomeReporter(None, retry_s=retry_s), []  # type: ignore[arg-type]
+
+            async def send(items, code=code, calls=calls):
+                calls.append(len(items))
+                raise Refused(code)
+
+            batch: _Batch = _Batch()
+            with pytest.raises(grpc.aio.AioRpcError):
+                await reporter._sent(batch, send)
+            sent.append(len(calls))
+        return sent
+
+    # Refused outright: sent once. UNAVAILABLE throughout: sent at 0 and 0.1 s; the next (0.3 s) is past retry_s.
+    assert asyncio.run(main()) == [1, 2]
 
 
 async def test_shutdown_flushes_buffered_outcomes_and_fails_handlers_past_the_grace(served: Served) -> None:
@@ -303,3 +347,38 @@ async def test_idle_a_worker_with_a_small_explicit_batch_still_has_one_long_poll
     stop.set()
     await asyncio.wait_for(run, 10)
     assert fake.most_leases_in_flight == 1 and set(fake.lease_asks) == {2}
+
+
+async def test_slots_admit_at_most_n_in_arrival_order_and_pass_on_a_cancelled_waiters_place() -> None:
+    from kairos_sdk.worker import _Slots
+
+    slots, inside, most, order = _Slots(2), 0, 0, []
+    release = asyncio.Event()
+
+    async def holder(name: str) -> None:
+        nonlocal inside, most
+        async with slots:
+            inside += 1
+            most = max(most, inside)
+            order.append(name)
+            await release.wait()
+            inside -= 1
+
+    tasks = {name: asyncio.create_task(holder(name)) for name in "abcdef"}
+    await until(lambda: order == ["a", "b"] and len(slots._waiters) == 4, what="two inside, four waiting")
+    tasks["c"].cancel()  # waiting: it leaves the queue without taking a place
+    await until(lambda: len(slots._waiters) == 3, what="the cancelled waiter gone")
+    release.set()
+    await asyncio.gather(*(t for n, t in tasks.items() if n != "c"))
+    assert most == 2 and order == ["a", "b", "d", "e", "f"] and tasks["c"].cancelled()
+
+    # A waiter cancelled just as a place is handed to it passes the place on.
+    slots = _Slots(1)
+    await slots.__aenter__()
+    first = asyncio.create_task(slots.__aenter__())
+    second = asyncio.create_task(slots.__aenter__())
+    await until(lambda: len(slots._waiters) == 2, what="both waiting")
+    await slots.__aexit__(None, None, None)  # the place goes to `first` ...
+    first.cancel()  # ... which is cancelled before it runs
+    await asyncio.wait_for(second, 1)
+    assert first.cancelled() and second.done()
