@@ -12,6 +12,8 @@ shares one limit.
 
 from __future__ import annotations
 
+import math
+from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
 
@@ -75,9 +77,11 @@ async def replay_many(db: Database, tenant_id: UUID, body: schemas.BulkReplayIn,
     async def work(tx: Store) -> schemas.BulkReplayedOut:
         budget = await tx.attempts.replay_budget(tenant_id, per_window=per_window, window_s=window_s)
         if budget.left == 0:
+            wait_s = (budget.resets_at - datetime.now(timezone.utc)).total_seconds()
             raise errors.TenantQuotaExceeded(
                 f"the bulk replay budget of {per_window} per {window_s:g}s is spent; "
-                f"it resets at {budget.resets_at.isoformat()}")
+                f"it resets at {budget.resets_at.isoformat()}",
+                quota="bulkReplayPerWindow", limit=per_window, retry_after_s=max(1, math.ceil(wait_s)))
         ids = await tx.executions.replay_dead_many(tenant_id, limit=min(body.limit, budget.left), job_id=job,
                                            finished_after=body.finished_after, finished_before=body.finished_before)
         budget = await tx.attempts.spend_replay_budget(tenant_id, budget, len(ids))

@@ -135,5 +135,5 @@ def test_the_openapi_document_shows_the_429_and_its_retry_after(api: ApiProcess)
         assert "Retry-After" in answer["headers"], (path, method)
         assert PROBLEM in answer["content"]
     problem = doc["components"]["schemas"]["Problem"]["properties"]
-    assert problem["quota"]["enum"] == ["maxActiveJobs", "maxSubmitPerSecond"]
+    assert problem["quota"]["enum"] == ["maxActiveJobs", "maxSubmitPerSecond", "bulkReplayPerWindow"]
     assert {"limit", "retryAfterSeconds"} <= set(problem)

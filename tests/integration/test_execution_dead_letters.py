@@ -89,5 +89,9 @@ async def test_bulk_replay_with_filter_is_budgeted_per_tenant(db: Database, api:
     spent = await api.post("/v1/dead-letters:replay", headers=auth(t), json={})
     assert spent.status_code == 429
     assert spent.headers["content-type"].startswith("application/problem+json")
+    # When to come back: the window's end, as a header and in the problem (RFC 9110 Retry-After).
+    assert 1 <= int(spent.headers["retry-after"]) <= dead_letters.REPLAY_WINDOW_S
+    assert spent.json()["retryAfterSeconds"] == int(spent.headers["retry-after"])
+    assert spent.json()["quota"] == "bulkReplayPerWindow" and spent.json()["limit"] == 3
     remaining = (await api.get("/v1/dead-letters", headers=auth(t))).json()
     assert len(remaining) == 1
