@@ -26,10 +26,12 @@ COPY sql/ sql/
 COPY app/ app/
 
 # The server depends on kairos-sdk==0.1.0 from this checkout, never from an index: both wheels are
-# built here and installed in one pip call with the local wheel directory first.
+# built here and installed in one pip call with the local wheel directory first. The server comes
+# with its objects extra (obstore), so KAIROS_ARCHIVE_URL and large payloads work in the image.
 RUN python -m pip wheel --no-deps --wheel-dir /wheels ./sdk/python . \
     && python -m venv /opt/kairos \
-    && /opt/kairos/bin/pip install --find-links /wheels /wheels/kairos_sdk-*.whl /wheels/kairos-*.whl \
+    && server="$(echo /wheels/kairos-*.whl)" \
+    && /opt/kairos/bin/pip install --find-links /wheels /wheels/kairos_sdk-*.whl "${server}[objects]" \
     && /opt/kairos/bin/pip uninstall --yes pip \
     && /opt/kairos/bin/kairos --version
 

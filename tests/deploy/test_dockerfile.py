@@ -88,6 +88,7 @@ def test_the_builder_builds_both_wheels_and_the_runtime_only_copies_the_result()
     builder_runs = " ".join(rest for keyword, rest in STAGES[0] if keyword == "RUN")
     assert "pip wheel" in builder_runs and "./sdk/python" in builder_runs and " . " in builder_runs
     assert "kairos_sdk-*.whl" in builder_runs and "kairos-*.whl" in builder_runs
+    assert '"${server}[objects]"' in builder_runs  # the object store client (archives, large payloads)
     runtime = STAGES[1]
     copies = [rest for keyword, rest in runtime if keyword in ("COPY", "ADD")]
     assert copies == ["--from=builder /opt/kairos /opt/kairos"]
