@@ -34,7 +34,6 @@ from typing import Any, TypeVar, cast
 import psycopg
 from psycopg.rows import namedtuple_row
 from psycopg_pool import AsyncConnectionPool
-from psycopg_pool import PoolTimeout as DirectPoolTimeout
 from sqlalchemy import TextClause
 from sqlalchemy.engine import Dialect, Engine, make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -184,16 +183,9 @@ def create_engine(url: str, *, isolation: str = "SERIALIZABLE", pool_size: int =
 _ENGINE_ARGS: weakref.WeakKeyDictionary[Engine, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
-def disconnected(exc: psycopg.Error) -> bool:
-    """The connection is gone (server restart, network): not a statement's own error."""
-    state = exc.sqlstate
-    return (state is None and isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))) or (
-        state is not None and state[:2] in ("08", "57") and state != "57014")
-
-
 class _Rows:
     """A statement's rows as the store's table classes read SQLAlchemy results: ``keys()``, iteration
-    (rows unpack and have attributes), ``all``, ``first``, ``scalar_one``."""
+    (rows unpack and have attributes), ``first``, ``scalar_one``."""
 
     __slots__ = ("_keys", "_rows")
 
@@ -205,9 +197,6 @@ class _Rows:
 
     def __iter__(self) -> Any:
         return iter(self._rows)
-
-    def all(self) -> list[Any]:
-        return self._rows
 
     def first(self) -> Any:
         return self._rows[0] if self._rows else None
@@ -249,10 +238,7 @@ class Database:
         self.retries = 0  # transactions re-run after 40001/40P01, for metrics and tests
         # Client-side bound on one run of a transaction's work, connection checkout included; 0: none.
         self.transaction_timeout_s = transaction_timeout_s
-        # ``statement``'s own connections (psycopg's pool, opened on first use), connected exactly as the
-        # engine connects: its dialect's reading of the URL (multi-host lists included), its arguments.
-        _, from_url = engine.dialect.create_connect_args(engine.url)
-        self._direct_args = {**from_url, **(_ENGINE_ARGS.get(engine.sync_engine) or {})}
+        # ``statement``'s own connections: psycopg's pool, opened on first use.
         self._direct: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
         self._direct_opening = asyncio.Lock()
 
@@ -333,9 +319,10 @@ class Database:
                 if ambiguous(exc):
                     return await after_ambiguous(exc)
                 if not retryable(exc):
-                    if isinstance(exc, psycopg.Error) and disconnected(exc):
-                        await self._check_direct()
-                    raise translate(exc) from exc
+                    failure = translate(exc)
+                    if isinstance(exc, psycopg.Error) and isinstance(failure, errors.DatabaseUnavailable):
+                        await self._check_direct()  # a lost connection may not be the only one
+                    raise failure from exc
                 if attempt == self.retry.attempts:
                     raise errors.TransactionRetriesExhausted() from exc
                 self.retries += 1
@@ -343,7 +330,7 @@ class Database:
                 # Full jitter: concurrent losers spread out instead of colliding again.
                 await asyncio.sleep(random.uniform(0, delay))
                 delay = min(self.retry.max_s, delay * 2)
-            except (PoolTimeout, DirectPoolTimeout) as exc:
+            except PoolTimeout as exc:
                 raise errors.DatabaseUnavailable("no database connection free in the pool") from exc
         raise AssertionError("unreachable")
 
@@ -351,8 +338,12 @@ class Database:
         if self._direct is None:
             async with self._direct_opening:
                 if self._direct is None:
+                    # Connected exactly as the engine connects: its dialect's reading of the URL (multi-host
+                    # lists included), then the arguments create_engine gave it.
+                    _, from_url = self.engine.dialect.create_connect_args(self.engine.url)
+                    args = {**from_url, **_ENGINE_ARGS.get(self.engine.sync_engine, {}), "autocommit": True}
                     pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
-                        "", kwargs={**self._direct_args, "autocommit": True},
+                        "", kwargs=args,
                         # As many as the engine may open, overflow included; a call waits for a connection
                         # (or the database) as long as a connection attempt may take, then fails.
                         min_size=1, max_size=self._engine_pool_size() * 2,

@@ -157,14 +157,9 @@ def q(name: str) -> TextClause:
         raise KeyError(f"no query named {name} in sql/queries or sql/cockroach/queries") from None
 
 
-
 @cache
-def _driver_text(clause: TextClause, dialect: Dialect) -> str:
-    return str(clause.compile(dialect=dialect))
-
-
 def driver_text(clause: TextClause, dialect: Dialect) -> str:
     """The text SQLAlchemy sends for ``clause`` (a ``q()`` statement) on ``dialect``, in the driver's
     parameter style (psycopg: ``%(name)s``), for code that runs a statement on the driver directly.
     Compiled once per statement and dialect."""
-    return _driver_text(clause, dialect)
+    return str(clause.compile(dialect=dialect))
