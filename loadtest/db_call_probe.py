@@ -17,19 +17,16 @@ import asyncio
 import os
 import sys
 import time
-import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-
-import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.store import embedded, migrate, sealing  # noqa: E402
+from app.store import sealing  # noqa: E402
 from app.store.db import Database, create_engine  # noqa: E402
 from app.store.executions import Success  # noqa: E402
-from loadtest.lease_bench import libpq, with_database  # noqa: E402
+from loadtest.lease_bench import one_queue, scratch_database  # noqa: E402
 from tests import factories as tf  # noqa: E402
 
 
@@ -44,40 +41,35 @@ def parse() -> argparse.Namespace:
 async def main() -> None:
     args = parse()
     os.environ.setdefault(sealing.SECRET_KEY_VARIABLE, sealing.new_key())
-    base = os.environ.get("KAIROS_DATABASE_URL") or embedded.start(Path(args.home) / "pgdata")
-    name = f"db_call_probe_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(libpq(with_database(base, "postgres")), autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    db = Database(create_engine(with_database(base, name), pool_size=2))
-    try:
-        await migrate.upgrade(db)
-        tenant = await tf.tenant(db, "probe")
-        await db.transaction(lambda tx: tx.tenants.set_quota(tenant.tenant_id, max_inflight=1_000_000))
-        queue = tf.tenant_queue(tenant.tenant_id, "probe")
-        job = await tf.job(db, tenant.tenant_id, queue=queue)
-        n = args.cycles * args.batch
-        print(f"{args.cycles} cycles of lease {args.batch} + complete {args.batch}, per round")
-        for day, how in enumerate(("transaction", "statement", "transaction", "statement"), start=1):
-            first = datetime.now(timezone.utc) - timedelta(days=day)
-            await tf.insert_ready(db, [job] * n, [first + timedelta(microseconds=i) for i in range(n)])
+    with scratch_database(args.home, "db_call_probe") as url:
+        db = Database(create_engine(url, pool_size=2))
+        try:
+            await probe(args, db)
+        finally:
+            await db.close()
 
-            def call(work, how=how):
-                return db.transaction(work, isolation="READ COMMITTED") if how == "transaction" else db.statement(work)
 
-            cpu = time.process_time()
-            for _ in range(args.cycles):
-                leased = await call(lambda tx: tx.executions.lease(queue, "probe", args.batch, 60))
-                done = [Success(e.execution_id, e.attempt) for e in leased]
-                answers = await call(lambda tx, done=done: tx.executions.complete_many(done))
-                if len(leased) != args.batch or not all(answers.values()):
-                    raise SystemExit(f"{how}: leased {len(leased)}, completed {sum(answers.values())}")
-            per_cycle_us = 1e6 * (time.process_time() - cpu) / args.cycles
-            print(f"  {how:11s} client CPU {per_cycle_us:6.0f} us per cycle "
-                  f"({per_cycle_us / args.batch:.1f} us per execution leased and completed)")
-    finally:
-        await db.close()
-        with psycopg.connect(libpq(with_database(base, "postgres")), autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+async def probe(args: argparse.Namespace, db: Database) -> None:
+    _, queue, job = await one_queue(db, "probe", "probe")
+    n = args.cycles * args.batch
+    print(f"{args.cycles} cycles of lease {args.batch} + complete {args.batch}, per round")
+    for day, how in enumerate(("transaction", "statement", "transaction", "statement"), start=1):
+        first = datetime.now(timezone.utc) - timedelta(days=day)
+        await tf.insert_ready(db, [job] * n, [first + timedelta(microseconds=i) for i in range(n)])
+
+        def call(work, how=how):
+            return db.transaction(work, isolation="READ COMMITTED") if how == "transaction" else db.statement(work)
+
+        cpu = time.process_time()
+        for _ in range(args.cycles):
+            leased = await call(lambda tx: tx.executions.lease(queue, "probe", args.batch, 60))
+            done = [Success(e.execution_id, e.attempt) for e in leased]
+            answers = await call(lambda tx, done=done: tx.executions.complete_many(done))
+            if len(leased) != args.batch or not all(answers.values()):
+                raise SystemExit(f"{how}: leased {len(leased)}, completed {sum(answers.values())}")
+        per_cycle_us = 1e6 * (time.process_time() - cpu) / args.cycles
+        print(f"  {how:11s} client CPU {per_cycle_us:6.0f} us per cycle "
+              f"({per_cycle_us / args.batch:.1f} us per execution leased and completed)")
 
 
 if __name__ == "__main__":

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -91,22 +93,44 @@ def measure(conn: psycopg.Connection, since: datetime) -> tuple[int, float]:
     return n, (last - first).total_seconds()
 
 
+@contextlib.contextmanager
+def scratch_database(home: str, prefix: str, *, keep: bool = False) -> Iterator[str]:
+    """The URL of a new database on KAIROS_DATABASE_URL's server, else on the embedded PostgreSQL under
+    ``home``; dropped afterwards unless ``keep``. (Also loadtest/db_call_probe.py's.)"""
+    base = os.environ.get("KAIROS_DATABASE_URL") or embedded.start(Path(home) / "pgdata")
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(libpq(with_database(base, "postgres")), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield with_database(base, name)
+    finally:
+        if not keep:
+            with psycopg.connect(libpq(with_database(base, "postgres")), autocommit=True) as admin:
+                admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+async def one_queue(db: Database, tenant_name: str, pool: str) -> tuple[tf.TenantFixture, str, uuid.UUID]:
+    """Migrate ``db``; one tenant (its in-flight quota out of the way), its ``pool``'s queue, one job on it."""
+    await migrate.upgrade(db)
+    tenant = await tf.tenant(db, tenant_name)
+    await db.transaction(lambda tx: tx.tenants.set_quota(tenant.tenant_id, max_inflight=1_000_000))
+    queue = tf.tenant_queue(tenant.tenant_id, pool)
+    return tenant, queue, await tf.job(db, tenant.tenant_id, queue=queue)
+
+
 async def main() -> None:
     args = parse()
     # The executor must open the signing secret the bench tenant is sealed with (app.store.sealing).
     os.environ.setdefault(sealing.SECRET_KEY_VARIABLE, sealing.new_key())
-    base = os.environ.get("KAIROS_DATABASE_URL") or embedded.start(Path(args.home) / "pgdata")
-    name = f"lease_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(libpq(with_database(base, "postgres")), autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    url = with_database(base, name)
+    with scratch_database(args.home, "lease_bench", keep=args.keep) as url:
+        await bench(args, url)
+
+
+async def bench(args: argparse.Namespace, url: str) -> None:
     db = Database(create_engine(url, pool_size=2))
     executor = None
     try:
-        await migrate.upgrade(db)
-        tenant = await tf.tenant(db, "bench")
-        await db.transaction(lambda tx: tx.tenants.set_quota(tenant.tenant_id, max_inflight=1_000_000))
-        job = await tf.job(db, tenant.tenant_id, queue=tf.tenant_queue(tenant.tenant_id, POOL))
+        tenant, _, job = await one_queue(db, "bench", POOL)
         port = free_port()
         env = dict(os.environ, KAIROS_DATABASE_URL=url, KAIROS_GRPC_PORT=str(port), KAIROS_LOG_LEVEL="WARNING",
                    KAIROS_HOME=str(Path(args.home) / "home"))
@@ -143,9 +167,6 @@ async def main() -> None:
             executor.send_signal(signal.SIGTERM)
             executor.wait(timeout=30)
         await db.close()
-        if not args.keep:
-            with psycopg.connect(libpq(with_database(base, "postgres")), autocommit=True) as admin:
-                admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 if __name__ == "__main__":
