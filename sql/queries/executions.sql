@@ -131,7 +131,8 @@ WHERE e.execution_id = :execution_id AND j.job_id = e.job_id
 RETURNING e.lease_until;
 
 -- name: ExecutionCompleteMany
--- Record success of many current attempts at once (unnest over arrays), writing each attempt's row as it ends; a stale attempt changes nothing and its result is kept on its (expired or cancelled) attempts row as 'discarded'.
+-- Record success of many current attempts at once (unnest over arrays), writing each attempt's row as it ends; a stale attempt changes nothing and its result is kept on its (expired or cancelled) attempts row as 'discarded'. Rows out: each recorded execution (ok), and each stale one, ok when its attempt had already succeeded (a repeated call); an execution out of scope, unknown, or changed by a concurrent statement is missing (lease lost).
+-- No two CTEs are joined: a prepared statement's generic plan counts an array parameter as 10 items and joins CTEs by nested loop, quadratic in the batch (a 512-item call ran 34 ms against 7 ms; loadtest/README.md, "Seventh session").
 WITH input AS (
     -- Only executions the caller's credential covers: scope is an exact queue, a queue prefix ending in ':', or NULL (the executor itself).
     -- x is the row before this statement's update (one snapshot): the live attempt's owner and times.
@@ -150,14 +151,14 @@ WITH input AS (
     FROM input AS i, clock AS c
     WHERE e.execution_id = i.execution_id AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
-    RETURNING e.execution_id
+    -- What the attempt's row needs, the live attempt's owner and times as they were (input's).
+    RETURNING e.execution_id, e.attempt, e.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now, e.result
 ), recorded AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
                           outcome, result)
-    SELECT i.execution_id, i.attempt, i.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now,
-           'succeeded', CAST(i.result AS JSONB)
-    FROM input AS i, clock AS c
-    WHERE i.execution_id IN (SELECT execution_id FROM done)
+    SELECT d.execution_id, d.attempt, d.tenant_id, d.lease_owner, d.started_at, d.lease_until, d.now,
+           'succeeded', d.result
+    FROM done AS d
     -- A 'running' row opened at lease time (as Kairos did before 2026-12) ends here too.
     ON CONFLICT (execution_id, attempt) DO UPDATE SET
         outcome = 'succeeded', finished_at = excluded.finished_at, result = excluded.result
@@ -169,12 +170,15 @@ WITH input AS (
       AND a.outcome IN ('running', 'expired', 'cancelled')  -- a repeated call changes nothing
     RETURNING a.execution_id
 )
+SELECT d.execution_id, true AS ok FROM done AS d
+UNION ALL
+-- A stale attempt: ok when it had succeeded already (in this statement's snapshot, a current attempt never has).
 SELECT i.execution_id,
-       (d.execution_id IS NOT NULL
-        OR EXISTS (SELECT 1 FROM attempts AS s
-                   WHERE s.execution_id = i.execution_id AND s.attempt = i.attempt
-                     AND s.outcome = 'succeeded')) AS ok
-FROM input AS i LEFT JOIN done AS d ON d.execution_id = i.execution_id;
+       EXISTS (SELECT 1 FROM attempts AS s
+               WHERE s.execution_id = i.execution_id AND s.attempt = i.attempt
+                 AND s.outcome = 'succeeded') AS ok
+FROM input AS i
+WHERE NOT i.current;
 
 -- name: ExecutionRetryPolicyMany
 -- The effective retry policy (replay override or the job's) of many executions, with the retry deadline's inputs: the job's maxRetryDurationSeconds and how long ago the first attempt started.
