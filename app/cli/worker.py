@@ -65,9 +65,13 @@ worker key. More: docs/worker-protocol.md, "The command worker".
               help="Executions leased ahead of free slots, waiting in the worker (heartbeaten) for one "
                    "[default: sized from the measured Lease round trip against the commands' run time, "
                    "about 0 for commands that run for seconds; 0: never].")
+@click.option("--lease-calls", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Lease calls in flight at once under load: more fill slots that free during a round trip "
+                   "sooner, which pays with an executor far away.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def worker(pool: str, addr: str | None, concurrency: int, lease_seconds: float, worker_id: str | None,
-           report_ms: float, idle_notice_s: float, prefetch: int | None, command: tuple[str, ...]) -> None:
+           report_ms: float, idle_notice_s: float, prefetch: int | None, lease_calls: int,
+           command: tuple[str, ...]) -> None:
     """Run COMMAND once per execution of POOL, with the payload as JSON on stdin.
 
     Exit 0 completes the execution, 65 dead-letters it, any other exit (75 by convention)
@@ -88,7 +92,7 @@ def worker(pool: str, addr: str | None, concurrency: int, lease_seconds: float, 
     executor = addr or settings.executor_addr
     w = Worker(check_pool_ref(pool), command_handler(argv), addr=executor, api_key=settings.api_key,
                concurrency=concurrency, lease_seconds=lease_seconds, worker_id=worker_id, report_s=report_ms / 1000,
-               idle_notice_s=idle_notice_s, prefetch=prefetch)
+               idle_notice_s=idle_notice_s, prefetch=prefetch, lease_calls=lease_calls)
     logging.getLogger("kairos.worker").info("worker starting", extra={
         "pool": pool, "addr": executor, "command": argv})
     try:

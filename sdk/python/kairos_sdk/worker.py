@@ -31,10 +31,13 @@ The default (None) sizes it from what the worker measures, the Lease round trip 
 handlers' duration (slots that free during one round trip, at most twice ``concurrency``: a
 round trip longer than a handler must bring more than the slots hold): about 0 for handlers that
 run for seconds, so a worker never sits on work another one could start; 0 turns it off. Idle,
-the worker has one Lease long poll out; under load up to two calls are in flight, each for the
-places free when it leaves (every free place, prefetch included, unless ``batch`` caps a call),
-so slots that free during one round trip are filled by the next answer. An execution's timeout
-counts from its lease, as on the server.
+the worker has one Lease long poll out. Under load one call is in flight (``lease_calls``), for
+the places free when it leaves (every free place, prefetch included, unless ``batch`` caps a
+call); more calls at once fill the slots that free during a round trip sooner, which pays where
+the executor is far away. Near it, a second call only added contention: the 100,000-job herd
+drained 14,147/s on average with one call per worker against 12,448/s with two, and command
+workers were no slower (loadtest/README.md, "Seventh session"). An execution's timeout counts
+from its lease, as on the server.
 A worker that has leased nothing for ``idle_notice_s`` (60 s) with nothing running says so at INFO,
 once per such stretch: a pool that no job of the key's tenant targets looks exactly like a quiet
 one from here (the protocol has no call to ask), and this line is the hint.
@@ -64,8 +67,6 @@ log = logging.getLogger("kairos.worker")
 Handler = Callable[[Execution], Any] | Callable[[Execution], Awaitable[Any]]
 MAX_ERROR_CHARS = 4000
 IDLE_NOTICE_S_DEFAULT = 60.0
-# Lease calls in flight at once under load (one when idle: a single long poll).
-MAX_LEASE_CALLS = 2
 # A pool named "shared/<name>" is an operator's shared pool; any other name is the key's tenant's own.
 SHARED_POOL_PREFIX = "shared/"
 
@@ -119,7 +120,7 @@ class Worker:
                  batch: int | None = None, worker_id: str | None = None, grace_s: float | None = None,
                  report_s: float = 0.005, report_max: int = 500,
                  idle_notice_s: float | None = IDLE_NOTICE_S_DEFAULT, prefetch: int | None = None,
-                 gather_s: float = 0.002) -> None:
+                 gather_s: float = 0.002, lease_calls: int = 1) -> None:
         self.pool = pool
         self.handler = handler
         self.addr = addr
@@ -136,6 +137,7 @@ class Worker:
         self.idle_notice_s = idle_notice_s  # None or 0: never
         self.prefetch = prefetch if prefetch is None else max(0, prefetch)  # None: sized from measurements
         self.gather_s = gather_s  # how long a Lease waits for more slots to free under load
+        self.lease_calls = max(1, lease_calls)  # Lease calls in flight at once under load (one when idle)
         self._slots = _Slots(self.concurrency)
         self._lease_rtt_s = 0.0  # moving averages: a Lease call's round trip, a handler's run
         self._handler_s = 0.0
@@ -221,13 +223,13 @@ class Worker:
                 # take every free place.
                 most = self.batch if self._batch_given else room
                 # Idle (the last answer was empty), one long poll, however small a batch it asks for; under
-                # load a second call goes out while the first is on its way, so slots that free during a
-                # round trip are filled by the next answer, not the one after.
+                # load up to lease_calls: with more than one, a call goes out while another is on its way,
+                # so slots that free during a round trip are filled by the next answer, not the one after.
                 loaded = self._busy > 0 or (bool(calls) and brought_work)
                 # Under load slots free one by one: a call asks for half a batch at least (waiting up to
                 # gather_s for it), or every call pays the server's fair-lease planning for a few rows.
                 enough = max(1, min(most, room) // 2) if loaded else 1
-                may_call = len(calls) < (MAX_LEASE_CALLS if loaded else 1)
+                may_call = len(calls) < (self.lease_calls if loaded else 1)
                 now = loop.time()
                 if free <= 0:
                     was_full = True
