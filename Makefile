@@ -55,6 +55,7 @@ bench-probes: $(DEV)
 	$(PY) loadtest/dispatch_bench.py
 	$(PY) loadtest/lease_bench.py
 	$(PY) loadtest/db_call_probe.py
+	$(PY) loadtest/pg_cost_probe.py
 	$(PY) loadtest/heap_memory.py
 
 ## Locust against a throwaway `kairos up --demo`, headless, bounded (LOCUST_ARGS="-u 50 -t 60s --shape herd").

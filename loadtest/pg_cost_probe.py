@@ -1,0 +1,122 @@
+"""PostgreSQL's CPU per execution leased and completed, by the number of leasers of one queue.
+Component probe (seeds rows, no tiers, one process): not the user's path; the figure that counts is loadtest/herd.py.
+
+    .venv/bin/python loadtest/pg_cost_probe.py [--rows 60000] [--batch 128] [--leasers 1,2,4]
+
+Creates its own database (on the embedded PostgreSQL under --home, or on KAIROS_DATABASE_URL's
+server, which must run on this machine: the figures are the server processes' own CPU time from
+/proc/<pid>/schedstat) with one tenant, one job and --rows ready executions per round, then drains
+them with N concurrent leasers, each repeating lease --batch + complete them through
+``Database.statement`` as the executor does. Prints the backends' CPU per execution; with one
+leaser, split into the lease and the completion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.store import sealing  # noqa: E402
+from app.store.db import Database, create_engine  # noqa: E402
+from app.store.executions import Success  # noqa: E402
+from loadtest.lease_bench import libpq, one_queue, scratch_database  # noqa: E402
+from tests import factories as tf  # noqa: E402
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=60_000, help="ready executions per round")
+    p.add_argument("--batch", type=int, default=128, help="executions per lease and per completion")
+    p.add_argument("--leasers", default="1,2,4", help="concurrent leasers, one round each")
+    p.add_argument("--home", default="/tmp/kairos-pg-cost-probe", help="embedded PostgreSQL home")
+    return p.parse_args()
+
+
+class Backends:
+    """CPU time of the client backends serving one database (autovacuum's workers, which come and go, not
+    counted), this probe's own connection left out."""
+
+    def __init__(self, url: str) -> None:
+        self._admin = psycopg.connect(libpq(url), autocommit=True)
+        self._name = self._admin.info.dbname
+
+    def cpu_s(self) -> float:
+        pids = [pid for (pid,) in self._admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend' "
+            "AND pid <> pg_backend_pid()", (self._name,))]
+        total = 0
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/schedstat") as f:
+                    total += int(f.read().split()[0])  # nanoseconds on a CPU
+            except FileNotFoundError:  # not on this machine, or gone
+                if not os.path.exists("/proc/self/schedstat"):
+                    raise SystemExit("needs /proc/<pid>/schedstat (Linux) and the server on this machine") from None
+        return total / 1e9
+
+    def close(self) -> None:
+        self._admin.close()
+
+
+async def main() -> None:
+    args = parse()
+    os.environ.setdefault(sealing.SECRET_KEY_VARIABLE, sealing.new_key())
+    with scratch_database(args.home, "pg_cost_probe") as url:
+        leasers = [int(n) for n in args.leasers.split(",")]
+        db = Database(create_engine(url, pool_size=2 + max(leasers)))
+        backends = Backends(url)
+        try:
+            _, queue, job = await one_queue(db, "probe", "probe")
+            for day, n in enumerate(leasers, start=1):
+                first = datetime.now(timezone.utc) - timedelta(days=day)
+                times = [first + timedelta(microseconds=i) for i in range(args.rows)]
+                await tf.insert_ready(db, [job] * args.rows, times)
+                await db.transaction(lambda tx: tx.statistics.analyze("executions"))
+                await drain(args, db, backends, queue, n)
+        finally:
+            backends.close()
+            await db.close()
+
+
+async def drain(args: argparse.Namespace, db: Database, backends: Backends, queue: str, leasers: int) -> None:
+    split = {"lease": 0.0, "complete": 0.0}
+    done = 0
+
+    async def leaser() -> None:
+        nonlocal done
+        while True:
+            before = backends.cpu_s() if leasers == 1 else 0.0
+            leased = await db.statement(lambda tx: tx.executions.lease(queue, "probe", args.batch, 60))
+            if not leased:
+                return
+            middle = backends.cpu_s() if leasers == 1 else 0.0
+            items = [Success(e.execution_id, e.attempt) for e in leased]
+            answers = await db.statement(lambda tx, items=items: tx.executions.complete_many(items))
+            if not all(answers.get(i.execution_id) for i in items):
+                raise SystemExit(f"completed {sum(map(bool, answers.values()))} of {len(items)}")
+            if leasers == 1:
+                split["lease"] += middle - before
+                split["complete"] += backends.cpu_s() - middle
+            done += len(leased)
+
+    start = backends.cpu_s()
+    await asyncio.gather(*(leaser() for _ in range(leasers)))
+    per_row_us = 1e6 * (backends.cpu_s() - start) / max(done, 1)
+    line = f"{leasers} leaser(s), batch {args.batch}: {done} executions, PostgreSQL {per_row_us:5.1f} us each"
+    if leasers == 1:
+        line += (f" (lease {1e6 * split['lease'] / done:.1f} us, "
+                 f"completion {1e6 * split['complete'] / done:.1f} us)")
+    print(line)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
