@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 from datetime import datetime, timedelta, timezone
@@ -48,6 +49,14 @@ class Backends:
     def __init__(self, url: str) -> None:
         self._admin = psycopg.connect(libpq(url), autocommit=True)
         self._name = self._admin.info.dbname
+        try:  # this connection's own backend must be a process here, or every figure would read 0
+            with open(f"/proc/{self._admin.info.backend_pid}/cmdline", "rb") as f:
+                local = b"postgres" in f.read()
+        except OSError:
+            local = False
+        if not local:
+            self._admin.close()
+            raise SystemExit("needs the PostgreSQL server on this machine and Linux's /proc/<pid>/schedstat")
 
     def cpu_s(self) -> float:
         pids = [pid for (pid,) in self._admin.execute(
@@ -55,12 +64,9 @@ class Backends:
             "AND pid <> pg_backend_pid()", (self._name,))]
         total = 0
         for pid in pids:
-            try:
+            with contextlib.suppress(FileNotFoundError):  # a backend that has just exited
                 with open(f"/proc/{pid}/schedstat") as f:
                     total += int(f.read().split()[0])  # nanoseconds on a CPU
-            except FileNotFoundError:  # not on this machine, or gone
-                if not os.path.exists("/proc/self/schedstat"):
-                    raise SystemExit("needs /proc/<pid>/schedstat (Linux) and the server on this machine") from None
         return total / 1e9
 
     def close(self) -> None:
