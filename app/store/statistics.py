@@ -18,6 +18,9 @@ class Statistics(Table):
         rows = await self._conn.execute(q("StatisticsStaleTables"), {"min_rows": min_rows, "fraction": fraction})
         return [r.relname for r in rows]
 
-    async def analyze(self, table: str) -> None:
-        """ANALYZE one of :data:`HOT_TABLES` (KeyError for any other name)."""
+    async def analyze(self, table: str, *, target: int | None = None) -> None:
+        """ANALYZE one of :data:`HOT_TABLES` (KeyError for any other name); ``target`` sets the statistics
+        target of this transaction's ANALYZE (its sample is 300 x target rows; None: the server's)."""
+        if target is not None:
+            await self._conn.execute(q("StatisticsTargetForTransaction"), {"target": target})
         await self._conn.execute(q(_ANALYZE[table]))

@@ -9,6 +9,10 @@ WHERE s.schemaname = current_schema()
                                         CAST(:fraction AS FLOAT8) * (s.n_live_tup - s.n_mod_since_analyze))
   AND abs(s.n_live_tup - greatest(c.reltuples, 0)) >= CAST(:fraction AS FLOAT8) * greatest(c.reltuples, 0);
 
+-- name: StatisticsTargetForTransaction
+-- The statistics target of the ANALYZE that follows in this transaction (set_config(..., true) is SET LOCAL): ANALYZE samples 300 x target rows, so the keeper's refresh in the middle of a herd costs a tenth of the server default's 100.
+SELECT set_config('default_statistics_target', CAST(:target AS TEXT), true);
+
 -- name: StatisticsAnalyzeJobs
 -- Refresh the planner statistics of jobs (one table per statement: only the stale ones are analyzed).
 ANALYZE jobs;

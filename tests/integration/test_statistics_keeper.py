@@ -80,7 +80,29 @@ async def test_updates_that_leave_a_tables_size_alone_get_no_new_analyze(db: Dat
     assert "executions" in (await keeper.run_once()).analyzed
 
 
-@pytest.mark.parametrize("bad", [{"interval_s": 0}, {"min_rows": 0}, {"fraction": -1}])
+async def ready_at_histogram_bounds(db: Database) -> int:
+    async with db.engine.connect() as conn:
+        row = (await conn.execute(text(
+            "SELECT cardinality(CAST(CAST(histogram_bounds AS TEXT) AS TEXT[])) FROM pg_stats "
+            "WHERE tablename = 'executions' AND attname = 'ready_at'"))).first()
+    assert row is not None, "executions.ready_at has no statistics"
+    return int(row[0])
+
+
+@pytest.mark.parametrize("target", [10, 100])
+async def test_the_keepers_analyze_uses_its_own_statistics_target(db: Database, target: int) -> None:
+    # 2,000 distinct ready_at values: ANALYZE keeps target + 1 histogram bounds of them. The target is
+    # this transaction's: the server's default (100) is left alone for autovacuum and everybody else.
+    keeper = StatisticsKeeper(db, StatisticsKeeperConfig(min_rows=500, fraction=0.2, target=target))
+    await burst(db, await a_job(db))
+    assert "executions" in (await keeper.run_once()).analyzed
+    assert await ready_at_histogram_bounds(db) == target + 1
+    async with db.engine.connect() as conn:
+        assert (await conn.execute(text("SHOW default_statistics_target"))).scalar_one() == "100"
+
+
+@pytest.mark.parametrize("bad", [{"interval_s": 0}, {"min_rows": 0}, {"fraction": -1}, {"target": 0},
+                                 {"target": 10_001}])
 def test_config_is_validated(bad: dict) -> None:
     with pytest.raises(ValueError):
         StatisticsKeeperConfig(**bad)
