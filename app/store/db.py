@@ -23,6 +23,7 @@ caller ``DatabaseUnavailable`` after a bounded time, never a task parked forever
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
@@ -31,8 +32,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+import msgspec
 import psycopg
 from psycopg.rows import namedtuple_row
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import TextClause
 from sqlalchemy.engine import Dialect, Engine, make_url
@@ -48,6 +51,22 @@ from app.store.seam import Store
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+_decode_json = msgspec.json.decode
+
+
+def json_loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """JSON and JSONB values as Python objects, as ``json.loads`` reads them: msgspec's decoder (2.6 us
+    for ``{}`` against 0.14 us; a herd leases a payload per execution), and ``json.loads`` for the
+    values msgspec refuses, numbers beyond a float's range (``1e400``, which JSONB keeps: inf)."""
+    try:
+        return _decode_json(data)
+    except msgspec.DecodeError:
+        return json.loads(bytes(data) if isinstance(data, memoryview) else data)
+
+
+# Every connection of this process (the engines' and Database.statement's) reads JSON through it.
+set_json_loads(json_loads)
 
 # serialization_failure, deadlock_detected: the whole transaction may simply be run again.
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
