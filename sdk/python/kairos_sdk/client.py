@@ -56,6 +56,13 @@ def _dt(ts) -> datetime | None:
     return _EPOCH + timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
 
 
+def _payload(raw: bytes) -> Any:
+    """A leased payload: None when unset; ``{}`` (the most common, a fresh dict each time) without the decoder."""
+    if not raw:
+        return None
+    return {} if raw == b"{}" else json.loads(raw)
+
+
 class _Times:
     """_dt with a memo for one answer: a herd's executions share their due time, one Lease its lease end."""
 
@@ -100,7 +107,7 @@ class WorkerClient:
         return [
             Execution(
                 execution_id=e.execution_id, job_id=e.job_id, attempt=e.attempt,
-                payload=json.loads(e.payload) if e.payload else None,
+                payload=_payload(e.payload),
                 scheduled_for=times(e.scheduled_for), lease_until=times(e.lease_until),  # type: ignore[arg-type]
                 idempotency_key=e.idempotency_key, max_attempts=e.max_attempts,
                 timeout_seconds=e.timeout_seconds,

@@ -31,6 +31,18 @@ async def test_lease_and_report_map_protos_to_typed_values(served: Served) -> No
     assert served.executor.keys[0] == "Bearer k"
 
 
+async def test_empty_payloads_are_a_fresh_dict_each(served: Served) -> None:
+    # {} skips the decoder; each execution still gets its own dict, so a handler mutating one cannot touch another.
+    served.executor.add({})
+    served.executor.add({})
+    served.executor.add([1, {}])
+    async with WorkerClient(served.addr, "k") as client:
+        got = await client.lease("emails", "w1", 5, wait_seconds=1)
+    assert [e.payload for e in got] == [{}, {}, [1, {}]]
+    got[0].payload["x"] = 1
+    assert got[1].payload == {}
+
+
 def _floor(requirement: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.search(r">=([\d.]+)", requirement).group(1).split("."))
 
