@@ -867,6 +867,7 @@ class Run:
         self.stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.out_path = Path(args.results_dir) / f"herd-{self.stamp}.json"
         self.failed = False
+        self.loop_ms: dict[str, float] = {}  # python_loop_ms() at the start and at the end
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -885,6 +886,7 @@ class Run:
         return {"startedAt": self.stamp, "commit": git("rev-parse", "HEAD"),
                 "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", "app", "sql")),
                 "cpus": os.cpu_count(), "loadAverageAtStart": os.getloadavg(), "python": sys.version.split()[0],
+                "pythonLoopMs": self.loop_ms,
                 "command": " ".join(["loadtest/herd.py", *sys.argv[1:]]),
                 "config": {k: v for k, v in vars(a).items() if k != "worker_child"}}
 
@@ -893,6 +895,20 @@ class Run:
         doc = {"meta": self.meta(), "scenarios": self.results,
                "table": [vars(r) for r in self.rows]}
         self.out_path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+
+
+def python_loop_ms() -> float:
+    """CPU milliseconds of a fixed pure-Python workload, best of five: how fast this machine runs Python
+    right now. The same code measured half as fast on one day as on the day before (loadtest/README.md,
+    "Eighth session"), so a run's figures are read beside this one."""
+    best = math.inf
+    for _ in range(5):
+        t = time.process_time()
+        x = 0
+        for i in range(300_000):
+            x += i * i % 7
+        best = min(best, time.process_time() - t)
+    return round(best * 1000, 1)
 
 
 # -- correctness rows shared by the job scenarios ----------------------------------------------------
@@ -1371,9 +1387,10 @@ def print_table(rows: list[Row]) -> None:
 async def main(run: Run) -> None:
     a = run.args
     run.server = Server(a, run.tmp)
+    run.loop_ms["start"] = python_loop_ms()
     print(f"herd benchmark: scenarios {a.scenarios}; {a.workers} worker process(es) x concurrency "
           f"{a.worker_concurrency}, lease batch {a.lease_batch}; client {a.client}; cpus {os.cpu_count()}; "
-          f"logs in {run.tmp / 'logs'}")
+          f"machine: fixed Python loop {run.loop_ms['start']} ms; logs in {run.tmp / 'logs'}")
     for name in [s for s in a.scenarios.split(",") if s]:
         if run.left() < 30:
             run.results[name] = {"skipped": "global deadline"}
@@ -1392,6 +1409,10 @@ async def main(run: Run) -> None:
         run.results.setdefault(name, {})["wallSeconds"] = round(time.monotonic() - t0, 1)
         run.save()
         print(f"  [{name}] done in {time.monotonic() - t0:.0f} s")
+    run.loop_ms["end"] = python_loop_ms()
+    run.row("machine", "fixed Python loop, CPU ms at start / end (lower is faster)", "-",
+            f"{run.loop_ms['start']} / {run.loop_ms['end']}", None)
+    run.save()
 
 
 def entry() -> int:

@@ -44,4 +44,6 @@ def test_herd_smoke(tmp_path: Path) -> None:
     assert 0 <= lag["min"] <= lag["max"] < 20, lag  # measured from the database: started after T, bounded
     rows = {(r["scenario"], r["figure"]) for r in doc["table"]}
     assert ("herd10k", "lost (jobs with no succeeded execution)") in rows
+    loop_ms = doc["meta"]["pythonLoopMs"]
+    assert set(loop_ms) == {"start", "end"} and all(ms > 0 for ms in loop_ms.values()), loop_ms
     assert "Kairos herd benchmark" in proc.stdout
