@@ -72,7 +72,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
     FROM quota AS q
     WHERE q.room > 0
 ), candidates AS (
-    SELECT c.execution_id, c.attempt, q.tenant_id, q.weight, q.now,
+    SELECT c.execution_id, c.attempt, q.tenant_id, q.weight,
            row_number() OVER (PARTITION BY q.tenant_id ORDER BY c.ready_at, c.execution_id) AS turn
     FROM share AS q
     CROSS JOIN LATERAL (
@@ -86,23 +86,29 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
 ), picked AS (
     -- Round r holds each tenant's turns r*weight+1 .. (r+1)*weight; tenants take turns in an
     -- order that rotates per call (:salt), so no tenant is always first.
-    SELECT execution_id, attempt, now FROM candidates
+    SELECT execution_id, attempt FROM candidates
     ORDER BY (turn - 1) / weight, md5(CAST(tenant_id AS TEXT) || CAST(:salt AS TEXT)), turn
     LIMIT CAST(:limit AS INT)
 ), leased AS (
+    -- The picked rows come in as arrays (aligned by the same ORDER BY), so the generic plan sees an
+    -- array of about 10 items, whatever the statistics, and probes executions by primary key once per
+    -- item. Joined to picked itself, the plan depended on estimates: with a tenants table never
+    -- analyzed it scanned every ready row (75 us of PostgreSQL's CPU per leased row against 21), and
+    -- with executions never analyzed it read the whole ready index into a bitmap and scanned picked
+    -- once per row (13.9 ms for 128 rows of 60,000 against 4.8; loadtest/README.md, "Eighth session").
     UPDATE executions AS e SET
         state = 'leased',
         attempt = e.attempt + 1,
         lease_owner = :worker_id,
-        started_at = p.now,
-        lease_until = p.now + least(CAST(:lease_s AS FLOAT8), CAST(j.timeout_s AS FLOAT8)) * INTERVAL '1 second'
-    FROM picked AS p, jobs AS j
+        started_at = c.now,
+        lease_until = c.now + least(CAST(:lease_s AS FLOAT8), CAST(j.timeout_s AS FLOAT8)) * INTERVAL '1 second'
+    FROM unnest(ARRAY(SELECT execution_id FROM picked ORDER BY execution_id),
+                ARRAY(SELECT attempt FROM picked ORDER BY execution_id)) AS p (execution_id, attempt),
+         jobs AS j, (SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now) AS c
     WHERE e.execution_id = p.execution_id AND j.job_id = e.job_id
-      -- An index condition whatever the estimates: with a tenants table never analyzed (fewer than
-      -- autovacuum's 50 changed rows) picked looked thousands of rows long, and the join became a
-      -- scan of every ready row (75 us of PostgreSQL's CPU per leased row against 21; loadtest/README.md).
-      AND e.execution_id = ANY (ARRAY(SELECT execution_id FROM picked))
-      AND e.state = 'ready' AND e.attempt = p.attempt  -- a concurrent lease of the same row changes nothing
+      -- A concurrent lease of the same row changes nothing. 'ready' comes from a subquery so that the
+      -- planner cannot read these rows from the partial indexes on state = 'ready' instead.
+      AND e.state = (SELECT 'ready') AND e.attempt = p.attempt
     RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
               e.lease_until, e.payload, e.traceparent
 )

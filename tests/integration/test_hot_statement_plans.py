@@ -8,6 +8,7 @@ import json
 import re
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from app.store.db import Database
@@ -90,3 +91,29 @@ async def test_the_completion_joins_no_two_ctes_by_nested_loop(db: Database) -> 
     loops = [n for n in nodes if n["Node Type"] == "Nested Loop"
              and [c["Node Type"] for c in n.get("Plans", [])] == ["CTE Scan", "CTE Scan"]]
     assert not loops, [[c.get("CTE Name") for c in n["Plans"]] for n in loops]
+
+
+def _leased_update(nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    [update] = [n for n in nodes if n["Node Type"] == "ModifyTable" and n.get("Relation Name") == "executions"]
+    return update
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["executions never analyzed", "executions analyzed"])
+async def test_the_lease_finds_the_rows_it_updates_by_primary_key_whatever_the_statistics(
+        db: Database, analyzed: bool) -> None:
+    # With executions never analyzed, the update read the whole ready index into a bitmap (every ready
+    # row of the queue) and scanned the picked rows once per row: 13.9 ms for 128 of 60,000, not 4.8.
+    tenant = await tf.tenant(db, "acme")
+    queue = tf.tenant_queue(tenant.tenant_id, "pool")
+    job = await tf.job(db, tenant.tenant_id, queue=queue)
+    await tf.ready_executions(db, job, 5_000)
+    if analyzed:
+        await db.transaction(lambda tx: tx.statistics.analyze("executions", target=10))
+    nodes = await _generic_plan(db, "ExecutionLeaseFair", {
+        "queue": queue, "worker_id": "w", "limit": 128, "lease_s": 60.0, "now": None, "salt": "ab",
+        "skip_tenants": "{}"})
+    below = list(_nodes(_leased_update(nodes)))[1:]
+    reads = [(n["Node Type"], n.get("Index Name")) for n in below if n.get("Relation Name") == "executions"]
+    assert reads == [("Index Scan", "executions_pkey")], reads
+    loops = [n for n in below if n["Node Type"] == "Nested Loop" and n["Plans"][1]["Node Type"] == "CTE Scan"]
+    assert not loops, "a CTE scanned once per row of the update"
