@@ -174,10 +174,15 @@ WITH input AS (
         outcome = 'succeeded', finished_at = excluded.finished_at, result = excluded.result
     RETURNING execution_id
 ), discarded AS (
-    UPDATE attempts AS a SET outcome = 'discarded', finished_at = c.now, result = CAST(i.result AS JSONB)
-    FROM input AS i, clock AS c
+    UPDATE attempts AS a SET outcome = 'discarded', finished_at = coalesce(CAST(:now AS TIMESTAMPTZ), now()),
+                             result = CAST(i.result AS JSONB)
+    FROM input AS i
     WHERE a.execution_id = i.execution_id AND a.attempt = i.attempt AND NOT i.current
       AND a.outcome IN ('running', 'expired', 'cancelled')  -- a repeated call changes nothing
+      -- Evaluated once, before the join (a one-time filter): a call with no stale attempt, nearly every
+      -- one, reads nothing here. A generic plan made while attempts was small scans it whole, and a
+      -- herd's drain grows it by every completion: 5.6 ms of a 9.9 ms call at 31,000 rows.
+      AND (SELECT bool_or(NOT s.current) FROM input AS s)
     RETURNING a.execution_id
 )
 SELECT d.execution_id, true AS ok FROM done AS d
