@@ -203,7 +203,8 @@ class Executions(Table):
 
     async def fail_many(self, failed: Sequence[Failure], *, now: datetime | None = None,
                         rng: random.Random | None = None) -> dict[UUID, FailOutcome]:
-        """Schedule retries (backoff from app.domain.backoff) or dead-letter; stale attempts change nothing."""
+        """Schedule retries (backoff from app.domain.backoff) or dead-letter; stale attempts change nothing
+        (their outcome's state is None, as for executions out of the caller's scope or unknown)."""
         if not failed:
             return {}
         ids = [f.execution_id for f in failed]
@@ -227,10 +228,14 @@ class Executions(Table):
             "retryable": plain(retryable), "delays_s": plain(delays),
             "scopes": texts([f.scope for f in failed]), "now": now,
         })
-        return {execution_id: FailOutcome(execution_id, ExecutionState(state),
-                                          ready_at if state == ExecutionState.READY else None)
-                if state is not None else FailOutcome(execution_id, None, None)
-                for execution_id, state, ready_at in rows}
+        # The statement answers the failed ones; every other (stale, out of scope, unknown) changed nothing.
+        out = {execution_id: FailOutcome(execution_id, None, None) for execution_id in ids}
+        for execution_id, state, ready_at in rows:
+            if state is None:  # CockroachDB's text answers the stale ones too, without a state
+                continue
+            out[execution_id] = FailOutcome(execution_id, ExecutionState(state),
+                                            ready_at if state == ExecutionState.READY else None)
+        return out
 
     async def defer_many(self, held: Sequence[AttemptRef], delays_s: Sequence[float], *,
                          now: datetime | None = None) -> int:

@@ -122,10 +122,27 @@ async def test_the_lease_finds_the_rows_it_updates_by_primary_key_whatever_the_s
     assert not loops, "a CTE scanned once per row of the update"
 
 
-async def test_a_completion_without_a_stale_attempt_reads_no_attempts_row(db: Database) -> None:
+def _outcome_params(name: str, leased: list[Any]) -> dict[str, Any]:
+    def array(values: Any) -> str:
+        return "{" + ",".join(values) + "}"
+
+    ids = array(str(e.execution_id) for e in leased)
+    attempts = array(str(e.attempt) for e in leased)
+    nulls = array("NULL" for _ in leased)
+    if name == "ExecutionCompleteMany":
+        return {"execution_ids": ids, "attempts": attempts, "results": nulls, "scopes": nulls, "now": None}
+    return {"execution_ids": ids, "attempts": attempts, "errors": array('"boom"' for _ in leased),
+            "retryable": array("true" for _ in leased), "delays_s": array("10" for _ in leased),
+            "scopes": nulls, "now": None}
+
+
+@pytest.mark.parametrize("name", ["ExecutionCompleteMany", "ExecutionFailMany"])
+async def test_an_outcome_without_a_stale_attempt_reads_no_attempts_row_and_joins_no_two_ctes(
+        db: Database, name: str) -> None:
     # attempts analyzed while small (as at the start of a herd): the generic plan scans it whole to find
     # stale attempts to mark discarded, and a drain grows it by every completion (5.6 ms of a 9.9 ms
-    # call at 31,000 rows). A call with no stale attempt must not read it at all.
+    # call at 31,000 rows). A call with no stale attempt must not read it at all. And the fail joined
+    # input to failed twice by nested loop: 40 ms for 500 items, 9.6 ms without.
     tenant = await tf.tenant(db, "acme")
     queue = tf.tenant_queue(tenant.tenant_id, "pool")
     job = await tf.job(db, tenant.tenant_id, queue=queue)
@@ -133,12 +150,12 @@ async def test_a_completion_without_a_stale_attempt_reads_no_attempts_row(db: Da
     await db.transaction(lambda tx: tx.statistics.analyze("attempts", target=10))
     leased = await db.statement(lambda tx: tx.executions.lease(queue, "w", 3, 60.0))
     assert len(leased) == 3
-    nodes = await _generic_plan(db, "ExecutionCompleteMany", {
-        "execution_ids": "{" + ",".join(str(e.execution_id) for e in leased) + "}",
-        "attempts": "{" + ",".join(str(e.attempt) for e in leased) + "}",
-        "results": "{NULL,NULL,NULL}", "scopes": "{NULL,NULL,NULL}", "now": None}, analyze=True)
+    nodes = await _generic_plan(db, name, _outcome_params(name, leased), analyze=True)
     reads = [(n["Node Type"], n["Actual Loops"]) for n in nodes
              if n.get("Relation Name") == "attempts" and "Scan" in n["Node Type"]]
     assert reads and all(loops == 0 for _, loops in reads), reads
     inserted = [n for n in nodes if n["Node Type"] == "ModifyTable" and n.get("Operation") == "Insert"]
     assert [n["Actual Rows"] for n in inserted] == [3]
+    cte_joins = [[c.get("CTE Name") for c in n["Plans"]] for n in nodes if n["Node Type"] == "Nested Loop"
+                 and [c["Node Type"] for c in n.get("Plans", [])] == ["CTE Scan", "CTE Scan"]]
+    assert not [j for j in cte_joins if "clock" not in j], cte_joins
