@@ -67,8 +67,11 @@ def test_up_restarts_a_tier_that_dies(tmp_path: Path) -> None:
 
         def scheduler_pid() -> int | None:
             for child in parent.children():
-                if child.is_running() and child.status() != psutil.STATUS_ZOMBIE and "scheduler" in child.cmdline():
-                    return child.pid
+                try:
+                    if child.status() != psutil.STATUS_ZOMBIE and "scheduler" in child.cmdline():
+                        return child.pid
+                except (psutil.NoSuchProcess, psutil.ZombieProcess):  # it died (or was reaped) as we looked
+                    continue
             return None
 
         first = wait_for(scheduler_pid, timeout_s=20, what="the scheduler child")
