@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+from uuid import UUID
 
 import pytest
 from sqlalchemy import text
@@ -64,14 +65,19 @@ async def _generic_plan(db: Database, name: str, params: dict[str, Any], *,
     return list(_nodes(doc[0]["Plan"]))
 
 
+async def _ready_queue(db: Database, n: int) -> tuple[str, list[UUID]]:
+    """A tenant's queue holding ``n`` ready executions of one job: the queue and their ids."""
+    tenant = await tf.tenant(db, "acme")
+    queue = tf.tenant_queue(tenant.tenant_id, "pool")
+    job = await tf.job(db, tenant.tenant_id, queue=queue)
+    return queue, await tf.ready_executions(db, job, n)
+
+
 async def test_the_lease_never_scans_executions_while_the_tenants_table_was_never_analyzed(db: Database) -> None:
     # A deployment with fewer than 50 tenants: autovacuum never analyzes tenants, and the statistics
     # keeper analyzes executions once a burst of executions lands. The generic plan then took the
     # picked rows for thousands and joined them to a scan of every ready execution.
-    tenant = await tf.tenant(db, "acme")
-    queue = tf.tenant_queue(tenant.tenant_id, "pool")
-    job = await tf.job(db, tenant.tenant_id, queue=queue)
-    await tf.ready_executions(db, job, 5_000)
+    queue, _ = await _ready_queue(db, 5_000)
     await db.transaction(lambda tx: tx.statistics.analyze("executions"))
 
     nodes = await _generic_plan(db, "ExecutionLeaseFair", {
@@ -83,10 +89,7 @@ async def test_the_lease_never_scans_executions_while_the_tenants_table_was_neve
 
 async def test_the_completion_joins_no_two_ctes_by_nested_loop(db: Database) -> None:
     # Quadratic in the batch: 261,632 rows compared in the final join of a 512-item call (34 ms, not 7).
-    tenant = await tf.tenant(db, "acme")
-    queue = tf.tenant_queue(tenant.tenant_id, "pool")
-    job = await tf.job(db, tenant.tenant_id, queue=queue)
-    ids = await tf.ready_executions(db, job, 3)
+    queue, ids = await _ready_queue(db, 3)
     array = "{" + ",".join(map(str, ids)) + "}"
     nodes = await _generic_plan(db, "ExecutionCompleteMany", {
         "execution_ids": array, "attempts": "{1,1,1}", "results": "{NULL,NULL,NULL}",
@@ -106,10 +109,7 @@ async def test_the_lease_finds_the_rows_it_updates_by_primary_key_whatever_the_s
         db: Database, analyzed: bool) -> None:
     # With executions never analyzed, the update read the whole ready index into a bitmap (every ready
     # row of the queue) and scanned the picked rows once per row: 13.9 ms for 128 of 60,000, not 4.8.
-    tenant = await tf.tenant(db, "acme")
-    queue = tf.tenant_queue(tenant.tenant_id, "pool")
-    job = await tf.job(db, tenant.tenant_id, queue=queue)
-    await tf.ready_executions(db, job, 5_000)
+    queue, _ = await _ready_queue(db, 5_000)
     if analyzed:
         await db.transaction(lambda tx: tx.statistics.analyze("executions", target=10))
     nodes = await _generic_plan(db, "ExecutionLeaseFair", {
@@ -143,10 +143,7 @@ async def test_an_outcome_without_a_stale_attempt_reads_no_attempts_row_and_join
     # stale attempts to mark discarded, and a drain grows it by every completion (5.6 ms of a 9.9 ms
     # call at 31,000 rows). A call with no stale attempt must not read it at all. And the fail joined
     # input to failed twice by nested loop: 40 ms for 500 items, 9.6 ms without.
-    tenant = await tf.tenant(db, "acme")
-    queue = tf.tenant_queue(tenant.tenant_id, "pool")
-    job = await tf.job(db, tenant.tenant_id, queue=queue)
-    await tf.ready_executions(db, job, 3)
+    queue, _ = await _ready_queue(db, 3)
     await db.transaction(lambda tx: tx.statistics.analyze("attempts", target=10))
     leased = await db.statement(lambda tx: tx.executions.lease(queue, "w", 3, 60.0))
     assert len(leased) == 3
