@@ -379,7 +379,11 @@ class Settings:
         doc="dispatch transactions in flight at once (halved under contention, grown back after clean batches)")
     dispatch_ahead_s: float = setting(
         "KAIROS_DISPATCH_AHEAD_S", 5.0, number(), section="scheduler", shown="`5`",
-        doc="how long before its due time an occurrence becomes an execution (ready at the due time)")
+        doc="how long before its due time an occurrence becomes an execution (ready at the due time), at least")
+    dispatch_ahead_max_s: float = setting(
+        "KAIROS_DISPATCH_AHEAD_MAX_S", 30.0, number(), section="scheduler", shown="`30`",
+        doc="how long before its due time at most: more than `KAIROS_DISPATCH_AHEAD_S` when what falls due "
+            "soon takes longer to dispatch at the rate the scheduler measured (never below that setting)")
     catch_up_per_tenant_per_s: float = setting(
         "KAIROS_CATCH_UP_PER_TENANT_PER_S", 10.0, number(exclusive=True), section="scheduler", shown="`10`",
         doc="how fast `catch_up` misfires of one tenant become ready")

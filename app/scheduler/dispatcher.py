@@ -15,9 +15,12 @@ refuses a second execution of an occurrence, one due row per job is a unique ind
 update is guarded on the state the claim read. At SERIALIZABLE on PostgreSQL, concurrent batches
 collide on predicate locks (page-level false positives) and are re-run: correct, but slower.
 
-Dispatch ahead: entries are popped ``ahead_s`` before they are due and become executions whose
-ready_at is their due time, so at the due time only leasing is left (a herd's rows are written,
-and its planner statistics refreshed, before it falls due). What must be decided at the due time
+Dispatch ahead: entries are popped ahead of their due time and become executions whose ready_at
+is their due time, so at the due time only leasing is left (a herd's rows are written, and its
+planner statistics refreshed, before it falls due). How far ahead is app.scheduler.ahead's: at
+least ``ahead_s``, more when what falls due soon takes longer than that to dispatch at the rate
+this process measured, at most ``ahead_max_s``. The window's far edge never moves back: a herd
+whose dispatch has begun is dispatched to its end. What must be decided at the due time
 is not decided early: an occurrence of a job with concurrency forbid or replace, claimed before it
 is due, has its due row put back unchanged and waits in the heap until it is due; cancel cancels
 ready executions, and pause withdraws an execution dispatched ahead (store.jobs.withdraw_ahead).
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -36,6 +40,7 @@ from app import errors, observability
 from app.config import Settings
 from app.domain.states import ExecutionState
 from app.observability import tracing
+from app.scheduler.ahead import AheadWindow, DispatchRate
 from app.scheduler.heap import DueEntry, DueHeap
 from app.scheduler.planning import Plan, plan_claim
 from app.store import Database, Store
@@ -64,12 +69,15 @@ class DispatcherConfig:
     failure_backoff_s: float = 0.5
     # Isolation of dispatch transactions (None: the database default). See the module docstring.
     isolation: str | None = "READ COMMITTED"
-    # How long before its due time an occurrence is dispatched (its execution waits, ready at the due time).
+    # How long before its due time an occurrence is dispatched at least, and at most (its execution
+    # waits, ready at the due time); see app.scheduler.ahead.
     ahead_s: float = 5.0
+    ahead_max_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.ahead_s < 0 or self.batch_size < 1 or self.max_inflight_batches < 1:
-            raise ValueError("ahead_s >= 0, batch_size >= 1 and max_inflight_batches >= 1 are required")
+        if not 0 <= self.ahead_s <= self.ahead_max_s or self.batch_size < 1 or self.max_inflight_batches < 1:
+            raise ValueError("0 <= ahead_s <= ahead_max_s, batch_size >= 1 and max_inflight_batches >= 1 "
+                             "are required")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DispatcherConfig:
@@ -79,6 +87,7 @@ class DispatcherConfig:
             catch_up_per_tenant_per_s=settings.catch_up_per_tenant_per_s,
             isolation=settings.dispatch_isolation,
             ahead_s=settings.dispatch_ahead_s,
+            ahead_max_s=max(settings.dispatch_ahead_s, settings.dispatch_ahead_max_s),
         )
 
 
@@ -127,6 +136,15 @@ class Dispatcher:
         # siblings (SERIALIZABLE false positives), grown back by one per run of clean batches.
         self.inflight_limit = config.max_inflight_batches
         self._clean_batches = 0
+        self.window = AheadWindow(config.ahead_s, config.ahead_max_s)
+        self.rate = DispatchRate()
+        self._horizon_ts = float("-inf")  # the far edge of what may be popped; never moves back
+
+    def ahead(self, now_ts: float) -> tuple[float, float | None]:
+        """How far ahead of ``now_ts`` to pop now, and when to look again at the latest (None: no need)."""
+        plan = self.window.plan(now_ts, self.heap.due_counts(now_ts + self.config.ahead_max_s), self.rate.per_s)
+        self._horizon_ts = max(self._horizon_ts, now_ts + plan.ahead_s)
+        return self._horizon_ts - now_ts, plan.recheck_ts
 
     def _now(self) -> datetime:
         return self.clock() if self.clock else datetime.now(timezone.utc)
@@ -144,7 +162,8 @@ class Dispatcher:
         """Dispatch everything due now, batch after batch (tests call this)."""
         total = BatchResult()
         while True:
-            batch = self.heap.pop_due(self._now().timestamp() + self.config.ahead_s, self.config.batch_size)
+            now_ts = self._now().timestamp()
+            batch = self.heap.pop_due(now_ts, self.config.batch_size, self.ahead(now_ts)[0])
             if not batch:
                 return total
             total.add(await self.dispatch(batch))
@@ -207,7 +226,7 @@ class Dispatcher:
                 if not c.claimed:
                     result.vanished += 1
         self.heap.settle(settled)
-        self.heap.hold(held, self.config.ahead_s)
+        self.heap.hold(held)
         result.claimed = sum(1 for c in claims if c.claimed) - len(held)
         if fenced:
             self.heap.forget(fenced)
@@ -240,16 +259,26 @@ class Dispatcher:
         try:
             while not stop.is_set():
                 self.wake.clear()
-                now_ts = self._now().timestamp() + cfg.ahead_s  # what may be dispatched now
+                now_ts = self._now().timestamp()
+                ahead_s, recheck_ts = self.ahead(now_ts)
+                popped = 0
                 while len(inflight) < self.inflight_limit:
-                    batch = self.heap.pop_due(now_ts, cfg.batch_size)
+                    batch = self.heap.pop_due(now_ts, cfg.batch_size, ahead_s)
                     if not batch:
                         break
+                    popped += len(batch)
                     inflight.add(asyncio.create_task(self.dispatch(batch), name="scheduler.dispatch-batch"))
+                # A spell of backlog (every batch slot taken) measures how fast this process dispatches.
+                if inflight:
+                    self.rate.popped(time.monotonic(), popped, backlog=len(inflight) >= self.inflight_limit)
+                else:
+                    self.rate.idle(time.monotonic())
                 waiters: set[asyncio.Future] = set(inflight)
                 timeout: float | None = None
                 if len(inflight) < self.inflight_limit:
-                    wake_ts = self.heap.next_wake_ts()
+                    wake_ts = self.heap.next_wake_ts(ahead_s)
+                    if recheck_ts is not None:
+                        wake_ts = recheck_ts if wake_ts is None else min(wake_ts, recheck_ts)
                     timeout = cfg.idle_wait_s
                     if wake_ts is not None:
                         timeout = min(cfg.idle_wait_s, max(0.0, wake_ts - now_ts))

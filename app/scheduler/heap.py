@@ -38,13 +38,15 @@ columns (struct of arrays), and becomes a ``DueEntry`` again only when it is pop
   minutes in pages; sorting earlier would send the rest of a herd's pages down the slower path
   below), and the ranks are computed then, in insertion order. Entries that arrive for the sorted
   bucket or an earlier one (a rank continues from the sorted bucket's count; counts start afresh
-  once pop has moved past the bucket), and entries requeued or held, go to a small heap of tuples
+  once pop has moved past the bucket), and entries requeued, go to a small heap of tuples
   that pop merges with the sorted bucket. A
-  requeued or held entry sorts before the other entries of its instant. ``next_wake_ts`` scans
+  requeued entry sorts before the other entries of its instant. ``next_wake_ts`` scans
   the earliest unsorted bucket for its earliest entry, only what was added since it last asked.
+- Held entries (popped ahead of time, but to be decided only when due): a heap by run time that
+  pop moves to the side heap, as requeued, once they are due at its ``now_ts``, whatever it pops ahead.
 - Deferred entries: a FIFO of slots per tenant.
-- A slot sits in at most one of these orders (a bucket, the sorted bucket, the side heap, a
-  deferred FIFO). An entry dropped or forgotten while it waits there becomes DEAD: its key is
+- A slot sits in at most one of these orders (a bucket, the sorted bucket, the side heap, the
+  held heap, a deferred FIFO). An entry dropped or forgotten while it waits there becomes DEAD: its key is
   out of the index at once, and the slot is freed when the order reaches it (or when dead slots
   outnumber live ones and the orders are compacted), so an order never holds a slot that was
   reused.
@@ -247,6 +249,7 @@ class DueHeap:
         self._head_pos = 0
         self._side: list[tuple[int, float, int, int]] = []  # (run_us, rank, sequence, slot)
         self._side_seq = 0
+        self._held: list[tuple[int, int, int]] = []  # (run_us, sequence, slot): held until due, not ahead
         self._ranks: dict[tuple[int, int], int] = {}  # (run_us, tenant number) -> entries ranked so far
         # Deferral and quotas, by tenant number.
         self._deferred: dict[int, _Fifo] = {}
@@ -617,6 +620,8 @@ class DueHeap:
         self._head_pos = 0
         self._side = [item for item in self._side if keep(item[3])]
         heapq.heapify(self._side)
+        self._held = [item for item in self._held if keep(item[2])]
+        heapq.heapify(self._held)
         for tenant, fifo in list(self._deferred.items()):
             kept_slots = array("i", [s for s in fifo.slots[fifo.head:] if keep(s)])
             if kept_slots:
@@ -710,13 +715,21 @@ class DueHeap:
             added += 1
         return added
 
-    def pop_due(self, now_ts: float, limit: int) -> list[DueEntry]:
-        """Up to ``limit`` entries due at ``now_ts`` that their tenants' quotas allow, fairly ordered.
+    def pop_due(self, now_ts: float, limit: int, ahead_s: float = 0.0) -> list[DueEntry]:
+        """Up to ``limit`` entries due by ``now_ts + ahead_s`` that their tenants' quotas allow, fairly ordered.
 
+        Quotas' token buckets run on ``now_ts``, and held entries come back only once due at ``now_ts``.
         Popped entries stay known (in flight) until ``settle``, ``forget``, ``requeue`` or ``hold``.
         """
         out: list[int] = []
         state = self._state
+        held, due_now_us = self._held, _micros_at_or_before(now_ts)
+        while held and held[0][0] <= due_now_us:
+            run_us, _, slot = heapq.heappop(held)
+            if state[slot] == _DEAD:
+                self._free_dead(slot)
+            else:
+                self._push_side(slot, run_us)
         # Deferred entries are older than anything queued: they go first, round-robin.
         while self._deferred and len(out) < limit:
             progressed = False
@@ -736,7 +749,7 @@ class DueHeap:
                         del self._deferred[tenant]
             if not progressed:
                 break
-        now_us = _micros_at_or_before(now_ts)
+        now_us = _micros_at_or_before(now_ts + ahead_s)
         profiles, profile_tenant, quotas = self._profile, self._profile_tenant, self._profile_quota
         while len(out) < limit:
             due = self._take_due(now_us, limit - len(out))
@@ -760,8 +773,12 @@ class DueHeap:
                 self._deferred_live += 1
         return self._entries(out)
 
-    def next_wake_ts(self) -> float | None:
-        """When pop_due may next return something: the earliest queued entry, or a deferred tenant's next token."""
+    def next_wake_ts(self, ahead_s: float = 0.0) -> float | None:
+        """When ``pop_due(now_ts, ..., ahead_s)`` may next return something, as a ``now_ts``.
+
+        The earliest queued entry ``ahead_s`` before it is due, a held entry when it is due, or a
+        deferred tenant's next token. With ``ahead_s`` 0: the earliest time some waiting work is due.
+        """
         candidates: list[float] = []
         state = self._state
         while self._head_pos < len(self._head_slots) and state[self._head_slots[self._head_pos]] == _DEAD:
@@ -777,6 +794,11 @@ class DueHeap:
             self._free_dead(heapq.heappop(self._side)[3])
         if self._side:
             candidates.append(self._side[0][0] / 1_000_000)
+        candidates = [ts - ahead_s for ts in candidates]
+        while self._held and state[self._held[0][2]] == _DEAD:
+            self._free_dead(heapq.heappop(self._held)[2])
+        if self._held:
+            candidates.append(self._held[0][0] / 1_000_000)
         for tenant, fifo in self._deferred.items():
             bucket = self._token_buckets.get(tenant)
             if bucket is not None and self._live_head(fifo) >= 0:
@@ -809,13 +831,33 @@ class DueHeap:
             if slot >= 0:
                 self._retire(slot)
 
-    def hold(self, entries: Iterable[DueEntry], ahead_s: float) -> None:
-        """Queue popped entries again so that a pop ``ahead_s`` early finds them only when they are due."""
-        ahead_us = round(ahead_s * 1_000_000)
+    def hold(self, entries: Iterable[DueEntry]) -> None:
+        """Queue popped entries again for when they are due: a pop ahead of time does not find them."""
         for entry in entries:
             slot = self._resolve(entry)
             if slot >= 0 and self._state[slot] == _INFLIGHT:
-                self._push_side(slot, self._run_us[slot] + ahead_us)
+                self._state[slot] = _QUEUED
+                heapq.heappush(self._held, (self._run_us[slot], self._side_seq, slot))
+                self._side_seq += 1
+
+    def due_counts(self, until_ts: float) -> list[tuple[float, int]]:
+        """Queued entries by when they are due, up to ``until_ts``: (a span's start, entries in it), in order.
+
+        The first span is what is sorted for popping already (from its earliest entry); then one span per
+        order bucket starting by ``until_ts``, counted whole (a bucket's entries past ``until_ts`` too, and
+        entries dropped but not yet freed). Deferred and held entries are not counted: they wait on time.
+        """
+        out: list[tuple[float, int]] = []
+        head = len(self._head_slots) - self._head_pos + len(self._side)
+        if head:
+            starts = [self._run_us[self._head_slots[self._head_pos]]] if self._head_pos < len(self._head_slots) else []
+            if self._side:
+                starts.append(self._side[0][0])
+            out.append((min(starts) / 1_000_000, head))
+        until_us = _micros_at_or_before(until_ts)
+        for bucket in sorted(b for b in self._buckets if b * BUCKET_US <= until_us):
+            out.append((bucket * BUCKET_US / 1_000_000, len(self._buckets[bucket])))
+        return out
 
     def requeue(self, entries: Iterable[DueEntry]) -> None:
         """A dispatch attempt failed: queue the entries again, ahead of later work."""

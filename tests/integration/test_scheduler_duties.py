@@ -54,12 +54,14 @@ class Node:
 
 
 def node(db: Database, clock: FakeClock, owner: str | None = None, *, ttl_s: float = 10.0,
-         loader: LoaderConfig | None = None, batch_size: int = 1000, ahead_s: float = 0.0) -> Node:
+         loader: LoaderConfig | None = None, batch_size: int = 1000, ahead_s: float = 0.0,
+         ahead_max_s: float = 30.0) -> Node:
     owner = owner or f"test:{uuid.uuid4().hex[:8]}"
     ownership, heap = Ownership(), DueHeap()
     leaser = ShardLeaser(db, owner, ownership, LeaserConfig(ttl_s=ttl_s), clock)
     load = DueLoader(db, ownership, heap, loader or LoaderConfig(window_interval_s=0), clock)
-    disp = Dispatcher(db, owner, heap, DispatcherConfig(batch_size=batch_size, ahead_s=ahead_s), clock)
+    disp = Dispatcher(db, owner, heap, DispatcherConfig(batch_size=batch_size, ahead_s=ahead_s,
+                                                         ahead_max_s=max(ahead_s, ahead_max_s)), clock)
     return Node(owner, ownership, heap, leaser, load, disp)
 
 
@@ -444,6 +446,25 @@ async def test_occurrences_due_within_the_ahead_window_are_dispatched_ready_at_t
     clock.advance(1.0)
     assert (await a.dispatcher.run_once()).ready == 5
     assert len(await rows(db, "SELECT 1 FROM executions WHERE job_id = ANY(:ids)", ids=later)) == 5
+
+
+async def test_a_herd_is_dispatched_as_early_as_its_size_needs_at_the_measured_rate(db: Database) -> None:
+    clock = FakeClock()
+    tenant = await new_tenant(db)
+    a = node(db, clock, "a", ahead_s=2.0, ahead_max_s=60.0, batch_size=100)
+    a.dispatcher.rate.per_s = 100.0  # as if measured: 500 entries take 5 s, so they start 2 + 5 s ahead
+    await a.leaser.run_once()
+    due = T0 + timedelta(seconds=10)
+    herd = await seed(db, tenant, 500, due)
+    await a.loader.run_once()
+    assert (await a.dispatcher.run_once()).ready == 0  # 10 s ahead: too early
+    clock.advance(3.5)
+    # 6.5 s ahead, past the fixed 2 s window's reach; and all of it, though after the first batch the
+    # 400 left would need only 6 s: once begun, a herd's dispatch runs to its end.
+    assert (await a.dispatcher.run_once()).ready == 500
+    got = await rows(db, "SELECT job_id, ready_at, dispatched_at FROM executions")
+    assert sorted(r.job_id for r in got) == sorted(herd)
+    assert all(r.ready_at == due > r.dispatched_at for r in got)
 
 
 @pytest.mark.parametrize("policy", ["forbid", "replace"])

@@ -156,7 +156,7 @@ def test_an_entry_popped_before_its_shard_was_dropped_is_stale_after_the_row_is_
     [new] = heap.pop_due(TS0, 10)
     assert new.slot == old.slot and new.generation != old.generation and new.revision == 2
     heap.requeue([old])
-    heap.hold([old], 5.0)
+    heap.hold([old])
     heap.forget([old])
     heap.settle([old])
     assert len(heap) == 1 and heap.pop_due(TS0 + 100, 10) == []  # none of it touched the new entry
@@ -229,13 +229,14 @@ def test_held_entries_wait_until_due_and_then_go_before_work_of_that_instant() -
     heap = DueHeap()
     held = [entry(A, at=10) for _ in range(2)]
     heap.add(held)
-    popped = heap.pop_due(TS0 + 10, 10)  # popped 5 s ahead of "now" 5
-    heap.hold(popped, 5.0)
-    soon, same_instant = entry(B, at=12), [entry(B, at=15) for _ in range(2)]
+    popped = heap.pop_due(TS0 + 5, 10, ahead_s=5.0)  # popped 5 s ahead
+    heap.hold(popped)
+    soon, same_instant = entry(B, at=12), [entry(B, at=10) for _ in range(2)]
     heap.add([soon] + same_instant)
-    assert heap.pop_due(TS0 + 14.9, 10) == [soon]
-    assert heap.next_wake_ts() == TS0 + 15
-    assert heap.pop_due(TS0 + 15, 10) == held + same_instant
+    assert heap.pop_due(TS0 + 5, 10, ahead_s=5.0) == same_instant  # due at 10 too, but not held
+    assert heap.pop_due(TS0 + 9.9, 10, ahead_s=30.0) == [soon]  # however far ahead the pop reaches
+    assert heap.next_wake_ts(ahead_s=30.0) == TS0 + 10 and heap.next_wake_ts() == TS0 + 10
+    assert heap.pop_due(TS0 + 10, 10, ahead_s=5.0) == held
 
 
 def test_an_entry_arriving_after_its_instant_was_sorted_still_takes_its_turn() -> None:
@@ -255,3 +256,23 @@ def test_next_wake_is_the_earliest_entry_even_before_its_bucket_is_sorted() -> N
     assert heap.next_wake_ts() == TS0 + 3.25
     assert heap.pop_due(TS0 + 3.3, 10)[0].next_run_at == T0 + timedelta(seconds=3.25)
     assert heap.next_wake_ts() == TS0 + 3.5
+
+
+def test_held_entries_of_a_dropped_shard_never_come_back() -> None:
+    heap = DueHeap()
+    heap.add([entry(shard=3, at=10)])
+    heap.hold(heap.pop_due(TS0, 10, ahead_s=20.0))
+    assert len(heap) == 1 and heap.next_wake_ts() == TS0 + 10
+    assert heap.drop_shards([3]) == 1
+    assert len(heap) == 0 and heap.pop_due(TS0 + 20, 10) == [] and heap.next_wake_ts() is None
+
+
+def test_due_counts_give_the_sorted_head_then_each_bucket_in_order() -> None:
+    heap = DueHeap()
+    first, *rest = [entry(at=1), entry(at=2), entry(at=15), *(entry(at=25) for _ in range(3)), entry(at=95)]
+    heap.add([first, *rest])
+    assert heap.due_counts(TS0 + 30) == [(TS0, 2), (TS0 + 10, 1), (TS0 + 20, 3)]
+    assert heap.pop_due(TS0 + 1, 10) == [first]  # the first bucket is sorted now: counted from its head
+    assert heap.due_counts(TS0 + 30) == [(TS0 + 2, 1), (TS0 + 10, 1), (TS0 + 20, 3)]
+    heap.hold([first])
+    assert heap.due_counts(TS0 + 100) == [(TS0 + 2, 1), (TS0 + 10, 1), (TS0 + 20, 3), (TS0 + 90, 1)]
