@@ -268,9 +268,10 @@ class Dispatcher:
                         break
                     popped += len(batch)
                     inflight.add(asyncio.create_task(self.dispatch(batch), name="scheduler.dispatch-batch"))
-                # A spell of backlog (every batch slot taken) measures how fast this process dispatches.
+                # A spell of backlog (this fill took every batch slot) measures how fast this process dispatches.
                 if inflight:
-                    self.rate.popped(time.monotonic(), popped, backlog=len(inflight) >= self.inflight_limit)
+                    backlog = popped > 0 and len(inflight) >= self.inflight_limit
+                    self.rate.popped(time.monotonic(), popped, backlog=backlog)
                 else:
                     self.rate.idle(time.monotonic())
                 waiters: set[asyncio.Future] = set(inflight)
