@@ -95,9 +95,9 @@ def new_job_row(s: Submission, queue: str) -> store.NewJob:
 
 
 def _herd_warning(due: int, minute: datetime) -> str:
-    return (f"{due} occurrences of this tenant are due in the minute {minute.isoformat().replace('+00:00', 'Z')}: "
-            "set schedule.jitterSeconds (e.g. 300) to spread this job over a window instead of the top of the "
-            "minute")
+    at = minute.isoformat().replace("+00:00", "Z")
+    return (f"at least {due} occurrences of this tenant are due in the minute {at}: set schedule.jitterSeconds "
+            "(e.g. 300) to spread this job over a window instead of the top of the minute")
 
 
 def not_granted(ref: str) -> errors.Forbidden:
@@ -106,12 +106,9 @@ def not_granted(ref: str) -> errors.Forbidden:
     return errors.Forbidden(f"pool {ref!r} is not a shared pool this tenant is granted")
 
 
-async def store_many(tx: Store, subs: Sequence[Submission], herd_threshold: int | None = None, *,
+async def store_many(tx: Store, subs: Sequence[Submission], *,
                      stored: frozenset[UUID] | None = None) -> list[Outcome]:
     """Store submissions in the caller's transaction; one outcome per submission, in order.
-
-    A new recurring job whose first occurrence lands on a minute where its tenant already has
-    ``herd_threshold`` occurrences due (this one included) comes back with a herd warning.
 
     ``stored``: the job ids of these submissions found stored after an ambiguous commit of this
     same call (``landed``): nothing is written, the outcomes are those the commit produced."""
@@ -139,16 +136,6 @@ async def store_many(tx: Store, subs: Sequence[Submission], herd_threshold: int 
         hit = earlier[(s.tenant_id, s.idempotency_key)]
         out[i] = (Created(hit.job_id, hit.first_run_at, replayed=True) if hit.request_hash == s.fingerprint
                   else errors.IdempotencyConflict())
-    if herd_threshold is not None:
-        recurring = [(i, s, o) for i, (s, o) in enumerate(zip(subs, out, strict=True))
-                     if isinstance(o, Created) and not o.replayed and not isinstance(s.job.schedule, spec.OnceSchedule)]
-        minutes = {(s.tenant_id, due_minute(s.job.first_run_at)) for _, s, _ in recurring}
-        due = await tx.jobs.due_per_minute(sorted(minutes)) if minutes else {}
-        for i, s, created in recurring:
-            minute = due_minute(s.job.first_run_at)
-            count = due.get((s.tenant_id, minute), 0)
-            if count >= herd_threshold:
-                out[i] = replace(created, warnings=(_herd_warning(count, minute),))
     queues = {r.job_id: r.queue for r in rows}
     for s, outcome in zip(subs, out, strict=True):
         if stored is None and isinstance(outcome, Created) and not outcome.replayed and s.job.skipped_before_first:
@@ -158,7 +145,7 @@ async def store_many(tx: Store, subs: Sequence[Submission], herd_threshold: int 
     return out  # type: ignore[return-value]
 
 
-async def landed(tx: Store, subs: Sequence[Submission], herd_threshold: int | None = None) -> list[Outcome] | None:
+async def landed(tx: Store, subs: Sequence[Submission]) -> list[Outcome] | None:
     """After an ambiguous commit of ``store_many(subs)``: its outcomes if it landed, None if not.
 
     The job ids were chosen before the transaction first ran, and a transaction that inserts no job
@@ -168,7 +155,7 @@ async def landed(tx: Store, subs: Sequence[Submission], herd_threshold: int | No
     found = await tx.durability.existing_jobs(s.job.job_id for s in subs)
     if not found:
         return None
-    return await store_many(tx, subs, herd_threshold, stored=found)
+    return await store_many(tx, subs, stored=found)
 
 
 class CriticalTenants:
@@ -345,9 +332,38 @@ class SubmitWriter:
         async def write(tx: Store) -> list[Outcome]:
             if critical:
                 await tx.durability.commit_on_standby()
-            return await store_many(tx, subs, self.config.herd_threshold)
+            return await store_many(tx, subs)
 
-        return await self.db.transaction(write, on_ambiguous=lambda tx: landed(tx, subs, self.config.herd_threshold))
+        outcomes = await self.db.transaction(write, on_ambiguous=lambda tx: landed(tx, subs))
+        return await self._with_herd_warnings(subs, outcomes)
+
+    async def _with_herd_warnings(self, subs: list[Submission], outcomes: list[Outcome]) -> list[Outcome]:
+        """Warn each new recurring job whose first occurrence lands on a minute where its tenant has
+        ``herd_threshold`` occurrences due (this one included).
+
+        Counted after the commit, at READ COMMITTED, in a transaction of its own and only up to the
+        threshold: inside the serializable write, the count would make a tenant's concurrent submits
+        of recurring jobs conflict with each other, and an unbounded count costs a scan of the whole
+        minute per submit. The warning is advice: a count that fails leaves the jobs stored and
+        unwarned."""
+        threshold = self.config.herd_threshold
+        recurring = [i for i, (s, o) in enumerate(zip(subs, outcomes, strict=True))
+                     if isinstance(o, Created) and not o.replayed and not isinstance(s.job.schedule, spec.OnceSchedule)]
+        if threshold is None or not recurring:
+            return outcomes
+        minutes = sorted({(subs[i].tenant_id, due_minute(subs[i].job.first_run_at)) for i in recurring})
+        try:
+            due = await self.db.transaction(lambda tx: tx.jobs.due_per_minute(minutes, threshold),
+                                            isolation="READ COMMITTED")
+        except Exception as exc:  # advice only: the jobs are committed and the answer must say so
+            log.warning("herd warning count failed; the jobs are stored without it", extra={"error": str(exc)})
+            return outcomes
+        out = list(outcomes)
+        for i in recurring:
+            minute, created = due_minute(subs[i].job.first_run_at), outcomes[i]
+            if isinstance(created, Created) and due.get((subs[i].tenant_id, minute), 0) >= threshold:
+                out[i] = replace(created, warnings=(_herd_warning(threshold, minute),))
+        return out
 
     async def _active_jobs_verdicts(self, group: list[_Request]) -> list[list[Outcome | None] | None]:
         """Per request, None when all its items may be stored, else per item None (store it) or the

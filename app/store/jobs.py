@@ -253,13 +253,14 @@ class Jobs(Table):
         })
         return {r.scheduled_for: r.execution_id for r in rows}
 
-    async def due_per_minute(self, pairs: Sequence[tuple[UUID, datetime]]) -> dict[tuple[UUID, datetime], int]:
-        """(tenant, due minute) -> occurrences of that tenant due in that minute."""
+    async def due_per_minute(self, pairs: Sequence[tuple[UUID, datetime]],
+                             at_most: int) -> dict[tuple[UUID, datetime], int]:
+        """(tenant, due minute) -> occurrences of that tenant due in that minute, counted up to ``at_most``."""
         if not pairs:
             return {}
         rows = await self._conn.execute(q("DueIndexTenantMinuteCountMany"), {
             "shard_ids": plain(range(SHARD_COUNT)), "tenant_ids": plain([t for t, _ in pairs]),
-            "due_minutes": plain([m for _, m in pairs])})
+            "due_minutes": plain([m for _, m in pairs]), "at_most": at_most})
         return {(r.tenant_id, r.due_minute): int(r.due) for r in rows}
 
     async def execution_counts(self, tenant_id: UUID, job_id: UUID) -> ExecutionCounts:

@@ -118,11 +118,13 @@ WITH input AS (
 SELECT job_id FROM inserted;
 
 -- name: DueIndexTenantMinuteCountMany
--- How many occurrences each (tenant, minute) pair has due (the herd warning at submit): one index probe per shard and pair.
+-- How many occurrences each (tenant, minute) pair has due, up to :at_most (the herd warning after a submit):
+-- one index probe per shard and pair, stopping at :at_most of the tenant's rows.
 SELECT k.tenant_id, k.due_minute,
-       (SELECT count(*) FROM due_index AS d
-        WHERE d.shard_id = ANY (CAST(:shard_ids AS INT[])) AND d.due_minute = k.due_minute
-          AND d.tenant_id = k.tenant_id) AS due
+       (SELECT count(*) FROM (SELECT 1 FROM due_index AS d
+                              WHERE d.shard_id = ANY (CAST(:shard_ids AS INT[])) AND d.due_minute = k.due_minute
+                                AND d.tenant_id = k.tenant_id
+                              LIMIT :at_most) AS found) AS due
 FROM unnest(CAST(:tenant_ids AS UUID[]), CAST(:due_minutes AS TIMESTAMPTZ[])) AS k (tenant_id, due_minute);
 
 -- name: JobGetByIdempotencyKeyMany

@@ -114,3 +114,21 @@ async def test_a_recurring_job_landing_on_a_crowded_minute_carries_a_herd_warnin
     assert isinstance(theirs, Created) and theirs.warnings == ()
     [once] = await writer.submit([service.submission(job("once"), Settings(), tenant_id, None, None, NOW)])
     assert isinstance(once, Created) and once.warnings == ()
+
+
+async def test_concurrent_recurring_submits_into_one_crowded_minute_never_conflict(db: Database) -> None:
+    """The herd count reads the minute other submits are writing: outside the write transaction, so
+    a tenant's concurrent submits of recurring jobs never make each other re-run (or fail)."""
+    tenant_id = await new_tenant(db)
+    writer = SubmitWriter(db, WriterConfig(herd_threshold=50, in_flight=4))
+    hourly = schemas.JobIn(name="h", target=schemas.TargetIn("queue", "pool"),
+                           schedule=schemas.ScheduleIn(cron="0 * * * *", tz="UTC"))
+    got = await asyncio.gather(*(writer.submit([service.submission(hourly, Settings(), tenant_id, None, None, NOW)])
+                                 for _ in range(300)))
+    outcomes = [o for [o] in got]
+    assert all(isinstance(o, Created) for o in outcomes)
+    assert db.retries == 0
+    assert await counts(db, tenant_id) == (300, 300)
+    # Every job committed after the 50th sees at least 50 due in its minute.
+    warned = [o for o in outcomes if isinstance(o, Created) and o.warnings]
+    assert len(warned) >= 250 and all("at least 50 occurrences" in o.warnings[0] for o in warned)
