@@ -36,10 +36,12 @@ lint: $(DEV)
 typecheck: $(DEV)
 	$(BIN)/mypy
 
-## Lint, type checks, the SDK's own tests, then the whole server suite (unit, integration, API, gRPC, chaos, packaging).
+## Lint, type checks, the SDK's own tests, then the whole server suite (unit, integration, API, gRPC, chaos, packaging),
+## in PYTEST_WORKERS pytest-xdist processes (a test file each at a time; PYTEST_WORKERS=0 runs it in this one).
+PYTEST_WORKERS ?= 2
 test: $(DEV) lint typecheck
 	cd $(SDK) && $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## Regenerate the SDK's gRPC modules from app/rpc/worker.proto.
 proto: $(DEV)

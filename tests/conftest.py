@@ -39,7 +39,10 @@ def _admin_url(base: str) -> str:
 def pg_base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL (SQLAlchemy form) of the session's embedded server, database 'postgres'."""
     # Unix socket paths are limited to ~107 bytes: keep the data directory short.
-    pgdata = Path(os.environ.get("KAIROS_TEST_PGDATA", f"/tmp/kairos-test-{os.getpid()}"))
+    # Under pytest-xdist every worker process starts a server of its own, in a directory of its own.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    given = os.environ.get("KAIROS_TEST_PGDATA")
+    pgdata = Path(f"{given}-{worker}" if given and worker else given or f"/tmp/kairos-test-{os.getpid()}")
     url = embedded.start(pgdata, cleanup="delete")
     yield url
 
