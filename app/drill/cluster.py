@@ -250,8 +250,7 @@ class Cluster:
         """SIGKILL the postmaster and every backend: nothing gets to shut down cleanly."""
         if node.process is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(node.process.pid, signal.SIGKILL)
+        self._signal_all(node, signal.SIGKILL)
         node.process.wait(timeout=STOP_TIMEOUT_S_DEFAULT)
         log.info("drill node killed", extra={"node": node.name, "port": node.port})
 
@@ -296,16 +295,39 @@ class Cluster:
         """Fast shutdown (SIGINT); SIGKILL the group if it does not finish in time."""
         if node.process is None:
             return
+        backends = self._backends(node)
         if node.process.poll() is None:
+            # A stalled WAL sender (stall_wal_senders) must run again to see the shutdown.
+            self._signal_all(node, signal.SIGCONT, backends)
             with contextlib.suppress(ProcessLookupError):
                 node.process.send_signal(signal.SIGINT)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.process.wait(timeout=timeout_s)
-        # Backends orphaned by a killed postmaster keep its process group: end them too.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(node.process.pid, signal.SIGKILL)
+        self._signal_all(node, signal.SIGKILL, backends)
         with contextlib.suppress(subprocess.TimeoutExpired):
             node.process.wait(timeout=timeout_s)
+
+    @staticmethod
+    def _backends(node: Node) -> list[psutil.Process]:
+        """The postmaster's children while it lives (none once it is gone: they are orphans then)."""
+        if node.process is None:
+            return []
+        try:
+            return psutil.Process(node.process.pid).children(recursive=True)
+        except psutil.Error:
+            return []
+
+    def _signal_all(self, node: Node, sig: signal.Signals, backends: list[psutil.Process] | None = None) -> None:
+        """``sig`` to the postmaster and to each of its backends. Each backend is a session of its own
+        (PostgreSQL's children call setsid()), so the postmaster's process group reaches none of them;
+        a backend that is stopped (a stalled WAL sender) would otherwise outlive a killed postmaster."""
+        assert node.process is not None
+        backends = self._backends(node) if backends is None else backends
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(node.process.pid, sig)
+        for backend in backends:
+            with contextlib.suppress(psutil.Error):
+                backend.send_signal(sig)
 
     def close(self) -> None:
         for node in list(self.nodes.values()):

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
+import psutil
 import pytest
 from sqlalchemy import text
 
@@ -145,3 +146,14 @@ async def seed_spread(db: Database, tenant_ids: list[UUID], n: int, first: datet
         chunk = jobs[start:start + 5000]
         await factories.raw(db, lambda c: factories.seed_jobs(c, chunk))
     return [j.job_id for j in jobs]
+
+
+def left_running(directory: str) -> list[str]:
+    """Processes started in a drill's directory (their cwd, even deleted) or naming it (PostgreSQL's -D,
+    a worker's --runs)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
+        info = proc.info
+        if directory in (info.get("cwd") or "") or any(directory in part for part in info.get("cmdline") or ()):
+            found.append(f"{info['pid']} {' '.join(info.get('cmdline') or ())}")
+    return found

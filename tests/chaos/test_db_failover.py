@@ -11,15 +11,30 @@ job may be lost. Asynchronous: they are acknowledged and lost; the test reports 
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 
+from app.drill.measure import Report
 from app.drill.scenarios import DrillOptions, database_failover
+from tests.chaos.conftest import left_running
 
 pytestmark = pytest.mark.slow
 
 SMALL = {"herd": 100, "steady_per_s": 5.0, "recurring": 2, "warmup_s": 2.0, "observe_s": 2.0, "timeout_s": 80.0,
          "link_stall_s": 1.0}
+
+
+async def failover(*, synchronous: bool) -> Report:
+    """The drill, kept so its directory can be searched afterwards: none of its processes may be left,
+    a WAL sender stopped by the stalled link included."""
+    report = await database_failover(DrillOptions(synchronous=synchronous, keep=True, **SMALL))
+    directory = dict(report.lines)["logs"]
+    try:
+        assert left_running(directory) == [], report.render()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return report
 
 
 def never_received(fault: str) -> tuple[int, int]:
@@ -31,7 +46,7 @@ def never_received(fault: str) -> tuple[int, int]:
 
 @pytest.mark.timeout(100)
 async def test_with_synchronous_replication_no_acknowledged_job_is_lost() -> None:
-    report = await database_failover(DrillOptions(synchronous=True, **SMALL))
+    report = await failover(synchronous=True)
     lines = dict(report.lines)
     assert report.ok, report.render()
     assert lines["lost"] == "0", report.render()
@@ -43,7 +58,7 @@ async def test_with_synchronous_replication_no_acknowledged_job_is_lost() -> Non
 
 @pytest.mark.timeout(100)
 async def test_with_asynchronous_replication_the_loss_is_measured(capsys: pytest.CaptureFixture[str]) -> None:
-    report = await database_failover(DrillOptions(synchronous=False, **SMALL))
+    report = await failover(synchronous=False)
     lines = dict(report.lines)
     assert "error" not in lines, report.render()
     assert "async standby" in lines["fault"], report.render()

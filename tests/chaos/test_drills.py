@@ -12,10 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 from app.drill.cluster import PG_BIN_DEFAULT
+from tests.chaos.conftest import left_running
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (PG_BIN_DEFAULT / "postgres").exists(), reason="no PostgreSQL 15 binaries")]
@@ -26,16 +26,6 @@ SMALL = ["--herd", "150", "--steady", "5", "--recurring", "2", "--warmup", "2", 
 def kairos() -> list[str]:
     script = Path(sys.executable).parent / "kairos"
     return [str(script)] if script.exists() else [sys.executable, "-m", "app.cli"]
-
-
-def left_running(directory: str) -> list[str]:
-    """Processes started in the drill's directory (its cwd) or naming it (PostgreSQL's -D, a worker's --runs)."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
-        info = proc.info
-        if directory in (info.get("cwd") or "") or any(directory in part for part in info.get("cmdline") or ()):
-            found.append(f"{info['pid']} {' '.join(info.get('cmdline') or ())}")
-    return found
 
 
 def drill(*args: str) -> dict[str, str]:
