@@ -27,6 +27,7 @@ from app.domain.schedule import (
     validate_cron,
     validate_tz,
 )
+from app.domain.schedule.cron import compile_cron
 from app.errors import InvalidSchedule
 
 UTC = timezone.utc
@@ -303,6 +304,19 @@ def test_h_spreads_across_keys_and_fields() -> None:
     assert len(set(minutes)) >= 55
     pairs = [tuple(map(int, fields_of("H H * * *", f"job-{n}")[:2])) for n in range(200)]
     assert sum(minute == hour for minute, hour in pairs) < 30  # independent per field
+
+
+def test_an_expression_without_h_is_compiled_once_for_every_job() -> None:
+    # Shared, not equal by accident: a tenant's thousand jobs on one expression parse it once.
+    assert compile_cron("*/5 9-17 * * MON-FRI", "job-1") is compile_cron("*/5 9-17 * * MON-FRI", "job-2")
+    assert compile_cron("0 0 * * THU", "job-1") is compile_cron("0 0 * * THU", "job-2")
+
+
+def test_an_expression_with_h_is_compiled_per_job() -> None:
+    first, second = compile_cron("H H * * *", "job-1"), compile_cron("H H * * *", "job-2")
+    assert first is not second and first.resolved != second.resolved
+    assert compile_cron("0 h(0-5) * * *", "job-1").resolved == validate_cron("0 H(0-5) * * *", "job-1")
+    assert compile_cron("0,H 1 * * *", "job-3") is not compile_cron("0,H 1 * * *", "job-4")
 
 
 @pytest.mark.parametrize("key", [f"job-{n}" for n in range(40)])

@@ -275,10 +275,24 @@ def _compress(values: set[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-@functools.lru_cache(maxsize=4096)
+# An item that starts with H, the only place the job key enters (THU and names never start with H).
+_HASH_ITEM = re.compile(r"(?:^|[\s,])H", re.I)
+
+
 def compile_cron(expr: str, job_key: str) -> CompiledCron:
-    """Parse and validate ``expr`` for one job (the key decides its H tokens)."""
-    if not isinstance(expr, str) or not expr.strip():
+    """Parse and validate ``expr`` for one job (the key decides its H tokens).
+
+    An expression without H tokens means the same for every job, so it is compiled once and shared:
+    a tenant submitting thousands of jobs on "*/5 * * * *" pays for the parse once, not per job.
+    """
+    if not isinstance(expr, str):
+        raise _invalid(f"is empty; expected 5 fields ({_FIELD_ORDER})")
+    return _compile_cron(expr, job_key if _HASH_ITEM.search(expr) else "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_cron(expr: str, job_key: str) -> CompiledCron:
+    if not expr.strip():
         raise _invalid(f"is empty; expected 5 fields ({_FIELD_ORDER})")
     if len(expr) > MAX_CRON_LENGTH:
         raise _invalid(f"is {len(expr)} characters long; at most {MAX_CRON_LENGTH}")
@@ -325,11 +339,12 @@ def compile_cron(expr: str, job_key: str) -> CompiledCron:
                 f"day-of-month {_compress(days)} never occurs in month {_compress(months)}, so it never fires"
             )
 
-    times = sorted((hour, minute) for hour in hours for minute in minutes)
+    sorted_minutes, sorted_hours = tuple(sorted(minutes)), tuple(sorted(hours))
+    times = [(hour, minute) for hour in sorted_hours for minute in sorted_minutes]  # already in order
     return CompiledCron(
         resolved=" ".join(rendered),
-        minutes=tuple(sorted(minutes)),
-        hours=tuple(sorted(hours)),
+        minutes=sorted_minutes,
+        hours=sorted_hours,
         days=frozenset(days),
         months=frozenset(months),
         weekdays=frozenset(weekdays),
