@@ -40,6 +40,10 @@ WRITER_IN_FLIGHT_DEFAULT = 4
 QUOTA_TTL_S_DEFAULT = 5.0
 # How often each API process re-reads which tenants are critical (their submits commit on the standby).
 CRITICAL_REFRESH_S = 2.0
+# A (tenant, minute) found crowded is not counted again for this long: a tenant submitting thousands of
+# recurring jobs onto one minute gets its warning without a count per flush. Bounded in size.
+CROWDED_MEMO_S = 5.0
+CROWDED_MEMO_MAX = 10_000
 # The active-jobs quota frees up only as jobs end or are cancelled: its Retry-After is a hint.
 ACTIVE_JOBS_RETRY_AFTER_S = 30
 
@@ -235,6 +239,8 @@ class SubmitWriter:
         self.rates = TokenBuckets()
         self._clock = clock
         self._waiting: list[_Request] = []
+        # (tenant, due minute) found at the herd threshold -> when this process found it so.
+        self._crowded: dict[tuple[UUID, datetime], float] = {}
         self._flushes: set[asyncio.Task[None]] = set()
 
     async def submit(self, subs: list[Submission]) -> list[Outcome]:
@@ -351,19 +357,37 @@ class SubmitWriter:
                      if isinstance(o, Created) and not o.replayed and not isinstance(s.job.schedule, spec.OnceSchedule)]
         if threshold is None or not recurring:
             return outcomes
-        minutes = sorted({(subs[i].tenant_id, due_minute(subs[i].job.first_run_at)) for i in recurring})
-        try:
-            due = await self.db.transaction(lambda tx: tx.jobs.due_per_minute(minutes, threshold),
-                                            isolation="READ COMMITTED")
-        except Exception as exc:  # advice only: the jobs are committed and the answer must say so
-            log.warning("herd warning count failed; the jobs are stored without it", extra={"error": str(exc)})
-            return outcomes
+        now = self._clock()
+        minutes = {(subs[i].tenant_id, due_minute(subs[i].job.first_run_at)) for i in recurring}
+        crowded = {m for m in minutes if now - self._crowded.get(m, -math.inf) < CROWDED_MEMO_S}
+        if to_count := sorted(minutes - crowded):
+            try:
+                due = await self.db.transaction(lambda tx: tx.jobs.due_per_minute(to_count, threshold),
+                                                isolation="READ COMMITTED")
+            except Exception as exc:  # advice only: the jobs are committed and the answer must say so
+                log.warning("herd warning count failed; the jobs are stored without it", extra={"error": str(exc)})
+                due = {}
+            found = {m for m in to_count if due.get(m, 0) >= threshold}
+            self._remember_crowded(found, now)
+            crowded |= found
         out = list(outcomes)
         for i in recurring:
             minute, created = due_minute(subs[i].job.first_run_at), outcomes[i]
-            if isinstance(created, Created) and due.get((subs[i].tenant_id, minute), 0) >= threshold:
+            if isinstance(created, Created) and (subs[i].tenant_id, minute) in crowded:
                 out[i] = replace(created, warnings=(_herd_warning(threshold, minute),))
         return out
+
+    def _remember_crowded(self, found: set[tuple[UUID, datetime]], now: float) -> None:
+        """Keep ``found`` as crowded from ``now``; when full, forget the expired first, then the oldest."""
+        if not found:
+            return
+        if len(self._crowded) + len(found) > CROWDED_MEMO_MAX:
+            self._crowded = {m: t for m, t in self._crowded.items() if now - t < CROWDED_MEMO_S}
+            while self._crowded and len(self._crowded) + len(found) > CROWDED_MEMO_MAX:
+                del self._crowded[next(iter(self._crowded))]
+        for m in found:
+            self._crowded.pop(m, None)  # re-inserted: the dict stays in order of when each was found
+            self._crowded[m] = now
 
     async def _active_jobs_verdicts(self, group: list[_Request]) -> list[list[Outcome | None] | None]:
         """Per request, None when all its items may be stored, else per item None (store it) or the

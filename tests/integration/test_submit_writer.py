@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from app import errors
 from app.api import schemas, service
-from app.api.submit import Created, SubmitWriter, WriterConfig
+from app.api.submit import CROWDED_MEMO_S, Created, SubmitWriter, WriterConfig
 from app.config import Settings
 from app.store.db import Database
 
@@ -114,6 +114,29 @@ async def test_a_recurring_job_landing_on_a_crowded_minute_carries_a_herd_warnin
     assert isinstance(theirs, Created) and theirs.warnings == ()
     [once] = await writer.submit([service.submission(job("once"), Settings(), tenant_id, None, None, NOW)])
     assert isinstance(once, Created) and once.warnings == ()
+
+
+async def test_a_crowded_minute_is_counted_once_and_again_after_the_memo(db: Database) -> None:
+    """A minute found crowded warns without a count for CROWDED_MEMO_S, then is counted afresh."""
+    tenant_id = await new_tenant(db)
+    now = [0.0]
+    writer = SubmitWriter(db, WriterConfig(herd_threshold=3), clock=lambda: now[0])
+    hourly = schemas.JobIn(name="h", target=schemas.TargetIn("queue", "pool"),
+                           schedule=schemas.ScheduleIn(cron="0 * * * *", tz="UTC"))
+
+    async def one() -> Created:
+        [created] = await writer.submit([service.submission(hourly, Settings(), tenant_id, None, None, NOW)])
+        assert isinstance(created, Created)
+        return created
+
+    assert [bool((await one()).warnings) for _ in range(3)] == [False, False, True]
+    # The minute empties; within the memo the warning stands without a count, after it the count decides.
+    async with db.engine.begin() as conn:
+        await conn.execute(text("DELETE FROM due_index WHERE tenant_id = :t"), {"t": tenant_id})
+    now[0] = CROWDED_MEMO_S - 0.5
+    assert (await one()).warnings
+    now[0] = 2 * CROWDED_MEMO_S
+    assert (await one()).warnings == ()
 
 
 async def test_concurrent_recurring_submits_into_one_crowded_minute_never_conflict(db: Database) -> None:
