@@ -14,6 +14,7 @@ from uuid import UUID
 from app.domain import queues
 from app.domain import schedule as cron
 from app.domain.egress import EgressPolicy
+from app.domain.jsontext import compact_json
 from app.domain.queues import HTTP_QUEUE
 from app.errors import InvalidInput, InvalidSchedule
 
@@ -284,7 +285,7 @@ def validate_target(kind: str, ref: str, egress: EgressPolicy | None = None) -> 
 def validate_payload(payload: Any, max_bytes: int) -> Any:
     if json_depth(payload, MAX_PAYLOAD_DEPTH) > MAX_PAYLOAD_DEPTH:
         raise InvalidInput("payload", f"nests more than {MAX_PAYLOAD_DEPTH} levels of arrays and objects")
-    dumped = json.dumps(payload, separators=(",", ":"))
+    dumped = compact_json(payload)
     if _JSON_NUL.search(dumped):
         raise InvalidInput("payload", "must not contain the NUL character (U+0000) in a key or string")
     size = len(dumped.encode())

@@ -9,7 +9,6 @@ over arrays, whatever the batch size.
 
 from __future__ import annotations
 
-import json
 import random
 import secrets
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from app.domain.backoff import retry_delay_s
+from app.domain.jsontext import compact_json
 from app.domain.states import ExecutionState
 from app.store.arrays import plain, texts
 from app.store.queries import q
@@ -143,7 +143,7 @@ _LEASED_COLUMNS = tuple(f.name for f in fields(Leased))
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+    return None if value is None else compact_json(value)
 
 
 class Executions(Table):

@@ -25,6 +25,7 @@ from typing import Any
 from uuid import UUID
 
 from app.config import Settings
+from app.domain.jsontext import compact_json
 from app.errors import ObjectStoreUnavailable
 from app.store.executions import Leased
 from app.store.objects import ObjectStore, open_store
@@ -35,7 +36,7 @@ CACHE_BYTES_DEFAULT = 64 * 1024 * 1024
 
 def encode(payload: Any) -> bytes:
     """A payload as Kairos sends it: compact JSON."""
-    return json.dumps(payload, separators=(",", ":")).encode()
+    return compact_json(payload).encode()
 
 
 def key_for(tenant_id: UUID, data: bytes) -> str:
