@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import msgspec
 
@@ -20,6 +20,7 @@ from app.api.submit import Submission, new_job_row, not_granted
 from app.config import Settings
 from app.domain import jobs as spec
 from app.domain import schedule as cron
+from app.domain.ids import random_uuid
 from app.domain.states import REPORTED_JOB_STATES, JobState
 from app.executor.egress import policy_for as egress_policy
 from app.observability import tracing
@@ -41,7 +42,7 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     """Validate everything that needs no database; raises InvalidInput naming the field.
 
     ``job_id``: an existing job's (an update keeps its id, so H tokens resolve the same)."""
-    job_id = job_id or uuid4()
+    job_id = job_id or random_uuid()
     name = spec.validate_name(body.name)
     target = spec.validate_target(body.target.type, body.target.ref, egress_policy(settings))
     payload = spec.validate_payload(body.payload, settings.payload_max_bytes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -488,8 +489,11 @@ def value_fingerprint(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+@functools.lru_cache(maxsize=4096)
 def queue_for(target: Target, tenant_id: UUID) -> str:
-    """The ready-queue key executions of this target go to: the ref alone decides (app.domain.queues)."""
+    """The ready-queue key executions of this target go to: the ref alone decides (app.domain.queues).
+
+    Cached: a batch's jobs mostly share a target, and every submit asks."""
     if target.type == "http":
         return HTTP_QUEUE
     ref = queues.parse_pool_ref(target.ref)

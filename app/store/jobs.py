@@ -142,8 +142,10 @@ class Jobs(Table):
         idempotency key is already taken, by an earlier request or earlier in ``jobs``, is not)."""
         if not jobs:
             return set()
+        tenant_text = {t: str(t) for t in {j.tenant_id for j in jobs}}  # a batch is one tenant's
         rows = await self._conn.execute(q("JobInsertMany"), {
-            "job_ids": plain([j.job_id for j in jobs]), "tenant_ids": plain([j.tenant_id for j in jobs]),
+            "job_ids": plain([j.job_id for j in jobs]),
+            "tenant_ids": "{" + ",".join([tenant_text[j.tenant_id] for j in jobs]) + "}",
             "names": texts([j.name for j in jobs]), "target_types": texts([j.target_type for j in jobs]),
             "target_refs": texts([j.target_ref for j in jobs]), "queues": texts([j.queue for j in jobs]),
             "payloads": texts([_payload_json(j) for j in jobs]),
@@ -170,7 +172,10 @@ class Jobs(Table):
             "shard_ids": plain([shard_of(j.job_id) for j in jobs]),
             "due_minutes": plain([due_minute(j.next_run_at) for j in jobs]),
         })
-        return {r[0] for r in rows}
+        # The statement answers with the ids it did NOT insert (almost always none): parsing a
+        # thousand returned UUIDs was a sixth of the insert's CPU in the API.
+        left_out = {r[0] for r in rows}
+        return {j.job_id for j in jobs} - left_out
 
     async def insert_due(self, job_id: UUID, tenant_id: UUID, nominal_at: datetime,
                          run_at: datetime) -> None:

@@ -71,7 +71,7 @@ FROM unnest(CAST(:scheduled_fors AS TIMESTAMPTZ[])) AS s (scheduled_for)
 ON CONFLICT (job_id, scheduled_for) DO NOTHING;
 
 -- name: JobInsertMany
--- Store many new jobs and their due_index rows in one statement (the submit path, single or batched); a job whose (tenant, Idempotency-Key) is already taken, earlier or earlier in the same batch, gets no row. A payload kept in the object store comes as NULL with its payload_ref.
+-- Store many new jobs and their due_index rows in one statement (the submit path, single or batched); a job whose (tenant, Idempotency-Key) is already taken, earlier or earlier in the same batch, gets no row. A payload kept in the object store comes as NULL with its payload_ref. Answers with the ids it did not insert.
 WITH input AS (
     SELECT *
     FROM unnest(CAST(:job_ids AS UUID[]), CAST(:tenant_ids AS UUID[]), CAST(:names AS TEXT[]),
@@ -115,7 +115,7 @@ WITH input AS (
     FROM input AS i JOIN inserted AS n ON n.job_id = i.job_id
     RETURNING job_id
 )
-SELECT job_id FROM inserted;
+SELECT i.job_id FROM input AS i WHERE i.job_id NOT IN (SELECT job_id FROM inserted);
 
 -- name: DueIndexTenantMinuteCountMany
 -- How many occurrences each (tenant, minute) pair has due, up to :at_most (the herd warning after a submit):
