@@ -20,7 +20,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID
@@ -116,37 +116,82 @@ async def store_many(tx: Store, subs: Sequence[Submission], *,
 
     ``stored``: the job ids of these submissions found stored after an ambiguous commit of this
     same call (``landed``): nothing is written, the outcomes are those the commit produced."""
-    shared = [spec.shared_pool_of(s.job.target) for s in subs]
-    granted = await tx.jobs.shared_pool_access_many(sorted({
-        (s.tenant_id, pool) for s, pool in zip(subs, shared, strict=True) if pool is not None}))
-    out: list[Outcome | None] = [None] * len(subs)
-    rows: list[store.NewJob] = []
-    for i, s in enumerate(subs):
-        if shared[i] is not None and not granted.get((s.tenant_id, shared[i])):
-            out[i] = not_granted(s.job.target.ref)
-            continue
-        rows.append(new_job_row(s, spec.queue_for(s.job.target, s.tenant_id)))
+    out, rows = _rows(subs, await tx.jobs.shared_pool_access_many(_shared_pairs(subs)))
     inserted = await tx.jobs.insert_many(rows) if stored is None else stored
-    taken = sorted({(s.tenant_id, s.idempotency_key) for i, s in enumerate(subs)
-                    if out[i] is None and s.job.job_id not in inserted and s.idempotency_key is not None})
-    earlier = await tx.jobs.by_idempotency_keys(taken)
-    for i, s in enumerate(subs):
-        if out[i] is not None:
-            continue
-        if s.job.job_id in inserted:
-            out[i] = Created(s.job.job_id, s.job.first_run_at, replayed=False)
-            continue
-        assert s.idempotency_key is not None, "only a taken idempotency key keeps a job out"
-        hit = earlier[(s.tenant_id, s.idempotency_key)]
-        out[i] = (Created(hit.job_id, hit.first_run_at, replayed=True) if hit.request_hash == s.fingerprint
-                  else errors.IdempotencyConflict())
+    outcomes = _answers(subs, out, inserted, await tx.jobs.by_idempotency_keys(_taken(subs, out, inserted)))
     queues = {r.job_id: r.queue for r in rows}
-    for s, outcome in zip(subs, out, strict=True):
+    for s, outcome in zip(subs, outcomes, strict=True):
         if stored is None and isinstance(outcome, Created) and not outcome.replayed and s.job.skipped_before_first:
             await tx.jobs.record_skipped(s.job.job_id, s.tenant_id, queues[s.job.job_id],
                                        s.job.retry.max_attempts,
                                        [o.nominal_utc for o in s.job.skipped_before_first], "dst_gap")
-    return out  # type: ignore[return-value]
+    return outcomes
+
+
+async def store_alone(db: Database, subs: Sequence[Submission]) -> list[Outcome] | None:
+    """``store_many``'s outcomes with every statement its own transaction (``Database.statement``):
+    the insert of all of ``subs`` is one statement, so they still commit together, and the common
+    submit (own pools, no Idempotency-Key taken) costs one round trip instead of four (pool pre-ping,
+    BEGIN, insert, COMMIT). The insert guards itself (ON CONFLICT on the tenant's idempotency key),
+    so it needs no isolation beyond the statement's. None when the commit was ambiguous and did not
+    land (CockroachDB): the caller stores ``subs`` in a transaction instead."""
+    pairs = _shared_pairs(subs)
+    granted = await db.statement(lambda tx: tx.jobs.shared_pool_access_many(pairs)) if pairs else {}
+    out, rows = _rows(subs, granted)
+    try:
+        inserted: set[UUID] | frozenset[UUID] = await db.statement(lambda tx: tx.jobs.insert_many(rows))
+    except errors.CommitAmbiguous:
+        found = await db.transaction(lambda tx: tx.durability.existing_jobs(s.job.job_id for s in subs),
+                                     isolation="READ COMMITTED")
+        if not found:
+            return None
+        inserted = found
+    taken = _taken(subs, out, inserted)
+    earlier = await db.statement(lambda tx: tx.jobs.by_idempotency_keys(taken)) if taken else {}
+    return _answers(subs, out, inserted, earlier)
+
+
+def _shared_pairs(subs: Sequence[Submission]) -> list[tuple[UUID, str]]:
+    """The (tenant, shared pool) grants the submissions' targets need."""
+    return sorted({(s.tenant_id, pool) for s in subs if (pool := spec.shared_pool_of(s.job.target)) is not None})
+
+
+def _rows(subs: Sequence[Submission], granted: Mapping[tuple[UUID, str], bool]
+          ) -> tuple[list[Outcome | None], list[store.NewJob]]:
+    """Per submission its refusal (a shared pool not granted) or None, and the rows of the others."""
+    out: list[Outcome | None] = [None] * len(subs)
+    rows: list[store.NewJob] = []
+    for i, s in enumerate(subs):
+        pool = spec.shared_pool_of(s.job.target)
+        if pool is not None and not granted.get((s.tenant_id, pool)):
+            out[i] = not_granted(s.job.target.ref)
+            continue
+        rows.append(new_job_row(s, spec.queue_for(s.job.target, s.tenant_id)))
+    return out, rows
+
+
+def _taken(subs: Sequence[Submission], out: list[Outcome | None],
+           inserted: set[UUID] | frozenset[UUID]) -> list[tuple[UUID, str]]:
+    """The (tenant, Idempotency-Key) pairs of submissions the insert left out: an earlier job holds the key."""
+    return sorted({(s.tenant_id, s.idempotency_key) for i, s in enumerate(subs)
+                   if out[i] is None and s.job.job_id not in inserted and s.idempotency_key is not None})
+
+
+def _answers(subs: Sequence[Submission], out: list[Outcome | None], inserted: set[UUID] | frozenset[UUID],
+             earlier: Mapping[tuple[UUID, str], store.IdempotentHit]) -> list[Outcome]:
+    """Every submission's outcome: refused, created, or answered as the earlier job with its key was."""
+    answers: list[Outcome] = []
+    for s, refused in zip(subs, out, strict=True):
+        if refused is not None:
+            answers.append(refused)
+        elif s.job.job_id in inserted:
+            answers.append(Created(s.job.job_id, s.job.first_run_at, replayed=False))
+        else:
+            assert s.idempotency_key is not None, "only a taken idempotency key keeps a job out"
+            hit = earlier[(s.tenant_id, s.idempotency_key)]
+            answers.append(Created(hit.job_id, hit.first_run_at, replayed=True) if hit.request_hash == s.fingerprint
+                           else errors.IdempotencyConflict())
+    return answers
 
 
 async def landed(tx: Store, subs: Sequence[Submission]) -> list[Outcome] | None:
@@ -332,15 +377,20 @@ class SubmitWriter:
             observability.jobs_submitted.add(created)
 
     async def _write(self, subs: list[Submission], *, critical: bool) -> list[Outcome]:
-        """One transaction storing ``subs``; a critical tenant's commits on the synchronous standby.
-        An ambiguous commit is resolved by ``landed`` (Database.transaction's ``on_ambiguous``)."""
+        """Store ``subs``: as statements of their own (``store_alone``), or in one transaction when a
+        statement alone cannot (a critical tenant's commit waits for the synchronous standby; a job whose
+        first occurrences a DST rule skipped records them with it) or an ambiguous commit did not land.
+        The transaction's ambiguous commit is resolved by ``landed`` (Database.transaction's ``on_ambiguous``)."""
 
         async def write(tx: Store) -> list[Outcome]:
             if critical:
                 await tx.durability.commit_on_standby()
             return await store_many(tx, subs)
 
-        outcomes = await self.db.transaction(write, on_ambiguous=lambda tx: landed(tx, subs))
+        alone = not critical and not any(s.job.skipped_before_first for s in subs)
+        outcomes = await store_alone(self.db, subs) if alone else None
+        if outcomes is None:
+            outcomes = await self.db.transaction(write, on_ambiguous=lambda tx: landed(tx, subs))
         return await self._with_herd_warnings(subs, outcomes)
 
     async def _with_herd_warnings(self, subs: list[Submission], outcomes: list[Outcome]) -> list[Outcome]:

@@ -24,7 +24,8 @@ from app.api import service
 from app.api.submit import Created, SubmitWriter
 from app.config import Settings
 from app.store import Database, Store
-from app.store.db import ambiguous, create_engine, isolation_for, normalise_url, retryable
+from app.store.db import _OneStatement, ambiguous, create_engine, isolation_for, normalise_url, retryable
+from app.store.queries import driver_text
 from tests import factories
 
 RESTART = ("restart transaction: TransactionRetryWithProtoRefreshError: TransactionRetryError: "
@@ -89,9 +90,12 @@ async def test_a_restart_transaction_error_from_the_server_runs_the_transaction_
 def ambiguous_commit(db: Database, monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[str]]:
     """``ambiguous_commit(landed=True)``: the next COMMIT of a transaction that ran a statement
     containing ``writes`` commits (or, landed=False, rolls back) and then answers 40003 "result is
-    ambiguous", as CockroachDB does when it loses track of a commit; other commits are left alone."""
+    ambiguous", as CockroachDB does when it loses track of a commit; other commits are left alone.
+    A statement containing ``writes`` that runs alone (``Database.statement``, its own transaction)
+    is the commit: it runs (or, landed=False, does not) and answers 40003. Only the first one fires."""
     dialect = db.engine.sync_engine.dialect
     real_commit, real_rollback = dialect.do_commit, dialect.do_rollback
+    real_execute = _OneStatement.execute
     log: list[str] = []
     wrote: set[int] = set()  # DBAPI connections whose open transaction ran a matching statement
 
@@ -101,7 +105,7 @@ def ambiguous_commit(db: Database, monkeypatch: pytest.MonkeyPatch) -> Callable[
                 wrote.add(id(conn.connection))
 
         def do_commit(dbapi_connection: Any) -> None:
-            if id(dbapi_connection) not in wrote:
+            if id(dbapi_connection) not in wrote or log:
                 return real_commit(dbapi_connection)
             monkeypatch.setattr(dialect, "do_commit", real_commit)
             event.remove(db.engine.sync_engine, "before_cursor_execute", seen)
@@ -109,8 +113,17 @@ def ambiguous_commit(db: Database, monkeypatch: pytest.MonkeyPatch) -> Callable[
             log.append("landed" if landed else "rolled back")
             raise psycopg.errors.StatementCompletionUnknown(AMBIGUOUS)
 
+        async def execute(self: _OneStatement, clause: Any, parameters: Any = None) -> Any:
+            if log or writes not in driver_text(clause, dialect):
+                return await real_execute(self, clause, parameters)
+            if landed:
+                await real_execute(self, clause, parameters)
+            log.append("landed" if landed else "rolled back")
+            raise psycopg.errors.StatementCompletionUnknown(AMBIGUOUS)
+
         event.listen(db.engine.sync_engine, "before_cursor_execute", seen)
         monkeypatch.setattr(dialect, "do_commit", do_commit)
+        monkeypatch.setattr(_OneStatement, "execute", execute)
         return log
 
     return arm
@@ -135,42 +148,57 @@ async def _jobs_of(db: Database, tenant_id: uuid.UUID) -> list[tuple[uuid.UUID, 
     return await factories.raw(db, read)
 
 
+async def tenant_on(db: Database, path: str) -> uuid.UUID:
+    """A tenant whose submits take ``path``: "statement" (the insert alone, the common submit) or
+    "transaction" (a critical tenant's, whose commit waits for the synchronous standby)."""
+    t = await factories.tenant(db)
+    if path == "transaction":
+        await db.transaction(lambda tx: tx.durability.set_critical(t.tenant_id, True))
+    return t.tenant_id
+
+
+PATHS = pytest.mark.parametrize("path", ["statement", "transaction"])
+
+
+@PATHS
 @pytest.mark.parametrize("key", [None, "client-key-1"], ids=["no-key", "idempotency-key"])
 async def test_a_submit_whose_commit_landed_ambiguously_is_read_back_not_inserted_again(
-        db: Database, ambiguous_commit: Callable[..., list[str]], key: str | None) -> None:
-    t = await factories.tenant(db)
-    sub = _submission(t.tenant_id, key)
+        db: Database, ambiguous_commit: Callable[..., list[str]], key: str | None, path: str) -> None:
+    tenant_id = await tenant_on(db, path)
+    sub = _submission(tenant_id, key)
     log = ambiguous_commit(landed=True, writes="INSERT INTO jobs")
     writer = SubmitWriter(db)
     [outcome] = await writer.submit([sub])
     assert log == ["landed"]
     assert isinstance(outcome, Created) and (outcome.job_id, outcome.replayed) == (sub.job.job_id, False)
-    assert await _jobs_of(db, t.tenant_id) == [(sub.job.job_id, 1)]  # one job, one due row: no duplicate
+    assert await _jobs_of(db, tenant_id) == [(sub.job.job_id, 1)]  # one job, one due row: no duplicate
 
 
+@PATHS
 async def test_a_submit_whose_commit_did_not_land_is_stored_once_by_running_it_again(
-        db: Database, ambiguous_commit: Callable[..., list[str]]) -> None:
-    t = await factories.tenant(db)
-    sub = _submission(t.tenant_id)
+        db: Database, ambiguous_commit: Callable[..., list[str]], path: str) -> None:
+    tenant_id = await tenant_on(db, path)
+    sub = _submission(tenant_id)
     log = ambiguous_commit(landed=False, writes="INSERT INTO jobs")
     [outcome] = await SubmitWriter(db).submit([sub])
     assert log == ["rolled back"]
     assert isinstance(outcome, Created) and outcome.job_id == sub.job.job_id
-    assert await _jobs_of(db, t.tenant_id) == [(sub.job.job_id, 1)]
+    assert await _jobs_of(db, tenant_id) == [(sub.job.job_id, 1)]
 
 
+@PATHS
 async def test_an_ambiguous_commit_of_a_replayed_key_answers_the_earlier_job(
-        db: Database, ambiguous_commit: Callable[..., list[str]]) -> None:
-    t = await factories.tenant(db)
-    [first] = await SubmitWriter(db).submit([_submission(t.tenant_id, "k")])
+        db: Database, ambiguous_commit: Callable[..., list[str]], path: str) -> None:
+    tenant_id = await tenant_on(db, path)
+    [first] = await SubmitWriter(db).submit([_submission(tenant_id, "k")])
     assert isinstance(first, Created)
     # Another batch: one new job and a retry of "k"; its commit lands, ambiguously.
-    again, fresh = _submission(t.tenant_id, "k"), _submission(t.tenant_id, "k2")
+    again, fresh = _submission(tenant_id, "k"), _submission(tenant_id, "k2")
     ambiguous_commit(landed=True, writes="INSERT INTO jobs")
     out = await SubmitWriter(db).submit([again, fresh])
     assert [(o.job_id, o.replayed) for o in out if isinstance(o, Created)] == [(first.job_id, True),
                                                                              (fresh.job.job_id, False)]
-    assert sorted(await _jobs_of(db, t.tenant_id)) == sorted([(first.job_id, 1), (fresh.job.job_id, 1)])
+    assert sorted(await _jobs_of(db, tenant_id)) == sorted([(first.job_id, 1), (fresh.job.job_id, 1)])
 
 
 async def test_a_40003_from_a_statement_is_resolved_by_the_reader_too(db: Database) -> None:
