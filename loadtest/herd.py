@@ -75,6 +75,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="`kairos executor` processes, each on its own port; worker i leases from executor i mod N")
     g.add_argument("--worker-concurrency", type=int, default=256, help="handlers in flight per worker process")
     g.add_argument("--lease-batch", type=int, default=128, help="executions per Lease call")
+    g.add_argument("--report-s", type=float, default=None,
+                   help="SDK workers' report_s: how long outcomes are buffered for one CompleteMany (default: the SDK's)")
     g.add_argument("--api-workers", type=int,
                    help="API processes (KAIROS_API_WORKERS; default: what `kairos api` starts by itself)")
     g.add_argument("--log-level", default="INFO", help="KAIROS_LOG_LEVEL of every tier (INFO is the default)")
@@ -141,8 +143,9 @@ def run_worker_child(spec: str) -> None:
     async def handler(_execution: Any) -> None:
         return None
 
+    extra = {"report_s": cfg["report_s"]} if cfg.get("report_s") is not None else {}
     Worker(cfg["pool"], handler, addr=cfg["addr"], api_key=os.environ["KAIROS_API_KEY"], concurrency=cfg["concurrency"],
-           batch=cfg["batch"]).run_forever()
+           batch=cfg["batch"], **extra).run_forever()
 
 
 # -- numbers -----------------------------------------------------------------------------------------
@@ -624,7 +627,8 @@ class Stack:
         for i in range(count):
             addr = f"127.0.0.1:{grpc_ports[i % len(grpc_ports)]}"
             spec = {"pool": POOL, "addr": addr,
-                    "concurrency": self.run.args.worker_concurrency, "batch": self.run.args.lease_batch}
+                    "concurrency": self.run.args.worker_concurrency, "batch": self.run.args.lease_batch,
+                    "report_s": self.run.args.report_s}
             if self.command is None:
                 argv = [sys.executable, str(Path(__file__).resolve()), "--worker-child", json.dumps(spec)]
             else:
