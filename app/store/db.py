@@ -257,9 +257,10 @@ class Database:
         self.retries = 0  # transactions re-run after 40001/40P01, for metrics and tests
         # Client-side bound on one run of a transaction's work, connection checkout included; 0: none.
         self.transaction_timeout_s = transaction_timeout_s
-        # ``statement``'s own connections: psycopg's pool, opened on first use.
-        self._direct: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
-        self._direct_opening = asyncio.Lock()
+        # ``statement``'s own connections: psycopg's pool, opened on first use, one per event loop (a
+        # process has one; a test may drive the API in a client's loop and the executor in its own).
+        self._direct: dict[asyncio.AbstractEventLoop, AsyncConnectionPool[psycopg.AsyncConnection[Any]]] = {}
+        self._direct_opening: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings, url: str, *, name: str = "", bounded: bool = True) -> Database:
@@ -354,14 +355,15 @@ class Database:
         raise AssertionError("unreachable")
 
     async def _direct_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
-        if self._direct is None:
-            async with self._direct_opening:
-                if self._direct is None:
+        loop = asyncio.get_running_loop()
+        if (pool := self._direct.get(loop)) is None:
+            async with self._direct_opening.setdefault(loop, asyncio.Lock()):
+                if (pool := self._direct.get(loop)) is None:
                     # Connected exactly as the engine connects: its dialect's reading of the URL (multi-host
                     # lists included), then the arguments create_engine gave it.
                     _, from_url = self.engine.dialect.create_connect_args(self.engine.url)
                     args = {**from_url, **_ENGINE_ARGS.get(self.engine.sync_engine, {}), "autocommit": True}
-                    pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+                    pool = AsyncConnectionPool(
                         "", kwargs=args,
                         # As many as the engine may open, overflow included; a call waits for a connection
                         # (or the database) as long as a connection attempt may take, then fails.
@@ -369,8 +371,8 @@ class Database:
                         timeout=CONNECT_TIMEOUT_S, reconnect_timeout=CONNECT_TIMEOUT_S,
                         name=f"kairos-direct:{os.getpid()}", open=False)
                     await pool.open(wait=False)
-                    self._direct = pool
-        return self._direct
+                    self._direct[loop] = pool
+        return pool
 
     def _engine_pool_size(self) -> int:
         pool = self.engine.pool
@@ -380,10 +382,10 @@ class Database:
         """After a lost connection: test every idle direct connection before the error leaves (what
         ``pool_pre_ping`` does for the engine, without a ping per use), so a restarted database costs
         one failed call. Bounded: a server that does not answer at all leaves the rest to their users."""
-        if self._direct is not None:
+        if (pool := self._direct.get(asyncio.get_running_loop())) is not None:
             try:
                 async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                    await self._direct.check()
+                    await pool.check()
             except TimeoutError:
                 log.warning("checking the direct connections took longer than %s s", CONNECT_TIMEOUT_S)
 
@@ -444,9 +446,11 @@ class Database:
             return await self.transaction(work, isolation=isolation, read_only=True, _primary=True)
 
     async def close(self) -> None:
-        if self._direct is not None:
-            await self._direct.close()
-            self._direct = None
+        # This loop's pool is closed; one opened in a loop that has ended since cannot be (its tasks died
+        # with it) and goes with its connections' sockets.
+        pools, self._direct, self._direct_opening = self._direct, {}, {}
+        if (pool := pools.get(asyncio.get_running_loop())) is not None:
+            await pool.close()
         await self.engine.dispose()
         if self.read_engine is not None:
             await self.read_engine.dispose()
