@@ -19,13 +19,14 @@ from app.store.payloads import PayloadStore
 
 async def keep_large(payloads: PayloadStore, subs: Sequence[Submission]) -> list[Submission]:
     """``subs`` with every payload over the inline limit put in the object store and replaced by its reference."""
-    large = [(i, data) for i, s in enumerate(subs) if (data := payloads.oversized(s.job.payload)) is not None]
+    large = [(i, data) for i, s in enumerate(subs)
+             if (data := payloads.oversized(s.job.payload, s.job.payload_json)) is not None]
     if not large:
         return list(subs)
     refs = await asyncio.gather(*(payloads.put(subs[i].tenant_id, data) for i, data in large))
     out = list(subs)
     for (i, _), ref in zip(large, refs, strict=True):
-        out[i] = replace(out[i], job=replace(out[i].job, payload=None), payload_ref=ref)
+        out[i] = replace(out[i], job=replace(out[i].job, payload=None, payload_json=None), payload_ref=ref)
     return out
 
 

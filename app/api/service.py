@@ -45,7 +45,7 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     job_id = job_id or random_uuid()
     name = spec.validate_name(body.name)
     target = spec.validate_target(body.target.type, body.target.ref, egress_policy(settings))
-    payload = spec.validate_payload(body.payload, settings.payload_max_bytes)
+    payload_text = spec.payload_json(body.payload, settings.payload_max_bytes)
     r = body.retry or schemas.RetryIn()
     retry = spec.validate_retry(r.max_attempts, r.backoff_seconds, r.max_backoff_seconds)
     timeout_s = spec.validate_timeout(body.timeout_seconds)
@@ -62,7 +62,8 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     if len(given) != 1:
         raise errors.InvalidInput("schedule", "give exactly one of runAt, delaySeconds, cron or every"
                                   + (f" (got {', '.join(given)})" if given else ""))
-    common = dict(job_id=job_id, name=name, target=target, payload=payload, retry=retry, timeout_s=timeout_s,
+    common = dict(job_id=job_id, name=name, target=target, payload=body.payload, payload_json=payload_text,
+                  retry=retry, timeout_s=timeout_s,
                   concurrency=body.concurrency or "allow", misfire=body.misfire or "run_once", options=options)
     if s.every is not None:
         if s.tz is not None or s.dst is not None:

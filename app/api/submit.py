@@ -94,7 +94,7 @@ def new_job_row(s: Submission, queue: str) -> store.NewJob:
         labels=job.options.labels, dry_run=job.options.dry_run,
         max_retry_duration_s=job.options.max_retry_duration_s, http_method=job.options.http_method,
         http_headers=job.options.http_headers, traceparent=s.traceparent,
-        payload_ref=s.payload_ref,
+        payload_ref=s.payload_ref, payload_json=job.payload_json,
     )
 
 

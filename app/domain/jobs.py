@@ -169,6 +169,9 @@ class JobSpec:
     first: cron.Occurrence | None = field(default=None)
     # Occurrences before the first that a DST rule dropped (gap: skip): history records them.
     skipped_before_first: tuple[cron.Occurrence, ...] = ()
+    # The payload's compact JSON, as validation wrote it: the object store's size check and the insert
+    # use it instead of encoding the payload twice more. None once the payload is kept by reference.
+    payload_json: str | None = None
 
     @property
     def first_run_at(self) -> datetime:
@@ -284,6 +287,12 @@ def validate_target(kind: str, ref: str, egress: EgressPolicy | None = None) -> 
 
 
 def validate_payload(payload: Any, max_bytes: int) -> Any:
+    payload_json(payload, max_bytes)
+    return payload
+
+
+def payload_json(payload: Any, max_bytes: int) -> str:
+    """A valid payload's compact JSON text (what is stored and sent); raises InvalidInput("payload")."""
     if json_depth(payload, MAX_PAYLOAD_DEPTH) > MAX_PAYLOAD_DEPTH:
         raise InvalidInput("payload", f"nests more than {MAX_PAYLOAD_DEPTH} levels of arrays and objects")
     dumped = compact_json(payload)
@@ -292,7 +301,7 @@ def validate_payload(payload: Any, max_bytes: int) -> Any:
     size = len(dumped.encode())
     if size > max_bytes:
         raise InvalidInput("payload", f"{size} bytes inline; the limit is {max_bytes}")
-    return payload
+    return dumped
 
 
 def validate_retry(max_attempts: int | None, backoff_s: float | None, max_backoff_s: float | None) -> RetryPolicy:

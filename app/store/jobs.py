@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -64,6 +64,8 @@ class NewJob:
     traceparent: str | None
     # Set when the payload is kept in the object store (app.store.payloads); payload is then None.
     payload_ref: str | None
+    # The inline payload's compact JSON when the submit has it (validation wrote it); else encoded here.
+    payload_json: str | None = field(default=None, kw_only=True)
 
 
 @dataclass(slots=True)
@@ -123,7 +125,9 @@ class ExecutionCounts:
 
 def _payload_json(job: NewJob) -> str | None:
     """The inline payload as JSON text; SQL NULL when the object store keeps it."""
-    return None if job.payload_ref is not None else compact_json(job.payload)
+    if job.payload_ref is not None:
+        return None
+    return job.payload_json if job.payload_json is not None else compact_json(job.payload)
 
 
 def _job(row: Row[Any]) -> Job:

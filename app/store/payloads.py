@@ -62,9 +62,10 @@ class PayloadStore:
         return cls(open_store(settings.archive_url, settings.home, endpoint=settings.archive_endpoint,
                               region=settings.archive_region), settings.payload_inline_bytes)
 
-    def oversized(self, payload: Any) -> bytes | None:
-        """The payload's JSON when it is over the inline limit (to ``put``); None: it stays inline."""
-        data = encode(payload)
+    def oversized(self, payload: Any, text: str | None = None) -> bytes | None:
+        """The payload's JSON when it is over the inline limit (to ``put``); None: it stays inline.
+        ``text``: the payload's compact JSON when the caller has it already."""
+        data = encode(payload) if text is None else text.encode()
         return data if len(data) > self.inline_bytes else None
 
     async def put(self, tenant_id: UUID, data: bytes) -> str:
