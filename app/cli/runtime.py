@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -24,6 +25,8 @@ READY_PING_TIMEOUT_S = 2.0
 # A tier that cannot reach the database at start tries again after this long, doubling up to the max.
 OPEN_RETRY_S = 0.5
 OPEN_RETRY_MAX_S = 5.0
+# Young-generation threshold of the collector once a tier runs (CPython's default is 700 allocations).
+GC_YOUNG_THRESHOLD = 20_000
 
 
 def database_url(settings: Settings) -> str:
@@ -108,6 +111,21 @@ async def database_ready(db: Database | None) -> str | None:
     return None
 
 
+def settle_gc() -> None:
+    """Tune the garbage collector for a tier that has finished starting.
+
+    Everything alive after start (modules, the application, caches) is moved out of the collector's
+    sight (``gc.freeze``), and the young generation is collected every GC_YOUNG_THRESHOLD allocations
+    instead of 700: a batch of work allocates tens of thousands of short-lived objects, and at the
+    default threshold many of them were promoted and then traversed again by older collections,
+    together with every object of the running process. POST /v1/jobs from 64 clients ran 25-30 %
+    faster, a batch 10-35 % (loadtest/README.md, "Tenth session")."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+
+
 def run_service(name: str, settings: Settings, serve: Serve,
                 loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
     """Run one tier until SIGTERM/SIGINT, then let it shut down gracefully.
@@ -141,6 +159,7 @@ def run_service(name: str, settings: Settings, serve: Serve,
             if db is None:
                 return
             opened.append(db)
+            settle_gc()
             log.info("starting", extra={"service": name})
             try:
                 await serve(settings, db, stop)
