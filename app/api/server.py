@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import shutil
@@ -144,7 +145,9 @@ def _listen(settings: Settings, reuse_port: bool) -> socket.socket:
 async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:
     sock = _listen(settings, reuse_port=settings.api_reuse_port)
     # uvicorn's access log stays off: RequestTelemetry writes the one line per request.
-    config = uvicorn.Config(RequestTelemetry(create_app(settings, db)), log_config=None, access_log=False,
+    app = RequestTelemetry(create_app(settings, db))
+    gc.freeze()  # the application's routes and models join what the tier froze once started (settle_gc)
+    config = uvicorn.Config(app, log_config=None, access_log=False,
                             lifespan="on", timeout_graceful_shutdown=5, http=_protocol(settings), backlog=2048)
     server = uvicorn.Server(config)
     # Under a supervisor: answer its tier-wide scrape (app.api.metrics).

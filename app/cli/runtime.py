@@ -26,7 +26,7 @@ READY_PING_TIMEOUT_S = 2.0
 OPEN_RETRY_S = 0.5
 OPEN_RETRY_MAX_S = 5.0
 # Young-generation threshold of the collector once a tier runs (CPython's default is 700 allocations).
-GC_YOUNG_THRESHOLD = 20_000
+GC_YOUNG_THRESHOLD = 100_000
 
 
 def database_url(settings: Settings) -> str:
