@@ -1,13 +1,14 @@
 """Submitting jobs: single and batched, through one group-committing writer per API process.
 
 Every submit (``POST /v1/jobs`` and each valid item of ``POST /v1/jobs:batch``) is validated on
-its own, then handed to the process's ``SubmitWriter``. The writer commits what is waiting in one
-transaction with one statement over arrays (``JobInsertMany``); submits that arrive while
-transactions are in flight wait for the next one, so under load a transaction carries many jobs
-and at rest a submit starts one at once. A request is answered only after its transaction has
-committed. A request's items always commit together; if a shared transaction fails on something
-other than contention or an unreachable database, each request in it is retried alone, so one
-request's fault never fails another's.
+its own, then handed to the process's ``SubmitWriter``. The writer commits what is waiting with one
+statement over arrays (``JobInsertMany``), which is its own transaction (``store_alone``; a critical
+tenant's submit and a job with DST-skipped first occurrences take a transaction around it,
+``store_many``); submits that arrive while transactions are in flight wait for the next one, so
+under load a transaction carries many jobs and at rest a submit starts one at once. A request is
+answered only after its transaction has committed. A request's items always commit together; if a
+shared transaction fails on something other than contention or an unreachable database, each
+request in it is retried alone, so one request's fault never fails another's.
 
 Quotas (docs/quotas.md) are checked here, where every submit passes: the submit rate when a request
 arrives (a token bucket per tenant in this process), the active-jobs quota when it is flushed (a
