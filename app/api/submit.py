@@ -140,13 +140,9 @@ async def store_alone(db: Database, subs: Sequence[Submission]) -> list[Outcome]
     granted = await db.statement(lambda tx: tx.jobs.shared_pool_access_many(pairs)) if pairs else {}
     out, rows = _rows(subs, granted)
     try:
-        inserted: set[UUID] | frozenset[UUID] = await db.statement(lambda tx: tx.jobs.insert_many(rows))
-    except errors.CommitAmbiguous:
-        found = await db.transaction(lambda tx: tx.durability.existing_jobs(s.job.job_id for s in subs),
-                                     isolation="READ COMMITTED")
-        if not found:
-            return None
-        inserted = found
+        inserted = await db.statement(lambda tx: tx.jobs.insert_many(rows))
+    except errors.CommitAmbiguous:  # read back as an ambiguous COMMIT is
+        return await db.transaction(lambda tx: landed(tx, subs), isolation="READ COMMITTED")
     taken = _taken(subs, out, inserted)
     earlier = await db.statement(lambda tx: tx.jobs.by_idempotency_keys(taken)) if taken else {}
     return _answers(subs, out, inserted, earlier)
