@@ -11,6 +11,7 @@ from app.api import bodies, guards, openapi, problems
 from app.api.auth import AuthThrottle, provide_db, provide_tenant
 from app.api.dashboard import DashboardController
 from app.api.dead_letters import DeadLetterController
+from app.api.fast_submit import FastCreateJob
 from app.api.health import DemoController, HealthController
 from app.api.jobs import JobController, create_jobs
 from app.api.metrics import MetricsController
@@ -32,6 +33,19 @@ def controllers(settings: Settings) -> list[type]:
     return found
 
 
+def max_body_bytes(settings: Settings) -> int:
+    """A request body's limit (the batch route's is its own)."""
+    return max(1024 * 1024, settings.payload_max_bytes + 64 * 1024)
+
+
+def served_app(settings: Settings, db: Database) -> FastCreateJob:
+    """What the API serves: the Litestar app, behind the single submit's own path (app.api.fast_submit)."""
+    app = create_app(settings, db)
+    return FastCreateJob(app, settings, db, key_cache=app.state.key_cache, throttle=app.state.auth_throttle,
+                         writer=app.state.submit_writer, payloads=app.state.payloads,
+                         max_body_bytes=max_body_bytes(settings))
+
+
 def create_app(settings: Settings, db: Database) -> Litestar:
     writer = SubmitWriter(db, WriterConfig(herd_threshold=settings.herd_warning_threshold))
     app = Litestar(
@@ -51,7 +65,7 @@ def create_app(settings: Settings, db: Database) -> Litestar:
                                      render_plugins=[LocalSwaggerUI("/schema")],
                                      description="Distributed job scheduler: one-off and cron jobs."),
         # A job's payload may be KAIROS_PAYLOAD_MAX_BYTES (docs/retention.md), plus the rest of its body.
-        request_max_body_size=max(1024 * 1024, settings.payload_max_bytes + 64 * 1024),
+        request_max_body_size=max_body_bytes(settings),
     )
     app.state.payloads = PayloadStore.from_settings(settings)  # large payloads (app.api.payloads)
     openapi.document(app)

@@ -100,15 +100,21 @@ def _parameters(request: Request) -> frozenset[str]:
     return frozenset({"path", *(k.lower() for k in request.query_params), *request.headers.keys()})
 
 
-def kairos_error(request: Request, exc: errors.KairosError) -> Response[dict[str, Any]]:
-    body = error_body(exc, request.url.path, parameters=_parameters(request))
-    status = body["status"]
-    if status >= 500:
-        log.warning("request failed", extra={"path": request.url.path, "error": str(exc)})
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+def error_answer(exc: errors.KairosError, path: str, parameters: frozenset[str],
+                 ) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """The problem body and the headers that answer a Kairos error on ``path`` (logged when a 5xx)."""
+    body = error_body(exc, path, parameters=parameters)
+    if body["status"] >= 500:
+        log.warning("request failed", extra={"path": path, "error": str(exc)})
+    headers = {"WWW-Authenticate": "Bearer"} if body["status"] == 401 else None
     if "retryAfterSeconds" in body:  # a 429: when to come back (RFC 9110 section 10.2.3)
         headers = {"Retry-After": str(body["retryAfterSeconds"])}
-    return Response(body, status_code=status, media_type=PROBLEM, headers=headers)
+    return body, headers
+
+
+def kairos_error(request: Request, exc: errors.KairosError) -> Response[dict[str, Any]]:
+    body, headers = error_answer(exc, request.url.path, _parameters(request))
+    return Response(body, status_code=body["status"], media_type=PROBLEM, headers=headers)
 
 
 def validation_error(request: Request, exc: ValidationException) -> Response[dict[str, Any]]:
@@ -136,10 +142,14 @@ def http_error(request: Request, exc: HTTPException) -> Response[dict[str, Any]]
     return problem(exc.status_code, "http-error", str(exc.detail), str(exc.detail), request.url.path)
 
 
+def internal_body(path: str) -> dict[str, Any]:
+    """The 500 problem for an unhandled error on ``path``, logged with its traceback (call it while handling)."""
+    log.exception("unhandled error", extra={"path": path})
+    return problem_body(500, "internal", "Internal error.", "The server failed to handle the request.", path)
+
+
 def internal_error(request: Request, exc: Exception) -> Response[dict[str, Any]]:
-    log.exception("unhandled error", extra={"path": request.url.path})
-    return problem(500, "internal", "Internal error.", "The server failed to handle the request.",
-                   request.url.path)
+    return Response(internal_body(request.url.path), status_code=500, media_type=PROBLEM)
 
 
 HANDLERS = {
