@@ -1265,11 +1265,15 @@ async def scenario_submit(run: Run) -> None:
         res["generatorCostHealthz"] = cost
         rates = {}
         for clients in (int(x) for x in a.submit_clients.split(",") if x):
-            c0 = stack.db_counters()
+            c0, cpu0 = stack.db_counters(), stack.cpu()
             s = await submit(stack.http, lambda i: (keys[i % len(keys)], bodies[i % len(keys)]), count=None,
                              concurrency=clients, stop_at=time.monotonic() + a.submit_seconds)
-            c1 = stack.db_counters()
-            res["phases"][f"single-{clients}"] = s.as_json() | {"database": {k: c1[k] - c0[k] for k in c1}}
+            c1, cpu1 = stack.db_counters(), stack.cpu()
+            res["phases"][f"single-{clients}"] = s.as_json() | {
+                "database": {k: c1[k] - c0[k] for k in c1},
+                # Per accepted request, each tier's CPU (us): where the machine's two cores went.
+                "cpuUsPerRequest": {k: round(1e6 * (cpu1[k] - cpu0.get(k, 0)) / max(1, s.ok_requests))
+                                    for k in cpu1}}
             rates[clients] = s.ok_items / s.seconds
             lat = s.latencies
             run.row("submit", f"POST /v1/jobs, {clients} clients ({stack.api_processes} API process"
@@ -1294,11 +1298,15 @@ async def scenario_submit(run: Run) -> None:
             run.row("submit", f"POST /v1/jobs:batch ({a.batch_size}/call), {a.batch_clients} clients", ">= 25,000/s",
                     f"not available (HTTP {status})", False)
         else:
+            cpu0 = stack.cpu()
             s = await submit(stack.http, lambda i: (keys[i % len(keys)], items[i % len(keys)]), count=None,
                              concurrency=a.batch_clients, path="/v1/jobs:batch", ok_status=(200,),
                              items_of=lambda st, d: d.count(b'"jobId"'), stop_at=time.monotonic() + a.submit_seconds)
             rate = s.ok_items / s.seconds
-            res["batch"] = {"available": True, **s.as_json(), "probe": probe.as_json()}
+            cpu1 = stack.cpu()
+            res["batch"] = {"available": True, **s.as_json(), "probe": probe.as_json(),
+                            "cpuUsPerItem": {k: round(1e6 * (cpu1[k] - cpu0.get(k, 0)) / max(1, s.ok_items), 1)
+                                             for k in cpu1}}
             run.row("submit", f"POST /v1/jobs:batch ({a.batch_size}/call), {a.batch_clients} clients", ">= 25,000/s",
                     f"{fmt_rate(rate)} (call p99 {fmt_s(pct(s.latencies, 99))})", rate >= 25_000)
         run.row("submit", "generator CPU per request, raw / httpx (GET /healthz)", "-",
