@@ -1,7 +1,7 @@
 """PostgreSQL's CPU per execution leased and completed, by the number of leasers of one queue.
 Component probe (seeds rows, no tiers, one process): not the user's path; the figure that counts is loadtest/herd.py.
 
-    .venv/bin/python loadtest/pg_cost_probe.py [--rows 60000] [--batch 128] [--leasers 1,2,4]
+    .venv/bin/python loadtest/pg_cost_probe.py [--rows 60000] [--batch 128] [--leasers 1,2,4] [--by-id]
 
 Creates its own database (on the embedded PostgreSQL under --home, or on KAIROS_DATABASE_URL's
 server, which must run on this machine: the figures are the server processes' own CPU time from
@@ -9,6 +9,10 @@ server, which must run on this machine: the figures are the server processes' ow
 them with N concurrent leasers, each repeating lease --batch + complete them through
 ``Database.statement`` as the executor does. Prints the backends' CPU per execution; with one
 leaser, split into the lease and the completion.
+
+``--by-id`` adds a one-leaser round whose lease is the statement an in-memory ready queue would run
+(the issue's "ready queues that are not a search": the executor knows the ids, PostgreSQL only
+flips them), so the search's share of the fair lease reads as the difference between the two rounds.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ import os
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import psycopg
+from sqlalchemy import text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -32,12 +38,24 @@ from app.store.executions import Success  # noqa: E402
 from loadtest.lease_bench import libpq, one_queue, scratch_database  # noqa: E402
 from tests import factories as tf  # noqa: E402
 
+# The lease of executions whose ids the caller holds (no search, no fairness, no quota): what is left
+# of ExecutionLeaseFair when the picking is done in memory. For this probe only.
+LEASE_BY_ID = text("""
+UPDATE executions AS e SET
+    state = 'leased', attempt = e.attempt + 1, lease_owner = :worker_id, started_at = c.now,
+    lease_until = c.now + least(CAST(:lease_s AS FLOAT8), CAST(j.timeout_s AS FLOAT8)) * INTERVAL '1 second'
+FROM jobs AS j, (SELECT now() AS now) AS c
+WHERE e.execution_id = ANY (CAST(:ids AS UUID[])) AND e.state = 'ready' AND j.job_id = e.job_id
+RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for, e.lease_until,
+          coalesce(e.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s""")
+
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=60_000, help="ready executions per round")
     p.add_argument("--batch", type=int, default=128, help="executions per lease and per completion")
     p.add_argument("--leasers", default="1,2,4", help="concurrent leasers, one round each")
+    p.add_argument("--by-id", action="store_true", help="add a one-leaser round that leases by id (LEASE_BY_ID)")
     p.add_argument("--home", default="/tmp/kairos-pg-cost-probe", help="embedded PostgreSQL home")
     return p.parse_args()
 
@@ -82,30 +100,47 @@ async def main() -> None:
         backends = Backends(url)
         try:
             _, queue, job = await one_queue(db, "probe", "probe")
-            for day, n in enumerate(leasers, start=1):
+            rounds: list[tuple[int, bool]] = [(n, False) for n in leasers] + ([(1, True)] if args.by_id else [])
+            for day, (n, by_id) in enumerate(rounds, start=1):
                 first = datetime.now(timezone.utc) - timedelta(days=day)
                 times = [first + timedelta(microseconds=i) for i in range(args.rows)]
-                await tf.insert_ready(db, [job] * args.rows, times)
+                ids = await tf.insert_ready(db, [job] * args.rows, times)
                 await db.transaction(lambda tx: tx.statistics.analyze("executions"))
-                await drain(args, db, backends, queue, n)
+                await drain(args, db, backends, queue, n, ids if by_id else None)
         finally:
             backends.close()
             await db.close()
 
 
-async def drain(args: argparse.Namespace, db: Database, backends: Backends, queue: str, leasers: int) -> None:
+async def lease_by_id(db: Database, ids: list[Any]) -> list[tuple[Any, int]]:
+    async def run(tx: Any) -> list[tuple[Any, int]]:  # one statement on the executor's own path (no BEGIN/COMMIT)
+        rows = await tx.executions._conn.execute(LEASE_BY_ID, {"ids": ids, "worker_id": "probe", "lease_s": 60.0})
+        return [(r.execution_id, r.attempt) for r in rows]
+
+    return await db.statement(run) if ids else []
+
+
+async def drain(args: argparse.Namespace, db: Database, backends: Backends, queue: str, leasers: int,
+                by_id: list[Any] | None = None) -> None:
+    """Lease (fairly, or by_id's ids in order) and complete until nothing is left."""
     split = {"lease": 0.0, "complete": 0.0}
     done = 0
+    pending = list(by_id or [])
 
     async def leaser() -> None:
-        nonlocal done
+        nonlocal done, pending
         while True:
             before = backends.cpu_s() if leasers == 1 else 0.0
-            leased = await db.statement(lambda tx: tx.executions.lease(queue, "probe", args.batch, 60))
+            if by_id is None:
+                leased = [(e.execution_id, e.attempt) for e in await db.statement(
+                    lambda tx: tx.executions.lease(queue, "probe", args.batch, 60))]
+            else:
+                chunk, pending = pending[:args.batch], pending[args.batch:]
+                leased = await lease_by_id(db, chunk)
             if not leased:
                 return
             middle = backends.cpu_s() if leasers == 1 else 0.0
-            items = [Success(e.execution_id, e.attempt) for e in leased]
+            items = [Success(execution_id, attempt) for execution_id, attempt in leased]
             answers = await db.statement(lambda tx, items=items: tx.executions.complete_many(items))
             if not all(answers.get(i.execution_id) for i in items):
                 raise SystemExit(f"completed {sum(map(bool, answers.values()))} of {len(items)}")
@@ -117,7 +152,8 @@ async def drain(args: argparse.Namespace, db: Database, backends: Backends, queu
     start = backends.cpu_s()
     await asyncio.gather(*(leaser() for _ in range(leasers)))
     per_row_us = 1e6 * (backends.cpu_s() - start) / max(done, 1)
-    line = f"{leasers} leaser(s), batch {args.batch}: {done} executions, PostgreSQL {per_row_us:5.1f} us each"
+    how = "lease by id" if by_id is not None else "fair lease"
+    line = f"{leasers} leaser(s), {how}, batch {args.batch}: {done} executions, PostgreSQL {per_row_us:5.1f} us each"
     if leasers == 1:
         line += (f" (lease {1e6 * split['lease'] / done:.1f} us, "
                  f"completion {1e6 * split['complete'] / done:.1f} us)")
