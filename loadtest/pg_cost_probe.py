@@ -113,7 +113,9 @@ async def main() -> None:
 
 
 async def lease_by_id(db: Database, ids: list[Any]) -> list[tuple[Any, int]]:
-    async def run(tx: Any) -> list[tuple[Any, int]]:  # one statement on the executor's own path (no BEGIN/COMMIT)
+    # One statement on the executor's own path (Database.statement: no BEGIN/COMMIT), through the Table's
+    # connection: the store has no public way to run a statement that is not in its catalogue.
+    async def run(tx: Any) -> list[tuple[Any, int]]:
         rows = await tx.executions._conn.execute(LEASE_BY_ID, {"ids": ids, "worker_id": "probe", "lease_s": 60.0})
         return [(r.execution_id, r.attempt) for r in rows]
 
@@ -125,18 +127,17 @@ async def drain(args: argparse.Namespace, db: Database, backends: Backends, queu
     """Lease (fairly, or by_id's ids in order) and complete until nothing is left."""
     split = {"lease": 0.0, "complete": 0.0}
     done = 0
-    pending = list(by_id or [])
+    chunks = iter([by_id[i:i + args.batch] for i in range(0, len(by_id), args.batch)] if by_id else [])
 
     async def leaser() -> None:
-        nonlocal done, pending
+        nonlocal done
         while True:
             before = backends.cpu_s() if leasers == 1 else 0.0
             if by_id is None:
                 leased = [(e.execution_id, e.attempt) for e in await db.statement(
                     lambda tx: tx.executions.lease(queue, "probe", args.batch, 60))]
             else:
-                chunk, pending = pending[:args.batch], pending[args.batch:]
-                leased = await lease_by_id(db, chunk)
+                leased = await lease_by_id(db, next(chunks, []))
             if not leased:
                 return
             middle = backends.cpu_s() if leasers == 1 else 0.0
