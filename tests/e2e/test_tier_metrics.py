@@ -95,7 +95,11 @@ def test_scheduler_and_executor_metrics_after_a_job_ran(tmp_path: Path, receiver
         lag = value(text, "kairos_start_lag_seconds_sum")
         assert 0 <= lag < 5, lag  # leased within seconds of its due time
         assert value(text, "kairos_start_lag_seconds_bucket", le="5.0") == 1
-        assert ({"pool": "@http", "kind": "http"}, 0.0) in series(text, "kairos_ready_queue_depth")
+        # The depth is a count refreshed every 5 s: one taken while the execution was still ready
+        # reads 1 until the next, which must read 0.
+        wait_for(lambda: ({"pool": "@http", "kind": "http"}, 0.0)
+                 in series(httpx.get(f"{executor}/metrics").text, "kairos_ready_queue_depth"),
+                 timeout_s=15, interval_s=0.2, what="the ready depth to read 0 after the lease")
 
         text = httpx.get(f"{scheduler}/metrics").text
         assert value(text, "kairos_shards_owned") == 256
