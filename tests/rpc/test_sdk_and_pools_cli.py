@@ -85,6 +85,63 @@ async def test_lease_lost_on_heartbeat_cancels_the_handler(db: Database, addr: s
     assert [(a.attempt, a.outcome) for a in history] == [(1, "expired"), (2, "running")]
 
 
+async def test_one_lease_answer_beats_and_times_out_each_execution_on_its_own(db: Database, addr: str) -> None:
+    """Three executions leased by one call share its timers: one returns at once, one outlives its
+    1 s timeout (failed as retryable, cancelled in its handler), one keeps running and is cancelled
+    by the heartbeat that answers LEASE_LOST after the other two have left the group."""
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "jobs")
+    [quick] = await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue, payload={"do": "quick"}))
+    slow_job = await tf.job(db, t.tenant_id, queue=queue, payload={"do": "slow"}, timeout_s=1, backoff_s=60,
+                            max_backoff_s=60)
+    [slow] = await tf.ready_executions(db, slow_job)
+    [held] = await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue, payload={"do": "hold"}))
+    cancelled = {"slow": asyncio.Event(), "hold": asyncio.Event()}
+    holding = asyncio.Event()
+
+    async def handler(execution):
+        do = execution.payload["do"]
+        if do == "quick":
+            return {"quick": True}
+        holding.set() if do == "hold" else None
+        try:
+            await asyncio.Event().wait()  # runs until cancelled
+        except asyncio.CancelledError:
+            cancelled[do].set()
+            raise
+
+    stop = asyncio.Event()
+    worker = Worker("jobs", handler, addr=addr, api_key=t.key, concurrency=3, batch=3, lease_seconds=2,
+                    wait_seconds=0.5, prefetch=0)
+    run = asyncio.create_task(worker.run(stop))
+    await asyncio.wait_for(cancelled["slow"].wait(), 10)
+
+    async def slow_failed():
+        row = await db.transaction(lambda c: c.executions.get(t.tenant_id, slow))
+        return row.state == "ready" and row
+
+    row = await poll(slow_failed, timeout_s=10, interval_s=0.05, what="the timed-out execution to be failed")
+    assert row.error == "timed out after 1s" and row.attempt == 1
+    assert (await db.transaction(lambda c: c.executions.get(t.tenant_id, quick))).state == "succeeded"
+    # The held one is still beaten after the other two left the group: its lease is extended ...
+    await asyncio.wait_for(holding.wait(), 1)
+
+    async def extended():
+        row = await db.transaction(lambda c: c.executions.get(t.tenant_id, held))
+        return row.lease_until - row.started_at > timedelta(seconds=3.5) and row  # a beat after 1.5 s
+
+    row = await poll(extended, timeout_s=10, interval_s=0.05, what="a heartbeat to extend the held lease")
+    assert row.state == "leased" and not cancelled["hold"].is_set()
+    # ... until another worker takes it over: its next beat answers LEASE_LOST and cancels it.
+    later = datetime.now(timezone.utc) + timedelta(seconds=5)
+    await db.transaction(lambda c: c.executions.reap_expired(10, now=later))
+    await db.transaction(lambda c: c.executions.lease(queue, "other", 1, 60, now=later))
+    await asyncio.wait_for(cancelled["hold"].wait(), 10)
+    stop.set()
+    await asyncio.wait_for(run, 10)
+    assert worker.stats == {"completed": 1, "failed": 1, "lease_lost": 1}
+
+
 async def test_pools_cli_creates_a_shared_pool_whose_key_leases_granted_tenants_work(
         db: Database, database_url: str, addr: str, tmp_path: Path) -> None:
     a, b = await tf.tenant(db, "pool-a"), await tf.tenant(db, "pool-b")

@@ -59,7 +59,7 @@ from typing import Any
 import grpc
 
 from kairos_sdk.client import Execution, WorkerClient
-from kairos_sdk.heartbeat import Heartbeat
+from kairos_sdk.heartbeat import LeaseGroup
 from kairos_sdk.reporter import OutcomeReporter
 
 log = logging.getLogger("kairos.worker")
@@ -151,6 +151,15 @@ class Worker:
         self._handlers: dict[str, asyncio.Task[Any]] = {}  # execution_id -> its task, while in the handler
         self._stopped_late: set[asyncio.Task[Any]] = set()  # cancelled by shutdown, not by a lost lease
         self._reporter: OutcomeReporter | None = None
+
+    @property
+    def handler(self) -> Handler:
+        return self._handler
+
+    @handler.setter
+    def handler(self, handler: Handler) -> None:
+        self._handler = handler
+        self._handler_is_async = inspect.iscoroutinefunction(handler)  # asked once, not per execution
 
     # -- entry points ------------------------------------------------------------------------
     def run_forever(self) -> None:
@@ -280,11 +289,20 @@ class Worker:
                     self._start(client, outcome)
 
     def _start(self, client: WorkerClient, got: list[Execution]) -> None:
+        if not got:
+            return
+        group = LeaseGroup(client, self.lease_seconds)
         for execution in got:
             self._busy += 1
-            task = asyncio.create_task(self._run_one(client, execution), name=f"execution-{execution.execution_id}")
+            task = asyncio.create_task(self._run_one(execution, group), name=f"execution-{execution.execution_id}")
             self._running[task] = execution
-            task.add_done_callback(lambda t: self._running.pop(t, None))
+            self._handlers[execution.execution_id] = task
+            task.add_done_callback(self._ran)
+            group.add(execution, task)
+        group.start()
+
+    def _ran(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
 
     async def _drain(self, client: WorkerClient) -> None:
         if not self._running:
@@ -303,47 +321,47 @@ class Worker:
 
     # -- one execution -----------------------------------------------------------------------
     async def _call_handler(self, execution: Execution) -> Any:
-        if inspect.iscoroutinefunction(self.handler):
+        if self._handler_is_async:
             return await self.handler(execution)
         result = await asyncio.to_thread(self.handler, execution)
         if inspect.isawaitable(result):
             result = await result
         return result
 
-    async def _run_one(self, client: WorkerClient, execution: Execution) -> None:
-        # The handler runs in this task (no task of its own): a LEASE_LOST heartbeat or a late
-        # shutdown cancels this task while it is in the handler phase (registered in _handlers).
+    async def _run_one(self, execution: Execution, group: LeaseGroup) -> None:
+        # The handler runs in this task (no task of its own): a LEASE_LOST heartbeat, the timeout
+        # (both the lease group's) or a late shutdown cancels this task while it is in the handler
+        # phase (registered in _handlers by _start, until the finally below).
         eid, attempt = execution.execution_id, execution.attempt
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers[eid] = task
-        beat = Heartbeat(client, execution, task, self.lease_seconds)
+        task = self._handlers[eid]
         loop = asyncio.get_running_loop()
         try:
             try:
-                async with asyncio.timeout(execution.timeout_seconds or None), self._slots:
+                async with self._slots:
                     began = loop.time()
                     result = await self._call_handler(execution)
                     self._handler_s = self._average(self._handler_s, loop.time() - began)
                 error, retryable = None, True
-            except TimeoutError:
-                error, retryable = f"timed out after {execution.timeout_seconds}s", True
             except asyncio.CancelledError:
-                if beat.lost:
+                if group.lost(eid):
                     task.uncancel()
                     self.stats["lease_lost"] += 1
                     log.warning("lease lost; result dropped", extra={"execution_id": eid, "attempt": attempt})
                     return
-                if task not in self._stopped_late:
+                if group.timed_out(eid):
+                    task.uncancel()
+                    error, retryable = f"timed out after {execution.timeout_seconds}s", True
+                elif task not in self._stopped_late:
                     raise
-                task.uncancel()
-                error, retryable = "worker stopped before the handler finished", True
+                else:
+                    task.uncancel()
+                    error, retryable = "worker stopped before the handler finished", True
             except NonRetryable as exc:
                 error, retryable = _describe(exc), False
             except Exception as exc:
                 error, retryable = _describe(exc), True
         finally:
-            beat.stop()
+            group.finished(eid)
             self._handlers.pop(eid, None)
             self._stopped_late.discard(task)
             self._busy -= 1
