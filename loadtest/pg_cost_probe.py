@@ -1,11 +1,12 @@
 """PostgreSQL's CPU per execution leased and completed, by the number of leasers of one queue.
 Component probe (seeds rows, no tiers, one process): not the user's path; the figure that counts is loadtest/herd.py.
 
-    .venv/bin/python loadtest/pg_cost_probe.py [--rows 60000] [--batch 128] [--leasers 1,2,4] [--by-id]
+    .venv/bin/python loadtest/pg_cost_probe.py [--rows 60000] [--batch 128] [--leasers 1,2,4] [--by-id] [--tenants 1]
 
 Creates its own database (on the embedded PostgreSQL under --home, or on KAIROS_DATABASE_URL's
 server, which must run on this machine: the figures are the server processes' own CPU time from
-/proc/<pid>/schedstat) with one tenant, one job and --rows ready executions per round, then drains
+/proc/<pid>/schedstat) with --tenants tenants (one job each, all on one queue, as the herd's shared
+pool) and --rows ready executions per round spread evenly over them, then drains
 them with N concurrent leasers, each repeating lease --batch + complete them through
 ``Database.statement`` as the executor does. Prints the backends' CPU per execution; with one
 leaser, split into the lease and the completion.
@@ -56,6 +57,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=128, help="executions per lease and per completion")
     p.add_argument("--leasers", default="1,2,4", help="concurrent leasers, one round each")
     p.add_argument("--by-id", action="store_true", help="add a one-leaser round that leases by id (LEASE_BY_ID)")
+    p.add_argument("--tenants", type=int, default=1, help="tenants whose jobs share the queue (rows spread evenly)")
     p.add_argument("--home", default="/tmp/kairos-pg-cost-probe", help="embedded PostgreSQL home")
     return p.parse_args()
 
@@ -100,11 +102,16 @@ async def main() -> None:
         backends = Backends(url)
         try:
             _, queue, job = await one_queue(db, "probe", "probe")
+            jobs = [job]
+            for n in range(1, args.tenants):  # more tenants' jobs on the same queue
+                tenant = await tf.tenant(db, f"probe-{n}")
+                await db.transaction(lambda tx, t=tenant: tx.tenants.set_quota(t.tenant_id, max_inflight=1_000_000))
+                jobs.append(await tf.job(db, tenant.tenant_id, queue=queue))
             rounds: list[tuple[int, bool]] = [(n, False) for n in leasers] + ([(1, True)] if args.by_id else [])
             for day, (n, by_id) in enumerate(rounds, start=1):
                 first = datetime.now(timezone.utc) - timedelta(days=day)
                 times = [first + timedelta(microseconds=i) for i in range(args.rows)]
-                ids = await tf.insert_ready(db, [job] * args.rows, times)
+                ids = await tf.insert_ready(db, [jobs[i % len(jobs)] for i in range(args.rows)], times)
                 await db.transaction(lambda tx: tx.statistics.analyze("executions"))
                 await drain(args, db, backends, queue, n, ids if by_id else None)
         finally:
