@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 import tempfile
@@ -534,11 +535,20 @@ async def worker_stall(options: DrillOptions) -> Report:
     return await _drill("worker-stall", options, _worker_stall)
 
 
-def _log_count(proc: Proc, message: str) -> int:
+def _log_count(proc: Proc, message: str, execution_ids: set[str] | None = None) -> int:
+    """Lines of ``proc``'s log with ``message``; with ``execution_ids``, only those naming one of them."""
     try:
-        return proc.log_path.read_text(errors="replace").count(f'"{message}"')
+        text = proc.log_path.read_text(errors="replace")
     except OSError:
         return 0
+    if execution_ids is None:
+        return text.count(f'"{message}"')
+    count = 0
+    for line in text.splitlines():
+        if f'"{message}"' in line:
+            with contextlib.suppress(ValueError):
+                count += json.loads(line).get("execution_id") in execution_ids
+    return count
 
 
 async def _worker_stall(h: Harness, report: Report) -> None:
@@ -566,6 +576,9 @@ async def _worker_stall(h: Harness, report: Report) -> None:
         fault_at = time.time()
         held = await db.transaction(lambda tx: tx.drill.leased_by(tenant_id, stalled.name))
         keys = {(x.job_id, round(x.scheduled_for.timestamp(), 3)) for x in held}
+        # Only what it held counts: a lease of the stalled worker's still on its way at the pause can
+        # reach it after SIGCONT, and that one's lost lease is not a late outcome of these.
+        held_ids = {str(x.execution_id) for x in held}
 
         async def retried() -> float | None:
             again = [r.started for r in read_runs([other.runs_path] if other.runs_path else [])
@@ -581,8 +594,8 @@ async def _worker_stall(h: Harness, report: Report) -> None:
         resumed_at = time.time()
 
         def fenced() -> int:
-            return (_log_count(stalled, "lease lost; outcome discarded")
-                    + _log_count(stalled, "lease lost; result dropped"))
+            return (_log_count(stalled, "lease lost; outcome discarded", held_ids)
+                    + _log_count(stalled, "lease lost; result dropped", held_ids))
 
         async def all_fenced() -> bool:
             return fenced() >= len(held)
@@ -600,8 +613,9 @@ async def _worker_stall(h: Harness, report: Report) -> None:
     report.add("takeover time", f"{takeover_s:.1f} s (its {len(held)} executions' leases expired, the reaper "
                f"returned them to the queue and {other.name} ran them)")
     report.add("late outcomes refused", f"{fenced()} of {len(held)} (LEASE_LOST: "
-               f"{_log_count(stalled, 'lease lost; outcome discarded')} outcomes refused and kept as discarded "
-               f"attempts, {_log_count(stalled, 'lease lost; result dropped')} heartbeats refused before the "
+               f"{_log_count(stalled, 'lease lost; outcome discarded', held_ids)} outcomes refused and kept as "
+               f"discarded attempts, {_log_count(stalled, 'lease lost; result dropped', held_ids)} heartbeats "
+               "refused before the "
                f"handler finished; {stalled.name}'s attempts in the database: {discarded} discarded, {expired} "
                "expired)")
     await _outcome_lines(report, db, result,
