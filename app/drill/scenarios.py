@@ -535,20 +535,20 @@ async def worker_stall(options: DrillOptions) -> Report:
     return await _drill("worker-stall", options, _worker_stall)
 
 
-def _log_count(proc: Proc, message: str, execution_ids: set[str] | None = None) -> int:
-    """Lines of ``proc``'s log with ``message``; with ``execution_ids``, only those naming one of them."""
+def _lease_lost_lines(proc: Proc, execution_ids: set[str]) -> tuple[int, int]:
+    """Lines of ``proc``'s log, about one of ``execution_ids``: (outcomes discarded, results dropped)."""
     try:
-        text = proc.log_path.read_text(errors="replace")
+        lines = proc.log_path.read_text(errors="replace").splitlines()
     except OSError:
-        return 0
-    if execution_ids is None:
-        return text.count(f'"{message}"')
-    count = 0
-    for line in text.splitlines():
-        if f'"{message}"' in line:
+        return 0, 0
+    counts = {"lease lost; outcome discarded": 0, "lease lost; result dropped": 0}
+    for line in lines:
+        if '"lease lost; ' in line:
             with contextlib.suppress(ValueError):
-                count += json.loads(line).get("execution_id") in execution_ids
-    return count
+                entry = json.loads(line)
+                if entry.get("msg") in counts and entry.get("execution_id") in execution_ids:
+                    counts[entry["msg"]] += 1
+    return counts["lease lost; outcome discarded"], counts["lease lost; result dropped"]
 
 
 async def _worker_stall(h: Harness, report: Report) -> None:
@@ -593,12 +593,8 @@ async def _worker_stall(h: Harness, report: Report) -> None:
         h.fleet.resume(stalled)
         resumed_at = time.time()
 
-        def fenced() -> int:
-            return (_log_count(stalled, "lease lost; outcome discarded", held_ids)
-                    + _log_count(stalled, "lease lost; result dropped", held_ids))
-
         async def all_fenced() -> bool:
-            return fenced() >= len(held)
+            return sum(_lease_lost_lines(stalled, held_ids)) >= len(held)
 
         with contextlib.suppress(TimeoutError):
             await until(all_fenced, timeout_s=10, what="the late outcomes")
@@ -612,12 +608,10 @@ async def _worker_stall(h: Harness, report: Report) -> None:
                f"executions; resumed (SIGCONT) {resumed_at - fault_at:.1f} s later")
     report.add("takeover time", f"{takeover_s:.1f} s (its {len(held)} executions' leases expired, the reaper "
                f"returned them to the queue and {other.name} ran them)")
-    report.add("late outcomes refused", f"{fenced()} of {len(held)} (LEASE_LOST: "
-               f"{_log_count(stalled, 'lease lost; outcome discarded', held_ids)} outcomes refused and kept as "
-               f"discarded attempts, {_log_count(stalled, 'lease lost; result dropped', held_ids)} heartbeats "
-               "refused before the "
-               f"handler finished; {stalled.name}'s attempts in the database: {discarded} discarded, {expired} "
-               "expired)")
+    refused, dropped = _lease_lost_lines(stalled, held_ids)
+    report.add("late outcomes refused", f"{refused + dropped} of {len(held)} (LEASE_LOST: {refused} outcomes "
+               f"refused and kept as discarded attempts, {dropped} heartbeats refused before the handler "
+               f"finished; {stalled.name}'s attempts in the database: {discarded} discarded, {expired} expired)")
     await _outcome_lines(report, db, result,
                          f"the stalled worker's runs, run again by {other.name}; same idempotency key")
     report.add("drill time", f"{time.time() - h.started:.0f} s")
