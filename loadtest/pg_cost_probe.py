@@ -2,6 +2,7 @@
 Component probe (seeds rows, no tiers, one process): not the user's path; the figure that counts is loadtest/herd.py.
 
     .venv/bin/python loadtest/pg_cost_probe.py [--rows 60000] [--batch 128] [--leasers 1,2,4] [--by-id] [--tenants 1]
+                                               [--held 0]
 
 Creates its own database (on the embedded PostgreSQL under --home, or on KAIROS_DATABASE_URL's
 server, which must run on this machine: the figures are the server processes' own CPU time from
@@ -9,7 +10,8 @@ server, which must run on this machine: the figures are the server processes' ow
 pool) and --rows ready executions per round spread evenly over them, then drains
 them with N concurrent leasers, each repeating lease --batch + complete them through
 ``Database.statement`` as the executor does. Prints the backends' CPU per execution; with one
-leaser, split into the lease and the completion.
+leaser, split into the lease and the completion. ``--held B`` keeps each leaser's last B batches
+leased (completing the oldest), so the tenants' in-flight counts are as deep as in a herd's drain.
 
 ``--by-id`` adds a one-leaser round whose lease is the statement an in-memory ready queue would run
 (the issue's "ready queues that are not a search": the executor knows the ids, PostgreSQL only
@@ -58,6 +60,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--leasers", default="1,2,4", help="concurrent leasers, one round each")
     p.add_argument("--by-id", action="store_true", help="add a one-leaser round that leases by id (LEASE_BY_ID)")
     p.add_argument("--tenants", type=int, default=1, help="tenants whose jobs share the queue (rows spread evenly)")
+    p.add_argument("--held", type=int, default=0,
+                   help="batches each leaser holds leased before completing its oldest (a herd keeps about a "
+                        "thousand executions in flight: 4 leasers x 2 batches of 128)")
     p.add_argument("--home", default="/tmp/kairos-pg-cost-probe", help="embedded PostgreSQL home")
     return p.parse_args()
 
@@ -136,8 +141,15 @@ async def drain(args: argparse.Namespace, db: Database, backends: Backends, queu
     done = 0
     chunks = iter([by_id[i:i + args.batch] for i in range(0, len(by_id), args.batch)] if by_id else [])
 
+    async def complete(leased: list[tuple[Any, int]]) -> None:
+        items = [Success(execution_id, attempt) for execution_id, attempt in leased]
+        answers = await db.statement(lambda tx: tx.executions.complete_many(items))
+        if not all(answers.get(i.execution_id) for i in items):
+            raise SystemExit(f"completed {sum(map(bool, answers.values()))} of {len(items)}")
+
     async def leaser() -> None:
         nonlocal done
+        held: list[list[tuple[Any, int]]] = []  # leased batches not completed yet, oldest first
         while True:
             before = backends.cpu_s() if leasers == 1 else 0.0
             if by_id is None:
@@ -146,12 +158,13 @@ async def drain(args: argparse.Namespace, db: Database, backends: Backends, queu
             else:
                 leased = await lease_by_id(db, next(chunks, []))
             if not leased:
+                for batch in held:
+                    await complete(batch)
                 return
             middle = backends.cpu_s() if leasers == 1 else 0.0
-            items = [Success(execution_id, attempt) for execution_id, attempt in leased]
-            answers = await db.statement(lambda tx, items=items: tx.executions.complete_many(items))
-            if not all(answers.get(i.execution_id) for i in items):
-                raise SystemExit(f"completed {sum(map(bool, answers.values()))} of {len(items)}")
+            held.append(leased)
+            if len(held) > args.held:
+                await complete(held.pop(0))
             if leasers == 1:
                 split["lease"] += middle - before
                 split["complete"] += backends.cpu_s() - middle

@@ -87,6 +87,17 @@ async def test_the_lease_never_scans_executions_while_the_tenants_table_was_neve
     assert scans and "Seq Scan" not in scans, scans
 
 
+async def test_the_lease_counts_each_tenants_leased_rows_once(db: Database) -> None:
+    # Through a herd's drain the count visits about a thousand rows, live and recently finished; as a
+    # subquery of the select list it ran once for the quota filter and again for the LIMIT.
+    queue, _ = await _ready_queue(db, 500)
+    nodes = await _generic_plan(db, "ExecutionLeaseFair", {
+        "queue": queue, "worker_id": "w", "limit": 128, "lease_s": 60.0, "now": None, "salt": "ab",
+        "skip_tenants": "{}"}, analyze=True)
+    counts = [n for n in nodes if n.get("Index Name") == "executions_leased_by_queue"]
+    assert len(counts) == 1 and counts[0]["Actual Loops"] == 1, [(n["Node Type"], n["Actual Loops"]) for n in counts]
+
+
 async def test_the_completion_joins_no_two_ctes_by_nested_loop(db: Database) -> None:
     # Quadratic in the batch: 261,632 rows compared in the final join of a 512-item call (34 ms, not 7).
     queue, ids = await _ready_queue(db, 3)
