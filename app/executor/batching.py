@@ -147,10 +147,11 @@ class Outcomes:
         leases = self._leases
         for i, (execution_id, attempt, outcome) in enumerate(settled):
             counts[outcome] = counts.get(outcome, 0) + 1
-            fields: dict[str, object] = {"execution_id": str(execution_id), "attempt": attempt, "outcome": outcome}
+            # Ids as they are: the JSON lines encode a UUID as its text (str() was 3 calls per outcome).
+            fields: dict[str, object] = {"execution_id": execution_id, "attempt": attempt, "outcome": outcome}
             lease = leases.pop(execution_id, None)
             if lease is not None and lease.attempt == attempt:
-                fields.update(job_id=str(lease.job_id), tenant_id=str(lease.tenant_id), lag_ms=lease.lag_ms)
+                fields.update(job_id=lease.job_id, tenant_id=lease.tenant_id, lag_ms=lease.lag_ms)
                 if lease.span is not None:
                     tracing.end_attempt(lease.span, outcome)
             elif lease is not None:
