@@ -153,11 +153,9 @@ def log_many(logger: logging.Logger, level: int, message: str, rows: Iterable[Ma
     for h in handlers:
         formatter = h.formatter
         assert isinstance(formatter, JsonFormatter)
-        if h.terminator == "\n":
-            text = formatter.lines(created, levelname, name, message, rows)
-        else:
-            text = "".join(formatter.line(created, levelname, name, message, _redacted(row.items())) + h.terminator
-                           for row in rows)
+        text = formatter.lines(created, levelname, name, message, rows)
+        if h.terminator != "\n":  # a newline in JSON text only ends a line: strings escape theirs
+            text = text.replace("\n", h.terminator)
         h.acquire()
         try:
             h.stream.write(text)

@@ -56,6 +56,17 @@ def test_a_batch_is_one_write_of_the_lines_one_record_each_would_write(json_logg
     assert batched[2]["execution_id"] == str(uuid.UUID(int=3)) and batched[2]["tenant_id"] == str(uuid.UUID(int=4))
 
 
+def test_a_handler_with_another_terminator_ends_each_line_with_it(json_logger) -> None:
+    logger, stream, handler = json_logger
+    handler.terminator = "\r\n"
+    logger.handlers[:] = [handler]
+    observability.log_many(logger, logging.INFO, "execution outcome", [{"error": "two\nlines"}, {"n": 2}])
+    text = stream.getvalue()
+    assert text.count("\r\n") == 2 and text.endswith("\r\n")
+    assert [json.loads(line)["error" if i == 0 else "n"] for i, line in enumerate(text.split("\r\n")[:2])] == \
+           ["two\nlines", 2]
+
+
 def test_below_the_level_nothing_is_written_and_another_handler_gets_one_record_per_row(json_logger) -> None:
     logger, stream, handler = json_logger
     logger.handlers[:] = [handler]
