@@ -199,3 +199,26 @@ async def test_cockroachs_http_pool_lease_skips_the_tenants_it_is_told_to(databa
         assert {x.attempt for x in leased} == {1}
     finally:
         await db.close()
+
+
+async def test_cockroachs_fair_lease_stops_at_the_tenants_in_flight_quota(database_url: str) -> None:
+    from app.store import Database
+    from app.store.db import create_engine
+    from tests import factories
+
+    db = Database(create_engine(database_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://"),
+                                pool_size=2))
+    try:
+        tenant = await factories.tenant(db)
+        await db.transaction(lambda tx: tx.tenants.set_quota(tenant.tenant_id, max_inflight=4))
+        job = await factories.job(db, tenant.tenant_id, queue=factories.HTTP_QUEUE)
+        await factories.ready_executions(db, job, 10)
+
+        async def lease(limit: int) -> int:
+            got = await db.transaction(lambda tx: tx.executions.lease(factories.HTTP_QUEUE, "w1", limit, 30.0),
+                                       isolation="READ COMMITTED")
+            return len(got)
+
+        assert [await lease(3), await lease(10), await lease(10)] == [3, 1, 0]
+    finally:
+        await db.close()

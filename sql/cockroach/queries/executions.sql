@@ -8,11 +8,11 @@
 WITH clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
 ), quota AS (
-    SELECT t.tenant_id, t.weight, c.now,
-           t.max_inflight - (SELECT count(*) FROM executions AS l
-                             WHERE l.queue = :queue AND l.tenant_id = t.tenant_id
-                               AND l.lease_until IS NOT NULL) AS room  -- leased (executions_leased_by_queue)
-    FROM tenants AS t, clock AS c
+    SELECT t.tenant_id, t.weight, c.now, t.max_inflight - l.leased AS room
+    FROM tenants AS t, clock AS c,
+         -- Leased (executions_leased_by_queue), counted once per tenant: room is read twice below.
+         LATERAL (SELECT count(*) AS leased FROM executions AS x
+                  WHERE x.queue = :queue AND x.tenant_id = t.tenant_id AND x.lease_until IS NOT NULL) AS l
     WHERE EXISTS (SELECT 1 FROM executions AS r
                   WHERE r.queue = :queue AND r.tenant_id = t.tenant_id AND r.state = 'ready')
       AND NOT (t.tenant_id = ANY (CAST(:skip_tenants AS UUID[])))  -- the HTTP pool's waiting tenants
