@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
-from uuid import UUID
 
 from app import observability
 from app.domain.states import ExecutionState
@@ -77,7 +76,7 @@ class Coalescer(Generic[In, Out]):
 
 @dataclass(frozen=True)
 class Deferral:
-    execution_id: UUID
+    execution_id: ex.ExecutionRef
     attempt: int
     delay_s: float
 
@@ -88,8 +87,8 @@ TRACKED_LEASES_MAX = 100_000
 
 @dataclass(slots=True)  # one per leased execution: a frozen dataclass's __init__ costs four times as much
 class _Lease:
-    job_id: UUID
-    tenant_id: UUID
+    job_id: str
+    tenant_id: str
     attempt: int
     lag_ms: float  # lease time - scheduled time
     span: Any = None  # the attempt's trace span while tracing is on (app.observability.tracing)
@@ -100,7 +99,7 @@ class Outcomes:
 
     def __init__(self, db: Database, *, max_batch: int = 500, isolation: str = "READ COMMITTED") -> None:
         self.db = db
-        self._leases: OrderedDict[UUID, _Lease] = OrderedDict()
+        self._leases: OrderedDict[str, _Lease] = OrderedDict()  # by execution id (text, as leased)
         # Every statement is guarded on (state, attempt), so READ COMMITTED is safe and avoids
         # serialization failures between concurrent batches touching neighbouring rows.
         self.isolation = isolation
@@ -115,14 +114,14 @@ class Outcomes:
         traced = tracing.enabled()
         leases = self._leases
         record_lag = observability.start_lag.record
-        attributes: dict[UUID, dict[str, str]] = {}  # one per tenant of the batch
+        attributes: dict[str, dict[str, str]] = {}  # one per tenant of the batch
         for item in leased:
             # The lease ends lease_s after it began, capped at the job's timeout (ExecutionLeaseFair).
             lag_s = (item.lease_until - item.scheduled_for).total_seconds() - min(lease_s, float(item.timeout_s))
             if item.attempt == 1:
                 attrs = attributes.get(item.tenant_id)
                 if attrs is None:
-                    attrs = attributes[item.tenant_id] = {"tenant": str(item.tenant_id), "queue": kind}
+                    attrs = attributes[item.tenant_id] = {"tenant": item.tenant_id, "queue": kind}
                 record_lag(lag_s if lag_s > 0.0 else 0.0, attrs)
             span = None
             previous = leases.pop(item.execution_id, None)  # a re-lease: this attempt replaces it
@@ -131,13 +130,13 @@ class Outcomes:
                     tracing.end_attempt(previous.span, "lease_lost")
                 leased_at = item.lease_until - timedelta(seconds=min(lease_s, float(item.timeout_s)))
                 span = tracing.start_attempt(item.traceparent, leased_at, {
-                    "kairos.job_id": str(item.job_id), "kairos.execution_id": str(item.execution_id),
+                    "kairos.job_id": item.job_id, "kairos.execution_id": item.execution_id,
                     "kairos.attempt": item.attempt, "kairos.queue_kind": kind})
             leases[item.execution_id] = _Lease(item.job_id, item.tenant_id, item.attempt, round(lag_s * 1000, 1), span)
         while len(leases) > TRACKED_LEASES_MAX:
             tracing.end_attempt(leases.popitem(last=False)[1].span, "untracked")
 
-    def _settled(self, settled: Sequence[tuple[UUID, int, str]],
+    def _settled(self, settled: Sequence[tuple[ex.ExecutionRef, int, str]],
                  more: Sequence[dict[str, object]] | None = None) -> None:
         """The outcome lines of a batch, (execution_id, attempt, outcome) each with ``more[i]``'s fields,
         and (but for a deferral, which is no attempt's outcome) their counts: one add per outcome, one
@@ -147,15 +146,16 @@ class Outcomes:
         leases = self._leases
         for i, (execution_id, attempt, outcome) in enumerate(settled):
             counts[outcome] = counts.get(outcome, 0) + 1
-            # Ids as they are: the JSON lines encode a UUID as its text (str() was 3 calls per outcome).
+            # Ids as they are (text, or a UUID, which the JSON lines encode as the same text).
             fields: dict[str, object] = {"execution_id": execution_id, "attempt": attempt, "outcome": outcome}
-            lease = leases.pop(execution_id, None)
+            # The leases are keyed by text; the worker calls carry text, a caller holding a UUID pays one str().
+            lease = leases.pop(execution_id if type(execution_id) is str else str(execution_id), None)
             if lease is not None and lease.attempt == attempt:
                 fields.update(job_id=lease.job_id, tenant_id=lease.tenant_id, lag_ms=lease.lag_ms)
                 if lease.span is not None:
                     tracing.end_attempt(lease.span, outcome)
             elif lease is not None:
-                leases[execution_id] = lease  # another attempt's: keep it for its own outcome
+                leases[str(execution_id)] = lease  # another attempt's: keep it for its own outcome
             if more is not None:
                 fields.update(more[i])
             rows.append(fields)

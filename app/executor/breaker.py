@@ -20,12 +20,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from uuid import UUID
 
 log = logging.getLogger(__name__)
 
-# (tenant, origin): whose deliveries to which scheme://host:port.
-Key = tuple[UUID, str]
+# (tenant, origin): whose deliveries (the tenant id as leased, text) to which scheme://host:port.
+Key = tuple[str, str]
 
 
 @dataclass(frozen=True)

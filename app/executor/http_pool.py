@@ -38,7 +38,6 @@ from collections import Counter, deque
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from uuid import UUID
 
 import httpx
 
@@ -163,11 +162,11 @@ class HttpPool:
             limits=httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=config.concurrency),
         )
         self.wake = asyncio.Event()
-        self._held: dict[UUID, _Held] = {}
+        self._held: dict[str, _Held] = {}  # by execution id
         self._waiting: dict[Key, deque[_Held]] = {}
         self._sending = 0
         self._sending_by_key: Counter[Key] = Counter()
-        self._sending_by_tenant: Counter[UUID] = Counter()
+        self._sending_by_tenant: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
         self._slot_freed = asyncio.Event()
         self._released = asyncio.Event()  # a held delivery was let go (run_once waits on it)
@@ -183,8 +182,8 @@ class HttpPool:
         """Deliveries leased by this pool and not settled yet (in flight or waiting for a slot)."""
         return len(self._held)
 
-    def waiting_by_tenant(self) -> Counter[UUID]:
-        counts: Counter[UUID] = Counter()
+    def waiting_by_tenant(self) -> Counter[str]:
+        counts: Counter[str] = Counter()
         for (tenant, _), queue in self._waiting.items():
             counts[tenant] += len(queue)
         return counts

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -108,6 +109,16 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
+_CANONICAL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").fullmatch
+
+
+def _canonical_id(value: str) -> str:
+    """An execution id from a call as its canonical text, the form the lease handed out (a third of the cost
+    of parsing a UUID); any other spelling UUID() reads (upper case, braces, no hyphens) is rewritten to it.
+    ValueError when it is no UUID."""
+    return value if _CANONICAL_ID(value) else str(UUID(value))
+
+
 class WorkerServicer(pb_grpc.WorkerServicer):
     def __init__(self, db: Database, outcomes: Outcomes, config: ServicerConfig = ServicerConfig(),
                  payloads: PayloadStore | None = None) -> None:
@@ -154,9 +165,9 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             await context.abort(grpc.StatusCode.INTERNAL, exc.detail)
 
     @staticmethod
-    async def _execution_id(context: grpc.aio.ServicerContext, value: str) -> UUID:
+    async def _execution_id(context: grpc.aio.ServicerContext, value: str) -> str:
         try:
-            return UUID(value)
+            return _canonical_id(value)
         except ValueError:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"execution_id {value!r} is not a UUID")
             raise AssertionError("unreachable") from None
@@ -168,13 +179,13 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "error must not contain the NUL character")
         return [text or "failed" for text in texts]
 
-    async def _batch_ids(self, context: grpc.aio.ServicerContext, items) -> list[UUID]:
-        """The items' execution ids: at most max_batch, each a UUID, none twice."""
+    async def _batch_ids(self, context: grpc.aio.ServicerContext, items) -> list[str]:
+        """The items' execution ids as canonical text: at most max_batch, each a UUID, none twice."""
         if len(items) > self.config.max_batch:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"at most {self.config.max_batch} items per call, got {len(items)}")
         try:
-            ids = [UUID(i.execution_id) for i in items]
+            ids = [_canonical_id(i.execution_id) for i in items]
         except ValueError:
             bad = next(i.execution_id for i in items if not _is_uuid(i.execution_id))
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"execution_id {bad!r} is not a UUID")
@@ -229,9 +240,9 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         add = response.executions.add
         times = _Timestamps()  # a herd's executions share their due time, one lease its end
         for e in got:
-            job_id = str(e.job_id)
+            job_id = e.job_id
             when, scheduled_for = times(e.scheduled_for)
-            add(execution_id=str(e.execution_id), job_id=job_id, attempt=e.attempt,
+            add(execution_id=e.execution_id, job_id=job_id, attempt=e.attempt,
                 payload=b"{}" if e.payload == {} else json.dumps(e.payload, separators=(",", ":")).encode(),
                 idempotency_key=f"{job_id}:{when}", max_attempts=e.max_attempts, timeout_seconds=e.timeout_s,
                 scheduled_for=scheduled_for, lease_until=times(e.lease_until)[1])

@@ -24,12 +24,19 @@ from app.store.arrays import plain, texts
 from app.store.queries import q
 from app.store.table import Table
 
+# An execution's id as the executor's callers hold it: a UUID, or its canonical text (lower case, with
+# hyphens), which is what the lease answers and the worker calls carry. The batch statements answer
+# each id keyed by the very object the caller passed, whichever form it is.
+ExecutionRef = UUID | str
+
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ cost 1.3 us a leased row, this one 0.14 us
 class Leased:
-    execution_id: UUID
-    job_id: UUID
-    tenant_id: UUID
+    # The ids as text: they are handed on as text (gRPC, HTTP headers, log lines), and a UUID loaded,
+    # formatted and hashed cost the executor about 1 us a step (loadtest/README.md, "Fifteenth session").
+    execution_id: str
+    job_id: str
+    tenant_id: str
     attempt: int
     max_attempts: int
     scheduled_for: datetime
@@ -57,7 +64,7 @@ def idempotency_time(scheduled_for: datetime) -> str:
 
 @dataclass(frozen=True)
 class AttemptRef:
-    execution_id: UUID
+    execution_id: ExecutionRef
     attempt: int
 
 
@@ -65,14 +72,14 @@ class AttemptRef:
 class Renewal:
     """A lease to renew; ``restart`` also restarts its attempt's clock (a delivery that has not started)."""
 
-    execution_id: UUID
+    execution_id: ExecutionRef
     attempt: int
     restart: bool = False
 
 
 @dataclass(slots=True)  # one per completed execution (CompleteMany): not frozen, a quarter of the __init__ cost
 class Success:
-    execution_id: UUID
+    execution_id: ExecutionRef
     attempt: int
     result: Any = None
     # Which executions the caller may touch: an exact queue ('shared:fleet'), a queue prefix
@@ -82,7 +89,7 @@ class Success:
 
 @dataclass(frozen=True)
 class Failure:
-    execution_id: UUID
+    execution_id: ExecutionRef
     attempt: int
     error: str
     retryable: bool = True
@@ -91,7 +98,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class FailOutcome:
-    execution_id: UUID
+    execution_id: ExecutionRef
     state: ExecutionState | None  # READY (retry at retry_at), DEAD, or None: the attempt was stale
     retry_at: datetime | None
 
@@ -146,11 +153,16 @@ def _json(value: Any) -> str | None:
     return None if value is None else compact_json(value)
 
 
+def _by_text(ids: Sequence[ExecutionRef]) -> dict[str, ExecutionRef]:
+    """The caller's ids by their text: a statement's answer (ids as text or UUIDs) keyed by the caller's own objects."""
+    return {i if type(i) is str else str(i): i for i in ids}
+
+
 class Executions(Table):
     """The executions statements of one transaction."""
 
     async def lease(self, queue: str, worker_id: str, limit: int, lease_s: float,
-                    *, skip_tenants: Sequence[UUID] = (), now: datetime | None = None) -> list[Leased]:
+                    *, skip_tenants: Sequence[UUID | str] = (), now: datetime | None = None) -> list[Leased]:
         """Lease up to ``limit`` ready executions of ``queue``, fairly across tenants, none of ``skip_tenants``'s
         (the HTTP pool's tenants whose deliveries already wait in it)."""
         rows = await self._conn.execute(q("ExecutionLeaseFair"), {
@@ -162,7 +174,7 @@ class Executions(Table):
         return [Leased(*r) for r in rows]
 
     async def renew_many(self, held: Sequence[Renewal], worker_id: str, lease_s: float,
-                         *, now: datetime | None = None) -> dict[UUID, datetime]:
+                         *, now: datetime | None = None) -> dict[ExecutionRef, datetime]:
         """execution_id -> new lease_until of each renewed lease; one not held by ``worker_id`` at that
         attempt (or past its timeout, unless restarted) is missing."""
         if not held:
@@ -171,7 +183,8 @@ class Executions(Table):
             "execution_ids": plain([h.execution_id for h in held]), "attempts": plain([h.attempt for h in held]),
             "restarts": plain([h.restart for h in held]), "worker_id": worker_id, "lease_s": lease_s, "now": now,
         })
-        return {execution_id: lease_until for execution_id, lease_until in rows}
+        given = _by_text([h.execution_id for h in held])
+        return {given[str(execution_id)]: lease_until for execution_id, lease_until in rows}
 
     async def next_ready_in(self, queue: str, *, now: datetime | None = None) -> float | None:
         """Seconds until the queue's earliest ready execution falls due (<= 0: now); None when none is ready."""
@@ -188,28 +201,31 @@ class Executions(Table):
         return row.lease_until if row else None
 
     async def complete_many(self, done: Sequence[Success], *,
-                            now: datetime | None = None) -> dict[UUID, bool]:
+                            now: datetime | None = None) -> dict[ExecutionRef, bool]:
         """execution_id -> True (recorded, or already recorded by this attempt) / False (lease lost).
 
         Executions outside a caller's scope (or unknown) are missing from the answer: lease lost too.
         """
         if not done:
             return {}
+        ids = [d.execution_id for d in done]
         rows = await self._conn.execute(q("ExecutionCompleteMany"), {
-            "execution_ids": plain([d.execution_id for d in done]), "attempts": plain([d.attempt for d in done]),
+            "execution_ids": plain(ids), "attempts": plain([d.attempt for d in done]),
             "results": texts([_json(d.result) for d in done]), "scopes": texts([d.scope for d in done]), "now": now,
         })
-        return {execution_id: bool(ok) for execution_id, ok in rows}
+        given = _by_text(ids)  # the statement answers the ids as text
+        return {given[execution_id]: bool(ok) for execution_id, ok in rows}
 
     async def fail_many(self, failed: Sequence[Failure], *, now: datetime | None = None,
-                        rng: random.Random | None = None) -> dict[UUID, FailOutcome]:
+                        rng: random.Random | None = None) -> dict[ExecutionRef, FailOutcome]:
         """Schedule retries (backoff from app.domain.backoff) or dead-letter; stale attempts change nothing
         (their outcome's state is None, as for executions out of the caller's scope or unknown)."""
         if not failed:
             return {}
         ids = [f.execution_id for f in failed]
-        policies = {r.execution_id: r for r in await self._conn.execute(q("ExecutionRetryPolicyMany"),
-                                                                        {"execution_ids": plain(ids), "now": now})}
+        given = _by_text(ids)
+        policies = {given[str(r.execution_id)]: r for r in await self._conn.execute(
+            q("ExecutionRetryPolicyMany"), {"execution_ids": plain(ids), "now": now})}
         delays, retryable, messages = [], [], []
         for f in failed:
             p = policies.get(f.execution_id)
@@ -233,8 +249,8 @@ class Executions(Table):
         for execution_id, state, ready_at in rows:
             if state is None:  # CockroachDB's text answers the stale ones too, without a state
                 continue
-            out[execution_id] = FailOutcome(execution_id, ExecutionState(state),
-                                            ready_at if state == ExecutionState.READY else None)
+            mine = given[str(execution_id)]
+            out[mine] = FailOutcome(mine, ExecutionState(state), ready_at if state == ExecutionState.READY else None)
         return out
 
     async def defer_many(self, held: Sequence[AttemptRef], delays_s: Sequence[float], *,

@@ -115,7 +115,9 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
     RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
               e.lease_until, e.payload, e.traceparent
 )
-SELECT l.execution_id, l.job_id, l.tenant_id, l.attempt, l.max_attempts, l.scheduled_for, l.lease_until,
+-- The ids as text: what the executor hands on (gRPC, HTTP headers, log lines) and keys its leases by.
+SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS job_id,
+       CAST(l.tenant_id AS TEXT) AS tenant_id, l.attempt, l.max_attempts, l.scheduled_for, l.lease_until,
        coalesce(l.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s,
        t.signing_secret, j.http_method, j.http_headers, l.traceparent,
        -- A job payload kept in the object store (NULL above): the lease's caller reads it (app.store.payloads).
@@ -188,10 +190,11 @@ WITH input AS (
       AND (SELECT bool_or(NOT s.current) FROM input AS s)
     RETURNING a.execution_id
 )
-SELECT d.execution_id, true AS ok FROM done AS d
+-- The ids as text, as the lease hands them out (Executions.complete_many maps them back to the caller's).
+SELECT CAST(d.execution_id AS TEXT) AS execution_id, true AS ok FROM done AS d
 UNION ALL
 -- A stale attempt: ok when it had succeeded already (in this statement's snapshot, a current attempt never has).
-SELECT i.execution_id,
+SELECT CAST(i.execution_id AS TEXT) AS execution_id,
        EXISTS (SELECT 1 FROM attempts AS s
                WHERE s.execution_id = i.execution_id AND s.attempt = i.attempt
                  AND s.outcome = 'succeeded') AS ok

@@ -61,7 +61,7 @@ async def _seed(database_url: str, a: TenantKey, b: TenantKey) -> Seeded:
             [lease] = await db.transaction(lambda tx, t=at + timedelta(seconds=lag_s):
                                            tx.executions.lease(qa, "worker-a", 1, 30, now=t))
             held.append(lease)
-        assert [h.scheduled_for for h in held] == due and {h.execution_id for h in held} == set(inserted)
+        assert [h.scheduled_for for h in held] == due and {h.execution_id for h in held} == {str(i) for i in inserted}
         ids = [h.execution_id for h in held]
         # A: one more leased now (the only ready one), one dispatched ahead (ready in 30 minutes).
         [running] = await tf.insert_ready(db, [job_a], [now])  # in this minute, never in `minute`

@@ -30,7 +30,7 @@ def dead_executions(database_url: str, tenant: TenantKey, job_id: str, count: in
                                          [start + timedelta(seconds=i) for i in range(count)])
             queue = tenant_queue(tenant.tenant_id, pool)
             held = await db.transaction(lambda tx: tx.executions.lease(queue, "cli-test", count, 30))
-            assert {h.execution_id for h in held} == set(made)
+            assert {h.execution_id for h in held} == {str(e) for e in made}  # leased ids are text
             await db.transaction(lambda tx: tx.executions.fail_many(
                 [ex.Failure(h.execution_id, h.attempt, error, retryable=False) for h in held]))
             return [str(e) for e in made]

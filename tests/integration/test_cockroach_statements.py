@@ -195,7 +195,7 @@ async def test_cockroachs_http_pool_lease_skips_the_tenants_it_is_told_to(databa
             await factories.ready_executions(db, job, 3)
         leased = await db.transaction(lambda tx: tx.executions.lease(
             factories.HTTP_QUEUE, "w1", 10, 30.0, skip_tenants=[waiting.tenant_id]), isolation="READ COMMITTED")
-        assert sorted({x.tenant_id for x in leased}) == [served.tenant_id] and len(leased) == 3
+        assert sorted({x.tenant_id for x in leased}) == [str(served.tenant_id)] and len(leased) == 3
         assert {x.attempt for x in leased} == {1}
     finally:
         await db.close()

@@ -64,7 +64,7 @@ async def test_replay_one_with_edited_payload_and_policy(db: Database, api: Asyn
     assert body["state"] == "ready" and body["attempt"] == 1 and body["maxAttempts"] == 2 and body["lastAttempt"] == 3
     queue = tf.tenant_queue(t.tenant_id, "p")
     [held] = await db.transaction(lambda c: c.executions.lease(queue, "w", 1, 30))
-    assert held.execution_id == eid and held.attempt == 2 and held.payload == {"v": 2}
+    assert held.execution_id == str(eid) and held.attempt == 2 and held.payload == {"v": 2}
     # Not dead any more: a second replay is a conflict, a bad verb or id is refused.
     assert (await api.post(f"/v1/executions/{eid}:replay", headers=auth(t))).status_code == 409
     assert (await api.post(f"/v1/executions/{eid}:rerun", headers=auth(t))).status_code in (400, 422)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from uuid import UUID
 
 from sqlalchemy import text
 
@@ -37,7 +38,7 @@ async def test_lease_bumps_attempt_and_a_stale_attempt_changes_nothing(db: Datab
     job = await tf.job(db, t.tenant_id, queue=queue, payload={"n": 1})
     [eid] = await tf.ready_executions(db, job)
     [first] = await lease(db, queue, 10)
-    assert first.execution_id == eid and first.attempt == 1 and first.payload == {"n": 1}
+    assert first.execution_id == str(eid) and first.attempt == 1 and first.payload == {"n": 1}
     assert await lease(db, queue, 10) == []
     # Expire and re-lease: attempt 2 owns it now.
     later = datetime.now(timezone.utc) + timedelta(seconds=31)
@@ -63,13 +64,34 @@ async def test_lease_bumps_attempt_and_a_stale_attempt_changes_nothing(db: Datab
     assert history[0].result == {"by": "stale"}  # the late result is kept on its own attempt, not the outcome
 
 
+async def test_batch_answers_are_keyed_by_the_callers_ids_as_text_or_uuid(db: Database) -> None:
+    """The lease hands ids out as text; complete_many, fail_many and renew_many key each answer by the very
+    object the caller passed (the executor's text, or a UUID), in one call mixing both."""
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "emails")
+    job = await tf.job(db, t.tenant_id, queue=queue, max_attempts=3)
+    await tf.ready_executions(db, job, 4)
+    held = await lease(db, queue, 10)
+    assert len(held) == 4 and all(type(h.execution_id) is str and type(h.tenant_id) is str for h in held)
+    a, b, c, d = (h.execution_id for h in held)
+    renewed = await db.transaction(lambda x: x.executions.renew_many(
+        [ex.Renewal(a, 1), ex.Renewal(UUID(b), 1), ex.Renewal(UUID(c), 9)], "w1", 60))
+    assert set(renewed) == {a, UUID(b)}
+    failed = await db.transaction(lambda x: x.executions.fail_many(
+        [ex.Failure(UUID(c), 1, "later"), ex.Failure(d, 2, "stale")]))
+    assert failed[UUID(c)].state == "ready" and failed[d].state is None and set(failed) == {UUID(c), d}
+    done = await db.transaction(lambda x: x.executions.complete_many(
+        [ex.Success(a, 1), ex.Success(UUID(b), 1), ex.Success(d, 2)]))
+    assert done == {a: True, UUID(b): True, d: False}
+
+
 async def test_the_live_attempt_is_the_execution_row_and_its_attempts_row_is_written_when_it_ends(
         db: Database) -> None:
     t = await tf.tenant(db)
     queue = tf.tenant_queue(t.tenant_id, "emails")
     job = await tf.job(db, t.tenant_id, queue=queue)
     [eid, legacy] = await tf.ready_executions(db, job, 2)
-    leased = {e.execution_id: e for e in await lease(db, queue, 10, worker="w7")}
+    leased = {UUID(e.execution_id): e for e in await lease(db, queue, 10, worker="w7")}
     assert await sql(db, "SELECT count(*) FROM attempts") == [(0,)]  # nothing written at lease time
     [live] = await db.transaction(lambda c: c.attempts.list_for_execution(t.tenant_id, eid))
     assert (live.attempt, live.outcome, live.worker_id, live.finished_at) == (1, "running", "w7", None)
@@ -255,10 +277,10 @@ async def test_weights_share_a_batch(db: Database) -> None:
     for t in (a, b):
         await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue), 100)
     got = await lease(db, queue, 40)
-    by_tenant = {a.tenant_id: 0, b.tenant_id: 0}
+    by_tenant = {str(a.tenant_id): 0, str(b.tenant_id): 0}  # leased ids are text
     for held in got:
         by_tenant[held.tenant_id] += 1
-    assert by_tenant == {a.tenant_id: 30, b.tenant_id: 10}
+    assert by_tenant == {str(a.tenant_id): 30, str(b.tenant_id): 10}
 
 
 async def test_fairness_shared_pool_50000_backlog_does_not_delay_50(db: Database) -> None:
@@ -275,5 +297,5 @@ async def test_fairness_shared_pool_50000_backlog_does_not_delay_50(db: Database
     for _ in range(2):
         batch = await lease(db, queue, 50)
         assert len(batch) == 50
-        leased_b |= {x.execution_id for x in batch if x.tenant_id == b.tenant_id}
+        leased_b |= {UUID(x.execution_id) for x in batch if x.tenant_id == str(b.tenant_id)}
     assert leased_b == b_ids

@@ -163,7 +163,7 @@ async def test_an_open_breaker_defers_the_leased_batch_without_spending_attempts
                 await pool.run_once()
         finally:
             await pool.close()
-        circuit = (t.tenant_id, f"http://127.0.0.1:{failing.port}")
+        circuit = (str(t.tenant_id), f"http://127.0.0.1:{failing.port}")
         assert pool.breakers.state(circuit) == "open"
         assert failing.received <= 4  # what was in flight when the outage began: one circuit's slots
     got = await rows(db, ids)

@@ -99,7 +99,7 @@ async def test_delivery_is_signed_and_completes(db: Database, target: Target) ->
         [leased] = await pool.run_once()
     finally:
         await pool.close()
-    assert leased.execution_id == eid
+    assert leased.execution_id == str(eid)
     [req] = target.requests
     h = {k.lower(): v for k, v in req["headers"].items()}
     assert json.loads(req["body"]) == {"order": 42}
@@ -231,7 +231,7 @@ async def test_circuit_breaker_opens_defers_without_spending_attempts_then_close
         for _ in range(3):  # three consecutive failures open the circuit
             await pool.run_once()
         assert len(target.requests) == 3
-        circuit = (t.tenant_id, f"http://127.0.0.1:{target.port}")
+        circuit = (str(t.tenant_id), f"http://127.0.0.1:{target.port}")
         assert pool.breakers.state(circuit) == "open"
         # While open, leased executions are handed back unsent, their attempt refunded.
         deferred = await pool.run_once()
@@ -270,8 +270,8 @@ async def test_one_tenants_failing_endpoint_never_opens_anothers_circuit_to_the_
         for _ in range(3):
             await pool.run_once()
         origin = f"http://127.0.0.1:{target.port}"
-        assert pool.breakers.state((a.tenant_id, origin)) == "open"
-        assert pool.breakers.state((b.tenant_id, origin)) == "closed"
+        assert pool.breakers.state((str(a.tenant_id), origin)) == "open"
+        assert pool.breakers.state((str(b.tenant_id), origin)) == "closed"
         target.status = 200
         healthy = await tf.job(db, b.tenant_id, queue=HTTP_QUEUE, target_ref=f"{target.url}/b")
         [eid] = await tf.ready_executions(db, healthy)
@@ -301,8 +301,8 @@ async def test_fairness_http_pool_50000_backlog_does_not_delay_50(db: Database) 
         for _ in range(2):
             batch = await pool.run_once()
             assert len(batch) == 50
-            leased_b |= {x.execution_id for x in batch if x.tenant_id == b.tenant_id}
+            leased_b |= {x.execution_id for x in batch if x.tenant_id == str(b.tenant_id)}
     finally:
         await pool.close()
-    assert leased_b == b_ids
+    assert leased_b == {str(i) for i in b_ids}
     assert sum(1 for r in sent if r.url.path == "/b") == 50

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import httpx
 import pytest
@@ -213,11 +214,11 @@ async def test_a_lease_reads_only_referenced_payloads_fails_a_lost_one_and_bound
     assert [e.payload_ref is None for e in leased].count(True) == 1  # the inline one carries no reference
     got = await resolve_leased(payloads, leased, Outcomes(db), budget_bytes=5000)
 
-    by_job = {e.job_id: e for e in got}
+    by_job = {UUID(e.job_id): e for e in got}  # leased ids are text
     assert by_job[inline_job].payload == {"small": True}
-    whole = [e for e in got if e.job_id in jobs]
-    assert [e.job_id for e in whole] == jobs[:2]  # the third did not fit in the answer's budget (4 KB each)
-    assert all(e.payload == big_payload(4096 + jobs.index(e.job_id)) for e in whole)
+    whole = [e for e in got if UUID(e.job_id) in jobs]
+    assert [UUID(e.job_id) for e in whole] == jobs[:2]  # the third did not fit in the answer's budget (4 KB each)
+    assert all(e.payload == big_payload(4096 + jobs.index(UUID(e.job_id))) for e in whole)
     assert payloads.objects.gets == 3  # type: ignore[attr-defined]  # the lost one and two; nothing inline
     states = {r.job_id: r for r in await factories.raw(db, lambda c: _executions(c, t.tenant_id))}
     assert (states[lost].state, states[lost].attempt) == ("ready", 1)

@@ -36,7 +36,7 @@ async def finished_executions(db: Database, count: int, *, dead: int = 0) -> tup
     ids = await factories.ready_executions(db, job_id, count)
     leased = await db.transaction(lambda tx: tx.executions.lease(queue, "w1", count, 30))
     assert len(leased) == count
-    ordered = sorted(leased, key=lambda e: ids.index(e.execution_id))
+    ordered = sorted(leased, key=lambda e: ids.index(UUID(e.execution_id)))
     await db.transaction(lambda tx: tx.executions.fail_many(
         [ex.Failure(e.execution_id, e.attempt, "boom", retryable=False) for e in ordered[:dead]]))
     await db.transaction(lambda tx: tx.executions.complete_many(
@@ -87,7 +87,7 @@ async def test_old_final_executions_are_archived_then_deleted_and_live_ones_neve
     assert (batch.executions, batch.attempts) == (3, 3) and batch.key is not None
     assert batch.key.startswith(f"history/{batch.oldest:%Y/%m/%d}/") and batch.key.endswith(".jsonl.gz")
     assert await execution_ids(db, job_id) == set(live)  # the ready and the leased one stay, whatever the clock
-    assert leased.execution_id in live
+    assert UUID(leased.execution_id) in live
     assert await rows(db, "SELECT * FROM attempts WHERE execution_id = ANY(:ids)", ids=ids) == []
 
     held = archive.decode(await objects.get(batch.key))

@@ -233,6 +233,33 @@ async def test_fail_many_schedules_retries_and_dead_letters_per_item(db: Databas
     assert [(a.attempt, a.outcome) for a in history] == [(1, "discarded"), (2, "running")]
 
 
+async def test_an_execution_id_in_another_spelling_is_the_same_execution(db: Database, addr: str) -> None:
+    """The executor keys its leases by the canonical text the lease hands out: an id in upper case, in braces
+    or without hyphens (any spelling a UUID parser reads) is that execution; one id in two spellings is refused."""
+    t = await tf.tenant(db)
+    queue = tf.tenant_queue(t.tenant_id, "p")
+    job = await tf.job(db, t.tenant_id, queue=queue, max_attempts=5)
+    await tf.ready_executions(db, job, 4)
+    async with WorkerClient(addr, t.key) as client:
+        held = await client.lease("p", "w", 10)
+        assert len(held) == 4 and all(h.execution_id == str(UUID(h.execution_id)) for h in held)  # canonical text
+        upper, braced, bare, failing = held
+        spelled = [upper.execution_id.upper(), "{" + braced.execution_id + "}", UUID(bare.execution_id).hex]
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await client.complete_many([(upper.execution_id, 1, None), (spelled[0], 1, None)])
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "twice" in (err.value.details() or "")
+        answers = await client.complete_many([(eid, 1, {"n": i}) for i, eid in enumerate(spelled)])
+        assert [a.outcome for a in answers] == ["ok", "ok", "ok"]
+        assert [a.outcome for a in await client.fail_many([(failing.execution_id.upper(), 1, "no", True)])] == [
+            "retry_scheduled"]
+        assert (await client.heartbeat(spelled[0], 1)).outcome == "lease_lost"  # succeeded: no longer current
+    for i, h in enumerate(held[:3]):
+        row = await db.transaction(lambda c, e=h.execution_id: c.executions.get(t.tenant_id, UUID(e)))
+        assert (row.state, row.result) == ("succeeded", {"n": i})
+    row = await db.transaction(lambda c: c.executions.get(t.tenant_id, UUID(failing.execution_id)))
+    assert (row.state, row.error) == ("ready", "no")
+
+
 async def test_batched_calls_refuse_malformed_batches(db: Database, addr: str) -> None:
     t = await tf.tenant(db)
     eid = "00000000-0000-0000-0000-000000000001"

@@ -60,7 +60,9 @@ WITH clock AS (
     RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
               e.lease_until, e.payload, e.traceparent
 )
-SELECT l.execution_id, l.job_id, l.tenant_id, l.attempt, l.max_attempts, l.scheduled_for, l.lease_until,
+-- The ids as text: what the executor hands on (gRPC, HTTP headers, log lines) and keys its leases by.
+SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS job_id,
+       CAST(l.tenant_id AS TEXT) AS tenant_id, l.attempt, l.max_attempts, l.scheduled_for, l.lease_until,
        coalesce(l.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s,
        t.signing_secret, j.http_method, j.http_headers, l.traceparent,
        CASE WHEN l.payload IS NULL THEN j.payload_ref END AS payload_ref
@@ -107,7 +109,7 @@ WITH input AS (
         outcome = excluded.outcome, finished_at = excluded.finished_at, result = excluded.result
     RETURNING execution_id
 )
-SELECT i.execution_id,
+SELECT CAST(i.execution_id AS TEXT) AS execution_id,  -- as text, as on PostgreSQL
        (d.execution_id IS NOT NULL
         OR EXISTS (SELECT 1 FROM attempts AS s
                    WHERE s.execution_id = i.execution_id AND s.attempt = i.attempt
