@@ -369,7 +369,7 @@ class HttpPool:
                 if not self._waiting[entry.key]:
                     del self._waiting[entry.key]
                 entry.waiting = False
-                log.info("execution outcome", extra={"execution_id": str(entry.item.execution_id),
+                log.info("execution outcome", extra={"execution_id": entry.item.execution_id,
                                                      "attempt": entry.item.attempt, "outcome": "lease_lost"})
                 self._let_go(entry)
         return len(renewed)
@@ -413,7 +413,7 @@ class HttpPool:
     async def _deliver(self, entry: _Held, *, restart: bool) -> None:
         try:
             if restart and not await self._restarter.submit(entry):
-                log.info("execution outcome", extra={"execution_id": str(entry.item.execution_id),
+                log.info("execution outcome", extra={"execution_id": entry.item.execution_id,
                                                      "attempt": entry.item.attempt, "outcome": "lease_lost"})
                 return
             item = entry.item
@@ -443,7 +443,7 @@ class HttpPool:
         else:
             await self.outcomes.fail(ex.Failure(item.execution_id, item.attempt, verdict.detail,
                                                 retryable=verdict.outcome == "retry"))
-        log.debug("delivered", extra={"execution_id": str(item.execution_id), "attempt": item.attempt,
+        log.debug("delivered", extra={"execution_id": item.execution_id, "attempt": item.attempt,
                                       "outcome": verdict.outcome})
 
     async def _attempt(self, entry: _Held, item: ex.Leased) -> Verdict:
@@ -456,7 +456,7 @@ class HttpPool:
         except EgressRefused as exc:
             self.breakers.abandon(circuit)  # nothing was sent: no news of the origin
             log.warning("delivery refused by the egress policy", extra={
-                "execution_id": str(item.execution_id), "tenant_id": str(item.tenant_id), "host": host})
+                "execution_id": item.execution_id, "tenant_id": item.tenant_id, "host": host})
             return Verdict("dead", exc.detail)
         except TargetUnresolved as exc:
             self.breakers.record_failure(circuit)
@@ -477,8 +477,8 @@ class HttpPool:
             "Accept-Encoding": "identity",  # the excerpt of a failure's answer is read as it comes
             "Host": url.netloc.decode("ascii"),
             "Idempotency-Key": item.idempotency_key,
-            "Kairos-Job-Id": str(item.job_id),
-            "Kairos-Execution-Id": str(item.execution_id),
+            "Kairos-Job-Id": item.job_id,
+            "Kairos-Execution-Id": item.execution_id,
             "Kairos-Attempt": str(item.attempt),
             "Kairos-Scheduled-For": scheduled,
             "Kairos-Signature": sign(item.signing_secret, body),
@@ -488,7 +488,7 @@ class HttpPool:
         extensions = {"sni_hostname": host} if url.scheme == "https" else {}
         try:
             with tracing.span("kairos.deliver", parent=item.traceparent, attributes={
-                    "kairos.job_id": str(item.job_id), "kairos.execution_id": str(item.execution_id),
+                    "kairos.job_id": item.job_id, "kairos.execution_id": item.execution_id,
                     "kairos.attempt": item.attempt, "http.request.method": method}) as traceparent:
                 # The occurrence's trace goes to the target: its own spans join it.
                 headers["traceparent"] = traceparent or tracing.child_of(item.traceparent)

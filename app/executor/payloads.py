@@ -49,7 +49,7 @@ async def resolve_leased(payloads: PayloadStore | None, got: Sequence[ex.Leased]
             out.append(replace(item, payload=json.loads(data)))
             spent += len(data)
         except (errors.ObjectStoreUnavailable, errors.ObjectNotFound) as exc:
-            log.error("payload unavailable", extra={"execution_id": str(item.execution_id),
+            log.error("payload unavailable", extra={"execution_id": item.execution_id,
                                                     "payload_ref": item.payload_ref, "error": exc.detail})
             failed.append(ex.Failure(item.execution_id, item.attempt, f"payload unavailable: {exc.detail}"))
     if failed:
