@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from app import errors
 from app.domain.states import ExecutionState
-from app.store.db import CONNECT_TIMEOUT_S, Database, RetryConfig, create_engine
+from app.store.db import CONNECT_TIMEOUT_S, DIRECT_POOL_MIN, Database, RetryConfig, create_engine
 from app.store.executions import Success
 from tests import factories as tf
 
@@ -43,6 +43,39 @@ async def test_a_lease_and_its_completion_commit_each_on_its_own(db: Database) -
     after = await db.transaction(lambda tx: tx.executions.get(tenant.tenant_id, leased[0].execution_id))
     assert after is not None and after.state == ExecutionState.SUCCEEDED
     assert await db.statement(lambda tx: tx.executions.next_ready_in(queue)) is None
+
+
+async def test_a_statement_is_prepared_at_its_first_use(database_url: str) -> None:
+    """The first lease on a connection is already a prepared statement (psycopg's default waits for the
+    fifth use, and the four before it are parsed and planned anew each time)."""
+    db = Database(create_engine(database_url, pool_size=1))  # one connection: each call finds the same
+    prepared = text("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%%ready_tenants%%'")
+    try:
+        tenant = await tf.tenant(db, "prepared")
+        assert await db.statement(lambda tx: tx.executions.lease(tf.tenant_queue(tenant.tenant_id, "p"), "w", 1, 30)) == []
+        rows = await db.statement(lambda tx: tx.schema._conn.execute(prepared))
+        assert rows.scalar_one() == 1
+    finally:
+        await db.close()
+
+
+async def test_the_statement_pool_keeps_a_floor_of_open_connections(database_url: str) -> None:
+    """A burst finds DIRECT_POOL_MIN connections open (started and named) before it, not one."""
+    db = Database(create_engine(database_url, pool_size=10, application_name="kairos-test-floor"))
+    count = text("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'kairos-test-floor'")
+
+    async def named(tx) -> int:
+        return (await tx.schema._conn.execute(count)).scalar_one()
+
+    try:
+        assert await db.statement(lambda tx: tx.schema.ping()) is None
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        # The floor, plus the engine's own connection (the pool may open one more for a caller that came first).
+        while await db.transaction(named) < DIRECT_POOL_MIN + 1:
+            assert time.monotonic() < deadline, "the pool did not open its floor of connections"
+            await asyncio.sleep(0.02)  # polling the server's view until the background opens land
+    finally:
+        await db.close()
 
 
 async def test_a_second_statement_is_refused(db: Database) -> None:
