@@ -51,8 +51,8 @@ async def test_a_statement_is_prepared_at_its_first_use(database_url: str) -> No
     db = Database(create_engine(database_url, pool_size=1))  # one connection: each call finds the same
     prepared = text("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%%ready_tenants%%'")
     try:
-        tenant = await tf.tenant(db, "prepared")
-        assert await db.statement(lambda tx: tx.executions.lease(tf.tenant_queue(tenant.tenant_id, "p"), "w", 1, 30)) == []
+        queue = tf.tenant_queue((await tf.tenant(db, "prepared")).tenant_id, "p")
+        assert await db.statement(lambda tx: tx.executions.lease(queue, "w", 1, 30)) == []
         rows = await db.statement(lambda tx: tx.schema._conn.execute(prepared))
         assert rows.scalar_one() == 1
     finally:
