@@ -58,6 +58,7 @@ bench-probes: $(DEV)
 	$(PY) loadtest/lease_bench.py
 	$(PY) loadtest/db_call_probe.py
 	$(PY) loadtest/pg_cost_probe.py
+	$(PY) loadtest/warmup_probe.py
 	$(PY) loadtest/heap_memory.py
 
 ## Locust against a throwaway `kairos up --demo`, headless, bounded (LOCUST_ARGS="-u 50 -t 60s --shape herd").

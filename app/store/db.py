@@ -75,8 +75,9 @@ IDLE_IN_TRANSACTION_TIMEOUT = "25P03"
 # A connection attempt that has not succeeded in this long counts as a failure (libpq connect_timeout).
 CONNECT_TIMEOUT_S = 5
 # ``statement``'s pool keeps this many connections open (at most the engine's pool size), idle or not:
-# a burst that has to open its connections pays each one's start and its first plans at the worst
-# moment (loadtest/README.md, "Sixteenth session").
+# a burst that has to open its connections pays each one's start and first plans (about 14 ms of its
+# backend, loadtest/warmup_probe.py) at the worst moment; open before it, they start and begin planning
+# the lease during the idle long polls (loadtest/README.md, "Sixteenth session").
 DIRECT_POOL_MIN = 4
 # A client-side bound on a transaction is this many times the statement timeout (several statements).
 TRANSACTION_TIMEOUT_FACTOR = 2.0
@@ -366,11 +367,9 @@ class Database:
                     # Connected exactly as the engine connects: its dialect's reading of the URL (multi-host
                     # lists included), then the arguments create_engine gave it.
                     _, from_url = self.engine.dialect.create_connect_args(self.engine.url)
-                    args = {**from_url, **_ENGINE_ARGS.get(self.engine.sync_engine, {}), "autocommit": True,
-                            # Prepared at first use, not psycopg's fifth: these are the catalogue's few hot
-                            # statements, and each of the first five runs parsed and planned its text anew
-                            # (about 20 ms of a new connection's backend, its lease and completion).
-                            "prepare_threshold": 0}
+                    # psycopg's own prepare_threshold (the fifth use) stays: preparing at first use saved
+                    # nothing measurable on a new connection (loadtest/warmup_probe.py).
+                    args = {**from_url, **_ENGINE_ARGS.get(self.engine.sync_engine, {}), "autocommit": True}
                     pool = AsyncConnectionPool(
                         "", kwargs=args,
                         # As many as the engine may open, overflow included; a call waits for a connection

@@ -45,20 +45,6 @@ async def test_a_lease_and_its_completion_commit_each_on_its_own(db: Database) -
     assert await db.statement(lambda tx: tx.executions.next_ready_in(queue)) is None
 
 
-async def test_a_statement_is_prepared_at_its_first_use(database_url: str) -> None:
-    """The first lease on a connection is already a prepared statement (psycopg's default waits for the
-    fifth use, and the four before it are parsed and planned anew each time)."""
-    db = Database(create_engine(database_url, pool_size=1))  # one connection: each call finds the same
-    prepared = text("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%%ready_tenants%%'")
-    try:
-        queue = tf.tenant_queue((await tf.tenant(db, "prepared")).tenant_id, "p")
-        assert await db.statement(lambda tx: tx.executions.lease(queue, "w", 1, 30)) == []
-        rows = await db.statement(lambda tx: tx.schema._conn.execute(prepared))
-        assert rows.scalar_one() == 1
-    finally:
-        await db.close()
-
-
 async def test_the_statement_pool_keeps_a_floor_of_open_connections(database_url: str) -> None:
     """A burst finds DIRECT_POOL_MIN connections open (started and named) before it, not one."""
     db = Database(create_engine(database_url, pool_size=10, application_name="kairos-test-floor"))
