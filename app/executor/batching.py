@@ -149,13 +149,14 @@ class Outcomes:
             # Ids as they are (text, or a UUID, which the JSON lines encode as the same text).
             fields: dict[str, object] = {"execution_id": execution_id, "attempt": attempt, "outcome": outcome}
             # The leases are keyed by text; the worker calls carry text, a caller holding a UUID pays one str().
-            lease = leases.pop(execution_id if type(execution_id) is str else str(execution_id), None)
+            key = execution_id if type(execution_id) is str else str(execution_id)
+            lease = leases.pop(key, None)
             if lease is not None and lease.attempt == attempt:
                 fields.update(job_id=lease.job_id, tenant_id=lease.tenant_id, lag_ms=lease.lag_ms)
                 if lease.span is not None:
                     tracing.end_attempt(lease.span, outcome)
             elif lease is not None:
-                leases[str(execution_id)] = lease  # another attempt's: keep it for its own outcome
+                leases[key] = lease  # another attempt's: keep it for its own outcome
             if more is not None:
                 fields.update(more[i])
             rows.append(fields)
