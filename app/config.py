@@ -254,7 +254,15 @@ class Settings:
         "KAIROS_HTTP_EGRESS_ALLOW", (), CSV, shown="empty",
         doc="comma-separated IPs, CIDRs or host names HTTP targets may reach despite the egress policy "
             "([http-delivery.md](http-delivery.md))")
-    http_concurrency: int = setting("KAIROS_HTTP_CONCURRENCY", 64, integer(1), "HTTP deliveries in flight per executor")
+    http_concurrency: int = setting("KAIROS_HTTP_CONCURRENCY", 512, integer(1),
+                                    "HTTP deliveries in flight per executor")
+    http_per_tenant: int = setting(
+        "KAIROS_HTTP_PER_TENANT", 0, integer(0),
+        doc="HTTP deliveries of one tenant in flight per executor (0: half of KAIROS_HTTP_CONCURRENCY)")
+    http_per_origin: int = setting(
+        "KAIROS_HTTP_PER_ORIGIN", 256, integer(1),
+        doc="ceiling of the adaptive limit of one (tenant, origin)'s HTTP deliveries in flight per executor "
+            "([http-delivery.md](http-delivery.md))")
     http_lease_s: float = setting(
         "KAIROS_HTTP_LEASE_S", 15.0, number(minimum=1.0), shown="`15`",
         doc="lease of an HTTP delivery, renewed every third of it while the request runs (never past the job's "

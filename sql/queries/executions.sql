@@ -2,7 +2,9 @@
 -- A page of one job's executions, newest occurrence first; keyset cursor on scheduled_for (unique within a job, so UNIQUE (job_id, scheduled_for) serves the page read backwards).
 SELECT execution_id, scheduled_for, attempt, state, started_at, finished_at, error, skip_reason, trigger,
        dispatched_at, traceparent,
-       coalesce((SELECT min(a.leased_at) FROM attempts AS a WHERE a.execution_id = executions.execution_id),
+       -- An HTTP delivery started when its request was sent (sent_at); a worker's attempt when it was leased.
+       coalesce((SELECT min(coalesce(a.sent_at, a.leased_at)) FROM attempts AS a
+                 WHERE a.execution_id = executions.execution_id),
                 started_at) AS first_started_at  -- no ended attempt yet: the live one is the first
 FROM executions
 WHERE job_id = :job_id AND tenant_id = :tenant_id
@@ -113,7 +115,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
       -- planner cannot read these rows from the partial indexes on state = 'ready' instead.
       AND e.state = (SELECT 'ready') AND e.attempt = p.attempt
     RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
-              e.lease_until, e.payload, e.traceparent
+              e.lease_until, e.payload, e.traceparent, e.trigger
 )
 -- The ids as text: what the executor hands on (gRPC, HTTP headers, log lines) and keys its leases by.
 SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS job_id,
@@ -121,7 +123,8 @@ SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS j
        coalesce(l.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s,
        t.signing_secret, j.http_method, j.http_headers, l.traceparent,
        -- A job payload kept in the object store (NULL above): the lease's caller reads it (app.store.payloads).
-       CASE WHEN l.payload IS NULL THEN j.payload_ref END AS payload_ref
+       CASE WHEN l.payload IS NULL THEN j.payload_ref END AS payload_ref,
+       l.trigger  -- schedule, manual or backfill: only scheduled occurrences count in start lag
 FROM leased AS l
 JOIN jobs AS j ON j.job_id = l.job_id
 JOIN tenants AS t ON t.tenant_id = l.tenant_id;
@@ -151,10 +154,10 @@ RETURNING e.lease_until;
 WITH input AS (
     -- Only executions the caller's credential covers: scope is an exact queue, a queue prefix ending in ':', or NULL (the executor itself).
     -- x is the row before this statement's update (one snapshot): the live attempt's owner and times.
-    SELECT i.execution_id, i.attempt, i.result, x.tenant_id, x.lease_owner, x.started_at, x.lease_until,
+    SELECT i.execution_id, i.attempt, i.result, i.sent_at, x.tenant_id, x.lease_owner, x.started_at, x.lease_until,
            x.state = 'leased' AND x.attempt = i.attempt AS current
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:results AS TEXT[]),
-                CAST(:scopes AS TEXT[])) AS i (execution_id, attempt, result, scope)
+                CAST(:scopes AS TEXT[]), CAST(:sent_ats AS TIMESTAMPTZ[])) AS i (execution_id, attempt, result, scope, sent_at)
     JOIN executions AS x ON x.execution_id = i.execution_id
     WHERE (i.scope IS NULL OR x.queue = i.scope OR (right(i.scope, 1) = ':' AND left(x.queue, length(i.scope)) = i.scope))
 ), clock AS (
@@ -167,12 +170,13 @@ WITH input AS (
     WHERE e.execution_id = i.execution_id AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     -- What the attempt's row needs, the live attempt's owner and times as they were (input's).
-    RETURNING e.execution_id, e.attempt, e.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now, e.result
+    RETURNING e.execution_id, e.attempt, e.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now, e.result,
+              i.sent_at
 ), recorded AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, result)
+                          outcome, result, sent_at)
     SELECT d.execution_id, d.attempt, d.tenant_id, d.lease_owner, d.started_at, d.lease_until, d.now,
-           'succeeded', d.result
+           'succeeded', d.result, d.sent_at
     FROM done AS d
     -- A 'running' row opened at lease time (as Kairos did before 2026-12) ends here too.
     ON CONFLICT (execution_id, attempt) DO UPDATE SET
@@ -220,11 +224,12 @@ WHERE e.execution_id = ANY (CAST(:execution_ids AS UUID[]));
 -- No two CTEs are joined (see ExecutionCompleteMany): a 500-item call joined input to failed twice by nested loop, 375,000 rows compared (40 ms; loadtest/README.md, "Eighth session").
 WITH input AS (
     -- Only executions the caller's credential covers (see ExecutionCompleteMany).
-    SELECT i.execution_id, i.attempt, i.error, i.retryable, i.delay_s, x.tenant_id, x.lease_owner, x.started_at,
-           x.lease_until, x.state = 'leased' AND x.attempt = i.attempt AS current
+    SELECT i.execution_id, i.attempt, i.error, i.retryable, i.delay_s, i.sent_at, x.tenant_id, x.lease_owner,
+           x.started_at, x.lease_until, x.state = 'leased' AND x.attempt = i.attempt AS current
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:errors AS TEXT[]),
-                CAST(:retryable AS BOOL[]), CAST(:delays_s AS FLOAT8[]), CAST(:scopes AS TEXT[]))
-        AS i (execution_id, attempt, error, retryable, delay_s, scope)
+                CAST(:retryable AS BOOL[]), CAST(:delays_s AS FLOAT8[]), CAST(:scopes AS TEXT[]),
+                CAST(:sent_ats AS TIMESTAMPTZ[]))
+        AS i (execution_id, attempt, error, retryable, delay_s, scope, sent_at)
     JOIN executions AS x ON x.execution_id = i.execution_id
     WHERE (i.scope IS NULL OR x.queue = i.scope OR (right(i.scope, 1) = ':' AND left(x.queue, length(i.scope)) = i.scope))
 ), clock AS (
@@ -241,11 +246,12 @@ WITH input AS (
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     -- What the attempt's row needs, the live attempt's owner and times as they were (input's).
     RETURNING e.execution_id, e.state, e.ready_at, e.attempt, e.tenant_id, i.lease_owner, i.started_at,
-              i.lease_until, c.now, i.error
+              i.lease_until, c.now, i.error, i.sent_at
 ), recorded AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, error)
-    SELECT f.execution_id, f.attempt, f.tenant_id, f.lease_owner, f.started_at, f.lease_until, f.now, 'failed', f.error
+                          outcome, error, sent_at)
+    SELECT f.execution_id, f.attempt, f.tenant_id, f.lease_owner, f.started_at, f.lease_until, f.now, 'failed', f.error,
+           f.sent_at
     FROM failed AS f
     ON CONFLICT (execution_id, attempt) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
         outcome = 'failed', finished_at = excluded.finished_at, error = excluded.error

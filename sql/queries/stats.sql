@@ -19,10 +19,12 @@ WITH clock AS (
         AND e.scheduled_for > c.now - CAST(:window_s AS FLOAT8) * INTERVAL '1 second'
         AND e.scheduled_for <= c.now
     LEFT JOIN LATERAL (
-        SELECT coalesce(min(a.leased_at), e.started_at) AS first_leased_at  -- the live first attempt: the execution's row
+        -- An HTTP delivery starts when its request is sent (sent_at); the live first attempt: the execution's row.
+        SELECT coalesce(min(coalesce(a.sent_at, a.leased_at)), e.started_at) AS first_leased_at
         FROM attempts AS a WHERE a.execution_id = e.execution_id
     ) AS f ON true
     WHERE e.state <> 'skipped'  -- a skipped occurrence never runs: it has no lag
+      AND e.trigger = 'schedule'  -- a manual run or a backfill is not late by its scheduled_for
 ), dispatched AS (
     SELECT minute, count(*) AS occurrences,
            percentile_cont(0.5) WITHIN GROUP (ORDER BY dispatch_ms) AS dispatch_p50_ms,
@@ -55,10 +57,11 @@ WITH clock AS (
         AND e.scheduled_for > c.now - CAST(:window_s AS FLOAT8) * INTERVAL '1 second'
         AND e.scheduled_for <= c.now
     LEFT JOIN LATERAL (
-        SELECT coalesce(min(a.leased_at), e.started_at) AS first_leased_at  -- the live first attempt: the execution's row
+        -- An HTTP delivery starts when its request is sent (sent_at); the live first attempt: the execution's row.
+        SELECT coalesce(min(coalesce(a.sent_at, a.leased_at)), e.started_at) AS first_leased_at
         FROM attempts AS a WHERE a.execution_id = e.execution_id
     ) AS f ON true
-    WHERE e.state <> 'skipped'
+    WHERE e.state <> 'skipped' AND e.trigger = 'schedule'  -- as StatsStartLagPerMinute
 )
 SELECT (SELECT count(*) FROM occurrences) AS occurrences,
        s.started, s.start_p50_ms, s.start_p99_ms,
