@@ -58,7 +58,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from app import observability
-from app.domain.egress import IPAddress
+from app.domain.egress import IPAddress, literal_address
 from app.domain.queues import HTTP_QUEUE
 from app.duties import pause
 from app.errors import EgressRefused, TargetUnresolved
@@ -81,7 +81,8 @@ HTTP_LEASE_S_DEFAULT = 15.0
 ERROR_BODY_BYTES_DEFAULT = 512
 RETRY_AFTER_MAX_S = 3600.0
 # How soon an idle pool looks again when work is ready that its last lease could not take.
-READY_RECHECK_S = 0.02  # a Retry-After further off than this is read as this
+READY_RECHECK_S = 0.02
+TARGETS_CACHED_MAX = 10_000  # a Retry-After further off than this is read as this
 # A request must end this long before its lease can no longer be renewed (started_at + the job's timeout).
 _TIMEOUT_MARGIN_S = 0.5
 # Headers Kairos writes on every delivery. A job's static header of one of these names, in any case, is
@@ -221,13 +222,18 @@ class _Held:
     """A delivery this pool holds the lease of, from the lease to its outcome."""
 
     item: ex.Leased
-    key: Key | None  # (tenant, origin); None when the URL is unusable (dead without sending)
+    target: _Target | None  # None when the URL is unusable (dead without sending)
     # Monotonic time by which the request must be over: the attempt's start (read before the statement
     # that set it, so never later than the database's) + the job's timeout.
     deadline: float
     leased_at: float = 0.0  # monotonic
     waiting: bool = False  # leased but not started: no slot held
     sending: bool = False  # holds a slot (of the executor, its circuit and its tenant)
+
+    @property
+    def key(self) -> Key | None:
+        """(tenant, origin): the circuit the delivery goes through."""
+        return self.target.key if self.target is not None else None
 
     @property
     def ref(self) -> ex.AttemptRef:
@@ -310,6 +316,8 @@ class HttpPool:
         self._sending_by_key: Counter[Key] = Counter()
         self._sending_by_tenant: Counter[str] = Counter()
         self._limits: dict[Key, AdaptiveLimit] = {}
+        self._targets: dict[tuple[str, str], _Target | Verdict] = {}
+        self._literals: dict[tuple[str, int], IPAddress] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._more = asyncio.Event()  # room to lease again (see _lease_loop)
         self._want_room = False  # the last lease stopped for lack of room
@@ -368,8 +376,8 @@ class HttpPool:
             observability.leased.add(len(got), {"queue": observability.queue_kind(HTTP_QUEUE)})
             self.outcomes.track(got, self.config.lease_s, HTTP_QUEUE, started=False)
         for item in got:
-            target = _origin(item)
-            entry = _Held(item, None if isinstance(target, Verdict) else target.key, began + item.timeout_s,
+            target = self._target(item)
+            entry = _Held(item, None if isinstance(target, Verdict) else target, began + item.timeout_s,
                           leased_at=began)
             self._held[item.execution_id] = entry
             if isinstance(target, Verdict):
@@ -377,6 +385,28 @@ class HttpPool:
             else:
                 self._admit(entry)
         return got
+
+    def _target(self, item: ex.Leased) -> _Target | Verdict:
+        """``_origin``, parsed once per (tenant, URL): a herd's deliveries share a handful of URLs."""
+        cache_key = (item.tenant_id, item.target_ref)
+        found = self._targets.get(cache_key)
+        if found is None:
+            if len(self._targets) >= TARGETS_CACHED_MAX:
+                self._targets.clear()
+            found = self._targets[cache_key] = _origin(item)
+        return found
+
+    async def _address(self, target: _Target) -> IPAddress:
+        """The address to connect to (``resolve``); a literal address's answer is kept (the policy is fixed)."""
+        found = self._literals.get((target.host, target.port))
+        if found is not None:
+            return found
+        address = await resolve(self.egress, target.host, target.port)
+        if literal_address(target.host) is not None:
+            if len(self._literals) >= TARGETS_CACHED_MAX:
+                self._literals.clear()
+            self._literals[(target.host, target.port)] = address
+        return address
 
     def _limit(self, key: Key) -> AdaptiveLimit:
         found = self._limits.get(key)
@@ -691,27 +721,27 @@ class HttpPool:
     def _headers(self, item: ex.Leased, target: _Target, body: bytes) -> dict[str, str]:
         # The job's static headers first, less those Kairos writes itself (compared in any case).
         headers = {k: v for k, v in (item.http_headers or {}).items() if k.lower() not in RESERVED_HEADERS}
+        scheduled = ex.idempotency_time(item.scheduled_for)  # as Leased.idempotency_key writes it
         headers.update({
             "Content-Type": "application/json",
             "User-Agent": "Kairos/1",
             "Accept-Encoding": "identity",  # the excerpt of a failure's answer is read as it comes
             "Host": target.netloc,
-            "Idempotency-Key": item.idempotency_key,
+            "Idempotency-Key": f"{item.job_id}:{scheduled}",
             "Kairos-Job-Id": item.job_id,
             "Kairos-Execution-Id": item.execution_id,
             "Kairos-Attempt": str(item.attempt),
-            "Kairos-Scheduled-For": ex.idempotency_time(item.scheduled_for),
+            "Kairos-Scheduled-For": scheduled,
             "Kairos-Signature": sign(item.signing_secret, body),
         })
         return headers
 
     async def _attempt(self, entry: _Held, item: ex.Leased, sent: list[datetime]) -> Verdict:
-        target = _origin(item)
-        if isinstance(target, Verdict):
-            return target
+        target = entry.target
+        assert target is not None
         circuit = target.key
         try:
-            address: IPAddress = await resolve(self.egress, target.host, target.port)
+            address = await self._address(target)
         except EgressRefused as exc:
             self.breakers.abandon(circuit)  # nothing was sent: no news of the origin
             log.warning("delivery refused by the egress policy", extra={
