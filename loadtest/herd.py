@@ -905,7 +905,7 @@ class Run:
                 "cpus": os.cpu_count(), "loadAverageAtStart": os.getloadavg(), "python": sys.version.split()[0],
                 "pythonLoopMs": self.loop_ms,
                 "command": " ".join(["loadtest/herd.py", *sys.argv[1:]]),
-                "config": {k: v for k, v in vars(a).items() if k != "worker_child"}}
+                "config": {k: v for k, v in vars(a).items() if k not in ("worker_child", "results_dir")}}
 
     def save(self) -> None:
         self.out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -757,7 +757,8 @@ class HttpPool:
         method = item.http_method
         body = b"" if method == "GET" else json.dumps(item.payload, separators=(",", ":")).encode()
         headers = self._headers(item, target, body)
-        for name, value in headers.items():  # RFC 9110's grammar, checked before anything is sent
+        # The job's own headers against RFC 9110's grammar before anything is sent (Kairos's are valid).
+        for name, value in (item.http_headers or {}).items():
             if not _FIELD_NAME(name) or not _FIELD_VALUE(value):
                 self.breakers.abandon(circuit)
                 return Verdict("dead", f"the request cannot be sent: header {name!r} is not a valid HTTP field "

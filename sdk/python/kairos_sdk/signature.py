@@ -27,7 +27,8 @@ HEADER = "Kairos-Signature"
 
 
 def _mac(secret: str, t: int, body: bytes) -> str:
-    return hmac.new(secret.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
+    # hmac.digest: OpenSSL's one-shot HMAC, a fraction of hmac.new's cost for one message.
+    return hmac.digest(secret.encode(), f"{t}.".encode() + body, hashlib.sha256).hex()
 
 
 def sign(secret: str | Sequence[str], body: bytes, t: int | None = None) -> str:
