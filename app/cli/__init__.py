@@ -68,12 +68,12 @@ def scheduler() -> None:
 @main.command()
 def executor() -> None:
     """Serve the gRPC worker protocol, run the HTTP-target pool and the lease reaper."""
+    import uvloop
+
     from app.cli.runtime import run_service
     from app.executor.service import serve
     from app.rpc.server import GrpcTransport
     from app.store.payloads import PayloadStore
-
-    import uvloop
 
     # The composition root: the executor tier hosts the gRPC transport that sits above it. On uvloop: the
     # HTTP deliveries' sockets cost a tenth less of the executor's CPU than on asyncio's own loop
