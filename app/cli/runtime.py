@@ -119,7 +119,7 @@ def settle_gc() -> None:
     instead of 700: a batch of work allocates tens of thousands of short-lived objects, and at the
     default threshold many of them were promoted and then traversed again by older collections,
     together with every object of the running process. POST /v1/jobs from 64 clients ran 25-30 %
-    faster, a batch 10-35 % (loadtest/README.md, "Tenth session")."""
+    faster, a batch 10-35 % (docs/performance.md, "Submit")."""
     gc.collect()
     gc.freeze()
     _, older, oldest = gc.get_threshold()

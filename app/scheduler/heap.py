@@ -12,7 +12,7 @@ scans cannot add it twice, and an entry settled a moment ago is ignored for ``re
 that read the row just before its dispatch committed would otherwise bring it back). Entries of
 lost shards are dropped at once.
 
-Layout. A scheduler may hold a million upcoming entries (issue 7: at most 150 B each), and a
+Layout. A scheduler may hold a million upcoming entries (the target: at most 150 B each), and a
 Python object per entry costs more than that before it holds anything (a dataclass with nine
 fields, two UUIDs and three datetimes, a heap tuple and index keys came to about 830 B). So the
 heap keeps no object per entry: an entry lives in a *slot*, an index into parallel ``array``

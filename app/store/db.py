@@ -77,7 +77,7 @@ CONNECT_TIMEOUT_S = 5
 # ``statement``'s pool keeps this many connections open (at most the engine's pool size), idle or not:
 # a burst that has to open its connections pays each one's start and first plans (about 14 ms of its
 # backend, loadtest/warmup_probe.py) at the worst moment; open before it, they start and begin planning
-# the lease during the idle long polls (loadtest/README.md, "Sixteenth session").
+# the lease during the idle long polls (docs/performance.md, "Database calls and settings").
 DIRECT_POOL_MIN = 4
 # A client-side bound on a transaction is this many times the statement timeout (several statements).
 TRANSACTION_TIMEOUT_FACTOR = 2.0

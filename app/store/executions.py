@@ -33,7 +33,7 @@ ExecutionRef = UUID | str
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ cost 1.3 us a leased row, this one 0.14 us
 class Leased:
     # The ids as text: they are handed on as text (gRPC, HTTP headers, log lines), and a UUID loaded,
-    # formatted and hashed cost the executor about 1 us a step (loadtest/README.md, "Fifteenth session").
+    # formatted and hashed cost the executor about 1 us a step (docs/performance.md, "Lease").
     execution_id: str
     job_id: str
     tenant_id: str

@@ -66,7 +66,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
     JOIN tenants AS t ON t.tenant_id = r.tenant_id
     -- The tenant's leased rows (executions_leased_by_queue), counted once: as a subquery of the select
     -- list, each use of room below (the filter and the LIMIT) ran it again, and through a herd's drain
-    -- this count visits about a thousand rows, live and recently finished (loadtest/README.md, "Fourteenth session").
+    -- this count visits about a thousand rows, live and recently finished (docs/performance.md, "Lease").
     CROSS JOIN LATERAL (SELECT count(*) AS leased FROM executions AS x
                         WHERE x.queue = :queue AND x.tenant_id = t.tenant_id AND x.lease_until IS NOT NULL) AS l
     WHERE NOT (r.tenant_id = ANY (CAST(:skip_tenants AS UUID[])))  -- their deliveries wait here already
@@ -100,7 +100,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
     -- item. Joined to picked itself, the plan depended on estimates: with a tenants table never
     -- analyzed it scanned every ready row (75 us of PostgreSQL's CPU per leased row against 21), and
     -- with executions never analyzed it read the whole ready index into a bitmap and scanned picked
-    -- once per row (13.9 ms for 128 rows of 60,000 against 4.8; loadtest/README.md, "Eighth session").
+    -- once per row (13.9 ms for 128 rows of 60,000 against 4.8; docs/performance.md, "Lease").
     UPDATE executions AS e SET
         state = 'leased',
         attempt = e.attempt + 1,
@@ -150,7 +150,7 @@ RETURNING e.lease_until;
 
 -- name: ExecutionCompleteMany
 -- Record success of many current attempts at once (unnest over arrays), writing each attempt's row as it ends; a stale attempt changes nothing and its result is kept on its (expired or cancelled) attempts row as 'discarded'. Rows out: each recorded execution (ok), and each stale one, ok when its attempt had already succeeded (a repeated call); an execution out of scope, unknown, or changed by a concurrent statement is missing (lease lost).
--- No two CTEs are joined: a prepared statement's generic plan counts an array parameter as 10 items and joins CTEs by nested loop, quadratic in the batch (a 512-item call ran 34 ms against 7 ms; loadtest/README.md, "Seventh session").
+-- No two CTEs are joined: a prepared statement's generic plan counts an array parameter as 10 items and joins CTEs by nested loop, quadratic in the batch (a 512-item call ran 34 ms against 7 ms; docs/performance.md, "Completion").
 WITH input AS (
     -- Only executions the caller's credential covers: scope is an exact queue, a queue prefix ending in ':', or NULL (the executor itself).
     -- x is the row before this statement's update (one snapshot): the live attempt's owner and times.
@@ -221,7 +221,7 @@ WHERE e.execution_id = ANY (CAST(:execution_ids AS UUID[]));
 
 -- name: ExecutionFailMany
 -- Record failure of many current attempts at once, writing each attempt's row as it ends: ready again after :delays_s, or dead when not retryable or out of attempts; a stale attempt changes nothing ('discarded'). Rows out: each failed execution's new state; a stale one, or one out of scope, unknown, or changed by a concurrent statement, is missing (lease lost).
--- No two CTEs are joined (see ExecutionCompleteMany): a 500-item call joined input to failed twice by nested loop, 375,000 rows compared (40 ms; loadtest/README.md, "Eighth session").
+-- No two CTEs are joined (see ExecutionCompleteMany): a 500-item call joined input to failed twice by nested loop, 375,000 rows compared (40 ms; docs/performance.md, "Completion").
 WITH input AS (
     -- Only executions the caller's credential covers (see ExecutionCompleteMany).
     SELECT i.execution_id, i.attempt, i.error, i.retryable, i.delay_s, i.sent_at, x.tenant_id, x.lease_owner,

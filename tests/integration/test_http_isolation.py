@@ -1,4 +1,4 @@
-"""Issue 11: one tenant's slow or failing HTTP targets never delay another tenant's deliveries, and an
+"""One tenant's slow or failing HTTP targets never delay another tenant's deliveries, and an
 open circuit breaker spends no attempts on the deliveries already leased for it.
 
 Real local HTTP servers (one answers only when the test lets it, one always fails), the pool's own

@@ -280,8 +280,8 @@ async def test_circuit_breaker_opens_defers_without_spending_attempts_then_close
 
 async def test_one_tenants_failing_endpoint_never_opens_anothers_circuit_to_the_same_origin(
         db: Database, target: Target) -> None:
-    """Issue 11: the breaker keyed on the origin alone, so tenant A's 30 failures to a URL held tenant B's
-    deliveries to the same origin back by 28 s. Now A's circuit opens and B's deliveries still go."""
+    """The breaker is keyed on (tenant, origin): keyed on the origin alone, tenant A's 30 failures to a URL
+    held tenant B's deliveries to the same origin back by 28 s. A's circuit opens and B's deliveries still go."""
     a, b = await tf.tenant(db), await tf.tenant(db)
     failing = await tf.job(db, a.tenant_id, queue=HTTP_QUEUE, target_ref=f"{target.url}/a", max_attempts=10)
     await tf.ready_executions(db, failing, 3)
