@@ -349,6 +349,8 @@ async def _region_failover(h: Harness, report: Report) -> None:
                f"processes, SIGKILL), {(fault_at - herd_due):.1f} s after the herd was due"
                + (f", its WAL senders stopped {o.link_stall_s:g} s before" if o.link_stall_s else "") + "; "
                + _replication_at_failure(lag, tail, o.synchronous))
+    report.add("detection time", "none: the drill promoted the standby itself right after the kill "
+               "(--failover patroni measures a real failure detection)")
     report.add("promotion", f"{promote_s:.2f} s ({STANDBY}'s PostgreSQL accepts writes; processes follow "
                "through the multi-host URL)")
     report.add("takeover time", f"{takeover_s:.1f} s ({STANDBY} owns {SHARDS}/{SHARDS} shards; lease TTL "
