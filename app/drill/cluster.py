@@ -390,6 +390,14 @@ class Cluster:
             raise ClusterError(f"{binary} failed ({result.returncode}): "
                                f"{result.stderr.decode(errors='replace').strip()}")
 
+    def as_postgres_user(self) -> dict[str, Any]:
+        """``subprocess`` arguments that run a child as the user PostgreSQL runs as (empty: as ourselves)."""
+        return self._as_user()
+
+    def chown(self, path: Path) -> None:
+        """Hand ``path`` to the user PostgreSQL runs as."""
+        self._chown(path)
+
     def _as_user(self) -> dict[str, Any]:
         if self._user is None:
             return {}

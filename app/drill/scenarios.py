@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from app import errors
+from app.domain.states import ExecutionState
 from app.drill.cluster import PG_BIN_DEFAULT, Cluster, Node, WalTail, multi_host_url
 from app.drill.fleet import Fleet, Proc, RegionEnv
 from app.drill.measure import Report, Run, Tally, read_runs, tally
@@ -46,6 +47,7 @@ SETTLE_S = 10.0  # after the last owed due instant: how long the drain waits for
 QUIET_S = 3.0  # ... and for how long no new run may appear before it gives up on the rest
 POLL_S = 0.2
 REPORT_MARGIN_S = 15.0  # the drain ends this long before --timeout, so there is always a report
+FAILOVERS = ("promote", "patroni")  # who promotes the standby in region-failover (app.drill.patroni_failover)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class DrillOptions:
     grace_s: float = 2.0  # KAIROS_REGION_TAKEOVER_GRACE_S
     synchronous: bool = True  # region-failover: synchronous streaming replication
     link_stall_s: float = 0.0  # failovers: the primary's WAL senders stopped this long before the fault
+    failover: str = "promote"  # region-failover: the drill promotes at the kill, or Patroni decides ("patroni")
+    patroni_ttl_s: int = 10  # --failover patroni: the leader key's TTL in etcd
     worker_concurrency: int = 16
     worker_lease_s: float = 5.0
     pg_bin: Path = PG_BIN_DEFAULT
@@ -69,6 +73,8 @@ class DrillOptions:
     def __post_init__(self) -> None:
         if self.timeout_s <= 0 or self.steady_per_s <= 0 or self.every_s < 10 or self.herd < 0:
             raise ValueError("timeout and steady rate must be > 0, every_s >= 10, herd >= 0")
+        if self.failover not in FAILOVERS:
+            raise ValueError(f"failover must be one of {', '.join(FAILOVERS)}")
 
 
 async def until(condition: Callable[[], Awaitable[T | None]], *, timeout_s: float, what: str) -> T:
@@ -185,15 +191,30 @@ class Flow:
     def runs(self) -> list[Run]:
         return read_runs(p.runs_path for p in self.workers if p.runs_path is not None)
 
-    async def finish(self, fault_at: float, deadline: float) -> tuple[Tally, float]:
-        """Stop submitting, wait for what is owed to run (bounded), and count; returns (tally, until)."""
+    async def succeeded(self, db: Database) -> set[tuple[UUID, float]] | None:
+        """The owed occurrences whose execution succeeded, as ``db`` has them (None: it could not be read)."""
+        ids = sorted({o.job_id for o in self.submitter.owed})
+        executions = await _safely(db, lambda tx: tx.drill.executions_of(ids))
+        if executions is None:
+            return None
+        return {(job, round(at.timestamp(), 3)) for job, at, state in executions
+                if state == ExecutionState.SUCCEEDED}
+
+    async def finish(self, fault_at: float, deadline: float, db: Database) -> tuple[Tally, float]:
+        """Stop submitting, wait for what is owed to succeed (bounded), and count; returns (tally, until).
+
+        An occurrence counts once ``db`` (the surviving database) has its execution succeeded: started
+        is not enough, a run whose completion was lost (its worker killed, its database failed over)
+        still owes its outcome."""
         self.stop.set()
         if self.steady_task is not None:
             await self.steady_task
         until = time.time() + STEADY_LEAD_S + 0.001  # every steady job acknowledged is due by then
         last_count, last_change = -1, time.monotonic()
+        done: set[tuple[UUID, float]] = set()
         while True:
-            result = tally(self.submitter.owed, self.runs(), fault_at=fault_at, until=until)
+            done = await self.succeeded(db) or done  # a failed read keeps the last one
+            result = tally(self.submitter.owed, self.runs(), fault_at=fault_at, until=until, succeeded=done)
             if result.lost == 0:
                 return result, until
             now = time.monotonic()
@@ -232,7 +253,8 @@ def _flow_lines(report: Report, flow: Flow, result: Tally) -> None:
 
 
 async def _where_lost(db: Database, result: Tally) -> str:
-    """Where the database has the occurrences no worker started: still due, dispatched, or nowhere."""
+    """Where the database has the occurrences that never succeeded: still due, dispatched (and in which
+    state), or nowhere."""
     ids = sorted({job for job, _ in result.lost_keys})
     due = await _safely(db, lambda tx: tx.drill.due_of(ids))
     executions = await _safely(db, lambda tx: tx.drill.executions_of(ids))
@@ -256,13 +278,19 @@ async def _outcome_lines(report: Report, db: Database, result: Tally, duplicated
     back = "not by the end of the drill" if result.lag_back_s is None else f"{result.lag_back_s:.1f} s after the fault"
     report.add("lag back under 2 s", f"{back} (max start lag {result.max_lag_s:.1f} s; {result.late_after_fault} "
                "occurrences started 2 s late or more after the fault)")
-    report.add("ran", f"{result.ran} of {result.owed} owed occurrences")
+    report.add("ran", f"{result.ran} of {result.owed} owed occurrences succeeded ({result.started} started; "
+               f"{result.started_not_succeeded} started but never succeeded)")
 
 
 # -- region failover -----------------------------------------------------------------------------
 
 async def region_failover(options: DrillOptions) -> Report:
     mode = "synchronous" if options.synchronous else "asynchronous"
+    if options.failover == "patroni":
+        from app.drill.patroni_failover import region_failover_patroni
+
+        return await _drill(f"region-failover ({mode} replication, Patroni failover)", options,
+                            region_failover_patroni)
     return await _drill(f"region-failover ({mode} replication)", options, _region_failover)
 
 
@@ -313,7 +341,7 @@ async def _region_failover(h: Harness, report: Report) -> None:
                     what=f"{STANDBY} to own every shard")
         takeover_s = time.time() - fault_at
         await asyncio.sleep(o.observe_s)  # the flow goes on after the takeover, so lag is measured on it
-        result, _ = await flow.finish(fault_at, deadline)
+        result, _ = await flow.finish(fault_at, deadline, direct)
         present = await direct.transaction(lambda tx: tx.drill.jobs_present(
             tenant_id, [ow.job_id for ow in submitter.owed]))
     _flow_lines(report, flow, result)
@@ -321,6 +349,8 @@ async def _region_failover(h: Harness, report: Report) -> None:
                f"processes, SIGKILL), {(fault_at - herd_due):.1f} s after the herd was due"
                + (f", its WAL senders stopped {o.link_stall_s:g} s before" if o.link_stall_s else "") + "; "
                + _replication_at_failure(lag, tail, o.synchronous))
+    report.add("detection time", "none: the drill promoted the standby itself right after the kill "
+               "(--failover patroni measures a real failure detection)")
     report.add("promotion", f"{promote_s:.2f} s ({STANDBY}'s PostgreSQL accepts writes; processes follow "
                "through the multi-host URL)")
     report.add("takeover time", f"{takeover_s:.1f} s ({STANDBY} owns {SHARDS}/{SHARDS} shards; lease TTL "
@@ -409,7 +439,7 @@ async def _database_failover(h: Harness, report: Report) -> None:
         recovered_at = await until(first_start_after_fault, timeout_s=max(1.0, deadline - time.monotonic()),
                                    what="an occurrence due after the fault to start")
         await asyncio.sleep(o.observe_s)
-        result, _ = await flow.finish(fault_at, deadline)
+        result, _ = await flow.finish(fault_at, deadline, direct)
         present = await direct.transaction(lambda tx: tx.drill.jobs_present(
             site.tenant_id, [ow.job_id for ow in submitter.owed]))
     _flow_lines(report, flow, result)
@@ -509,7 +539,7 @@ async def _scheduler_kill(h: Harness, report: Report) -> None:
                     timeout_s=max(1.0, deadline - time.monotonic()), what="the survivor to own every shard")
         takeover_s = time.time() - fault_at
         await asyncio.sleep(o.observe_s)
-        result, _ = await flow.finish(fault_at, deadline)
+        result, _ = await flow.finish(fault_at, deadline, db)
     _flow_lines(report, flow, result)
     report.add("fault", f"{victim.name} ({victim_owner.owner}, {victim_owner.shards} shards) killed with SIGKILL "
                f"at {h.since_start(fault_at)}, {herd_due - fault_at:.1f} s before the herd was due")
@@ -599,7 +629,7 @@ async def _worker_stall(h: Harness, report: Report) -> None:
         with contextlib.suppress(TimeoutError):
             await until(all_fenced, timeout_s=10, what="the late outcomes")
         await asyncio.sleep(o.observe_s)
-        result, _ = await flow.finish(fault_at, deadline)
+        result, _ = await flow.finish(fault_at, deadline, db)
         outcomes = await db.transaction(lambda tx: tx.drill.attempt_outcomes(tenant_id))
     discarded = sum(c.attempts for c in outcomes if c.worker_id == stalled.name and c.outcome == "discarded")
     expired = sum(c.attempts for c in outcomes if c.worker_id == stalled.name and c.outcome == "expired")
