@@ -916,8 +916,8 @@ class Run:
 
 def python_loop_ms() -> float:
     """CPU milliseconds of a fixed pure-Python workload, best of five: how fast this machine runs Python
-    right now. The same code measured half as fast on one day as on the day before (loadtest/README.md,
-    "Eighth session"), so a run's figures are read beside this one."""
+    right now. The same code measured half as fast on one day as on the day before (docs/performance.md,
+    "Measuring on this machine"), so a run's figures are read beside this one."""
     best = math.inf
     for _ in range(5):
         t = time.process_time()
@@ -1363,7 +1363,7 @@ async def scenario_command(run: Run) -> None:
     """`kairos worker -- true` (a process per execution) against asyncio spawning `true` on the same machine.
 
     This machine's spawn rate moves by a sixth between one second and the next, and by half between
-    minutes (loadtest/README.md, "Sixteenth session"), so one baseline against one herd a minute later
+    minutes (docs/performance.md, "Measuring on this machine"), so one baseline against one herd a minute later
     measured the machine as much as Kairos. Each round runs its herd between two baselines (before the
     stack starts, after it stops) and compares it with their mean; the figure is the median round."""
     a = run.args
