@@ -560,9 +560,9 @@ class HttpPool:
             return []
 
     async def _lease_loop(self, stop: asyncio.Event) -> None:
-        # Not app.duties.run_every: a full lease goes round at once, one stopped by room or by waiting
-        # tenants sleeps until _maybe_more says a lease would find something, and one that found less than
-        # it asked for sleeps until the queue's next ready time (at most poll_interval_s) or a wake-up.
+        # Not app.duties.run_every: a lease that found work goes round at once while there is room, one
+        # stopped by room sleeps until _maybe_more says a lease would find some, and one that found nothing
+        # sleeps until the queue's next ready time (at most poll_interval_s) or a wake-up.
         while not stop.is_set():
             self._more.clear()
             try:
@@ -573,9 +573,9 @@ class HttpPool:
                 log.exception("http pool lease failed")
                 await pause(self.config.poll_interval_s, stop)
                 continue
+            if got and self._room() > 0:
+                continue  # there may be more ready right now (the fair lease caps each tenant's share of a batch)
             if self._want_room:
-                if got:
-                    continue  # a full batch: there may be more ready right now
                 await pause(self.config.poll_interval_s, stop, self._more, self.wake)
                 continue
             self._forget_idle_limits()
