@@ -40,7 +40,7 @@ address, with the target's ``Host`` header and TLS server name.
 from __future__ import annotations
 
 import asyncio
-import json
+import functools
 import logging
 import os
 import random
@@ -56,6 +56,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
+import msgspec
 
 from app import observability
 from app.domain.egress import IPAddress, literal_address
@@ -288,6 +289,16 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
         when = when.replace(tzinfo=timezone.utc)
     delta = when.timestamp() - (time.time() if now is None else now)
     return min(max(0.0, delta), RETRY_AFTER_MAX_S)
+
+
+# The payload as compact JSON (msgspec: a fraction of json.dumps's cost; any valid JSON will do, the
+# signature covers the bytes as sent).
+_encode = msgspec.json.Encoder().encode
+
+
+@functools.lru_cache(maxsize=4096)  # a herd's deliveries share a handful of due times
+def _scheduled_text(scheduled_for: datetime) -> str:
+    return ex.idempotency_time(scheduled_for)
 
 
 def _url(scheme: str, address: IPAddress, port: int, path: str) -> str:
@@ -721,7 +732,7 @@ class HttpPool:
     def _headers(self, item: ex.Leased, target: _Target, body: bytes) -> dict[str, str]:
         # The job's static headers first, less those Kairos writes itself (compared in any case).
         headers = {k: v for k, v in (item.http_headers or {}).items() if k.lower() not in RESERVED_HEADERS}
-        scheduled = ex.idempotency_time(item.scheduled_for)  # as Leased.idempotency_key writes it
+        scheduled = _scheduled_text(item.scheduled_for)  # as Leased.idempotency_key writes it
         headers.update({
             "Content-Type": "application/json",
             "User-Agent": "Kairos/1",
@@ -755,7 +766,7 @@ class HttpPool:
             return Verdict("retry", "timed out before the request could be sent")
         # GET carries no body (the signature then covers the empty body); the others carry the payload.
         method = item.http_method
-        body = b"" if method == "GET" else json.dumps(item.payload, separators=(",", ":")).encode()
+        body = b"" if method == "GET" else _encode(item.payload)
         headers = self._headers(item, target, body)
         # The job's own headers against RFC 9110's grammar before anything is sent (Kairos's are valid).
         for name, value in (item.http_headers or {}).items():
@@ -821,7 +832,7 @@ class HttpPool:
 
     async def _exchange(self, method: str, url: str, body: bytes, headers: dict[str, str],
                         server_hostname: str | None, timeout: float) -> Answer:
-        # One deadline for the whole exchange.
-        async with asyncio.timeout(timeout):
-            return await self.send(method, url, body, headers, server_hostname, timeout)
+        # One deadline for the whole exchange, from connecting to the last byte read: the sender's (aiohttp's
+        # total timeout), so a target that trickles its answer cannot stretch it.
+        return await self.send(method, url, body, headers, server_hostname, timeout)
 
