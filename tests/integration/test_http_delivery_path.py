@@ -212,3 +212,20 @@ async def test_two_executors_share_one_queue_and_deliver_each_once(db: Database,
     assert len(counts) == 300 and set(counts.values()) == {1}
     owners = {a.attempt for a in await attempts_of(db, ids)}
     assert owners == {1}
+
+
+async def test_the_pool_leases_again_as_its_waiting_deliveries_drain_not_on_a_poll(
+        db: Database, receiver: Receiver) -> None:
+    """A tenant's backlog larger than what may wait for its origin's slots: the pool stops leasing it, and
+    leases more as those deliveries leave. With a 60 s poll interval, only that refill can finish the work
+    within the test's bound."""
+    t = await tf.tenant(db)
+    job = await tf.job(db, t.tenant_id, queue=HTTP_QUEUE, target_ref=receiver.url)
+    ids = await tf.ready_executions(db, job, 120)
+    pool = HttpPool(db, Outcomes(db), HttpPoolConfig(per_origin=2, per_origin_start=2, batch=16,
+                                                     poll_interval_s=60), egress=LOCAL)
+    started = time.monotonic()
+    await run_pool(db, pool, ids, timeout_s=30)
+    assert all(r.state == "succeeded" for r in await rows(db, ids))
+    assert time.monotonic() - started < 30
+    assert len(receiver.by_execution()) == 120
