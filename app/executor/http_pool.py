@@ -83,6 +83,7 @@ ERROR_BODY_BYTES_DEFAULT = 512
 RETRY_AFTER_MAX_S = 3600.0
 # How soon an idle pool looks again when work is ready that its last lease could not take.
 READY_RECHECK_S = 0.02
+READY_RECHECK_SKIPPED_S = 0.1
 TARGETS_CACHED_MAX = 10_000  # a Retry-After further off than this is read as this
 # A request must end this long before its lease can no longer be renewed (started_at + the job's timeout).
 _TIMEOUT_MARGIN_S = 0.5
@@ -605,10 +606,10 @@ class HttpPool:
         if due_in is None:
             return self.config.poll_interval_s
         if due_in <= 0:
-            # Ready now, yet the lease found less than it asked for: rows of tenants left out (their drain
-            # wakes us through _more), at their in-flight quota, or locked by another executor. Look again
-            # soon, not in a tight loop.
-            return READY_RECHECK_S
+            # Ready now, yet the lease found nothing: rows of tenants left out (their drain wakes us through
+            # _more, so look only now and then), at their in-flight quota, or locked by another executor.
+            # Look again soon, not in a tight loop.
+            return READY_RECHECK_SKIPPED_S if self._skipped else READY_RECHECK_S
         return min(self.config.poll_interval_s, due_in)
 
     async def _renew_loop(self, stop: asyncio.Event) -> None:
