@@ -36,6 +36,9 @@ class Tenant:
     # Submit quotas (docs/quotas.md); None: no limit.
     max_active_jobs: int | None = None
     max_submit_per_s: int | None = None
+    # Executions made by :run and :backfill (docs/quotas.md); None: no limit.
+    max_manual_per_s: int | None = None
+    max_manual_inflight: int | None = None
 
 
 @dataclass(frozen=True)
@@ -49,10 +52,12 @@ class Principal:
 
 @dataclass(frozen=True, slots=True)
 class SubmitQuota:
-    """What the API checks at submit (docs/quotas.md); None: no limit."""
+    """What the API checks at submit, and at :run and :backfill (docs/quotas.md); None: no limit."""
 
     max_active_jobs: int | None = None
     max_submit_per_s: int | None = None
+    max_manual_per_s: int | None = None
+    max_manual_inflight: int | None = None
 
 
 NO_QUOTA = SubmitQuota()
@@ -190,8 +195,10 @@ class Tenants(Table):
     async def set_quota(self, tenant_id: UUID, *, weight: int | None = None,
                         max_inflight: int | None = None, max_dispatch_per_s: int | None = None,
                         max_active_jobs: int | None = UNCHANGED,
-                        max_submit_per_s: int | None = UNCHANGED) -> Tenant | None:
-        """Change the quotas given; the submit quotas are cleared by None and kept by UNCHANGED."""
+                        max_submit_per_s: int | None = UNCHANGED,
+                        max_manual_per_s: int | None = UNCHANGED,
+                        max_manual_inflight: int | None = UNCHANGED) -> Tenant | None:
+        """Change the quotas given; the submit and manual-run quotas are cleared by None and kept by UNCHANGED."""
         row = (await self._conn.execute(q("TenantSetQuota"), {
             "tenant_id": tenant_id, "weight": weight, "max_inflight": max_inflight,
             "max_dispatch_per_s": max_dispatch_per_s,
@@ -199,20 +206,30 @@ class Tenants(Table):
             "max_active_jobs": None if max_active_jobs is UNCHANGED else max_active_jobs,
             "set_max_submit_per_s": max_submit_per_s is not UNCHANGED,
             "max_submit_per_s": None if max_submit_per_s is UNCHANGED else max_submit_per_s,
+            "set_max_manual_per_s": max_manual_per_s is not UNCHANGED,
+            "max_manual_per_s": None if max_manual_per_s is UNCHANGED else max_manual_per_s,
+            "set_max_manual_inflight": max_manual_inflight is not UNCHANGED,
+            "max_manual_inflight": None if max_manual_inflight is UNCHANGED else max_manual_inflight,
         })).first()
         return _tenant(row) if row else None
 
     async def submit_quota(self, tenant_id: UUID) -> SubmitQuota:
-        """The tenant's submit quotas (NO_QUOTA for a tenant that has none, or does not exist)."""
+        """The tenant's submit and manual-run quotas (NO_QUOTA for a tenant that has none, or does not exist)."""
         row = (await self._conn.execute(q("TenantSubmitQuotaGet"), {"tenant_id": tenant_id})).first()
-        if row is None or (row.max_active_jobs is None and row.max_submit_per_s is None):
+        if row is None:
             return NO_QUOTA
-        return SubmitQuota(row.max_active_jobs, row.max_submit_per_s)
+        quota = SubmitQuota(row.max_active_jobs, row.max_submit_per_s, row.max_manual_per_s, row.max_manual_inflight)
+        return NO_QUOTA if quota == NO_QUOTA else quota
 
     async def active_job_count(self, tenant_id: UUID, cap: int) -> int:
         """The tenant's active and paused jobs, counted up to ``cap`` at most."""
         row = (await self._conn.execute(q("TenantActiveJobCount"), {"tenant_id": tenant_id, "cap": cap})).one()
         return int(row.active)
+
+    async def manual_inflight_count(self, tenant_id: UUID, cap: int) -> int:
+        """The tenant's unfinished manual and backfill executions, counted up to ``cap`` at most."""
+        row = (await self._conn.execute(q("TenantManualInFlightCount"), {"tenant_id": tenant_id, "cap": cap})).one()
+        return int(row.inflight)
 
 
     # -- signing secrets (app.store.sealing): sealed at rest, rotated with an overlap -------------
