@@ -177,9 +177,9 @@ FIELD_RULES: dict[str, dict[str, dict[str, Any]]] = {
         "type": {"enum": ["http", "queue"]},
         "ref": {"minLength": 1, "maxLength": spec.MAX_URL_LEN, "pattern": NO_NUL},
         "method": {"enum": list(spec.HTTP_METHODS)},
-        "headers": {"maxProperties": spec.MAX_HEADERS, "propertyNames": {"pattern": spec.HEADER_NAME.pattern},
+        "headers": {"maxProperties": spec.MAX_HEADERS, "propertyNames": {"pattern": f"^{spec.HEADER_NAME.pattern}$"},
                     "additionalProperties": {"type": "string", "maxLength": spec.MAX_HEADER_VALUE_LEN,
-                                             "pattern": ONE_LINE}},
+                                             "pattern": f"^{spec.HEADER_VALUE.pattern}$"}},
     },
     "ScheduleIn": {
         "delaySeconds": _range(0, spec.MAX_DELAY_S),
