@@ -15,6 +15,7 @@ SDK (kairos_sdk) is a separate distribution and reads KAIROS_GRPC_ADDR and KAIRO
 from __future__ import annotations
 
 import base64
+import ipaddress
 import math
 import os
 import re
@@ -120,10 +121,19 @@ def _flag(raw: str) -> bool:
     return raw.strip() == "1"
 
 
+def _proxies(raw: str) -> tuple[str, ...]:
+    entries = _csv(raw)
+    for entry in entries:
+        if entry != "*":
+            ipaddress.ip_network(entry, strict=False)  # ValueError when it is neither an address nor a network
+    return entries
+
+
 DATABASE_URL = Parser("empty or a postgresql://, postgres:// or cockroachdb:// URL", _database_url)
 DIRECTORY = Parser("a directory path", _directory)
 CSV = Parser("a comma-separated list", _csv)
 FLAG = Parser("1, 0 or empty", _flag)
+PROXIES = Parser("empty or a comma-separated list of IP addresses or networks (CIDR), or *", _proxies)
 
 
 def _secret(raw: str) -> str:
@@ -322,6 +332,12 @@ class Settings:
     auth_failure_window_s: float = setting(
         "KAIROS_AUTH_FAILURE_WINDOW_S", 60.0, number(exclusive=True), shown="`60`",
         doc="the window of `KAIROS_AUTH_FAILURE_LIMIT`, in seconds")
+    trusted_proxies: tuple[str, ...] = setting(
+        "KAIROS_TRUSTED_PROXIES", (), PROXIES, shown="empty",
+        doc="the reverse proxies or load balancers in front of the API whose `X-Forwarded-For` and "
+            "`X-Forwarded-Proto` are believed (addresses or CIDR networks, comma-separated; uvicorn's "
+            "`forwarded_allow_ips`); empty: none, not even loopback, and the client address is the TCP peer "
+            "([quotas.md](quotas.md))")
     # Regions (docs/regions.md): schedulers outside the primary region stand by.
     region: str = setting(
         "KAIROS_REGION", "", text(required=False),

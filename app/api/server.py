@@ -147,8 +147,12 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:
     # uvicorn's access log stays off: RequestTelemetry writes the one line per request.
     app = RequestTelemetry(served_app(settings, db))
     gc.freeze()  # the application's routes and models join what the tier froze once started (settle_gc)
+    # Proxy headers only from KAIROS_TRUSTED_PROXIES (uvicorn would trust loopback's by default): a client
+    # that could name its own address would pick its auth-throttle bucket, or a victim's.
     config = uvicorn.Config(app, log_config=None, access_log=False,
-                            lifespan="on", timeout_graceful_shutdown=5, http=_protocol(settings), backlog=2048)
+                            lifespan="on", timeout_graceful_shutdown=5, http=_protocol(settings), backlog=2048,
+                            proxy_headers=bool(settings.trusted_proxies),
+                            forwarded_allow_ips=list(settings.trusted_proxies))
     server = uvicorn.Server(config)
     # Under a supervisor: answer its tier-wide scrape (app.api.metrics).
     listener = await start_worker_listener(settings.api_metrics_dir, db) if settings.api_metrics_dir else None

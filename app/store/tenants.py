@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from app.store.db import Database
 
 KEY_PREFIX = "kairos_"
+KEY_MISS_TTL_S_DEFAULT = 2.0
 
 
 @dataclass(frozen=True)
@@ -76,23 +77,49 @@ def hash_key(key: str) -> str:
 
 class KeyCache:
     """Resolved keys kept for ``ttl_s``, so the API and the worker protocol do not read
-    api_keys on every call; a revoked key stops working within ``ttl_s``."""
+    api_keys on every call; a revoked key stops working within ``ttl_s``.
 
-    def __init__(self, ttl_s: float = 5.0, max_entries: int = 10_000) -> None:
+    Unknown keys are remembered too, for ``miss_ttl_s``: a client repeating a wrong key costs one
+    lookup per ``miss_ttl_s``, and a key issued meanwhile works after at most that long (keys are
+    new random tokens, so a miss is almost always a guess or a typo, never a key about to exist).
+    ``resolve(..., queued=True)`` runs its lookup after the other queued ones, one at a time per
+    process: a throttled client's guesses cost the database one lookup at a time, however many."""
+
+    def __init__(self, ttl_s: float = 5.0, max_entries: int = 10_000, miss_ttl_s: float = KEY_MISS_TTL_S_DEFAULT,
+                 ) -> None:
         self.ttl_s = ttl_s
+        self.miss_ttl_s = miss_ttl_s
         self.max_entries = max_entries
-        self._entries: dict[str, tuple[float, Principal]] = {}
+        self._entries: dict[str, tuple[float, Principal | None]] = {}
+        self._queue: asyncio.Lock | None = None
+        self.lookups = 0  # statements run, for tests
 
-    async def resolve(self, db: Database, key: str) -> Principal | None:
-        digest = hash_key(key)
-        cached = self._entries.get(digest)
+    def cached(self, key: str) -> tuple[bool, Principal | None]:
+        """(found, principal): whether the cache knows ``key``, and what it resolves to (None: unknown)."""
+        cached = self._entries.get(hash_key(key))
         if cached and cached[0] > time.monotonic():
-            return cached[1]
+            return True, cached[1]
+        return False, None
+
+    async def resolve(self, db: Database, key: str, *, queued: bool = False) -> Principal | None:
+        found, principal = self.cached(key)
+        if found:
+            return principal
+        if not queued:
+            return await self._lookup(db, key)
+        if self._queue is None:
+            self._queue = asyncio.Lock()
+        async with self._queue:
+            found, principal = self.cached(key)
+            return principal if found else await self._lookup(db, key)
+
+    async def _lookup(self, db: Database, key: str) -> Principal | None:
+        self.lookups += 1
         principal = await db.transaction(lambda s: s.tenants.resolve_key(key))
-        if principal is not None:
-            if len(self._entries) >= self.max_entries:
-                self._entries.clear()
-            self._entries[digest] = (time.monotonic() + self.ttl_s, principal)
+        if len(self._entries) >= self.max_entries:
+            self._entries.clear()
+        ttl = self.ttl_s if principal is not None else self.miss_ttl_s
+        self._entries[hash_key(key)] = (time.monotonic() + ttl, principal)
         return principal
 
 
