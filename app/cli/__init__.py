@@ -71,11 +71,14 @@ def executor() -> None:
     from app.cli.runtime import run_service
     from app.executor.service import serve
     from app.rpc.server import GrpcTransport
+    from app.rpc.servicer import ServicerConfig
     from app.store.payloads import PayloadStore
 
     # The composition root: the executor tier hosts the gRPC transport that sits above it.
     run_service("executor", load(), lambda settings, db, stop: serve(
         settings, db, stop, GrpcTransport(settings.grpc_host, settings.grpc_port,
+                                          ServicerConfig(auth_failure_limit=settings.auth_failure_limit,
+                                                         auth_failure_window_s=settings.auth_failure_window_s),
                                           supervisor_token=settings.supervisor_token,
                                           payloads=PayloadStore.from_settings(settings))))
 
