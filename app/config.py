@@ -232,11 +232,16 @@ class Settings:
     grpc_host: str = setting("KAIROS_GRPC_HOST", "127.0.0.1", text(), "worker protocol listen address (executor)")
     grpc_port: int = setting(
         "KAIROS_GRPC_PORT", 50051, integer(0, 65535, " (0 picks a free port)"), "worker protocol port (executor)")
-    # 0.0.0.0 by default, unlike the other hosts: the kubelet probes this port on the pod's address.
+    # Loopback by default, like the other hosts: per-tenant series live there. In a pod the chart sets the
+    # pod's address, which the kubelet probes and Prometheus scrapes (with KAIROS_METRICS_TOKEN).
     metrics_host: str = setting(
-        "KAIROS_METRICS_HOST", "0.0.0.0", text(),
+        "KAIROS_METRICS_HOST", "127.0.0.1", text(),
         "listen address of the metrics port (`/metrics`, `/healthz`, `/readyz`; see "
-        "[observability.md](observability.md))")
+        "[observability.md](observability.md)); the Helm chart sets the pod's address")
+    metrics_token: str = setting(
+        "KAIROS_METRICS_TOKEN", "", SECRET, shown="empty",
+        doc="bearer token `/metrics` requires, on the metrics port and on the API port (`Authorization: Bearer "
+            "<token>`, compared in constant time; `/healthz` and `/readyz` never need it); empty: none")
     metrics_port: int = setting(
         "KAIROS_METRICS_PORT", 9464, integer(0, 65535, " (0: none)"),
         "metrics port of a scheduler or executor, and of `kairos api` (its supervisor answers for all its "

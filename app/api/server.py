@@ -178,7 +178,7 @@ def run_workers(settings: Settings) -> int:
     # Refuse at once, with one line, when the port is taken by something that is not sharing it.
     _listen(settings, reuse_port=True).close()
     metrics_dir = tempfile.mkdtemp(prefix="kairos-api-")
-    tier = TierMetrics(metrics_dir, settings.metrics_host, settings.metrics_port)
+    tier = TierMetrics(metrics_dir, settings.metrics_host, settings.metrics_port, settings.metrics_token)
     try:
         return _supervise(settings, metrics_dir, tier)
     finally:

@@ -372,7 +372,7 @@ class SubmitWriter:
         taken = self.rates.take(tenant_id, len(subs), rate, rate, now)
         if taken.granted < len(subs):
             observability.quota_refusals.add(len(subs) - taken.granted,
-                                             {"quota": "max_submit_per_s", "tenant": str(tenant_id)})
+                                             {"quota": "max_submit_per_s"})
         if taken.granted == 0:
             raise submit_rate_exceeded(rate, taken.retry_after_s)
         if taken.granted == len(subs):
@@ -531,7 +531,7 @@ class SubmitWriter:
                     verdict.append(active_jobs_exceeded(caps[tenant_id]))
             over = sum(o is not None for o in verdict)
             if over:
-                observability.quota_refusals.add(over, {"quota": "max_active_jobs", "tenant": str(tenant_id)})
+                observability.quota_refusals.add(over, {"quota": "max_active_jobs"})
             verdicts.append(verdict if over else None)
         return verdicts
 

@@ -153,7 +153,7 @@ def run_service(name: str, settings: Settings, serve: Serve,
         if settings.metrics_port:
             probes = await serve_probes(settings.metrics_host, settings.metrics_port, metrics=metrics,
                                         ready=lambda: database_ready(opened[0] if opened else None),
-                                        token=settings.supervisor_token)
+                                        token=settings.supervisor_token, metrics_token=settings.metrics_token)
         try:
             db = await open_database_patiently(settings, name, stop)
             if db is None:

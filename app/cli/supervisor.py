@@ -488,7 +488,7 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
                 return observability.exposition()
 
             probes = await serve_probes(settings.metrics_host, port, metrics=metrics, ready=sup.readiness,
-                                        token=sup.token)
+                                        token=sup.token, metrics_token=settings.metrics_token)
         for child in sup.children:
             sup.start(child)
         await sup.wait_ready()
