@@ -421,6 +421,10 @@ class Settings:
         doc="set by `kairos up` for its children, a new random value per run: `/healthz` and the executor's "
             "gRPC port answer it, so `kairos up` knows the ports it probes are served by its own processes; "
             "do not set it")
+    up_heartbeat_file: str = setting(
+        "KAIROS_UP_HEARTBEAT_FILE", "", text(required=False), section="internal", shown="empty",
+        doc="set by `kairos up` for its scheduler and executor: a file the process touches every second while "
+            "its event loop and watched loops run, the supervisor's liveness check (no port needed); do not set it")
 
     @property
     def max_payload_bytes(self) -> int:

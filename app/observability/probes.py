@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable
 
 from app.observability import EXPOSITION_CONTENT_TYPE
@@ -62,6 +63,34 @@ class Liveness:
 
 # The process's loops register here; /healthz of its probe port asks them.
 LIVENESS = Liveness()
+
+# How often a heartbeat file is touched; a reader should allow a few intervals.
+HEARTBEAT_INTERVAL_S = 1.0
+
+
+async def heartbeat(path: str, token: str, *, live: Live = LIVENESS.silent,
+                    interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+    """Touch ``path`` every ``interval_s`` while this event loop runs and ``live()`` finds no silent loop:
+    `kairos up`'s liveness check of its scheduler and executor, which needs no port (a metrics port is
+    optional and may be taken by another process). The file holds ``token`` and the pid, so the
+    supervisor knows it is its own child's; its age is the time since the last sign of life. A stopped
+    process or a blocked loop stops touching it."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    written = False
+    while True:
+        if live() is None:
+            try:
+                if written:
+                    os.utime(path)
+                else:
+                    with open(path, "w") as beat:
+                        beat.write(f"{token} {os.getpid()}\n")
+                    written = True
+            except FileNotFoundError:
+                written = False  # removed under us: written again next time
+            except OSError as exc:
+                log.warning("cannot touch the heartbeat file", extra={"path": path, "error": exc.strerror})
+        await asyncio.sleep(interval_s)
 
 
 def scrape_allowed(authorization: str, metrics_token: str) -> bool:
