@@ -121,6 +121,13 @@ def _flag(raw: str) -> bool:
     return raw.strip() == "1"
 
 
+def _ports(raw: str) -> tuple[int, ...]:
+    ports = tuple(int(p) for p in _csv(raw))  # ValueError when one is no integer
+    if any(not 1 <= p <= 65535 for p in ports):
+        raise ValueError(raw)
+    return ports
+
+
 def _proxies(raw: str) -> tuple[str, ...]:
     entries = _csv(raw)
     for entry in entries:
@@ -133,6 +140,7 @@ DATABASE_URL = Parser("empty or a postgresql://, postgres:// or cockroachdb:// U
 DIRECTORY = Parser("a directory path", _directory)
 CSV = Parser("a comma-separated list", _csv)
 FLAG = Parser("1, 0 or empty", _flag)
+PORTS = Parser("empty or a comma-separated list of ports (1-65535)", lambda raw: _ports(raw))
 PROXIES = Parser("empty or a comma-separated list of IP addresses or networks (CIDR), or *", _proxies)
 
 
@@ -421,6 +429,11 @@ class Settings:
         doc="set by `kairos up` for its children, a new random value per run: `/healthz` and the executor's "
             "gRPC port answer it, so `kairos up` knows the ports it probes are served by its own processes; "
             "do not set it")
+    installation_ports: tuple[int, ...] = setting(
+        "KAIROS_INSTALLATION_PORTS", (), PORTS, section="internal", shown="empty",
+        doc="set by `kairos up` and `kairos api` for their children: every port the installation listens on "
+            "(API, gRPC, each metrics port, the database), which HTTP targets may never reach, at submit as at "
+            "delivery ([http-delivery.md](http-delivery.md)); do not set it")
     up_heartbeat_file: str = setting(
         "KAIROS_UP_HEARTBEAT_FILE", "", text(required=False), section="internal", shown="empty",
         doc="set by `kairos up` for its scheduler and executor: a file the process touches every second while "

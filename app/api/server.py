@@ -189,8 +189,11 @@ def run_workers(settings: Settings) -> int:
 def _supervise(settings: Settings, metrics_dir: str, tier: TierMetrics) -> int:
     # The children read these back through app.config (api_workers, api_reuse_port, api_metrics_dir);
     # the metrics port is this process's, not theirs.
+    # The metrics port is ours; the workers still refuse it as an HTTP target (KAIROS_INSTALLATION_PORTS).
+    known = sorted({*settings.installation_ports, *([settings.metrics_port] if settings.metrics_port else [])})
     env = {**os.environ, "KAIROS_API_WORKERS": "1", "KAIROS_API_REUSE_PORT": "1",
-           "KAIROS_API_METRICS_DIR": metrics_dir, "KAIROS_METRICS_PORT": "0"}
+           "KAIROS_API_METRICS_DIR": metrics_dir, "KAIROS_METRICS_PORT": "0",
+           "KAIROS_INSTALLATION_PORTS": ",".join(map(str, known))}
     stopping = False
 
     def start() -> tuple[subprocess.Popen, float]:

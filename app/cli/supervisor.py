@@ -198,6 +198,19 @@ def metrics_ports(settings: Settings) -> dict[str, int]:
             "up": base + 2 if 0 < base < 65534 else 0}
 
 
+def installation_ports(settings: Settings, url: str) -> list[int]:
+    """Every port this run listens on, for each child's egress policy (KAIROS_INSTALLATION_PORTS): the API sees
+    the scheduler's and executor's metrics ports and ours, which its own settings do not name."""
+    from urllib.parse import urlsplit
+
+    ports = {settings.api_port, settings.grpc_port, *metrics_ports(settings).values(), *settings.installation_ports}
+    try:
+        ports.add(urlsplit(url).port or 0)
+    except ValueError:
+        pass
+    return sorted(p for p in ports if 0 < p <= 65535)
+
+
 def probe_host(settings: Settings) -> str:
     """Where this machine reaches the metrics ports."""
     return "127.0.0.1" if settings.metrics_host in ("0.0.0.0", "::", "") else settings.metrics_host
@@ -220,7 +233,8 @@ class Supervisor:
         logs.mkdir(parents=True, exist_ok=True)
         self.children = [Child(name, logs / f"{name}.log", backoff_s=config.restart_backoff_s) for name in TIERS]
         self.token = secrets.token_hex(16)
-        self.env = {**os.environ, "KAIROS_DATABASE_URL": url, **extra_env, "KAIROS_SUPERVISOR_TOKEN": self.token}
+        self.env = {**os.environ, "KAIROS_DATABASE_URL": url, **extra_env, "KAIROS_SUPERVISOR_TOKEN": self.token,
+                    "KAIROS_INSTALLATION_PORTS": ",".join(map(str, installation_ports(settings, url)))}
         self.ports = ports(settings)
         self.stopping = False
         # The embedded server's data directory when we run one (KAIROS_DATABASE_URL unset), else None.
