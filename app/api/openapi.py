@@ -282,7 +282,9 @@ def _parameter_bounds(op: Any) -> None:
         param.schema = _value_branch(param.schema)
         rules = PARAMETER_RULES.get(param.name)
         if rules is not None:
-            _constrain(param.schema, rules)
+            # A repeated parameter (an array): the rules are each value's.
+            items = getattr(param.schema, "items", None)
+            _constrain(items if items is not None else param.schema, rules)
 
 
 def _batch_body(known: dict[str, Any]) -> dict[str, Any]:

@@ -244,3 +244,25 @@ def test_bad_header_values_are_refused_by_patch_and_batch(
     assert "jobId" in results[0]
     assert results[1]["error"]["status"] == 422 and results[1]["error"]["field"] == "/jobs/1/target/headers/X-Del"
     assert jobs_of(api, tenant) == 2
+
+
+@pytest.mark.parametrize(("path", "param"), [
+    ("/v1/jobs?limit=null", "limit"), ("/v1/jobs?limit=null&limit=null", "limit"),
+    ("/v1/jobs?limit=1&limit=2", "limit"),
+    ("/v1/jobs?limit=5.0", "limit"), ("/v1/jobs?state=active&state=paused", "state"),
+    ("/v1/dead-letters?limit=null&limit=null", "limit"), ("/v1/stats/due?hours=null", "hours"),
+    ("/v1/stats/due?hours=1.0", "hours"), ("/v1/stats/due?hours=1&hours=2", "hours"),
+    ("/v1/stats/lag?minutes=null&minutes=null", "minutes"), ("/v1/stats/outcomes?minutes=true", "minutes"),
+    ("/v1/schedules/preview?cron=0+9+*+*+*&tz=UTC&count=null", "count"),
+])
+def test_query_parameters_are_read_as_the_document_types_them(client: httpx.Client, path: str, param: str) -> None:
+    """An integer parameter is digits (not null, true or 5.0), and a parameter that is not an array comes once."""
+    assert problem_of(client.get(path))["field"] == param
+
+
+def test_array_parameters_repeat_and_their_items_carry_the_rule(api: ApiProcess, client: httpx.Client) -> None:
+    assert client.get("/v1/jobs?label=team:a&label=tier:b&limit=5").status_code == 200
+    doc = httpx.get(f"{api.url}/schema/openapi.json").json()
+    (label,) = [p for p in doc["paths"]["/v1/jobs"]["get"]["parameters"] if p["name"] == "label"]
+    assert label["schema"]["type"] == "array" and "pattern" in label["schema"]["items"]
+    assert "pattern" not in label["schema"]
