@@ -9,13 +9,18 @@ without doing anything:
   listing what the path takes, and ``OPTIONS`` answers 204 with the same ``Allow`` (Litestar's own
   OPTIONS answer lists the methods of the first handler registered on a path, not of all of them).
 * **Query parameters.** No name or value may hold the NUL character: PostgreSQL refuses it in
-  text, so it would otherwise come back from the database as a 500. The problem names the
-  parameter.
+  text, so it would otherwise come back from the database as a 500. And each parameter the
+  operation documents is read as the OpenAPI document types it, so the parser and the document
+  agree: a parameter that is not an array comes once (``?limit=1&limit=2`` is refused, not read
+  as one of them), and an integer one is digits (``null``, ``true`` and ``5.0`` are refused: an
+  optional parameter is left out, never sent as null). The problem names the parameter.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from typing import Any
 
 from litestar import Request, Response
 from litestar.exceptions import MethodNotAllowedException
@@ -57,6 +62,45 @@ def route_methods(request: Request) -> frozenset[str]:
 
 
 _TABLE_KEY = "guards_route_methods"
+_QUERY_KEY = "guards_query_parameters"
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+def query_parameters(request: Request) -> dict[str, dict[str, Any]]:
+    """The query parameters the operation of ``request`` documents (name -> schema), read once per app from
+    its OpenAPI document, by operationId."""
+    state = request.app.state
+    table: dict[str, dict[str, dict[str, Any]]] | None = state.get(_QUERY_KEY)
+    if table is None:
+        document = request.app.openapi_schema.to_schema()
+        table = {}
+        for item in document.get("paths", {}).values():
+            for operation in item.values():
+                if isinstance(operation, dict) and "operationId" in operation:
+                    parameters = operation.get("parameters", ())
+                    table[operation["operationId"]] = {p["name"]: p.get("schema", {}) for p in parameters
+                                                       if p.get("in") == "query"}
+        state[_QUERY_KEY] = table
+    operation_id = getattr(request.scope.get("route_handler"), "operation_id", None)
+    return table.get(operation_id, {}) if isinstance(operation_id, str) else {}
+
+
+def check_query(request: Request) -> None:
+    """Refuse (InvalidParameter) a documented query parameter given twice though it is no array, or an
+    integer one that is not digits."""
+    documented = query_parameters(request)
+    seen: set[str] = set()
+    for name, value in request.query_params.multi_items():
+        schema = documented.get(name)
+        if schema is None:
+            continue
+        kind = schema.get("type")
+        if name in seen and kind != "array":
+            raise errors.InvalidParameter(name, "is given once (it is not a list)")
+        seen.add(name)
+        if kind == "integer" and not _INTEGER.fullmatch(value):
+            raise errors.InvalidParameter(name, f"must be an integer written in digits, got {value[:40]!r}; leave an "
+                                                "optional parameter out rather than sending null")
 
 
 async def before_request(request: Request) -> Response[None] | None:
@@ -71,4 +115,5 @@ async def before_request(request: Request) -> Response[None] | None:
         if "\x00" in name or "\x00" in value:
             raise errors.InvalidParameter(name.replace("\x00", "\\u0000"),
                                           "must not contain the NUL character (U+0000)")
+    check_query(request)
     return None

@@ -124,16 +124,28 @@ class JobController(Controller):
         if verb == "resume":
             body = schemas.decode_body(raw, schemas.ResumeIn)
             return Response(service.job_out(await service.resume(db, tenant.tenant_id, job_id, body.missed)))
+        manual = state.submit_writer.manual
         if verb == "run":
             run = schemas.decode_body(raw, schemas.RunIn)
-            job, execution_id = await service.run_now(db, tenant.tenant_id, job_id, run.overlap)
+            await manual.admit(tenant.tenant_id, 1)
+            try:
+                job, execution_id = await service.run_now(db, tenant.tenant_id, job_id, run.overlap)
+            except BaseException:
+                manual.unused(tenant.tenant_id, 1)
+                raise
             out = schemas.RunOut(execution_id=str(execution_id), job=service.job_out(job))
             return Response(out, status_code=202, headers={"Location": f"/v1/jobs/{job_id}/executions"})
         if not raw.strip():
             raise errors.MalformedBody("", "is empty; :backfill needs {\"from\": ..., \"to\": ...}")
         fill = schemas.decode_body(raw, schemas.BackfillIn)
-        created, existing, nxt = await service.backfill(db, state.settings, tenant.tenant_id, job_id, fill.from_,
-                                                        fill.to, fill.overlap)
+        # At most what the tenant's manual-run quotas admit now; nextFrom says where to go on.
+        admitted = await manual.admit(tenant.tenant_id, service.MAX_BACKFILL)
+        created = 0
+        try:
+            created, existing, nxt = await service.backfill(db, state.settings, tenant.tenant_id, job_id, fill.from_,
+                                                            fill.to, fill.overlap, limit=admitted)
+        finally:
+            manual.unused(tenant.tenant_id, admitted - created)
         return Response(schemas.BackfillOut(created=created, existing=existing, next_from=nxt), status_code=202)
 
     @get("/{job_ref:str}/executions", operation_id="ListJobExecutions",

@@ -73,6 +73,7 @@ def executor() -> None:
     from app.cli.runtime import run_service
     from app.executor.service import serve
     from app.rpc.server import GrpcTransport
+    from app.rpc.servicer import ServicerConfig
     from app.store.payloads import PayloadStore
 
     # The composition root: the executor tier hosts the gRPC transport that sits above it. On uvloop: the
@@ -80,6 +81,8 @@ def executor() -> None:
     # (docs/performance.md, "HTTP delivery").
     run_service("executor", load(), lambda settings, db, stop: serve(
         settings, db, stop, GrpcTransport(settings.grpc_host, settings.grpc_port,
+                                          ServicerConfig(auth_failure_limit=settings.auth_failure_limit,
+                                                         auth_failure_window_s=settings.auth_failure_window_s),
                                           supervisor_token=settings.supervisor_token,
                                           payloads=PayloadStore.from_settings(settings))),
                 loop_factory=uvloop.new_event_loop)
@@ -147,7 +150,8 @@ def tenants() -> None:
 def _tenant_json(t: Any) -> dict[str, Any]:
     return {"tenantId": str(t.tenant_id), "name": t.name, "weight": t.weight, "maxInflight": t.max_inflight,
             "maxDispatchPerSecond": t.max_dispatch_per_s, "maxActiveJobs": t.max_active_jobs,
-            "maxSubmitPerSecond": t.max_submit_per_s, "createdAt": t.created_at.isoformat()}
+            "maxSubmitPerSecond": t.max_submit_per_s, "maxManualRunsPerSecond": t.max_manual_per_s,
+            "maxManualInFlight": t.max_manual_inflight, "createdAt": t.created_at.isoformat()}
 
 
 class _QuotaOrNone(click.ParamType):
@@ -225,16 +229,23 @@ def tenants_rotate_key(name: str, as_json: bool) -> None:
               help="Active or paused jobs the tenant may hold; none: no limit (docs/quotas.md).")
 @click.option("--max-submit-per-s", type=_QuotaOrNone(1_000_000), default=UNCHANGED,
               help="Jobs the tenant may submit per second, per API process; none: no limit.")
+@click.option("--max-manual-per-s", type=_QuotaOrNone(1_000_000), default=UNCHANGED,
+              help="Executions :run and :backfill may make per second, per API process; none: no limit.")
+@click.option("--max-manual-inflight", type=_QuotaOrNone(100_000_000), default=UNCHANGED,
+              help="Unfinished executions made by :run and :backfill the tenant may hold; none: no limit.")
 def tenants_set_quota(name: str, weight: int | None, max_inflight: int | None, max_dispatch_per_s: int | None,
-                      max_active_jobs: int | None, max_submit_per_s: int | None) -> None:
+                      max_active_jobs: int | None, max_submit_per_s: int | None, max_manual_per_s: int | None,
+                      max_manual_inflight: int | None) -> None:
     """Change a tenant's quotas (the ones not given stay as they are)."""
     if (weight is None and max_inflight is None and max_dispatch_per_s is None
-            and max_active_jobs is UNCHANGED and max_submit_per_s is UNCHANGED):
+            and max_active_jobs is UNCHANGED and max_submit_per_s is UNCHANGED
+            and max_manual_per_s is UNCHANGED and max_manual_inflight is UNCHANGED):
         fail("give at least one of --weight, --max-inflight, --max-dispatch-per-s, --max-active-jobs, "
-             "--max-submit-per-s")
+             "--max-submit-per-s, --max-manual-per-s, --max-manual-inflight")
     tenant = _need_tenant(lambda tx, t: tx.tenants.set_quota(
         t.tenant_id, weight=weight, max_inflight=max_inflight, max_dispatch_per_s=max_dispatch_per_s,
-        max_active_jobs=max_active_jobs, max_submit_per_s=max_submit_per_s), name)
+        max_active_jobs=max_active_jobs, max_submit_per_s=max_submit_per_s, max_manual_per_s=max_manual_per_s,
+        max_manual_inflight=max_manual_inflight), name)
     click.echo(json.dumps(_tenant_json(tenant)))
 
 

@@ -14,7 +14,7 @@ from typing import NoReturn, TypeVar
 from app import errors, observability
 from app.config import Settings, load
 from app.observability import tracing
-from app.observability.probes import serve_probes
+from app.observability.probes import heartbeat, serve_probes
 from app.store import Database, embedded, health, migrate
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,11 @@ def run_service(name: str, settings: Settings, serve: Serve,
         if settings.metrics_port:
             probes = await serve_probes(settings.metrics_host, settings.metrics_port, metrics=metrics,
                                         ready=lambda: database_ready(opened[0] if opened else None),
-                                        token=settings.supervisor_token)
+                                        token=settings.supervisor_token, metrics_token=settings.metrics_token)
+        beating = None
+        if settings.up_heartbeat_file:  # `kairos up`'s liveness check, from the first second like the probes
+            beating = asyncio.create_task(heartbeat(settings.up_heartbeat_file, settings.supervisor_token),
+                                          name=f"{name}-heartbeat")
         try:
             db = await open_database_patiently(settings, name, stop)
             if db is None:
@@ -167,6 +171,8 @@ def run_service(name: str, settings: Settings, serve: Serve,
                 await db.close()
                 log.info("stopped", extra={"service": name})
         finally:
+            if beating is not None:
+                beating.cancel()
             if probes is not None:
                 probes.close()
 

@@ -52,12 +52,9 @@ SEMANTIC_FIELDS = (
     "/payload",  # size, NUL in strings and keys, depth
     "/retry/maxBackoffSeconds",  # at least backoffSeconds
     "/from", "/to",  # a backfill covers the past, from before to
-    "/jobId",  # bulk replay: a UUID (the document says so; older generators ignore formats)
     "cursor",  # one this API issued
-    "cron", "tz", "from", "jitterSeconds", "gap", "repeat",  # preview: as a submit's schedule, and a horizon
+    "cron", "tz", "from",  # preview: as a submit's schedule, and a horizon
     "jobId",  # preview: a cron job of the tenant
-    "label",  # key:value
-    "Idempotency-Key",
     "",  # PATCH: the merged job is validated as a submit
 )
 

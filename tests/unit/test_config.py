@@ -70,6 +70,8 @@ def test_values_are_parsed_and_normalised() -> None:
 
 
 @pytest.mark.parametrize(("variable", "value", "message"), [
+    ("KAIROS_TRUSTED_PROXIES", "10.0.0.0/8, proxy.local", "KAIROS_TRUSTED_PROXIES must be empty or a comma-separated "
+     "list of IP addresses or networks (CIDR), or *, got '10.0.0.0/8, proxy.local'"),
     ("KAIROS_API_PORT", "abc", "KAIROS_API_PORT must be an integer 1-65535, got 'abc'"),
     ("KAIROS_API_PORT", "0", "KAIROS_API_PORT must be an integer 1-65535, got '0'"),
     ("KAIROS_API_PORT", "70000", "KAIROS_API_PORT must be an integer 1-65535, got '70000'"),
