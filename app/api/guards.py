@@ -11,6 +11,10 @@ without doing anything:
 * **Query parameters.** No name or value may hold the NUL character: PostgreSQL refuses it in
   text, so it would otherwise come back from the database as a 500. The problem names the
   parameter.
+* **Authentication first.** A route that takes the ``tenant`` dependency checks the API key here,
+  before Litestar decodes its body or query: a request without a valid key is 401 whatever it
+  carries, never a 422 that tells an unauthenticated client how the route validates. (The
+  dependency then finds the key in the key cache.)
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from litestar import Request, Response
 from litestar.exceptions import MethodNotAllowedException
 
 from app import errors
+from app.api.auth import provide_tenant
 
 # Routes whose last segment is ``{id}`` or ``{id}:{action}``: POST is for the actions only.
 ACTION_ROUTES = frozenset({"/v1/jobs/{job_ref}", "/v1/executions/{execution_ref}"})
@@ -67,6 +72,8 @@ async def before_request(request: Request) -> Response[None] | None:
         raise MethodNotAllowedException(headers={"Allow": allow})
     if request.method == "OPTIONS":
         return Response(None, status_code=204, headers={"Allow": allow})
+    if "tenant" in request.route_handler.parsed_fn_signature.parameters:
+        await provide_tenant(request, request.app.state)
     for name, value in request.query_params.multi_items():
         if "\x00" in name or "\x00" in value:
             raise errors.InvalidParameter(name.replace("\x00", "\\u0000"),
