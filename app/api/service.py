@@ -393,8 +393,9 @@ def patched_body(job: store.Job, patch: dict[str, Any]) -> schemas.JobIn:
 
 
 async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, patch: Any,
-                 if_version: int | None, payloads: PayloadStore | None = None) -> store.Job:
-    """PATCH /v1/jobs/{jobId}: merge, validate as a new submit would, store, move the next occurrence."""
+                 if_versions: frozenset[int] | None, payloads: PayloadStore | None = None) -> store.Job:
+    """PATCH /v1/jobs/{jobId}: merge, validate as a new submit would, store, move the next occurrence.
+    ``if_versions``: the versions If-Match names (None: no precondition, or ``*``)."""
     payloads = payloads or PayloadStore.from_settings(settings)
     if not isinstance(patch, dict) or not patch:
         raise errors.InvalidInput("body", "a JSON object with the fields to change (JSON Merge Patch)")
@@ -403,8 +404,9 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
 
     async def work(tx: Store) -> store.Job:
         job = await _locked(tx, tenant_id, job_id)
-        if if_version is not None and job.version != if_version:
-            raise errors.InvalidStateTransition(f"the job is at version {job.version}, not {if_version} (If-Match)")
+        if if_versions is not None and job.version not in if_versions:
+            named = ", ".join(str(v) for v in if_versions) or "none"
+            raise errors.PreconditionFailed(f"the job is at version {job.version}, not {named} (If-Match)")
         if job.state not in (JobState.ACTIVE, JobState.PAUSED):
             raise errors.InvalidStateTransition(
                 f"a {job.reported_state} job cannot be updated; submit a new job instead")
