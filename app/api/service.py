@@ -38,10 +38,12 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: UUID | None = None) -> spec.JobSpec:
+def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: UUID | None = None,
+               every_anchor: datetime | None = None) -> spec.JobSpec:
     """Validate everything that needs no database; raises InvalidInput naming the field.
 
-    ``job_id``: an existing job's (an update keeps its id, so H tokens resolve the same)."""
+    ``job_id``: an existing job's (an update keeps its id, so H tokens resolve the same).
+    ``every_anchor``: an existing every job's grid, kept when the body names no startAt."""
     job_id = job_id or random_uuid()
     name = spec.validate_name(body.name)
     target = spec.validate_target(body.target.type, body.target.ref, egress_policy(settings))
@@ -68,7 +70,8 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     if s.every is not None:
         if s.tz is not None or s.dst is not None:
             raise errors.InvalidInput("schedule", "an every schedule runs in UTC: tz and dst apply to cron only")
-        every = spec.every_schedule(s.every, s.jitter_seconds, start_at, now, settings.min_fire_interval_s)
+        every = spec.every_schedule(s.every, s.jitter_seconds, start_at or every_anchor, now,
+                                    settings.min_fire_interval_s)
         if end_at is not None and (every.first or every.anchor) > end_at:
             raise errors.InvalidInput("schedule.endAt", "no occurrence falls before endAt")
         return spec.JobSpec(schedule=every, **common)
@@ -339,11 +342,11 @@ def job_as_body(job: store.Job) -> dict[str, Any]:
         schedule = {"runAt": job.run_at.isoformat()}
     elif job.schedule_kind == "every":
         assert job.every_s is not None and job.anchor_at is not None
-        schedule = {"every": spec.format_every(job.every_s), "jitterSeconds": job.jitter_s,
-                    # An update keeps the job's grid unless it names a new startAt.
-                    "startAt": (job.start_at or job.anchor_at).isoformat()}
-        if job.end_at is not None:
-            schedule["endAt"] = job.end_at.isoformat()
+        # An update keeps the job's grid (its anchor, passed apart) unless it names a new startAt.
+        schedule = {"every": spec.format_every(job.every_s), "jitterSeconds": job.jitter_s}
+        for key, value in (("startAt", job.start_at), ("endAt", job.end_at)):
+            if value is not None:
+                schedule[key] = value.isoformat()
     else:
         schedule = {"cron": job.cron, "tz": job.tz, "jitterSeconds": job.jitter_s,
                     "dst": {"gap": job.dst_gap, "repeat": job.dst_repeat}}
@@ -414,7 +417,8 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
         kept = job.payload_ref if "payload" not in patch else None  # a payload in the object store, unchanged
         if job.payload_ref is not None and kept is None:
             job = await large_payloads.whole(payloads, job)  # the merge patch merges into the whole payload
-        new = build_spec(patched_body(job, patch), settings, now, job_id=job.job_id)
+        new = build_spec(patched_body(job, patch), settings, now, job_id=job.job_id,
+                         every_anchor=job.anchor_at if job.schedule_kind == "every" else None)
         shared = spec.shared_pool_of(new.target)
         if shared is not None and not (await tx.jobs.shared_pool_access_many([(tenant_id, shared)])).get(
                 (tenant_id, shared)):

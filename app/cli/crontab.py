@@ -19,7 +19,7 @@ import click
 from app.cli.client import BATCH_MAX, problem_line
 from app.cli.pools import check_pool_ref
 from app.cli.remote import api_group, connected, emit, json_option, progress, read_text, stderr, stdout, table, utc_iso
-from app.cli.runtime import fail
+from app.cli.usage import fail
 from app.domain import crontab as classic
 from app.domain.schedule import CronSchedule, DstPolicy, preview, validate_tz
 from app.errors import InvalidInput

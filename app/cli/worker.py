@@ -14,7 +14,7 @@ import sys
 import click
 
 from app.cli.pools import check_pool_ref
-from app.cli.runtime import fail
+from app.cli.usage import fail
 
 # The command's contract, printed under `kairos worker --help` (\b keeps click from re-wrapping a paragraph);
 # docs/worker-protocol.md ("The command worker") says the same at more length.
