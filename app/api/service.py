@@ -392,7 +392,7 @@ def patched_body(job: store.Job, patch: dict[str, Any]) -> schemas.JobIn:
     try:
         return msgspec.convert(merged, schemas.JobIn, strict=True)
     except msgspec.ValidationError as exc:
-        raise bodies.invalid_input(exc, schemas.JobIn) from None
+        raise bodies.invalid_input(exc, schemas.JobIn, merged) from None
 
 
 async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, patch: Any,
