@@ -155,9 +155,10 @@ class JobController(Controller):
         if not raw.strip():
             raise errors.MalformedBody("", "is empty; :backfill needs {\"from\": ..., \"to\": ...}")
         fill = schemas.decode_body(raw, schemas.BackfillIn)
-        created, existing, nxt = await service.backfill(db, state.settings, tenant.tenant_id, job_id, fill.from_,
+        created, existing, nxt, note = await service.backfill(db, state.settings, tenant.tenant_id, job_id, fill.from_,
                                                         fill.to, fill.overlap)
-        return Response(schemas.BackfillOut(created=created, existing=existing, next_from=nxt), status_code=202)
+        return Response(schemas.BackfillOut(created=created, existing=existing, next_from=nxt, note=note),
+                        status_code=202)
 
     @get("/{job_ref:str}/executions", operation_id="ListJobExecutions",
          summary="A job's executions, newest first; next page in the Link header.")

@@ -504,11 +504,23 @@ def _occurrences_from(job: store.Job, start: datetime) -> Iterator[cron.Occurren
         at = grid.next_after(at)
 
 
+def _no_occurrence_note(job: store.Job, start: datetime) -> str:
+    """Why a backfill range held no occurrence of ``job``'s schedule."""
+    if job.schedule_kind == "every" and job.anchor_at is not None and start < job.anchor_at:
+        return (f"no occurrence in the range: an every schedule runs from its anchor, "
+                f"{job.anchor_at.isoformat()} (its startAt, or one interval after its submit); "
+                "backfill a range after it")
+    first = next(iter(_occurrences_from(job, start)), None)
+    after = f"; the first after from is {first.nominal_utc.isoformat()}" if first is not None else ""
+    return "no occurrence of the job's schedule falls in the range" + after
+
+
 async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, from_: str, to: str,
-                   overlap: str | None) -> tuple[int, int, datetime | None]:
+                   overlap: str | None) -> tuple[int, int, datetime | None, str | None]:
     """POST /v1/jobs/{jobId}:backfill: the schedule's occurrences in [from, to), paced per tenant.
 
-    Returns (created, already there, where to continue when the range held more than MAX_BACKFILL)."""
+    Returns (created, already there, where to continue when the range held more than MAX_BACKFILL, why the
+    range holds no occurrence when it holds none)."""
     start = spec.parse_instant(from_, "from")
     end = spec.parse_instant(to, "to")
     now = utcnow()
@@ -519,7 +531,7 @@ async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UU
     if overlap is not None and overlap not in ("allow", "forbid"):
         raise errors.InvalidInput("overlap", "must be allow or forbid")
 
-    async def work(tx: Store) -> tuple[int, int, datetime | None]:
+    async def work(tx: Store) -> tuple[int, int, datetime | None, str | None]:
         job = await _locked(tx, tenant_id, job_id)
         if job.schedule_kind == "once":
             raise errors.InvalidInput("jobId", "only a recurring job has occurrences to backfill")
@@ -542,7 +554,8 @@ async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UU
         ready = [now + timedelta(seconds=i * step) for i in range(len(nominals))]
         made = await tx.jobs.insert_executions(job, nominals, ready, trigger="backfill", dry_run=job.dry_run,
                                                traceparents=[_trace(job, n, "backfill") for n in nominals])
-        return len(made), len(nominals) - len(made), resume_at
+        note = None if nominals or resume_at is not None else _no_occurrence_note(job, start)
+        return len(made), len(nominals) - len(made), resume_at, note
 
     return await db.transaction(work)
 

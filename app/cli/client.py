@@ -86,6 +86,7 @@ class BackfillOut(TypedDict):
     created: int
     existing: int
     nextFrom: str | None
+    note: NotRequired[str]
 
 
 class JobPage(TypedDict):

@@ -560,6 +560,7 @@ def jobs_backfill(api: KairosClient, job_id: str, start: datetime, end: datetime
     if start >= end:
         raise click.BadParameter("must be after --from", param_hint="--to")
     created = existing = 0
+    note: str | None = None
     cursor: str | None = utc_iso(start)
     total_s = (end - start).total_seconds()
     with progress() as bar:
@@ -569,7 +570,11 @@ def jobs_backfill(api: KairosClient, job_id: str, start: datetime, end: datetime
             created += out["created"]
             existing += out["existing"]
             cursor = out["nextFrom"]
+            note = out.get("note", note)
             done = total_s if cursor is None else (datetime.fromisoformat(cursor) - start).total_seconds()
             bar.update(task, completed=done)
-    summary = {"created": created, "existing": existing}
-    emit(summary, as_json, lambda: click.echo(f"backfilled {job_id}: {created} created, {existing} already there"))
+    summary: dict[str, Any] = {"created": created, "existing": existing}
+    if note:
+        summary["note"] = note
+    emit(summary, as_json, lambda: click.echo(f"backfilled {job_id}: {created} created, {existing} already there"
+                                              + (f" ({note})" if note else "")))
