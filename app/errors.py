@@ -65,6 +65,10 @@ class InvalidStateTransition(KairosError):
     """The job is not in a state that allows this."""
 
 
+class PreconditionFailed(KairosError):
+    """The job's version is not the one If-Match names."""
+
+
 class InvalidExecutionState(InvalidStateTransition):
     """The execution is not in a state that allows this."""
 

@@ -63,7 +63,9 @@ def create_app(settings: Settings, db: Database) -> Litestar:
         on_shutdown=[writer.close],
         openapi_config=OpenAPIConfig(title="Kairos", version="1", path="/schema",
                                      render_plugins=[LocalSwaggerUI("/schema")],
-                                     description="Distributed job scheduler: one-off and cron jobs."),
+                                     description="Distributed job scheduler: one-off jobs, cron schedules in a "
+                                                 "time zone and interval (every) schedules, delivered to HTTP "
+                                                 "endpoints or worker pools with retries and dead letters."),
         # A job's payload may be KAIROS_PAYLOAD_MAX_BYTES (docs/retention.md), plus the rest of its body.
         request_max_body_size=max_body_bytes(settings),
     )

@@ -133,11 +133,53 @@ def describe(what: str, steps: list[str | int], type_: Any | None) -> tuple[str,
     return pointer(steps), what
 
 
-def invalid_input(exc: msgspec.ValidationError, type_: Any) -> errors.InvalidInput:
-    """The InvalidInput for msgspec's ValidationError decoding ``type_``: its field a JSON Pointer."""
+_UNNAMED_KEY = "[...]"
+
+
+def _culprit_key(document: Any, type_: Any, steps: list[str | int]) -> str | None:
+    """Which key of the object at ``steps`` in ``document`` (decoded without a schema) holds the value that
+    breaks ``type_``: msgspec names a dict's keys ``[...]``. Each key is tried alone, in order."""
+    container: Any = document
+    for step in steps:
+        try:
+            container = container[step]
+        except (KeyError, IndexError, TypeError):
+            return None
+    if not isinstance(container, dict):
+        return None
+
+    def alone(key: str) -> Any:
+        def rebuilt(node: Any, rest: list[str | int]) -> Any:
+            if not rest:
+                return {key: node[key]}
+            copy = list(node) if isinstance(node, list) else dict(node)
+            copy[rest[0]] = rebuilt(node[rest[0]], rest[1:])  # type: ignore[index]
+            return copy
+
+        return rebuilt(document, steps)
+
+    for key in container:
+        try:
+            msgspec.convert(alone(key), type_, strict=True)
+        except msgspec.ValidationError as exc:
+            found = _AT.match(str(exc))
+            if found and found["path"] and _UNNAMED_KEY in found["path"]:
+                return str(key)
+    return None
+
+
+def invalid_input(exc: msgspec.ValidationError, type_: Any, document: Any = None) -> errors.InvalidInput:
+    """The InvalidInput for msgspec's ValidationError decoding ``type_``: its field a JSON Pointer.
+    ``document``: the body decoded without a schema, to name the key of a bad value in a client's object
+    (labels, headers), which msgspec leaves unnamed."""
     found = _AT.match(str(exc))
     assert found is not None  # the pattern matches any text
-    field, detail = describe(found["what"], _steps(found["path"]), type_)
+    steps = _steps(found["path"])
+    path = found["path"] or ""
+    if document is not None and _UNNAMED_KEY in path and path.count(_UNNAMED_KEY) == 1 \
+            and path.endswith(_UNNAMED_KEY) and (key := _culprit_key(document, type_, steps)) is not None:
+        steps = [*steps, key]
+    field, detail = describe(found["what"], steps, type_)
     return errors.InvalidInput(field, detail)
 
 
@@ -211,12 +253,12 @@ def decode(raw: bytes, type_: type[T] | Any, *, empty: Callable[[], T] | None = 
         # Decoding stops at the first value that breaks the schema, which may come before the text
         # stops being JSON ('{"nmae": 1' is an unknown field first): JSON or not decides 400 or 422.
         try:
-            msgspec.json.decode(raw)
+            document = msgspec.json.decode(raw)
         except msgspec.DecodeError as not_json:
             raise malformed(not_json) from None
         except RecursionError:
             raise too_deep(raw, shape or type_) from None
-        raise invalid_input(exc, type_) from None
+        raise invalid_input(exc, type_, document) from None
     except msgspec.DecodeError as exc:
         raise malformed(exc) from None
     except RecursionError:
@@ -282,6 +324,6 @@ class StrictBody(AbstractDTO[T]):
         try:
             return msgspec.convert(value, type_, strict=True)
         except msgspec.ValidationError as exc:
-            raise invalid_input(exc, type_) from None
+            raise invalid_input(exc, type_, value) from None
         except RecursionError:
             raise errors.InvalidInput("", "nests too deeply to decode") from None

@@ -14,6 +14,10 @@ without doing anything:
   agree: a parameter that is not an array comes once (``?limit=1&limit=2`` is refused, not read
   as one of them), and an integer one is digits (``null``, ``true`` and ``5.0`` are refused: an
   optional parameter is left out, never sent as null). The problem names the parameter.
+* **Authentication first.** A route that takes the ``tenant`` dependency checks the API key here,
+  before Litestar decodes its body or query: a request without a valid key is 401 whatever it
+  carries, never a 422 that tells an unauthenticated client how the route validates. (The
+  dependency then finds the key in the key cache.)
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from litestar import Request, Response
 from litestar.exceptions import MethodNotAllowedException
 
 from app import errors
+from app.api.auth import provide_tenant
 
 # Routes whose last segment is ``{id}`` or ``{id}:{action}``: POST is for the actions only.
 ACTION_ROUTES = frozenset({"/v1/jobs/{job_ref}", "/v1/executions/{execution_ref}"})
@@ -111,6 +116,8 @@ async def before_request(request: Request) -> Response[None] | None:
         raise MethodNotAllowedException(headers={"Allow": allow})
     if request.method == "OPTIONS":
         return Response(None, status_code=204, headers={"Allow": allow})
+    if "tenant" in request.route_handler.parsed_fn_signature.parameters:
+        await provide_tenant(request, request.app.state)
     for name, value in request.query_params.multi_items():
         if "\x00" in name or "\x00" in value:
             raise errors.InvalidParameter(name.replace("\x00", "\\u0000"),

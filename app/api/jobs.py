@@ -26,6 +26,29 @@ BATCH_MAX_BODY_BYTES = 16 * 1024 * 1024
 ACTIONS = ("pause", "resume", "run", "backfill")
 
 
+def etag(version: int) -> str:
+    """A job's version as its entity tag (strong: the version names one definition of the job)."""
+    return f'"{version}"'
+
+
+def if_match_versions(header: str | None) -> frozenset[int] | None:
+    """The versions an If-Match header names (RFC 9110 13.1.1); None for no header or ``*``. Weak tags never
+    match (strong comparison); a bare number is taken as the tag of that version."""
+    if header is None or header.strip() == "*":
+        return None
+    versions: set[int] = set()
+    for part in header.split(","):
+        tag = part.strip()
+        if tag.startswith("W/"):
+            continue
+        opaque = tag[1:-1] if len(tag) >= 2 and tag[0] == tag[-1] == '"' else tag
+        if opaque.isdigit():
+            versions.add(int(opaque))
+        elif opaque == tag:
+            raise errors.InvalidInput("If-Match", 'the job\'s ETag, e.g. If-Match: "3"')
+    return frozenset(versions)
+
+
 def parse_job_ref(ref: str, *, action: bool) -> tuple[UUID, str | None]:
     """`{jobId}` or, for POST, `{jobId}:{action}` (Google AIP-136 custom methods)."""
     ident, sep, verb = ref.partition(":")
@@ -82,11 +105,14 @@ class JobController(Controller):
                                                 label=label, limit=limit)} if nxt else None
         return Response(page, headers=headers)
 
-    @get("/{job_ref:str}", operation_id="GetJob", summary="One job, with how its executions stand.")
-    async def get_job(self, job_ref: FromPath[str], db: DB, tenant: Tenant, state: State) -> schemas.JobOut:
+    @get("/{job_ref:str}", operation_id="GetJob",
+         summary="One job, with how its executions stand; ETag is its version (for If-Match on PATCH).")
+    async def get_job(self, job_ref: FromPath[str], db: DB, tenant: Tenant,
+                      state: State) -> Response[schemas.JobOut]:
         job_id, _ = parse_job_ref(job_ref, action=False)
         job, counts = await service.get_job_with_counts(db, tenant.tenant_id, job_id)
-        return service.job_out(await payloads.whole(state.payloads, job), counts)
+        out = service.job_out(await payloads.whole(state.payloads, job), counts)
+        return Response(out, headers={"ETag": etag(job.version)})
 
     @delete("/{job_ref:str}", operation_id="CancelJob", status_code=204,
             summary="Cancel a job: removes its next occurrence and cancels executions not yet started.")
@@ -96,22 +122,19 @@ class JobController(Controller):
 
     @patch("/{job_ref:str}", operation_id="UpdateJob", status_code=200,
            summary="Change a job (JSON Merge Patch of the submit body); the next occurrence follows the new "
-                   "schedule. If-Match: <version> refuses a stale update.")
+                   "schedule. If-Match: the ETag of GET (\"<version>\"); another version is 412.")
     async def update_job(self, request: Request, job_ref: FromPath[str], db: DB, tenant: Tenant, state: State,
-                         if_match: Annotated[str | None, HeaderParameter(name="If-Match")] = None,
-                         ) -> schemas.JobOut:
+                         if_match: Annotated[str | None, HeaderParameter(
+                             name="If-Match", description="the job's ETag (its version, quoted); a job at another "
+                                                          "version answers 412 and is not changed")] = None,
+                         ) -> Response[schemas.JobOut]:
         job_id, _ = parse_job_ref(job_ref, action=False)
         raw = await request.body()
         # A merge patch: any JSON, checked once merged (shaped like a job when naming what nests too deeply).
         body = bodies.decode(raw, Any, shape=schemas.JobIn) if raw.strip() else None
-        version = None
-        if if_match is not None:
-            try:
-                version = int(if_match.strip().strip('"').removeprefix("W/").strip('"'))
-            except ValueError:
-                raise errors.InvalidInput("If-Match", "the job's version, e.g. If-Match: 3") from None
-        job = await service.update(db, state.settings, tenant.tenant_id, job_id, body, version, state.payloads)
-        return service.job_out(await payloads.whole(state.payloads, job))
+        versions = if_match_versions(if_match)
+        job = await service.update(db, state.settings, tenant.tenant_id, job_id, body, versions, state.payloads)
+        return Response(service.job_out(await payloads.whole(state.payloads, job)), headers={"ETag": etag(job.version)})
 
     @post("/{job_ref:str}", operation_id="JobAction", status_code=200,
           summary="POST /v1/jobs/{jobId}:pause | :resume {missed} | :run {overlap} | :backfill {from, to, overlap}.")
@@ -142,11 +165,12 @@ class JobController(Controller):
         admitted = await manual.admit(tenant.tenant_id, service.MAX_BACKFILL)
         created = 0
         try:
-            created, existing, nxt = await service.backfill(db, state.settings, tenant.tenant_id, job_id, fill.from_,
-                                                            fill.to, fill.overlap, limit=admitted)
+            created, existing, nxt, note = await service.backfill(db, state.settings, tenant.tenant_id, job_id,
+                                                                  fill.from_, fill.to, fill.overlap, limit=admitted)
         finally:
             manual.unused(tenant.tenant_id, admitted - created)
-        return Response(schemas.BackfillOut(created=created, existing=existing, next_from=nxt), status_code=202)
+        return Response(schemas.BackfillOut(created=created, existing=existing, next_from=nxt, note=note),
+                        status_code=202)
 
     @get("/{job_ref:str}/executions", operation_id="ListJobExecutions",
          summary="A job's executions, newest first; next page in the Link header.")

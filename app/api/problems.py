@@ -36,6 +36,7 @@ _STATUS: dict[type[errors.KairosError], tuple[int, str]] = {
     errors.TenantNotFound: (404, "not-found"),
     errors.IdempotencyConflict: (409, "idempotency-conflict"),
     errors.InvalidStateTransition: (409, "invalid-state"),
+    errors.PreconditionFailed: (412, "precondition-failed"),
     errors.TenantQuotaExceeded: (429, "quota-exceeded"),
     errors.AuthenticationThrottled: (429, "too-many-auth-failures"),
     errors.DatabaseUnavailable: (503, "database-unavailable"),

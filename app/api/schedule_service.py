@@ -1,7 +1,10 @@
 """What GET /v1/schedules/preview does: the fire times of a schedule, placed as the scheduler places them.
 
-A preview evaluates either an expression given in the query (``cron`` and ``tz``, with the DST
-policy and jitter window a job would have) or an existing cron job of the caller's tenant
+An interval (``every``, anchored at ``startAt`` or, as a new job would be, one interval from now),
+or an every job's own grid (``jobId``), lists the grid's instants after ``from``; no zone or DST
+rule applies to it. Otherwise, a preview evaluates either an expression given in the query
+(``cron`` and ``tz``, with the DST policy and jitter window a job would have) or an existing cron
+job of the caller's tenant
 (``jobId``): its stored resolved expression, zone, DST policy, jitter window and bounds, keyed by
 its id, so H tokens and the jitter offset are the job's own. Query values given beside ``jobId``
 replace the job's, to preview a change before making it. Without ``jobId`` there is no job id to
@@ -30,7 +33,7 @@ _EPSILON = timedelta(microseconds=1)
 
 # The query parameter each schedule field is given in.
 _PARAMETER_OF = {"schedule.cron": "cron", "schedule.tz": "tz", "schedule.jitterSeconds": "jitterSeconds",
-                 "schedule.dst.gap": "gap", "schedule.dst.repeat": "repeat"}
+                 "schedule.dst.gap": "gap", "schedule.dst.repeat": "repeat", "schedule.every": "every"}
 
 
 @dataclass(frozen=True)
@@ -45,13 +48,15 @@ class PreviewQuery:
     repeat: str | None = None
     jitter_s: int | None = None
     job_id: str | None = None
+    every: str | None = None
+    start_at: str | None = None  # the anchor of an every schedule
 
 
 @dataclass(frozen=True)
 class Preview:
     job: store.Job | None  # the job previewed, when jobId was given
-    expr: str  # as given (or stored), H tokens and all
-    schedule: cron.CronSchedule  # resolved: what the scheduler evaluates
+    expr: str  # as given (or stored), H tokens and all; an every schedule's interval
+    schedule: cron.CronSchedule | spec.EverySchedule  # resolved: what the scheduler evaluates
     jitter_offset_s: int  # the key's slot in the jitter window
     occurrences: list[cron.Occurrence]
 
@@ -72,7 +77,14 @@ async def preview(db: Database, tenant_id: UUID, q: PreviewQuery, now: datetime,
         start = now
         if q.from_ is not None:
             start = spec.within_horizon(spec.parse_instant(q.from_, "from"), now, limits.horizon_days, "from")
-        job = await _cron_job(db, tenant_id, q.job_id) if q.job_id is not None else None
+        job = await _job(db, tenant_id, q.job_id) if q.job_id is not None else None
+        if q.every is not None or (job is not None and job.schedule_kind == "every" and q.cron is None):
+            return _evaluate_every(q, job, start, now, limits)
+        if job is not None and job.schedule_kind != "cron":
+            raise errors.InvalidParameter("jobId", f"is a {job.schedule_kind} job; only recurring jobs have fire "
+                                                   "times to preview")
+        if q.start_at is not None:
+            raise errors.InvalidParameter("startAt", "anchors an every schedule; a cron preview starts at from")
         return _evaluate(q, job, start, limits)
     except errors.InvalidParameter:
         raise
@@ -80,7 +92,7 @@ async def preview(db: Database, tenant_id: UUID, q: PreviewQuery, now: datetime,
         raise errors.InvalidParameter(_PARAMETER_OF.get(exc.field, exc.field), exc.detail) from None
 
 
-async def _cron_job(db: Database, tenant_id: UUID, job_id: str) -> store.Job:
+async def _job(db: Database, tenant_id: UUID, job_id: str) -> store.Job:
     try:
         ident = UUID(job_id)
     except ValueError:
@@ -88,13 +100,49 @@ async def _cron_job(db: Database, tenant_id: UUID, job_id: str) -> store.Job:
     job = await db.transaction(lambda tx: tx.jobs.get(tenant_id, ident))
     if job is None:
         raise errors.JobNotFound()
-    if job.schedule_kind != "cron" or job.cron is None or job.cron_resolved is None or job.tz is None:
-        raise errors.InvalidParameter("jobId", f"is a {job.schedule_kind} job; only cron jobs have fire times "
-                                               "to preview")
     return job
 
 
+def _evaluate_every(q: PreviewQuery, job: store.Job | None, start: datetime, now: datetime,
+                    limits: PreviewLimits) -> Preview:
+    """The instants of an interval's grid strictly after ``start``, within the job's bounds."""
+    if q.cron is not None:
+        raise errors.InvalidParameter("every", "give cron (with tz) or every, not both")
+    for name, value in (("tz", q.tz), ("gap", q.gap), ("repeat", q.repeat)):
+        if value is not None:
+            raise errors.InvalidParameter(name, "applies to cron schedules; an every schedule runs in UTC")
+    if job is not None and job.schedule_kind != "every" and q.every is None:
+        raise errors.InvalidParameter("jobId", f"is a {job.schedule_kind} job, not an every job")
+    every = q.every if q.every is not None else spec.format_every(job.every_s or 0) if job else ""
+    every_s = spec.parse_every(every, max(limits.min_interval_s, 1))
+    jitter_s = q.jitter_s if q.jitter_s is not None else job.jitter_s if job is not None else 0
+    if not 0 <= jitter_s <= spec.MAX_JITTER_S:
+        raise errors.InvalidParameter("jitterSeconds", f"must be between 0 and {spec.MAX_JITTER_S}")
+    if q.start_at is not None:
+        anchor = spec.within_horizon(spec.parse_instant(q.start_at, "startAt"), now, limits.horizon_days, "startAt")
+    elif job is not None and job.schedule_kind == "every" and job.anchor_at is not None:
+        anchor = job.anchor_at
+    else:
+        anchor = now.replace(microsecond=0) + timedelta(seconds=every_s)  # as a job submitted now
+    grid = spec.EverySchedule(every_s, anchor, jitter_s)
+    key = str(job.job_id) if job is not None else PREVIEW_KEY
+    offset = cron.jitter_offset_s(key, jitter_s)
+    end_at = job.end_at if job is not None else None
+    if job is not None and job.start_at is not None:
+        start = max(start, job.start_at - _EPSILON)
+    found: list[cron.Occurrence] = []
+    at = grid.next_after(start)
+    while len(found) < q.count and (end_at is None or at <= end_at):
+        run_at = at + timedelta(seconds=offset)
+        found.append(cron.Occurrence(at, run_at, run_at, False, None, None))
+        at = grid.next_after(at)
+    return Preview(job, every, grid, offset, found)
+
+
 def _evaluate(q: PreviewQuery, job: store.Job | None, start: datetime, limits: PreviewLimits) -> Preview:
+    if job is not None and (job.cron is None or job.cron_resolved is None or job.tz is None):
+        raise errors.InvalidParameter("jobId", f"is a {job.schedule_kind} job; only recurring jobs have fire "
+                                               "times to preview")
     if job is None:
         for name, value in (("cron", q.cron), ("tz", q.tz)):
             if value is None:

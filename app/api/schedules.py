@@ -13,6 +13,7 @@ from app.api import schedule_service as service
 from app.api import schemas
 from app.api.auth import DB, Tenant
 from app.api.service import utcnow
+from app.domain.jobs import EverySchedule
 
 
 class ScheduleController(Controller):
@@ -20,7 +21,8 @@ class ScheduleController(Controller):
     tags = ["schedules"]
 
     @get("/preview", operation_id="PreviewSchedule",
-         summary="The next N fire times of a cron expression in a zone, or of an existing job, with DST notes.")
+         summary="The next N fire times of a cron expression in a zone, of an every interval, or of an existing "
+                 "job, with DST notes.")
     async def preview(
         self, db: DB, tenant: Tenant, state: State,
         cron: Annotated[str | None, QueryParameter(
@@ -37,24 +39,34 @@ class ScheduleController(Controller):
             description="fall-back repeat of a fixed-hour expression: once (the first instance) or twice")] = None,
         jitter_seconds: Annotated[int | None, QueryParameter(
             name="jitterSeconds", description="jitter window; fire times include the key's offset in it")] = None,
+        every: Annotated[str | None, QueryParameter(
+            description="an interval such as 15m or 1h30m, instead of cron and tz: its grid's instants")] = None,
+        start_at: Annotated[str | None, QueryParameter(
+            name="startAt", description="every only: the grid's anchor, ISO 8601 with an offset (default: one "
+                                        "interval from now, as a job submitted now)")] = None,
         job_id: Annotated[str | None, QueryParameter(
             name="jobId", description="preview this job of the tenant: its stored expression, zone, DST policy, "
                                       "jitter and bounds, with its own H tokens and jitter offset")] = None,
     ) -> schemas.PreviewOut:
         query = service.PreviewQuery(cron=cron, tz=tz, count=count, from_=from_, gap=gap, repeat=repeat,
-                                     jitter_s=jitter_seconds, job_id=job_id)
+                                     jitter_s=jitter_seconds, job_id=job_id, every=every, start_at=start_at)
         limits = service.PreviewLimits(state.settings.max_schedule_horizon_days, state.settings.min_fire_interval_s)
         found = await service.preview(db, tenant.tenant_id, query, utcnow(), limits)
-        zone = ZoneInfo(found.schedule.tz)
         s = found.schedule
+        bounds = {"start_at": found.job.start_at if found.job else None,
+                  "end_at": found.job.end_at if found.job else None}
+        if isinstance(s, EverySchedule):
+            zone = ZoneInfo("UTC")
+            schedule = schemas.ScheduleOut(every=found.expr, anchor_at=s.anchor, jitter_seconds=s.jitter_s, **bounds)
+        else:
+            zone = ZoneInfo(s.tz)
+            schedule = schemas.ScheduleOut(cron=found.expr, cron_resolved=s.expr, tz=s.tz, jitter_seconds=s.jitter_s,
+                                           dst=schemas.DstIn(gap=s.dst.gap, repeat=s.dst.repeat), **bounds)
         return schemas.PreviewOut(
             fire_times=[schemas.FireTimeOut(utc=o.run_at, local=o.run_at.astimezone(zone).isoformat(),
                                             dst_note=o.dst_note, skipped=o.skipped, nominal_utc=o.nominal_utc)
                         for o in found.occurrences],
-            schedule=schemas.ScheduleOut(
-                cron=found.expr, cron_resolved=s.expr, tz=s.tz, jitter_seconds=s.jitter_s,
-                dst=schemas.DstIn(gap=s.dst.gap, repeat=s.dst.repeat),
-                start_at=found.job.start_at if found.job else None, end_at=found.job.end_at if found.job else None),
+            schedule=schedule,
             jitter_offset_seconds=found.jitter_offset_s,
             job_id=str(found.job.job_id) if found.job else None,
         )

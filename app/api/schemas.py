@@ -206,12 +206,15 @@ class BackfillIn(Wire):
     overlap: Literal["allow", "forbid"] | None = None
 
 
-class BackfillOut(Wire):
+class BackfillOut(Wire, omit_defaults=True):
     created: int
     # Occurrences in the range that already had an execution (run by the schedule or an earlier backfill).
     existing: int
     # Set when the range held more than 1,000 occurrences: call again with from = nextFrom.
     next_from: datetime | None
+    # Why nothing was created when the schedule has no occurrence in the range (e.g. it lies before the
+    # anchor of an every schedule); absent otherwise.
+    note: str | None = None
 
 
 class ExecutionOut(Wire):

@@ -38,10 +38,12 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: UUID | None = None) -> spec.JobSpec:
+def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: UUID | None = None,
+               every_anchor: datetime | None = None) -> spec.JobSpec:
     """Validate everything that needs no database; raises InvalidInput naming the field.
 
-    ``job_id``: an existing job's (an update keeps its id, so H tokens resolve the same)."""
+    ``job_id``: an existing job's (an update keeps its id, so H tokens resolve the same).
+    ``every_anchor``: an existing every job's grid, kept when the body names no startAt."""
     job_id = job_id or random_uuid()
     name = spec.validate_name(body.name)
     target = spec.validate_target(body.target.type, body.target.ref, egress_policy(settings))
@@ -68,7 +70,8 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     if s.every is not None:
         if s.tz is not None or s.dst is not None:
             raise errors.InvalidInput("schedule", "an every schedule runs in UTC: tz and dst apply to cron only")
-        every = spec.every_schedule(s.every, s.jitter_seconds, start_at, now, settings.min_fire_interval_s)
+        every = spec.every_schedule(s.every, s.jitter_seconds, start_at or every_anchor, now,
+                                    settings.min_fire_interval_s)
         if end_at is not None and (every.first or every.anchor) > end_at:
             raise errors.InvalidInput("schedule.endAt", "no occurrence falls before endAt")
         return spec.JobSpec(schedule=every, **common)
@@ -339,11 +342,11 @@ def job_as_body(job: store.Job) -> dict[str, Any]:
         schedule = {"runAt": job.run_at.isoformat()}
     elif job.schedule_kind == "every":
         assert job.every_s is not None and job.anchor_at is not None
-        schedule = {"every": spec.format_every(job.every_s), "jitterSeconds": job.jitter_s,
-                    # An update keeps the job's grid unless it names a new startAt.
-                    "startAt": (job.start_at or job.anchor_at).isoformat()}
-        if job.end_at is not None:
-            schedule["endAt"] = job.end_at.isoformat()
+        # An update keeps the job's grid (its anchor, passed apart) unless it names a new startAt.
+        schedule = {"every": spec.format_every(job.every_s), "jitterSeconds": job.jitter_s}
+        for key, value in (("startAt", job.start_at), ("endAt", job.end_at)):
+            if value is not None:
+                schedule[key] = value.isoformat()
     else:
         schedule = {"cron": job.cron, "tz": job.tz, "jitterSeconds": job.jitter_s,
                     "dst": {"gap": job.dst_gap, "repeat": job.dst_repeat}}
@@ -389,12 +392,13 @@ def patched_body(job: store.Job, patch: dict[str, Any]) -> schemas.JobIn:
     try:
         return msgspec.convert(merged, schemas.JobIn, strict=True)
     except msgspec.ValidationError as exc:
-        raise bodies.invalid_input(exc, schemas.JobIn) from None
+        raise bodies.invalid_input(exc, schemas.JobIn, merged) from None
 
 
 async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, patch: Any,
-                 if_version: int | None, payloads: PayloadStore | None = None) -> store.Job:
-    """PATCH /v1/jobs/{jobId}: merge, validate as a new submit would, store, move the next occurrence."""
+                 if_versions: frozenset[int] | None, payloads: PayloadStore | None = None) -> store.Job:
+    """PATCH /v1/jobs/{jobId}: merge, validate as a new submit would, store, move the next occurrence.
+    ``if_versions``: the versions If-Match names (None: no precondition, or ``*``)."""
     payloads = payloads or PayloadStore.from_settings(settings)
     if not isinstance(patch, dict) or not patch:
         raise errors.InvalidInput("body", "a JSON object with the fields to change (JSON Merge Patch)")
@@ -403,8 +407,9 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
 
     async def work(tx: Store) -> store.Job:
         job = await _locked(tx, tenant_id, job_id)
-        if if_version is not None and job.version != if_version:
-            raise errors.InvalidStateTransition(f"the job is at version {job.version}, not {if_version} (If-Match)")
+        if if_versions is not None and job.version not in if_versions:
+            named = ", ".join(str(v) for v in if_versions) or "none"
+            raise errors.PreconditionFailed(f"the job is at version {job.version}, not {named} (If-Match)")
         if job.state not in (JobState.ACTIVE, JobState.PAUSED):
             raise errors.InvalidStateTransition(
                 f"a {job.reported_state} job cannot be updated; submit a new job instead")
@@ -412,7 +417,8 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
         kept = job.payload_ref if "payload" not in patch else None  # a payload in the object store, unchanged
         if job.payload_ref is not None and kept is None:
             job = await large_payloads.whole(payloads, job)  # the merge patch merges into the whole payload
-        new = build_spec(patched_body(job, patch), settings, now, job_id=job.job_id)
+        new = build_spec(patched_body(job, patch), settings, now, job_id=job.job_id,
+                         every_anchor=job.anchor_at if job.schedule_kind == "every" else None)
         shared = spec.shared_pool_of(new.target)
         if shared is not None and not (await tx.jobs.shared_pool_access_many([(tenant_id, shared)])).get(
                 (tenant_id, shared)):
@@ -498,12 +504,24 @@ def _occurrences_from(job: store.Job, start: datetime) -> Iterator[cron.Occurren
         at = grid.next_after(at)
 
 
+def _no_occurrence_note(job: store.Job, start: datetime) -> str:
+    """Why a backfill range held no occurrence of ``job``'s schedule."""
+    if job.schedule_kind == "every" and job.anchor_at is not None and start < job.anchor_at:
+        return (f"no occurrence in the range: an every schedule runs from its anchor, "
+                f"{job.anchor_at.isoformat()} (its startAt, or one interval after its submit); "
+                "backfill a range after it")
+    first = next(iter(_occurrences_from(job, start)), None)
+    after = f"; the first after from is {first.nominal_utc.isoformat()}" if first is not None else ""
+    return "no occurrence of the job's schedule falls in the range" + after
+
+
 async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, from_: str, to: str,
-                   overlap: str | None, *, limit: int = MAX_BACKFILL) -> tuple[int, int, datetime | None]:
+                   overlap: str | None, *, limit: int = MAX_BACKFILL) -> tuple[int, int, datetime | None, str | None]:
     """POST /v1/jobs/{jobId}:backfill: the schedule's occurrences in [from, to), paced per tenant.
 
-    Returns (created, already there, where to continue when the range held more than ``limit``,
-    at most MAX_BACKFILL: the tenant's manual-run quotas may admit fewer)."""
+    Returns (created, already there, where to continue when the range held more than ``limit`` (at most
+    MAX_BACKFILL: the tenant's manual-run quotas may admit fewer), why the range holds no occurrence when
+    it holds none)."""
     start = spec.parse_instant(from_, "from")
     end = spec.parse_instant(to, "to")
     now = utcnow()
@@ -514,7 +532,7 @@ async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UU
     if overlap is not None and overlap not in ("allow", "forbid"):
         raise errors.InvalidInput("overlap", "must be allow or forbid")
 
-    async def work(tx: Store) -> tuple[int, int, datetime | None]:
+    async def work(tx: Store) -> tuple[int, int, datetime | None, str | None]:
         job = await _locked(tx, tenant_id, job_id)
         if job.schedule_kind == "once":
             raise errors.InvalidInput("jobId", "only a recurring job has occurrences to backfill")
@@ -537,7 +555,8 @@ async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UU
         ready = [now + timedelta(seconds=i * step) for i in range(len(nominals))]
         made = await tx.jobs.insert_executions(job, nominals, ready, trigger="backfill", dry_run=job.dry_run,
                                                traceparents=[_trace(job, n, "backfill") for n in nominals])
-        return len(made), len(nominals) - len(made), resume_at
+        note = None if nominals or resume_at is not None else _no_occurrence_note(job, start)
+        return len(made), len(nominals) - len(made), resume_at, note
 
     return await db.transaction(work)
 

@@ -86,6 +86,7 @@ class BackfillOut(TypedDict):
     created: int
     existing: int
     nextFrom: str | None
+    note: NotRequired[str]
 
 
 class JobPage(TypedDict):
@@ -318,7 +319,7 @@ class KairosClient:
 
     def update_job(self, job_id: str, patch: Mapping[str, Any], if_version: int | None = None) -> Job:
         """PATCH /v1/jobs/{jobId}: a JSON Merge Patch of the submit body."""
-        headers = {"If-Match": str(if_version)} if if_version is not None else None
+        headers = {"If-Match": f'"{if_version}"'} if if_version is not None else None
         return self.call("PATCH", f"/v1/jobs/{job_id}", json=patch, headers=headers, expect=Job)
 
     def run_job(self, job_id: str, overlap: str | None = None) -> RunOut:

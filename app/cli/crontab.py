@@ -19,7 +19,7 @@ import click
 from app.cli.client import BATCH_MAX, problem_line
 from app.cli.pools import check_pool_ref
 from app.cli.remote import api_group, connected, emit, json_option, progress, read_text, stderr, stdout, table, utc_iso
-from app.cli.runtime import fail
+from app.cli.usage import fail
 from app.domain import crontab as classic
 from app.domain.schedule import CronSchedule, DstPolicy, preview, validate_tz
 from app.errors import InvalidInput
@@ -32,15 +32,21 @@ def crontab() -> None:
     """Import a classic crontab as Kairos jobs, or compare the two schedulers' fire times."""
 
 
-def _entries(path: str) -> list[classic.CrontabEntry]:
+def _entries(path: str, skipped: list[classic.SkippedLine] | None = None) -> list[classic.CrontabEntry]:
+    """The job lines of ``path``; with ``skipped``, lines Kairos cannot schedule are collected there."""
     text = read_text(path)
     try:
-        entries = classic.parse_crontab(text)
+        entries = classic.parse_crontab(text, skipped=skipped)
     except InvalidInput as exc:
         fail(f"{path}: {exc.field}: {exc.detail}")
     if not entries:
-        fail(f"{path} has no job lines")
+        fail(f"{path} has no job lines" + (" Kairos can schedule" if skipped else ""))
     return entries
+
+
+SKIP_UNSUPPORTED = click.option(
+    "--skip-unsupported", is_flag=True,
+    help="Leave out the lines Kairos cannot schedule (@reboot) and list them, instead of refusing the file.")
 
 
 def _zone_of(entry: classic.CrontabEntry, default: str | None, path: str) -> str:
@@ -75,9 +81,11 @@ def _check_tz(tz: str | None, flag: str) -> None:
 @click.option("--revision", type=click.IntRange(1), default=1, show_default=True,
               help="A new set of idempotency keys for every line: to import again after cancelling the jobs "
                    "of an import whose lines' settings changed.")
+@SKIP_UNSUPPORTED
 @json_option
 def crontab_import(file: str, pool: str | None, url: str | None, tz: str | None, dry_run: bool,
-                   as_dry_run_jobs: bool, name_prefix: str, revision: int, as_json: bool) -> None:
+                   as_dry_run_jobs: bool, name_prefix: str, revision: int, skip_unsupported: bool,
+                   as_json: bool) -> None:
     """Create a Kairos cron job per line of crontab FILE (- for stdin).
 
     Each job's payload is {"command": ..., "env": {...}} (plus "stdin", "shell" and "mailto" when
@@ -97,7 +105,8 @@ def crontab_import(file: str, pool: str | None, url: str | None, tz: str | None,
         assert pool is not None
         check_pool_ref(pool)
     _check_tz(tz, "--tz")
-    entries = _entries(file)
+    skipped: list[classic.SkippedLine] | None = [] if skip_unsupported else None
+    entries = _entries(file, skipped)
     now = datetime.now(timezone.utc)
     planned: list[dict[str, Any]] = []
     for entry in entries:
@@ -116,6 +125,10 @@ def crontab_import(file: str, pool: str | None, url: str | None, tz: str | None,
     for item in planned:
         if item["warning"] and not as_json:
             stderr.print(f"warning: {item['warning']}", markup=False, highlight=False)
+    for line in skipped or ():
+        if not as_json:
+            stderr.print(f"skipped line {line.line}: {line.text} ({line.reason})", markup=False, highlight=False,
+                         soft_wrap=True)
 
     if not dry_run:
         results: list[Any] = []
@@ -148,9 +161,13 @@ def crontab_import(file: str, pool: str | None, url: str | None, tz: str | None,
         else:
             stdout.print(f"{len(planned) - len(refused)} of {len(planned)} line(s) imported"
                          + (" as dry-run jobs" if as_dry_run_jobs else "")
+                         + (f"; {len(skipped)} skipped" if skipped else "")
                          + "; a line imported before keeps its job", markup=False)
 
-    emit({"submitted": not dry_run, "jobs": planned}, as_json, render)
+    document: dict[str, Any] = {"submitted": not dry_run, "jobs": planned}
+    if skipped is not None:
+        document["skipped"] = [{"line": s.line, "text": s.text, "reason": s.reason} for s in skipped]
+    emit(document, as_json, render)
     if refused:
         for item in refused:
             sys.stderr.write(f"error: {file}: line {item['line']}: {item['error']}\n")

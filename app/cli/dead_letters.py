@@ -44,7 +44,7 @@ from app.cli.remote import (
     utc_iso,
     when,
 )
-from app.cli.runtime import fail
+from app.cli.usage import fail
 
 _NO_DATA = object()
 _RESETS_AT = re.compile(r"resets at (\S+)")

@@ -50,6 +50,9 @@ def _options(func: Callable[..., Any] | None = None, *, herd: int = 1000) -> Any
         click.option("--pg-bin", type=click.Path(file_okay=False, path_type=Path), default=PG_BIN_DEFAULT,
                      show_default=True, help="Directory of the PostgreSQL server binaries (initdb, postgres, ...)."),
         click.option("--keep", is_flag=True, help="Keep the drill's directory (process logs) and print where."),
+        click.option("--fail-on-loss", is_flag=True,
+                     help="Exit 1 when any owed occurrence was lost, even where the drill allows it (--async): "
+                          "for CI."),
         click.option("--verbose", is_flag=True, help="Log the drill's own steps on stderr."),
     ]):
         func = option(func)
@@ -61,7 +64,7 @@ def drill() -> None:
     """Failure drills on one machine: inject a fault into real processes and report what it cost."""
 
 
-def _run(name: str, verbose: bool, **kwargs: Any) -> None:
+def _run(name: str, verbose: bool, fail_on_loss: bool = False, **kwargs: Any) -> None:
     from app.drill.measure import Report
     from app.drill.scenarios import DRILLS, DrillOptions
 
@@ -95,7 +98,7 @@ def _run(name: str, verbose: bool, **kwargs: Any) -> None:
         click.echo(f"error: {name} failed: {first}", err=True)
         sys.exit(1)
     click.echo(report.render())
-    sys.exit(0 if report.ok else 1)
+    sys.exit(report.exit_code(fail_on_loss=fail_on_loss))
 
 
 @drill.command("region-failover")

@@ -84,6 +84,8 @@ def history_list(prefix: str) -> None:
         keys = asyncio.run(objects.list(prefix))
     except errors.ObjectStoreUnavailable as exc:
         raise click.ClickException(exc.detail) from None
+    if not keys:
+        click.echo(f"no archives under {prefix} in {objects.url}")
     for key in keys:
         click.echo(key)
 

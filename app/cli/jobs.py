@@ -44,7 +44,7 @@ from app.cli.remote import (
     utc_iso,
     when,
 )
-from app.cli.runtime import fail
+from app.cli.usage import fail
 from app.domain.states import REPORTED_JOB_STATES
 from app.errors import InvalidInput
 
@@ -62,25 +62,46 @@ def schedule_text(job: Job) -> str:
     s = job["schedule"]
     if s.get("cron"):
         return f"{s['cron']} ({s.get('tz')})"
+    if s.get("every"):
+        return f"every {s['every']}"
     return f"at {when(s.get('runAt'))}"
+
+
+def bounds_text(job: Job) -> str | None:
+    """A recurring job's startAt/endAt, when it has either."""
+    s = job["schedule"]
+    start, end = s.get("startAt"), s.get("endAt")
+    if not start and not end:
+        return None
+    return f"{when(start) if start else '-'} to {when(end) if end else '-'}"
+
+
+def labels_text(job: Job) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted((job.get("labels") or {}).items()))
 
 
 def target_text(job: Job) -> str:
     t = job["target"]
-    return f"pool {t['ref']}" if t["type"] == "queue" else t["ref"]
+    if t["type"] == "queue":
+        return f"pool {t['ref']}"
+    method = t.get("method")
+    return f"{method} {t['ref']}" if method and method != "POST" else t["ref"]
 
 
 def show_jobs(rows: Sequence[Job], *, title: str | None = None) -> None:
-    table(["ID", "NAME", "STATE", "SCHEDULE", "TARGET", "NEXT RUN"],
+    table(["ID", "NAME", "STATE", "SCHEDULE", "TARGET", "LABELS", "NEXT RUN"],
           [(j["jobId"], j["name"], j["state"] + (" (dry run)" if j.get("dryRun") else ""), schedule_text(j),
-            target_text(j), when(j["nextRunAt"])) for j in rows], title=title)
+            target_text(j), labels_text(j), when(j["nextRunAt"])) for j in rows], title=title)
 
 
 def show_job(job: Job) -> None:
     retry = job["retry"]
     pairs: list[tuple[str, Any]] = [
         ("id", job["jobId"]), ("name", job["name"]), ("state", job["state"]),
-        ("schedule", schedule_text(job)), ("target", target_text(job)), ("next run", when(job["nextRunAt"])),
+        ("schedule", schedule_text(job)), ("bounds", bounds_text(job)), ("target", target_text(job)),
+        ("method", job["target"].get("method") if job["target"]["type"] == "http" else None),
+        ("headers", ", ".join(f"{k}: {v}" for k, v in (job["target"].get("headers") or {}).items()) or None),
+        ("labels", labels_text(job) or None), ("next run", when(job["nextRunAt"])),
         ("paused at", when(job["pausedAt"]) if job["pausedAt"] else None),
         ("retry", f"{retry['maxAttempts']} attempts, backoff {retry['backoffSeconds']:g}s "
                   f"up to {retry['maxBackoffSeconds']:g}s"),
@@ -130,35 +151,81 @@ def _check_cron(expr: str, tz: str) -> None:
         fail(f"{'--tz' if exc.field.endswith('tz') else '--cron'}: {exc.detail}")
 
 
+def _check_every(every: str) -> None:
+    from app.domain.jobs import parse_every
+
+    try:
+        parse_every(every, 1)  # the server's minimum is its own setting: it refuses a shorter one itself
+    except InvalidInput as exc:
+        fail(f"--every: {exc.detail}")
+
+
+def _labels(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--label: {pair!r} is not KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def _headers(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition(":")
+        if not sep or not name.strip():
+            fail(f"--header: {pair!r} is not NAME: VALUE")
+        out[name.strip()] = value.strip()
+    return out
+
+
 def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetime | None, delay: float | None,
               pool: str | None, url: str | None, payload: Any, jitter: float | None, max_attempts: int | None,
               backoff: float | None, timeout: float | None, concurrency: str | None, misfire: str | None,
-              dst_gap: str | None, dst_repeat: str | None) -> dict[str, Any]:
+              dst_gap: str | None, dst_repeat: str | None, every: str | None = None,
+              labels: Sequence[str] = (), start_at: datetime | None = None, end_at: datetime | None = None,
+              dry_run: bool = False, method: str | None = None, headers: Sequence[str] = (),
+              max_retry_duration: float | None = None) -> dict[str, Any]:
     """The POST /v1/jobs body the flags describe; one line and exit 2 for flags that do not fit."""
     if not name or not name.strip():
         fail("--name is required (or give the whole job with --file)")
-    given = [flag for flag, value in (("--cron", cron), ("--at", at), ("--in", delay)) if value is not None]
+    given = [flag for flag, value in (("--cron", cron), ("--every", every), ("--at", at), ("--in", delay))
+             if value is not None]
     if len(given) != 1:
-        fail("give one of --cron EXPR --tz ZONE, --at TIME or --in DURATION"
+        fail("give one of --cron EXPR --tz ZONE, --every DURATION, --at TIME or --in DURATION"
              + (f", not {' and '.join(given)}" if given else ""))
     if (pool is None) == (url is None):
         fail("give one of --pool NAME or --url URL" + (", not both" if pool and url else ""))
-    cron_only = [flag for flag, value in (("--tz", tz), ("--jitter", jitter), ("--dst-gap", dst_gap),
-                                          ("--dst-repeat", dst_repeat)) if value is not None]
+    cron_only = [flag for flag, value in (("--tz", tz), ("--dst-gap", dst_gap), ("--dst-repeat", dst_repeat))
+                 if value is not None]
+    recurring_only = [flag for flag, value in (("--jitter", jitter), ("--start-at", start_at), ("--end-at", end_at))
+                      if value is not None]
     schedule: dict[str, Any]
     if cron is not None:
         if tz is None:
             fail("--cron needs --tz ZONE (an IANA zone such as Europe/London or UTC)")
         _check_cron(cron, tz)
         schedule = {"cron": cron, "tz": tz}
-        if jitter is not None:
-            schedule["jitterSeconds"] = int(jitter)
         if dst_gap or dst_repeat:
             schedule["dst"] = {k: v for k, v in (("gap", dst_gap), ("repeat", dst_repeat)) if v}
-    else:
+    elif every is not None:
         if cron_only:
             fail(f"{', '.join(cron_only)} only apply to --cron schedules")
+        _check_every(every)
+        schedule = {"every": every}
+    else:
+        if cron_only or recurring_only:
+            fail(f"{', '.join(cron_only + recurring_only)} only apply to --cron or --every schedules")
         schedule = {"runAt": utc_iso(at)} if at is not None else {"delaySeconds": delay}
+    if jitter is not None:
+        schedule["jitterSeconds"] = int(jitter)
+    if start_at is not None:
+        schedule["startAt"] = utc_iso(start_at)
+    if end_at is not None:
+        schedule["endAt"] = utc_iso(end_at)
+    if start_at is not None and end_at is not None and end_at <= start_at:
+        fail("--end-at must be after --start-at")
     if url is not None:
         from app.domain.jobs import validate_target
 
@@ -166,13 +233,25 @@ def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetim
             validate_target("http", url)
         except InvalidInput as exc:
             fail(f"--url: {exc.detail}")
-        target = {"type": "http", "ref": url}
+        target: dict[str, Any] = {"type": "http", "ref": url}
+        if method is not None:
+            target["method"] = method
+        if headers:
+            target["headers"] = _headers(headers)
     else:
         assert pool is not None
+        http_only = [flag for flag, value in (("--method", method), ("--header", headers)) if value]
+        if http_only:
+            fail(f"{', '.join(http_only)} only apply to --url targets")
         target = {"type": "queue", "ref": check_pool_ref(pool)}
     body: dict[str, Any] = {"name": name, "target": target, "schedule": schedule,
                             "payload": None if payload is _NO_DATA else payload}
-    retry = {k: v for k, v in (("maxAttempts", max_attempts), ("backoffSeconds", backoff)) if v is not None}
+    if labels:
+        body["labels"] = _labels(labels)
+    if dry_run:
+        body["dryRun"] = True
+    retry = {k: v for k, v in (("maxAttempts", max_attempts), ("backoffSeconds", backoff),
+                               ("maxRetryDurationSeconds", max_retry_duration)) if v is not None}
     if retry:
         body["retry"] = retry
     if timeout is not None:
@@ -190,16 +269,28 @@ def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetim
 @click.option("--name", help="Job name.")
 @click.option("--cron", metavar="EXPR", help="Cron expression (5 fields, names, H tokens); needs --tz.")
 @click.option("--tz", metavar="ZONE", help="IANA zone of --cron, e.g. Europe/London.")
+@click.option("--every", metavar="DURATION", help="Run every DURATION (90s, 15m, 1h30m, 1d), from --start-at or now.")
+@click.option("--start-at", type=INSTANT, help="Cron or every: no occurrence before this instant (the every grid's "
+                                               "anchor).")
+@click.option("--end-at", type=INSTANT, help="Cron or every: no occurrence at or after this instant.")
 @click.option("--at", "at", type=INSTANT, help="Run once at this instant (ISO 8601 with an offset).")
 @click.option("--in", "delay", type=DURATION, help="Run once after this long: 90s, 5m, 1h30m, 2d.")
 @click.option("--pool", metavar="NAME", help="Deliver to this worker pool: NAME (the tenant's own) or shared/NAME.")
-@click.option("--url", metavar="URL", help="Deliver with an HTTP POST to this URL.")
+@click.option("--url", metavar="URL", help="Deliver with an HTTP request (POST unless --method) to this URL.")
+@click.option("--method", type=click.Choice(["POST", "PUT", "PATCH", "GET"]), help="HTTP method of --url.")
+@click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'",
+              help="A header sent with each --url delivery (repeatable).")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="A label (repeatable); filter with "
+                                                                             "jobs ls --label KEY:VALUE.")
+@click.option("--dry-run", is_flag=True, default=False,
+              help="A dry-run job: occurrences are recorded, never delivered.")
 @click.option("--payload", type=JSON_VALUE, default=_NO_DATA, show_default=False,
               help="Payload as JSON (@file reads it from a file).")
 @click.option("--idempotency-key", metavar="KEY", help="Makes a retried submit return the same job.")
-@click.option("--jitter", type=DURATION, help="Cron jitter window.")
+@click.option("--jitter", type=DURATION, help="Cron or every: jitter window.")
 @click.option("--max-attempts", type=click.IntRange(1, 100), help="Attempts before dead-lettering.")
 @click.option("--backoff", type=DURATION, help="First retry delay (doubles each attempt).")
+@click.option("--max-retry-duration", type=DURATION, help="No retry starts this long after the first attempt.")
 @click.option("--timeout", type=DURATION, help="Per-attempt timeout.")
 @click.option("--concurrency", type=click.Choice(["allow", "forbid", "replace"]))
 @click.option("--misfire", type=click.Choice(["run_once", "catch_up", "skip"]))
@@ -214,11 +305,12 @@ def jobs_submit(api: KairosClient, file: str | None, idempotency_key: str | None
     \b
     kairos jobs submit --name report --in 90s --url https://example.com/hook --payload '{"x":1}'
     kairos jobs submit --name digest --cron '0 9 * * MON-FRI' --tz Europe/London --pool emails
+    kairos jobs submit --name sync --every 15m --label team=payments --url https://example.com/sync --method PUT
     kairos jobs submit --file job.json
     """
     if file is not None:
         used = sorted(f"--{k.replace('_', '-')}" for k, v in flags.items()
-                      if v is not None and v is not _NO_DATA)
+                      if v is not None and v is not _NO_DATA and v != () and v is not False)
         if used:
             fail(f"--file holds the whole job; leave out {', '.join(used)}")
         document = _read_file(file)
@@ -468,6 +560,7 @@ def jobs_backfill(api: KairosClient, job_id: str, start: datetime, end: datetime
     if start >= end:
         raise click.BadParameter("must be after --from", param_hint="--to")
     created = existing = 0
+    note: str | None = None
     cursor: str | None = utc_iso(start)
     total_s = (end - start).total_seconds()
     with progress() as bar:
@@ -477,7 +570,11 @@ def jobs_backfill(api: KairosClient, job_id: str, start: datetime, end: datetime
             created += out["created"]
             existing += out["existing"]
             cursor = out["nextFrom"]
+            note = out.get("note", note)
             done = total_s if cursor is None else (datetime.fromisoformat(cursor) - start).total_seconds()
             bar.update(task, completed=done)
-    summary = {"created": created, "existing": existing}
-    emit(summary, as_json, lambda: click.echo(f"backfilled {job_id}: {created} created, {existing} already there"))
+    summary: dict[str, Any] = {"created": created, "existing": existing}
+    if note:
+        summary["note"] = note
+    emit(summary, as_json, lambda: click.echo(f"backfilled {job_id}: {created} created, {existing} already there"
+                                              + (f" ({note})" if note else "")))

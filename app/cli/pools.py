@@ -6,7 +6,7 @@ import json
 
 import click
 
-from app.cli.runtime import fail, run_command
+from app.cli.usage import fail
 from app.domain import queues
 
 
@@ -43,6 +43,7 @@ def pools() -> None:
 def pools_create(name: str, shared: bool, allow: tuple[str, ...], as_json: bool) -> None:
     """Create shared pool NAME (given as NAME or shared/NAME) and print its worker key (shown once; only its
     hash is stored). Granted tenants target it as shared/NAME."""
+    from app.cli.runtime import run_command
     from app.executor import pools as service
 
     pool = shared_pool_name(name)
@@ -62,6 +63,7 @@ def pools_create(name: str, shared: bool, allow: tuple[str, ...], as_json: bool)
 @click.argument("tenants", nargs=-1, required=True)
 def pools_grant(name: str, tenants: tuple[str, ...]) -> None:
     """Let TENANTS target shared pool NAME (as shared/NAME)."""
+    from app.cli.runtime import run_command
     from app.executor import pools as service
 
     pool = shared_pool_name(name)
@@ -73,6 +75,7 @@ def pools_grant(name: str, tenants: tuple[str, ...]) -> None:
 @click.argument("name")
 def pools_issue_key(name: str) -> None:
     """Issue another worker key for shared pool NAME (NAME or shared/NAME)."""
+    from app.cli.runtime import run_command
     from app.executor import pools as service
 
     pool = shared_pool_name(name)
@@ -83,9 +86,13 @@ def pools_issue_key(name: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
 def pools_list(as_json: bool) -> None:
     """Shared pools (as jobs target them: shared/NAME) and the tenants granted each."""
+    from app.cli.runtime import run_command
     from app.executor import pools as service
 
-    for p in run_command(service.list_all):
+    found = run_command(service.list_all)
+    if not found and not as_json:
+        click.echo("no shared pools (kairos pools create NAME --shared makes one)")
+    for p in found:
         if as_json:
             click.echo(json.dumps({"pool": queues.shared_ref(p.name), "name": p.name, "tenants": list(p.tenants),
                                    "createdAt": p.created_at.isoformat()}))

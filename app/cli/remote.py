@@ -16,16 +16,17 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from app.cli.client import API_KEY_ENV, API_URL_ENV, DEFAULT_API_URL, ApiFailure, KairosClient
-from app.cli.runtime import fail
+from app.cli.usage import fail
 from app.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -94,6 +95,8 @@ def emit(document: Any, as_json: bool, render: Callable[[], None]) -> None:
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
+    from rich.table import Table
+
     grid = Table(*columns, title=title, title_justify="left", header_style="bold", box=None, pad_edge=False)
     for row in rows:
         grid.add_row(*("-" if cell is None or cell == "" else str(cell) for cell in row))
@@ -111,6 +114,8 @@ def fields(pairs: Sequence[tuple[str, Any]]) -> None:
 
 def progress() -> Progress:
     """A progress bar on stderr (stdout stays one document); drawn only on a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                     console=stderr, transient=True, disable=not stderr.is_terminal)
 

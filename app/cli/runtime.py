@@ -9,9 +9,10 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import NoReturn, TypeVar
+from typing import TypeVar
 
 from app import errors, observability
+from app.cli.usage import fail
 from app.config import Settings, load
 from app.observability import tracing
 from app.observability.probes import heartbeat, serve_probes
@@ -63,12 +64,6 @@ async def open_database_patiently(settings: Settings, name: str, stop: asyncio.E
             await asyncio.wait_for(stop.wait(), delay)
         delay = min(OPEN_RETRY_MAX_S, delay * 2)
     return None
-
-
-def fail(message: str) -> NoReturn:
-    """A command's bad input: one line on stderr, exit code 2."""
-    sys.stderr.write(f"error: {message}\n")
-    sys.exit(2)
 
 
 def run_command(work: Callable[[Database], Awaitable[T]], *, upgrade: bool = True) -> T:

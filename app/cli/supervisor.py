@@ -423,6 +423,8 @@ class Supervisor:
         return None
 
     def stop(self) -> None:
+        """SIGTERM every child, SIGKILL one that outlives the grace period, then whatever is left of each
+        child's process group (the API's worker processes): nothing we started survives us."""
         self.stopping = True
         for child in self.children:
             if child.proc and child.proc.poll() is None:
@@ -437,6 +439,8 @@ class Supervisor:
                 log.warning("child ignored SIGTERM; killing", extra={"tier": child.name})
                 child.proc.kill()
                 child.proc.wait()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.proc.pid, signal.SIGKILL)  # the child led its group (start_new_session)
 
     async def api_ready(self, client: httpx.AsyncClient) -> bool:
         """Our API (it answers this run's token) is up and its database reachable and migrated."""
@@ -470,12 +474,30 @@ class Supervisor:
 
 
 async def submit_demo_job(settings: Settings, key: str) -> dict[str, object]:
+    """The demo job, submitted through the API; StartFailed with the API's answer when it is refused."""
     body = {"name": "demo-echo", "target": {"type": "http", "ref": f"{settings.api_url}/demo/echo"},
             "payload": {"hello": "from kairos up --demo"}, "schedule": {"delaySeconds": 3}}
     async with httpx.AsyncClient(timeout=5.0) as client:
-        resp = await client.post(f"{settings.api_url}/v1/jobs", json=body, headers={"Authorization": f"Bearer {key}"})
-        resp.raise_for_status()
-        return resp.json()
+        try:
+            resp = await client.post(f"{settings.api_url}/v1/jobs", json=body,
+                                     headers={"Authorization": f"Bearer {key}"})
+        except httpx.HTTPError as exc:
+            raise StartFailed(f"the demo job could not be submitted: {type(exc).__name__}") from None
+        if resp.status_code != 201:
+            try:
+                detail = resp.json().get("detail", "")
+            except ValueError:
+                detail = resp.text[:200]
+            raise StartFailed(f"the demo job was refused: {resp.status_code} {detail}".rstrip())
+        created: dict[str, object] = resp.json()
+        return created
+
+
+def demo_allow_list(settings: Settings) -> str:
+    """KAIROS_HTTP_EGRESS_ALLOW for the children of `kairos up --demo`: the user's entries and the API's own
+    port, to which the demo job posts (that one loopback port, not every one)."""
+    own = f"127.0.0.1:{settings.api_port}"
+    return ",".join(dict.fromkeys([*settings.http_egress_allow, own]))
 
 
 def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig | None = None) -> int:
@@ -498,9 +520,7 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
         extra_env["KAIROS_SECRET_KEY"] = (settings.home / sealing.KEY_FILE).read_text().strip()
     if demo:
         extra_env["KAIROS_DEMO"] = "1"
-        if not settings.http_egress_allow:
-            # The demo job posts to the API's own /demo/echo: that one loopback port, not every one.
-            extra_env["KAIROS_HTTP_EGRESS_ALLOW"] = f"127.0.0.1:{settings.api_port}"
+        extra_env["KAIROS_HTTP_EGRESS_ALLOW"] = demo_allow_list(settings)
 
     async def prepare() -> DemoTenant:
         db = Database.from_settings(settings, url, name="up", bounded=False)  # migrations: no statement timeout
@@ -561,10 +581,14 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
 
     try:
         asyncio.run(main())
-    except RuntimeError as exc:  # StartFailed, or an unexpected failure while starting
+    except StartFailed as exc:
         sys.stderr.write(f"error: {exc}\n")
-        sup.stop()
         return 1
-    sup.stop()
+    except Exception as exc:  # an unexpected failure: its line, and no child left behind
+        log.debug("kairos up failed", exc_info=True)
+        sys.stderr.write(f"error: {type(exc).__name__}: {exc}\n")
+        return 1
+    finally:
+        sup.stop()
     console.print("Kairos stopped.")
     return 0

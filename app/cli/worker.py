@@ -7,12 +7,14 @@ is a gRPC client like any tenant's and imports nothing of the executor tier.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import sys
 
 import click
 
 from app.cli.pools import check_pool_ref
-from app.cli.runtime import fail
+from app.cli.usage import fail
 
 # The command's contract, printed under `kairos worker --help` (\b keeps click from re-wrapping a paragraph);
 # docs/worker-protocol.md ("The command worker") says the same at more length.
@@ -42,6 +44,20 @@ Address: --addr, else KAIROS_GRPC_ADDR, else KAIROS_GRPC_HOST:KAIROS_GRPC_PORT
 (default 127.0.0.1:50051). Key: KAIROS_API_KEY, a tenant key or a shared pool's
 worker key. More: docs/worker-protocol.md, "The command worker".
 """
+
+
+def command_problem(program: str) -> str | None:
+    """Why ``program`` (COMMAND's first word) cannot be run per execution, or None: checked once at start, so a
+    typo ends the worker with one line instead of spending every execution's attempts on it."""
+    if os.sep not in program:  # looked up on PATH, as each execution will
+        return None if shutil.which(program) else f"command {program!r} not found on PATH"
+    if not os.path.exists(program):
+        return f"command {program!r} not found"
+    if not os.path.isfile(program):
+        return f"command {program!r} is not a file"
+    if not os.access(program, os.X_OK):
+        return f"command {program!r} is not executable (chmod +x {program})"
+    return None
 
 
 @click.command(context_settings={"ignore_unknown_options": True}, epilog=EPILOG)
@@ -82,13 +98,17 @@ def worker(pool: str, addr: str | None, concurrency: int, lease_seconds: float, 
     from kairos_sdk.command import command_handler
     from kairos_sdk.worker import Worker
 
+    argv = list(command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        fail("give the command to run after --, e.g. kairos worker --pool emails -- ./send-email.sh")
+    if problem := command_problem(argv[0]):
+        fail(problem)
     settings = load_worker()
     observability.setup_logging(settings.log_level, settings.log_format, "worker")
     if not settings.api_key:
         fail("set KAIROS_API_KEY (a tenant key, or a shared pool's worker key)")
-    argv = list(command)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
     executor = addr or settings.executor_addr
     w = Worker(check_pool_ref(pool), command_handler(argv), addr=executor, api_key=settings.api_key,
                concurrency=concurrency, lease_seconds=lease_seconds, worker_id=worker_id, report_s=report_ms / 1000,

@@ -11,8 +11,8 @@ command. In the command an unescaped ``%`` ends the command and starts its stand
 zone of the lines below it (``TZ`` also stays in the command's environment), ``SHELL`` and ``MAILTO``
 are kept apart, every other variable goes to the job's environment. The time fields are compiled by
 Kairos's own cron dialect (:mod:`app.domain.schedule.cron`), refusing what classic cron would not
-read (``H``, ``?``, ``a/n``, cronie's ``~``); ``@reboot`` has no equivalent and is refused. Errors
-name the line.
+read (``H``, ``?``, ``a/n``, cronie's ``~``); ``@reboot`` has no equivalent and is refused, or, when
+the caller collects them, skipped and reported as a :class:`SkippedLine`. Errors name the line.
 
 Classic cron's clock
 --------------------
@@ -157,6 +157,18 @@ def job_body(entry: CrontabEntry, *, tz: str, target_type: str, target_ref: str,
     return body
 
 
+@dataclass(frozen=True)
+class SkippedLine:
+    """A line Kairos cannot schedule (``@reboot``), left out of an import that asked to skip such lines."""
+
+    line: int
+    text: str  # as written, without surrounding blanks
+    reason: str
+
+
+REBOOT_REASON = "@reboot runs when the machine boots, and Kairos has no boot event; start it from the service manager"
+
+
 def _line_error(line: int, detail: str) -> InvalidInput:
     return InvalidInput(f"line {line}", detail)
 
@@ -219,9 +231,10 @@ def _classic_fields(fields: str, line: int) -> str:
     return fields
 
 
-def parse_crontab(text: str) -> list[CrontabEntry]:
+def parse_crontab(text: str, *, skipped: list[SkippedLine] | None = None) -> list[CrontabEntry]:
     """Every job line of a user crontab; InvalidInput("line N", ...) for the first line cron would
-    refuse or Kairos cannot schedule (``@reboot`` included)."""
+    refuse or Kairos cannot schedule. ``@reboot`` lines are refused too, unless ``skipped`` is given:
+    then each is appended to it and the rest of the file is read."""
     env: dict[str, str] = {}
     tz: str | None = None
     tz_variable: str | None = None
@@ -261,8 +274,10 @@ def parse_crontab(text: str) -> list[CrontabEntry]:
         if words[0].startswith("@"):
             keyword = words[0].lower()
             if keyword == "@reboot":
-                raise _line_error(number, "@reboot runs when the machine boots, and Kairos has no boot event; "
-                                          "start it from the service manager instead")
+                if skipped is None:
+                    raise _line_error(number, REBOOT_REASON + " instead (or skip such lines: --skip-unsupported)")
+                skipped.append(SkippedLine(number, stripped, REBOOT_REASON))
+                continue
             if keyword not in KEYWORDS:
                 raise _line_error(number, f"unknown keyword '{words[0]}'; classic cron knows "
                                           + ", ".join(KEYWORDS) + " and @reboot")

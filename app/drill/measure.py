@@ -19,6 +19,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from uuid import UUID
 
@@ -103,16 +104,28 @@ def tally(owed: Iterable[Owed], runs: list[Run], *, fault_at: float, until: floa
                  started=len(started), started_not_succeeded=sum(1 for k in lost if k in started))
 
 
+def occurrence_text(job_id: UUID, at_unix: float) -> str:
+    """An occurrence as people read it: the job and its due time in UTC, to the millisecond."""
+    at = datetime.fromtimestamp(at_unix, timezone.utc)
+    return f"{job_id} at {at.strftime('%Y-%m-%dT%H:%M:%S')}.{at.microsecond // 1000:03d}Z"
+
+
 @dataclass
 class Report:
-    """The drill's answer: ``key: value`` lines in order; ``ok`` decides the exit code."""
+    """The drill's answer: ``key: value`` lines in order; ``ok`` and, with --fail-on-loss, ``lost`` decide
+    the exit code."""
 
     drill: str
     lines: list[tuple[str, str]]
     ok: bool = True
+    lost: int = 0  # occurrences owed that never ran (an asynchronous drill may lose some and be ok)
 
     def add(self, key: str, value: str) -> None:
         self.lines.append((key, value))
+
+    def exit_code(self, *, fail_on_loss: bool) -> int:
+        """0 when the drill met its bar (and, with ``fail_on_loss``, lost nothing), else 1."""
+        return 0 if self.ok and not (fail_on_loss and self.lost) else 1
 
     def render(self) -> str:
         return "\n".join([f"drill: {self.drill}", *(f"{k}: {v}" for k, v in self.lines)])

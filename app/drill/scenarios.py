@@ -27,7 +27,7 @@ from app import errors
 from app.domain.states import ExecutionState
 from app.drill.cluster import PG_BIN_DEFAULT, Cluster, Node, WalTail, multi_host_url
 from app.drill.fleet import Fleet, Proc, RegionEnv
-from app.drill.measure import Report, Run, Tally, read_runs, tally
+from app.drill.measure import Report, Run, Tally, occurrence_text, read_runs, tally
 from app.drill.traffic import Submitter, one_off, recurring
 from app.store import Database, Store, migrate, sealing
 from app.store.db import create_engine
@@ -269,10 +269,11 @@ async def _where_lost(db: Database, result: Tally) -> str:
     nowhere = result.lost - waiting - sum(dispatched.values())
     shown = ", ".join(f"{n} {state}" for state, n in sorted(dispatched.items())) or "none"
     return (f"in the database: {waiting} still waiting in due_index, dispatched: {shown}, {nowhere} with no trace; "
-            f"first: {', '.join(f'{j}@{at:.3f}' for j, at in result.lost_examples)}")
+            f"first: {', '.join(occurrence_text(j, at) for j, at in result.lost_examples)}")
 
 
 async def _outcome_lines(report: Report, db: Database, result: Tally, duplicated_reason: str) -> None:
+    report.lost = result.lost
     report.add("lost", str(result.lost) + (f" ({await _where_lost(db, result)})" if result.lost else ""))
     report.add("duplicated", f"{result.duplicated}" + (f" ({duplicated_reason})" if result.duplicated else ""))
     back = "not by the end of the drill" if result.lag_back_s is None else f"{result.lag_back_s:.1f} s after the fault"

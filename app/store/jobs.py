@@ -219,6 +219,7 @@ class Jobs(Table):
                         next_run_at: datetime | None) -> Job | None:
         row = (await self._conn.execute(q("JobSetState"), {
             "tenant_id": job.tenant_id, "job_id": job.job_id, "from_state": job.state, "version": job.version,
+            "updated_at": job.updated_at,
             "to_state": to_state, "next_nominal_at": next_nominal_at, "next_run_at": next_run_at,
         })).first()
         return _job(row) if row else None
@@ -235,7 +236,7 @@ class Jobs(Table):
     async def update(self, job: Job, new: NewJob) -> Job | None:
         """Replace ``job``'s definition with ``new`` (same id and tenant); None when its version moved."""
         row = (await self._conn.execute(q("JobUpdate"), {
-            "tenant_id": job.tenant_id, "job_id": job.job_id, "version": job.version,
+            "tenant_id": job.tenant_id, "job_id": job.job_id, "version": job.version, "updated_at": job.updated_at,
             "name": new.name, "target_type": new.target_type, "target_ref": new.target_ref, "queue": new.queue,
             "payload": _payload_json(new), "payload_ref": new.payload_ref, "schedule_kind": new.schedule_kind,
             "run_at": new.run_at, "cron": new.cron, "cron_resolved": new.cron_resolved, "tz": new.tz,

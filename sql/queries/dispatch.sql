@@ -70,7 +70,7 @@ ON CONFLICT (execution_id, attempt) DO UPDATE SET  -- a 'running' row opened at 
 RETURNING execution_id;
 
 -- name: DispatchRecord
--- The writes of a claimed batch in one statement: insert its executions (ready or skipped; ON CONFLICT (job_id, scheduled_for) DO NOTHING), insert cron jobs' next due_index rows, advance the jobs.
+-- The writes of a claimed batch in one statement: insert its executions (ready or skipped; ON CONFLICT (job_id, scheduled_for) DO NOTHING), insert cron jobs' next due_index rows, advance the jobs (updated_at moves, version is the tenant's and stays).
 WITH ins AS (
     INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at,
                             dispatched_at, finished_at, skip_reason, error, traceparent)
@@ -98,7 +98,7 @@ nxt AS (
 adv AS (
     UPDATE jobs AS j
     SET state = a.state, next_nominal_at = a.next_nominal_at, next_run_at = a.next_run_at,
-        version = j.version + 1, updated_at = coalesce(CAST(:now AS TIMESTAMPTZ), now())
+        updated_at = coalesce(CAST(:now AS TIMESTAMPTZ), now())
     FROM unnest(CAST(:a_job_ids AS UUID[]), CAST(:a_from_states AS TEXT[]), CAST(:a_states AS TEXT[]),
                 CAST(:a_next_nominal_ats AS TIMESTAMPTZ[]), CAST(:a_next_run_ats AS TIMESTAMPTZ[]))
         AS a (job_id, from_state, state, next_nominal_at, next_run_at)

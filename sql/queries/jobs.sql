@@ -49,7 +49,7 @@ ORDER BY created_at DESC, job_id DESC
 LIMIT :limit;
 
 -- name: JobSetState
--- Move a job between states, guarded on its current state and version (a lost race changes nothing).
+-- Move a job between states at the tenant's request, guarded on its current state, version and updated_at (a lost race, a dispatch included, changes nothing).
 UPDATE jobs SET
     state = :to_state,
     paused_at = CASE WHEN CAST(:to_state AS TEXT) = 'paused' THEN now() ELSE NULL END,
@@ -59,6 +59,7 @@ UPDATE jobs SET
     updated_at = now()
 WHERE tenant_id = :tenant_id AND job_id = :job_id
   AND state = :from_state AND version = :version  -- a concurrent change wins; this one retries or reports
+  AND updated_at = CAST(:updated_at AS TIMESTAMPTZ)  -- a dispatch moves updated_at, not the tenant's version
 RETURNING *;
 
 -- name: JobRecordSkippedOccurrences
@@ -134,7 +135,7 @@ FROM unnest(CAST(:tenant_ids AS UUID[]), CAST(:idempotency_keys AS TEXT[])) AS k
 JOIN jobs AS j ON j.tenant_id = k.tenant_id AND j.idempotency_key = k.idempotency_key;
 
 -- name: JobUpdate
--- Replace a job's definition (PATCH), guarded on its version; the schedule's next occurrence comes with it.
+-- Replace a job's definition (PATCH), guarded on its version and updated_at; the schedule's next occurrence comes with it.
 UPDATE jobs SET
     name = :name, target_type = :target_type, target_ref = :target_ref, queue = :queue,
     payload = CAST(:payload AS JSONB), payload_ref = CAST(:payload_ref AS TEXT), schedule_kind = :schedule_kind, run_at = CAST(:run_at AS TIMESTAMPTZ),
@@ -149,4 +150,5 @@ UPDATE jobs SET
     next_nominal_at = CAST(:next_nominal_at AS TIMESTAMPTZ), next_run_at = CAST(:next_run_at AS TIMESTAMPTZ),
     version = version + 1, updated_at = now()
 WHERE tenant_id = :tenant_id AND job_id = :job_id AND version = :version
+  AND updated_at = CAST(:updated_at AS TIMESTAMPTZ)  -- a dispatch moves updated_at, not the tenant's version
 RETURNING *;

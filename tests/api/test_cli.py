@@ -38,7 +38,7 @@ def test_tenants_create_rotate_quota_show(database_url: str) -> None:
 
     quota = kairos(database_url, "tenants", "set-quota", "acme", "--weight", "3", "--max-inflight", "20")
     assert quota.returncode == 0, quota.stderr
-    shown = json.loads(kairos(database_url, "tenants", "show", "acme").stdout)
+    shown = json.loads(kairos(database_url, "tenants", "show", "acme", "--json").stdout)
     assert (shown["weight"], shown["maxInflight"]) == (3, 20)
 
 

@@ -80,7 +80,7 @@ def test_update_changes_the_job_and_moves_its_next_occurrence(api: ApiProcess, c
     assert due_at == next_run
     # A stale If-Match, a bad value and another tenant change nothing.
     stale = client.patch(f"/v1/jobs/{job_id}", json={"name": "x"}, headers={"If-Match": str(before["version"])})
-    assert stale.status_code == 409 and stale.headers["content-type"].startswith(PROBLEM)
+    assert stale.status_code == 412 and stale.headers["content-type"].startswith(PROBLEM)
     bad = client.patch(f"/v1/jobs/{job_id}", json={"schedule": {"cron": "61 * * * *"}})
     assert bad.status_code == 422
     assert client.patch(f"/v1/jobs/{job_id}", content=b"{nope").status_code == 400

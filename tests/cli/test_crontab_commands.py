@@ -222,3 +222,27 @@ def test_compare_says_no_differences_when_identical(kairos: Kairos, tmp_path: Pa
 def test_bad_compare_ranges_exit_2(kairos: Kairos, crontab: Path, args: tuple[str, ...], message: str) -> None:
     result = kairos("crontab", "compare", str(crontab), *args)
     assert result.code == 2 and message in result.error_line
+
+
+def test_skip_unsupported_imports_the_other_lines_and_lists_what_it_skipped(
+        kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey, tmp_path: Path) -> None:
+    path = tmp_path / "crontab"
+    path.write_text("@reboot /usr/local/bin/start-agent\n0 3 * * * /usr/local/bin/nightly.sh\n"
+                    "@REBOOT sleep 60 && /usr/local/bin/warm-cache\n")
+    refused = kairos("crontab", "import", str(path), "--pool", "cron", "--tz", "UTC")
+    assert refused.code == 2 and "line 1" in refused.error_line and "--skip-unsupported" in refused.error_line
+    assert jobs_of(cli_api.database_url, tenant) == []
+
+    done = kairos("crontab", "import", str(path), "--pool", "cron", "--tz", "UTC", "--skip-unsupported")
+    assert done.code == 0, done.err
+    [(_, name, cron)] = jobs_of(cli_api.database_url, tenant)
+    assert (name, cron) == ("crontab: /usr/local/bin/nightly.sh", "0 3 * * *")
+    assert "skipped line 1: @reboot /usr/local/bin/start-agent" in done.err
+    assert "skipped line 3: @REBOOT sleep 60 && /usr/local/bin/warm-cache" in done.err
+    assert "1 of 1 line(s) imported; 2 skipped" in done.out
+
+    document = kairos("crontab", "import", str(path), "--pool", "cron", "--tz", "UTC", "--skip-unsupported",
+                      "--dry-run", "--json").json()
+    assert [(s["line"], s["text"]) for s in document["skipped"]] == [
+        (1, "@reboot /usr/local/bin/start-agent"), (3, "@REBOOT sleep 60 && /usr/local/bin/warm-cache")]
+    assert "boot" in document["skipped"][0]["reason"]

@@ -16,13 +16,14 @@ def quotas(api: ApiProcess, tenant: TenantKey) -> tuple:
 
 def test_set_show_and_clear_the_submit_quotas(kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey) -> None:
     db = {"KAIROS_DATABASE_URL": cli_api.database_url}
-    made = kairos("tenants", "set-quota", tenant.name, "--max-active-jobs", "2", "--max-submit-per-s", "50", env=db)
+    made = kairos("tenants", "set-quota", tenant.name, "--max-active-jobs", "2", "--max-submit-per-s", "50", "--json",
+                  env=db)
     assert made.code == 0, made.err
     assert made.json()["maxActiveJobs"] == 2 and made.json()["maxSubmitPerSecond"] == 50
     assert quotas(cli_api, tenant)[3:] == (2, 50)
-    shown = kairos("tenants", "show", tenant.name, env=db)
+    shown = kairos("tenants", "show", tenant.name, "--json", env=db)
     assert shown.json()["maxActiveJobs"] == 2 and shown.json()["maxSubmitPerSecond"] == 50
-    listed = [line for line in kairos("tenants", "list", env=db).out.splitlines() if tenant.name in line]
+    listed = [line for line in kairos("tenants", "list", "--json", env=db).out.splitlines() if tenant.name in line]
     assert '"maxActiveJobs": 2' in listed[0]
 
     # The API enforces it: two jobs, then the third is refused and the command says so on one line.
@@ -33,10 +34,11 @@ def test_set_show_and_clear_the_submit_quotas(kairos: Kairos, cli_api: ApiProces
     assert query(cli_api.database_url, "SELECT count(*) FROM jobs WHERE tenant_id = %s", (tenant.tenant_id,))[0][0] == 2
 
     # Setting one leaves the other as it is; `none` clears.
-    kept = kairos("tenants", "set-quota", tenant.name, "--max-active-jobs", "none", env=db)
+    kept = kairos("tenants", "set-quota", tenant.name, "--max-active-jobs", "none", "--json", env=db)
     assert kept.code == 0 and kept.json()["maxActiveJobs"] is None and kept.json()["maxSubmitPerSecond"] == 50
     assert quotas(cli_api, tenant)[3:] == (None, 50)
-    assert kairos("tenants", "set-quota", tenant.name, "--weight", "2", env=db).json()["maxSubmitPerSecond"] == 50
+    weighted = kairos("tenants", "set-quota", tenant.name, "--weight", "2", "--json", env=db)
+    assert weighted.json()["maxSubmitPerSecond"] == 50
 
 
 def test_set_and_clear_the_manual_run_quotas(kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey) -> None:

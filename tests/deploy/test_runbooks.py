@@ -61,7 +61,7 @@ def resolve(words: list[str]) -> tuple[tuple[str, ...], click.Command | None, li
     path: list[str] = []
     rest = list(words)
     while isinstance(command, click.Group) and rest and not rest[0].startswith("-"):
-        sub = command.commands.get(rest[0])
+        sub = command.get_command(click.Context(command), rest[0])
         if sub is None:
             break
         path.append(rest.pop(0))

@@ -36,3 +36,19 @@ def test_lag_never_back_when_the_last_start_is_late_and_zero_when_nothing_was() 
     assert late.lag_back_s is None
     on_time = tally([Owed(job, "herd", 1001.0)], [Run(job, 1001.0, 1, "w", 1001.2)], fault_at=FAULT, until=1010.0)
     assert on_time.lag_back_s == 0.0 and on_time.lost == 0
+
+
+def test_a_lost_occurrence_is_shown_with_its_time_and_a_loss_fails_the_drill_on_request() -> None:
+    from uuid import UUID
+
+    from app.drill.measure import Report, occurrence_text
+
+    job = UUID("6f1c0a8e-2b7d-4c1e-9a43-0c2f5e7b9d10")
+    assert occurrence_text(job, 1796256000.25) == f"{job} at 2026-12-03T00:00:00.250Z"
+    report = Report("db-failover", [])
+    assert report.exit_code(fail_on_loss=True) == 0
+    report.lost = 2  # an asynchronous drill may lose work and still be ok ...
+    assert report.ok and report.exit_code(fail_on_loss=False) == 0
+    assert report.exit_code(fail_on_loss=True) == 1  # ... unless the caller says a loss fails it
+    report.ok = False
+    assert report.exit_code(fail_on_loss=False) == 1

@@ -14,9 +14,18 @@ Modules: ``client`` (typed gRPC client of the worker protocol), ``worker`` (leas
 ``_proto`` holds the generated gRPC modules.
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from kairos_sdk.client import Answer, Execution, WorkerClient
 from kairos_sdk.command import command_handler
 from kairos_sdk.signature import verify as verify_signature
 from kairos_sdk.worker import NonRetryable, Worker
 
-__all__ = ["Answer", "Execution", "NonRetryable", "Worker", "WorkerClient", "command_handler", "verify_signature"]
+try:
+    __version__ = _version("kairos-sdk")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
+
+__all__ = ["Answer", "Execution", "NonRetryable", "Worker", "WorkerClient", "__version__", "command_handler",
+           "verify_signature"]
