@@ -73,10 +73,10 @@ def scheduler() -> None:
 @main.command()
 def executor() -> None:
     """Serve the gRPC worker protocol, run the HTTP-target pool and the lease reaper."""
-    from app.cli.runtime import run_service
-    from app.config import load
     import uvloop
 
+    from app.cli.runtime import run_service
+    from app.config import load
     from app.executor.service import serve
     from app.rpc.server import GrpcTransport
     from app.rpc.servicer import ServicerConfig
