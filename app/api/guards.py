@@ -30,7 +30,8 @@ from litestar import Request, Response
 from litestar.exceptions import MethodNotAllowedException
 
 from app import errors
-from app.api.auth import provide_tenant
+from app.api.auth import provide_tenant, refuse_if_throttled
+from app.api.viewer import bearer, is_admin_token
 
 # Routes whose last segment is ``{id}`` or ``{id}:{action}``: POST is for the actions only.
 ACTION_ROUTES = frozenset({"/v1/jobs/{job_ref}", "/v1/executions/{execution_ref}"})
@@ -116,8 +117,15 @@ async def before_request(request: Request) -> Response[None] | None:
         raise MethodNotAllowedException(headers={"Allow": allow})
     if request.method == "OPTIONS":
         return Response(None, status_code=204, headers={"Allow": allow})
-    if "tenant" in request.route_handler.parsed_fn_signature.parameters:
+    parameters = request.route_handler.parsed_fn_signature.parameters
+    if "tenant" in parameters:
         await provide_tenant(request, request.app.state)
+    elif "viewer" in parameters:  # a tenant key or the operator's admin token (app.api.viewer)
+        state = request.app.state
+        if is_admin_token(bearer(request), state.settings.admin_token):
+            refuse_if_throttled(request, state)
+        else:
+            await provide_tenant(request, state)
     for name, value in request.query_params.multi_items():
         if "\x00" in name or "\x00" in value:
             raise errors.InvalidParameter(name.replace("\x00", "\\u0000"),

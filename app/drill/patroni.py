@@ -362,7 +362,8 @@ class PatroniSite:
         handle = open(self.directory / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the process
         self._logs.append(handle)
         extra = self.cluster.as_postgres_user() if as_postgres else {}
-        env = {**extra.pop("env", os.environ), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        inherited = {**os.environ}
+        env = {**extra.pop("env", inherited), "PATH": inherited.get("PATH", "/usr/bin:/bin")}
         return subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=self.directory, preexec_fn=die_with_parent,
                                 env=env, **extra)
