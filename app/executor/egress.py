@@ -48,9 +48,7 @@ DEFAULT_METRICS_PORTS = (9464, 9465)
 def own_ports(settings: Settings) -> frozenset[int]:
     """Every port a Kairos process of this configuration may listen on (but the API's in demo mode, whose
     demo job posts to the API's own ``/demo/echo``)."""
-    ports = {settings.grpc_port, *DEFAULT_METRICS_PORTS, *settings.installation_ports}
-    if not settings.demo:
-        ports.add(settings.api_port)
+    ports = {settings.grpc_port, *DEFAULT_METRICS_PORTS, *settings.installation_ports, settings.api_port}
     if settings.metrics_port:
         # `kairos up` gives the scheduler KAIROS_METRICS_PORT and the executor the next one: a child sees one.
         ports |= {settings.metrics_port, settings.metrics_port - 1, settings.metrics_port + 1}
@@ -60,6 +58,8 @@ def own_ports(settings: Settings) -> frozenset[int]:
         database_port = None
     if database_port:
         ports.add(database_port)
+    if settings.demo:
+        ports.discard(settings.api_port)  # also when KAIROS_INSTALLATION_PORTS lists it
     return frozenset(p for p in ports if 0 < p <= 65535)
 
 

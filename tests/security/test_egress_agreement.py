@@ -75,3 +75,13 @@ def test_kairos_up_tells_every_child_every_port_of_the_installation(tmp_path: Pa
     sup = Supervisor(settings, "postgresql://u@db.internal:6543/k", SupervisorConfig(), {})
     child = load({k: v for k, v in sup.env.items() if k.startswith("KAIROS_")} | {"KAIROS_METRICS_PORT": "0"})
     assert {18080, 15051, PORT, PORT + 1, PORT + 2, 6543} <= own_ports(child)
+
+
+def test_under_the_demo_the_api_port_stays_reachable_though_the_installation_lists_it(tmp_path: Path) -> None:
+    from app.cli.supervisor import Supervisor, SupervisorConfig
+
+    settings = load({"KAIROS_HOME": str(tmp_path), "KAIROS_API_PORT": "18080", "KAIROS_METRICS_PORT": str(PORT)})
+    sup = Supervisor(settings, "postgresql://u@db.internal:6543/k", SupervisorConfig(), {"KAIROS_DEMO": "1"})
+    # A child inherits the run's environment (its KAIROS_API_PORT too) and the supervisor's additions.
+    child = load({k: v for k, v in sup.env.items() if k.startswith("KAIROS_")} | {"KAIROS_API_PORT": "18080"})
+    assert 18080 not in own_ports(child) and PORT in own_ports(child)

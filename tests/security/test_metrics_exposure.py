@@ -54,3 +54,18 @@ def test_the_api_ports_metrics_carry_no_tenant_label(api: ApiProcess, client: ht
     assert refusals, text[-2000:]
     assert "tenant" not in "\n".join(line for line in text.splitlines() if not line.startswith("#"))
     assert str(tenant.tenant_id) not in text
+
+
+def test_with_a_metrics_token_the_api_port_answers_metrics_to_it_only(
+        module_database_url: str, tmp_path_factory) -> None:
+    from tests.api.conftest import running_api
+
+    token = "scrape-token-abcdef0123456789"
+    with running_api(module_database_url, tmp_path_factory, KAIROS_API_WORKERS="1",
+                     KAIROS_METRICS_TOKEN=token) as (process, _log):
+        refused = httpx.get(f"{process.url}/metrics", timeout=10)
+        assert refused.status_code == 401 and "kairos_" not in refused.text
+        assert refused.headers["www-authenticate"] == "Bearer"
+        ok = httpx.get(f"{process.url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        assert ok.status_code == 200 and "kairos_" in ok.text
+        assert httpx.get(f"{process.url}/healthz", timeout=10).status_code == 200
