@@ -25,6 +25,7 @@ from app import errors
 from app.drill.cluster import ClusterError, Node, multi_host_url
 from app.drill.measure import Report
 from app.drill.patroni import PatroniSite
+from app.drill.reads import drill
 from app.drill.scenarios import (
     DATABASE,
     POOL,
@@ -149,7 +150,7 @@ async def _run(h: Harness, report: Report, site: PatroniSite) -> None:
         takeover_s = time.time() - fault_at
         await asyncio.sleep(o.observe_s)  # the flow goes on after the takeover, so lag is measured on it
         result, _ = await flow.finish(fault_at, deadline, db)
-        present = await db.transaction(lambda tx: tx.drill.jobs_present(
+        present = await db.transaction(lambda tx: drill(tx).jobs_present(
             tenant_id, [ow.job_id for ow in submitter.owed]))
     survivors = fleet.in_region(STANDBY)
     assert seen.detected is not None and seen.locked is not None and seen.writable is not None

@@ -28,11 +28,10 @@ from app.domain.states import ExecutionState
 from app.drill.cluster import PG_BIN_DEFAULT, Cluster, Node, WalTail, multi_host_url
 from app.drill.fleet import Fleet, Proc, RegionEnv
 from app.drill.measure import Report, Run, Tally, read_runs, tally
+from app.drill.reads import LiveShards, StandbyState, drill
 from app.drill.traffic import Submitter, one_off, recurring
 from app.store import Database, Store, migrate, sealing
 from app.store.db import create_engine
-from app.store.drill import LiveShards
-from app.store.replication import StandbyState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -152,7 +151,7 @@ async def _safely(db: Database, work: Callable[[Store], Awaitable[T]]) -> T | No
 
 
 async def live_shards(db: Database) -> list[LiveShards] | None:
-    return await _safely(db, lambda tx: tx.drill.live_shards())
+    return await _safely(db, lambda tx: drill(tx).live_shards())
 
 
 def owned(shards: list[LiveShards] | None, *, region: str | None = None,
@@ -194,7 +193,7 @@ class Flow:
     async def succeeded(self, db: Database) -> set[tuple[UUID, float]] | None:
         """The owed occurrences whose execution succeeded, as ``db`` has them (None: it could not be read)."""
         ids = sorted({o.job_id for o in self.submitter.owed})
-        executions = await _safely(db, lambda tx: tx.drill.executions_of(ids))
+        executions = await _safely(db, lambda tx: drill(tx).executions_of(ids))
         if executions is None:
             return None
         return {(job, round(at.timestamp(), 3)) for job, at, state in executions
@@ -256,8 +255,8 @@ async def _where_lost(db: Database, result: Tally) -> str:
     """Where the database has the occurrences that never succeeded: still due, dispatched (and in which
     state), or nowhere."""
     ids = sorted({job for job, _ in result.lost_keys})
-    due = await _safely(db, lambda tx: tx.drill.due_of(ids))
-    executions = await _safely(db, lambda tx: tx.drill.executions_of(ids))
+    due = await _safely(db, lambda tx: drill(tx).due_of(ids))
+    executions = await _safely(db, lambda tx: drill(tx).executions_of(ids))
     if due is None or executions is None:
         return "the database could not be read"
     states = {(job, round(at.timestamp(), 3)): state for job, at, state in executions}
@@ -342,7 +341,7 @@ async def _region_failover(h: Harness, report: Report) -> None:
         takeover_s = time.time() - fault_at
         await asyncio.sleep(o.observe_s)  # the flow goes on after the takeover, so lag is measured on it
         result, _ = await flow.finish(fault_at, deadline, direct)
-        present = await direct.transaction(lambda tx: tx.drill.jobs_present(
+        present = await direct.transaction(lambda tx: drill(tx).jobs_present(
             tenant_id, [ow.job_id for ow in submitter.owed]))
     _flow_lines(report, flow, result)
     report.add("fault", f"{PRIMARY} killed at {h.since_start(fault_at)} (its PostgreSQL and {len(victims)} "
@@ -440,7 +439,7 @@ async def _database_failover(h: Harness, report: Report) -> None:
                                    what="an occurrence due after the fault to start")
         await asyncio.sleep(o.observe_s)
         result, _ = await flow.finish(fault_at, deadline, direct)
-        present = await direct.transaction(lambda tx: tx.drill.jobs_present(
+        present = await direct.transaction(lambda tx: drill(tx).jobs_present(
             site.tenant_id, [ow.job_id for ow in submitter.owed]))
     _flow_lines(report, flow, result)
     report.add("fault", f"the primary PostgreSQL killed (SIGKILL) at {h.since_start(fault_at)}"
@@ -597,14 +596,14 @@ async def _worker_stall(h: Harness, report: Report) -> None:
         await asyncio.sleep(o.warmup_s)  # traffic before the fault
 
         async def holding() -> list[Any] | None:
-            return await _safely(db, lambda tx: tx.drill.leased_by(tenant_id, stalled.name)) or None
+            return await _safely(db, lambda tx: drill(tx).leased_by(tenant_id, stalled.name)) or None
 
         herd_due = await flow.herd()
         await asyncio.sleep(max(0.0, herd_due + 0.2 - time.time()))
         await until(holding, timeout_s=30, what=f"{stalled.name} to hold leases")
         h.fleet.pause(stalled)
         fault_at = time.time()
-        held = await db.transaction(lambda tx: tx.drill.leased_by(tenant_id, stalled.name))
+        held = await db.transaction(lambda tx: drill(tx).leased_by(tenant_id, stalled.name))
         keys = {(x.job_id, round(x.scheduled_for.timestamp(), 3)) for x in held}
         # Only what it held counts: a lease of the stalled worker's still on its way at the pause can
         # reach it after SIGCONT, and that one's lost lease is not a late outcome of these.
@@ -630,7 +629,7 @@ async def _worker_stall(h: Harness, report: Report) -> None:
             await until(all_fenced, timeout_s=10, what="the late outcomes")
         await asyncio.sleep(o.observe_s)
         result, _ = await flow.finish(fault_at, deadline, db)
-        outcomes = await db.transaction(lambda tx: tx.drill.attempt_outcomes(tenant_id))
+        outcomes = await db.transaction(lambda tx: drill(tx).attempt_outcomes(tenant_id))
     discarded = sum(c.attempts for c in outcomes if c.worker_id == stalled.name and c.outcome == "discarded")
     expired = sum(c.attempts for c in outcomes if c.worker_id == stalled.name and c.outcome == "expired")
     _flow_lines(report, flow, result)
