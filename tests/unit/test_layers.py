@@ -226,3 +226,72 @@ def test_the_production_store_holds_no_drill_tables() -> None:
     from app.store import Store
 
     assert {"drill", "replication"} & set(Store.__slots__) == set()
+
+
+def module_imports(root: Path) -> dict[str, set[str]]:
+    """module -> the modules under ``root`` it imports: at module level, inside functions and under
+    TYPE_CHECKING alike; ``from package import name`` counts as the module ``package.name`` when it is one."""
+    paths = {module_name(path, root): path for path in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        is_package = path.name == "__init__.py"
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = module.split(".")
+                if node.level:
+                    base = base[: len(base) - node.level + (1 if is_package else 0)]
+                    stem = ".".join([*base, node.module] if node.module else base)
+                else:
+                    stem = node.module or ""
+                for alias in node.names:
+                    targets.add(f"{stem}.{alias.name}" if f"{stem}.{alias.name}" in paths else stem)
+        graph[module] = {t for t in targets if t in paths and t != module}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The groups of modules that reach each other through imports (strongly connected, two or more)."""
+    reach = {m: set() for m in graph}
+    for start in graph:
+        todo = list(graph[start])
+        while todo:
+            m = todo.pop()
+            if m not in reach[start]:
+                reach[start].add(m)
+                todo.extend(graph[m])
+    groups: list[set[str]] = []
+    for m in sorted(graph):
+        group = {m} | {n for n in reach[m] if m in reach[n]}
+        if len(group) > 1 and group not in groups:
+            groups.append(group)
+    return groups
+
+
+# The one ring left: the key and quota caches in app/store/tenants.py take a Database, whose Store
+# (seam.py) holds the tenants and pools tables.
+KNOWN_CYCLES = [{"app.store.db", "app.store.pools", "app.store.seam", "app.store.tenants"}]
+
+
+def test_no_new_import_cycle_in_app() -> None:
+    assert [c for c in import_cycles(module_imports(APP)) if c not in KNOWN_CYCLES] == []
+
+
+def test_the_cycle_check_catches_a_ring(tmp_path: Path) -> None:
+    root = tmp_path / "app"
+    for path, source in {
+        "__init__.py": "",
+        "drill/__init__.py": "",
+        "drill/scenarios.py": "def f():\n    from app.drill.patroni_failover import g\n",
+        "drill/patroni_failover.py": "from app.drill import scenarios\n",
+        "store/__init__.py": "",
+        "store/db.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .seam import Store\n",
+        "store/seam.py": "from app.store.db import Database\n",
+        "store/table.py": "from app.store import db\n",
+    }.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(source)
+    assert sorted(map(sorted, import_cycles(module_imports(root)))) == [
+        ["app.drill.patroni_failover", "app.drill.scenarios"], ["app.store.db", "app.store.seam"]]
