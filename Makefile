@@ -45,7 +45,7 @@ test: $(DEV) lint typecheck
 
 ## Regenerate the SDK's gRPC modules from app/rpc/worker.proto.
 proto: $(DEV)
-	$(PY) -m app.rpc.codegen
+	$(PY) -m scripts.codegen
 
 ## The end-to-end herd benchmark (REST submit -> scheduler -> executor -> SDK workers, each its own
 ## process), never part of the suite; BENCH_ARGS="--scenarios herd10k,light" picks scenarios.

@@ -1,6 +1,6 @@
 """``kairos drill region-failover --failover patroni``: the region failover, decided by Patroni.
 
-The same two regions, traffic and fault as the default mode (app.drill.scenarios), but nobody
+The same two regions, traffic and fault as the default mode (app/drill/_failovers.py), but nobody
 tells the standby to take over: each PostgreSQL runs under a Patroni member, the leader key lives
 in a three-member etcd (one member per region and a witness region), and the kill of the primary
 region (its Patroni, PostgreSQL and every backend, its etcd member, its Kairos processes, all
@@ -22,25 +22,24 @@ import time
 from dataclasses import dataclass
 
 from app import errors
-from app.drill.cluster import ClusterError, Node, multi_host_url
-from app.drill.measure import Report
-from app.drill.patroni import PatroniSite
-from app.drill.scenarios import (
+from app.drill._flow import Flow, flow_lines, outcome_lines
+from app.drill._harness import (
     DATABASE,
     POOL,
     PRIMARY,
     SHARDS,
     STANDBY,
-    Flow,
     Harness,
-    _flow_lines,
-    _outcome_lines,
-    _owned_by_region,
-    _redacted,
-    _replication_at_failure,
-    _wal_tail,
+    owned_by_region,
+    redacted,
+    replication_at_failure,
     until,
+    wal_tail,
 )
+from app.drill.cluster import ClusterError, Node, multi_host_url
+from app.drill.measure import Report
+from app.drill.patroni import PatroniSite
+from app.drill.reads import drill
 from app.drill.traffic import Submitter
 from app.store import migrate
 
@@ -116,12 +115,12 @@ async def _run(h: Harness, report: Report, site: PatroniSite) -> None:
         fleet.worker(f"{region}-worker", env, executor=executor, api_key=key, pool=POOL,
                      concurrency=o.worker_concurrency, lease_s=o.worker_lease_s, work_s=0.0)
     await fleet.wait_ready()
-    await until(lambda: _owned_by_region(db, PRIMARY), timeout_s=60, what=f"{PRIMARY} to own every shard")
+    await until(lambda: owned_by_region(db, PRIMARY), timeout_s=60, what=f"{PRIMARY} to own every shard")
     replication = "synchronous mode" if o.synchronous else "asynchronous"
     report.add("regions", f"{PRIMARY} (Patroni leader: PostgreSQL primary; etcd member; api, scheduler, executor, "
                f"SDK worker), {STANDBY} (Patroni replica, {replication}: streaming standby; etcd member; api, "
                f"scheduler, executor, SDK worker), {WITNESS} (etcd member only); every process on "
-               f"{_redacted(url)}")
+               f"{redacted(url)}")
     report.add("patroni", f"leader key TTL {site.ttl_s} s, loop_wait {site.loop_wait_s} s, retry_timeout "
                f"{site.retry_timeout_s} s, synchronous_mode {'on' if o.synchronous else 'off'}")
     urls = [f"http://127.0.0.1:{apis[r].ports['api']}" for r in (PRIMARY, STANDBY)]
@@ -142,23 +141,23 @@ async def _run(h: Harness, report: Report, site: PatroniSite) -> None:
         victims = fleet.in_region(PRIMARY)
         for proc in victims:
             fleet.kill(proc)
-        tail = await _wal_tail(cluster, primary_db, standby_db)
+        tail = await wal_tail(cluster, primary_db, standby_db)
         seen = await watch_failover(site, standby_db, timeout_s=max(1.0, deadline - time.monotonic()))
-        await until(lambda: _owned_by_region(db, STANDBY), timeout_s=max(1.0, deadline - time.monotonic()),
+        await until(lambda: owned_by_region(db, STANDBY), timeout_s=max(1.0, deadline - time.monotonic()),
                     what=f"{STANDBY} to own every shard")
         takeover_s = time.time() - fault_at
         await asyncio.sleep(o.observe_s)  # the flow goes on after the takeover, so lag is measured on it
         result, _ = await flow.finish(fault_at, deadline, db)
-        present = await db.transaction(lambda tx: tx.drill.jobs_present(
+        present = await db.transaction(lambda tx: drill(tx).jobs_present(
             tenant_id, [ow.job_id for ow in submitter.owed]))
     survivors = fleet.in_region(STANDBY)
     assert seen.detected is not None and seen.locked is not None and seen.writable is not None
-    _flow_lines(report, flow, result)
+    flow_lines(report, flow, result)
     report.add("fault", f"{PRIMARY} killed at {h.since_start(fault_at)} (its Patroni, PostgreSQL, etcd member and "
                f"{len(victims)} processes, SIGKILL; etcd's Raft leader was {etcd_leader or 'unknown'}), "
                f"{(fault_at - herd_due):.1f} s after the herd was due"
                + (f", its WAL senders stopped {o.link_stall_s:g} s before" if o.link_stall_s else "") + "; "
-               + _replication_at_failure(lag, tail, o.synchronous))
+               + replication_at_failure(lag, tail, o.synchronous))
     report.add("detection time", f"{seen.detected - fault_at:.1f} s (the leader key in etcd expired: nothing "
                f"renewed it after the fault; TTL {site.ttl_s} s)")
     report.add("promotion time", f"{seen.writable - seen.detected:.2f} s after the detection ({STANDBY}'s Patroni "
@@ -169,7 +168,7 @@ async def _run(h: Harness, report: Report, site: PatroniSite) -> None:
                f"{o.lease_ttl_s:g} s + takeover grace {o.grace_s:g} s, both counted from the fault)")
     report.add("reconnected", f"{sum(p.alive() for p in survivors)} of {len(survivors)} {STANDBY} processes kept "
                "running, never restarted or reconfigured: they found the new primary through the multi-host URL")
-    await _outcome_lines(report, db, result, "started again once its lease expired: its worker was killed, or "
+    await outcome_lines(report, db, result, "started again once its lease expired: its worker was killed, or "
                          "its outcome could not be reported while Patroni failed over"
                          + ("" if o.synchronous else ", or its completion was lost with the primary") +
                          "; same idempotency key")

@@ -1,6 +1,7 @@
 """Regenerate the SDK's gRPC modules from ``app/rpc/worker.proto`` (``make proto``).
 
-``python -m app.rpc.codegen`` writes ``worker_pb2.py``, ``worker_pb2.pyi`` and
+A development tool (it needs grpcio-tools, a dev extra), so it lives outside the shipped ``app``.
+``python -m scripts.codegen`` writes ``worker_pb2.py``, ``worker_pb2.pyi`` and
 ``worker_pb2_grpc.py`` into ``sdk/python/kairos_sdk/_proto/``; ``--out DIR`` writes them under
 DIR/kairos_sdk/_proto instead (the staleness test compares such a fresh copy with the committed
 modules). The generator is pinned: its version decides the grpcio and protobuf floors that the
@@ -14,7 +15,7 @@ import sys
 from importlib import metadata, resources
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SDK = ROOT / "sdk" / "python"
 PROTO = ROOT / "app" / "rpc" / "worker.proto"
 PACKAGE = "kairos_sdk/_proto"
