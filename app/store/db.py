@@ -325,6 +325,13 @@ class Database:
 
         return await self._retrying(lambda: self._run_direct(work), ambiguous_result)
 
+    async def outside_transaction(self, script: str) -> None:
+        """One DDL statement that may not run in a transaction block (CREATE INDEX CONCURRENTLY), in
+        autocommit on its own connection; migrations only (no retry: the statements are idempotent)."""
+        async with self.engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await Store(conn).schema.run_script(script)
+
     async def _retrying(self, once: Callable[[], Awaitable[T]],
                         after_ambiguous: Callable[[Any], Awaitable[T]]) -> T:
         delay = self.retry.base_s
