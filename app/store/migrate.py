@@ -16,7 +16,7 @@ from importlib.resources.abc import Traversable
 
 from app import errors
 from app.store.db import Database
-from app.store.queries import sql_files
+from app.store.queries import COCKROACH, sql_files
 from app.store.seam import Store
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,9 @@ _MIGRATION = re.compile(r"^(\d{4}_.+)\.sql$")
 # First line of a migration whose statements may not run in a transaction block (PostgreSQL's
 # CREATE INDEX CONCURRENTLY): each runs alone in autocommit, and must be idempotent (IF NOT EXISTS).
 NO_TRANSACTION = "-- kairos: no-transaction"
+# First line of a migration of PostgreSQL's own DDL (storage parameters): on CockroachDB it is
+# recorded as applied and not run.
+POSTGRESQL_ONLY = "-- kairos: postgresql-only"
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,10 @@ class Migration:
     @property
     def script(self) -> str:
         return self.path.read_text()
+
+    @property
+    def postgresql_only(self) -> bool:
+        return self.script.startswith(POSTGRESQL_ONLY)
 
     @property
     def transactional(self) -> bool:
@@ -104,7 +111,8 @@ async def upgrade(db: Database) -> list[str]:
         async def apply(s: Store, m: Migration = migration) -> bool:
             if not await s.schema.claim(m.version, m.checksum):
                 return False
-            await s.schema.run_script(m.script)
+            if not (m.postgresql_only and db.dialect == COCKROACH):
+                await s.schema.run_script(m.script)
             return True
 
         if await db.transaction(apply):
