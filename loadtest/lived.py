@@ -42,6 +42,7 @@ import io
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -91,6 +92,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-reads", action="store_true", help="load and report the size only")
     p.add_argument("--no-empty", action="store_true", help="skip the empty database beside the lived one")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--explain", type=Path, default=None,
+                   help="write EXPLAIN (ANALYZE, BUFFERS) of every read's statement (its generic plan, as the "
+                        "API runs it after the fifth call) on the lived database to this file (markdown)")
     return p.parse_args(argv)
 
 
@@ -380,6 +384,77 @@ async def empty(url: str, tenant_count: int) -> Loaded:
     return Loaded(url, tenants, {}, {}, 0)
 
 
+# -- the plans ---------------------------------------------------------------------------------------
+
+def statement_reads(conn: psycopg.Connection, tenant_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(read, statement, parameters) of the REST reads, for the largest tenant, with cursors deep in."""
+    job_id = conn.execute("SELECT job_id FROM jobs WHERE tenant_id = %s AND schedule_kind = 'cron' "
+                          "ORDER BY created_at LIMIT 1", (tenant_id,)).fetchone()[0]  # type: ignore[index]
+    page100 = conn.execute("SELECT created_at, job_id FROM jobs WHERE tenant_id = %s "
+                           "ORDER BY created_at DESC, job_id DESC OFFSET 4999 LIMIT 1", (tenant_id,)).fetchone()
+    before = conn.execute("SELECT scheduled_for FROM executions WHERE job_id = %s ORDER BY scheduled_for DESC "
+                          "OFFSET 97 LIMIT 1", (job_id,)).fetchone()
+    listing = {"tenant_id": tenant_id, "limit": 51, "state": None, "name": None, "name_prefix": None,
+               "labels": None, "after_created": None, "after_id": None}
+    window = {"now": None, "window_s": 3600.0, "limit": 1440}
+    out: list[tuple[str, str, dict[str, Any]]] = [
+        ("GET /v1/jobs (first page)", "JobList", listing),
+        ("GET /v1/jobs (100th page)", "JobList", {**listing, "after_created": page100[0] if page100 else None,
+                                                 "after_id": page100[1] if page100 else None}),
+        ("GET /v1/jobs?label=team:team7", "JobList", {**listing, "labels": json.dumps({"team": "team7"})}),
+        ("GET /v1/jobs/{id}", "JobGet", {"tenant_id": tenant_id, "job_id": job_id}),
+        ("GET /v1/jobs/{id} (counts)", "ExecutionCountsForJob", {"tenant_id": tenant_id, "job_id": job_id}),
+        ("GET /v1/jobs/{id}/executions (first page)", "ExecutionListForJob",
+         {"tenant_id": tenant_id, "job_id": job_id, "limit": 51, "before_scheduled": None}),
+        ("GET /v1/jobs/{id}/executions (50th page)", "ExecutionListForJob",
+         {"tenant_id": tenant_id, "job_id": job_id, "limit": 3, "before_scheduled": before[0] if before else None}),
+        ("GET /v1/dead-letters", "ExecutionListDead", {"tenant_id": tenant_id, "job_id": None, "limit": 51,
+                                                        "before_finished": None, "before_id": None}),
+        ("GET /v1/stats/queues", "StatsQueueDepth", {"tenant_id": tenant_id, "now": None, "limit": 500}),
+        ("GET /v1/stats/queues (dead letters)", "StatsDeadLetterCount", {"tenant_id": tenant_id, "cap": 10000}),
+        ("GET /v1/stats/due", "StatsDueHistogram", {"tenant_id": tenant_id, "now": None, "horizon_s": 21600.0,
+                                                    "limit": 1440, "shard_ids": list(range(256))}),
+        ("GET /v1/stats/lag", "StatsStartLagPerMinute", {"tenant_id": tenant_id, **window}),
+        ("GET /v1/stats/lag (operator, every tenant)", "StatsStartLagPerMinute", {"tenant_id": None, **window}),
+        ("GET /v1/stats/outcomes", "StatsOutcomesPerMinute", {"tenant_id": tenant_id, **window}),
+        ("GET /v1/status (start lag, 5 minutes)", "StatsStartLagSummary",
+         {"tenant_id": tenant_id, **window, "window_s": 300.0}),
+    ]
+    return out
+
+
+def explain(conn: psycopg.Connection, name: str, params: dict[str, Any]) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of a catalogue statement in its generic plan (PREPARE + EXECUTE)."""
+    from psycopg import sql
+
+    from app.store.queries import text_for
+
+    order: list[str] = []
+
+    def number(m: re.Match[str]) -> str:
+        if m.group(1) not in order:
+            order.append(m.group(1))
+        return f"${order.index(m.group(1)) + 1}"
+
+    body = re.sub(r"(?<![:\w]):([A-Za-z_]\w*)", number, text_for(name, "postgresql")).rstrip().rstrip(";")
+    conn.execute(f"PREPARE lived_read AS {body}")
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    args = ", ".join(sql.Literal(params.get(n)).as_string(conn) for n in order)
+    rows = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE lived_read({args})").fetchall()
+    conn.execute("RESET plan_cache_mode")
+    conn.execute("DEALLOCATE lived_read")
+    return "\n".join(r[0] for r in rows)
+
+
+def explain_all(url: str, tenant_id: str) -> str:
+    out = []
+    with psycopg.connect(libpq(url), autocommit=True, prepare_threshold=None) as conn:
+        for read, name, params in statement_reads(conn, tenant_id):
+            explain(conn, name, params)  # once to warm the cache, as a dashboard refreshing would
+            out.append(f"#### {read}: `{name}`\n\n```\n{explain(conn, name, params)}\n```\n")
+    return "\n".join(out)
+
+
 # -- the reads ---------------------------------------------------------------------------------------
 
 @dataclass
@@ -558,6 +633,9 @@ async def main(args: argparse.Namespace) -> int:
               f"database size {gb:.2f} GB", flush=True)
         results.update({"loadSeconds": lived.seconds, "rows": lived.rows, "sizeBytes": lived.size_bytes,
                         "tenants": len(lived.tenants), "largestTenantJobs": lived.tenants[0].jobs})
+        if args.explain:
+            args.explain.write_text(explain_all(lived_url, lived.tenants[0].tenant_id))
+            print(f"plans written to {args.explain}", flush=True)
         if not args.no_reads:
             blank_reads = None
             if not args.no_empty:
