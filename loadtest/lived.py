@@ -65,7 +65,7 @@ import psycopg  # noqa: E402
 from app.domain.schedule import cron  # noqa: E402
 from app.store import Store, migrate, sealing  # noqa: E402
 from app.store.db import Database, create_engine  # noqa: E402
-from loadtest.herd import Processes, Server, free_port, kairos_command, libpq  # noqa: E402
+from loadtest.herd import Processes, Server, free_port, kairos_command, libpq, with_database  # noqa: E402
 
 JOBS_AT_SCALE_1 = 2_000_000
 TENANTS_AT_SCALE_1 = 1_000
@@ -657,6 +657,9 @@ async def main(args: argparse.Namespace) -> int:
         return 0
     finally:
         procs.stop(grace_s=5)
+        for name in server.created:  # on --database-url's server (an embedded one goes as a whole)
+            if args.database_url and not args.keep:
+                server.drop(with_database(server.url, name))
         server.close()
 
 
