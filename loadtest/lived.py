@@ -394,7 +394,7 @@ def statement_reads(conn: psycopg.Connection, tenant_id: str) -> list[tuple[str,
                            "ORDER BY created_at DESC, job_id DESC OFFSET 4999 LIMIT 1", (tenant_id,)).fetchone()
     before = conn.execute("SELECT scheduled_for FROM executions WHERE job_id = %s ORDER BY scheduled_for DESC "
                           "OFFSET 97 LIMIT 1", (job_id,)).fetchone()
-    listing = {"tenant_id": tenant_id, "limit": 51, "state": None, "name": None, "name_prefix": None,
+    listing = {"tenant_id": tenant_id, "limit": 51, "scan_limit": 51, "state": None, "name": None, "name_prefix": None,
                "labels": None, "after_created": None, "after_id": None}
     window = {"now": None, "window_s": 3600.0, "limit": 1440}
     out: list[tuple[str, str, dict[str, Any]]] = [

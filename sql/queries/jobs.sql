@@ -42,8 +42,8 @@ SELECT * FROM (
                    ELSE substr(j.name, 1, length(CAST(:name_prefix AS TEXT))) = CAST(:name_prefix AS TEXT) END
           AND CASE WHEN CAST(:labels AS JSONB) IS NULL THEN true ELSE j.labels @> CAST(:labels AS JSONB) END
         ORDER BY j.created_at DESC, j.job_id DESC
-        -- the reported state is known only after the lookups below: with that filter, no cut here
-        LIMIT CASE WHEN CAST(:state AS TEXT) IS NULL THEN CAST(:limit AS INT) ELSE 2147483647 END
+        -- :limit, or no cut when the reported state is filtered on (known only after the lookups below)
+        LIMIT :scan_limit
     ) AS j
     LEFT JOIN LATERAL (
         SELECT e.state, e.finished_at FROM executions AS e
