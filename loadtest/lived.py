@@ -13,7 +13,7 @@ Starts a fresh embedded PostgreSQL (pgserver, in a temporary directory; or the s
               15 % paused, cancelled or completed (completed: one-off jobs that already ran)
               labels on half (team: one of 50, tier: one of 3); created over the last 60 days
   due_index   one row per active job (its next occurrence), as the submit path leaves it
-  executions  every fire time of the last 30 days of each recurring job (about 24,000,000 x scale),
+  executions  every fire time of the last 30 days of each recurring job (about 23,000,000 x scale),
               and the one run of each completed job; 3 % needed a second attempt, 0.5 % are
               dead letters (three failed attempts), the rest succeeded at the first
   attempts    one row per attempt of each execution (--attempts failed: only those of executions
