@@ -325,6 +325,23 @@ class Database:
 
         return await self._retrying(lambda: self._run_direct(work), ambiguous_result)
 
+    async def outside_transaction(self, script: str) -> None:
+        """One DDL statement that may not run in a transaction block (CREATE INDEX CONCURRENTLY), in
+        autocommit on its own connection; migrations only. Run again after a deadlock (two processes
+        building the same index CONCURRENTLY: PostgreSQL aborts one; the statements are idempotent)."""
+        delay = self.retry.base_s
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                async with self.engine.connect() as conn:
+                    await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    await Store(conn).schema.run_script(script)
+                return
+            except DBAPIError as exc:
+                if not retryable(exc) or attempt == self.retry.attempts:
+                    raise translate(exc) from exc
+                await asyncio.sleep(random.uniform(0, delay))
+                delay = min(self.retry.max_s, delay * 2)
+
     async def _retrying(self, once: Callable[[], Awaitable[T]],
                         after_ambiguous: Callable[[Any], Awaitable[T]]) -> T:
         delay = self.retry.base_s

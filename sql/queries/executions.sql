@@ -165,7 +165,8 @@ WITH input AS (
 ), done AS (
     UPDATE executions AS e SET
         state = 'succeeded', finished_at = c.now, result = CAST(i.result AS JSONB), error = NULL,
-        lease_owner = NULL, lease_until = NULL
+        lease_owner = NULL, lease_until = NULL,
+        started_at = coalesce(i.sent_at, e.started_at)  -- an HTTP delivery started when its request was sent
     FROM input AS i, clock AS c
     WHERE e.execution_id = i.execution_id AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
@@ -240,7 +241,8 @@ WITH input AS (
         ready_at = CASE WHEN i.retryable AND e.attempt < e.max_attempts
                         THEN c.now + i.delay_s * INTERVAL '1 second' ELSE e.ready_at END,
         finished_at = CASE WHEN i.retryable AND e.attempt < e.max_attempts THEN NULL ELSE c.now END,
-        error = i.error, lease_owner = NULL, lease_until = NULL
+        error = i.error, lease_owner = NULL, lease_until = NULL,
+        started_at = coalesce(i.sent_at, e.started_at)  -- an HTTP delivery started when its request was sent
     FROM input AS i, clock AS c
     WHERE e.execution_id = i.execution_id AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
@@ -360,10 +362,15 @@ RETURNING e.execution_id;
 -- A page of a tenant's dead letters, newest first, optionally for one job; keyset cursor on (finished_at, execution_id).
 SELECT execution_id, job_id, queue, scheduled_for, attempt, max_attempts, finished_at, error
 FROM executions
+-- The cursor is a plain row comparison (none: past every row), a range of executions_dead, and the job
+-- filter a CASE, which a generic plan estimates at one half (`x IS NULL OR ...` at a fraction of a
+-- percent, and the plan then sorts every dead letter of the tenant): one page read, not them all.
 WHERE tenant_id = :tenant_id AND state = 'dead'
-  AND (CAST(:job_id AS UUID) IS NULL OR job_id = CAST(:job_id AS UUID))
-  AND (CAST(:before_finished AS TIMESTAMPTZ) IS NULL
-       OR (finished_at, execution_id) < (CAST(:before_finished AS TIMESTAMPTZ), CAST(:before_id AS UUID)))
+  AND (finished_at, execution_id) < (coalesce(CAST(:before_finished AS TIMESTAMPTZ),
+                                              CAST('9999-12-31T00:00:00Z' AS TIMESTAMPTZ)),
+                                     coalesce(CAST(:before_id AS UUID),
+                                              CAST('ffffffff-ffff-ffff-ffff-ffffffffffff' AS UUID)))
+  AND CASE WHEN CAST(:job_id AS UUID) IS NULL THEN true ELSE job_id = CAST(:job_id AS UUID) END
 ORDER BY finished_at DESC, execution_id DESC
 LIMIT :limit;
 

@@ -85,7 +85,8 @@ WITH input AS (
 ), done AS (
     UPDATE executions AS e SET
         state = 'succeeded', finished_at = c.now, result = CAST(i.result AS JSONB), error = NULL,
-        lease_owner = NULL, lease_until = NULL
+        lease_owner = NULL, lease_until = NULL,
+        started_at = coalesce(i.sent_at, e.started_at)  -- an HTTP delivery started when its request was sent
     FROM input AS i, clock AS c
     WHERE e.execution_id = i.execution_id AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
@@ -136,7 +137,8 @@ WITH input AS (
         ready_at = CASE WHEN i.retryable AND e.attempt < e.max_attempts
                         THEN c.now + i.delay_s * INTERVAL '1 second' ELSE e.ready_at END,
         finished_at = CASE WHEN i.retryable AND e.attempt < e.max_attempts THEN NULL ELSE c.now END,
-        error = i.error, lease_owner = NULL, lease_until = NULL
+        error = i.error, lease_owner = NULL, lease_until = NULL,
+        started_at = coalesce(i.sent_at, e.started_at)  -- an HTTP delivery started when its request was sent
     FROM input AS i, clock AS c
     WHERE e.execution_id = i.execution_id AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
