@@ -24,7 +24,7 @@ from app.store import embedded, migrate
 from app.store.db import Database, create_engine
 from tests import factories as tf
 
-FIRST_ONLINE = "0020"
+FIRST_ONLINE = "0015"
 SEED_ROWS = 100_000
 LIVED_ROWS = 20_000_000
 BLOCK_LIMIT_S = 1.0

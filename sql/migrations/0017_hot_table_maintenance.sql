@@ -1,5 +1,5 @@
 -- kairos: postgresql-only
--- Kairos schema, version 21: autovacuum and statistics for the hot tables (docs/database-at-scale.md).
+-- Kairos schema, version 17: autovacuum and statistics for the hot tables (docs/database-at-scale.md).
 -- PostgreSQL's storage parameters; CockroachDB has no VACUUM (its MVCC garbage collection and
 -- automatic statistics are cluster settings), so there the file is recorded and not run.
 --

@@ -1,4 +1,4 @@
--- Kairos schema: quotas on the executions a tenant makes outside the schedule (:run and :backfill),
+-- Kairos schema, version 18: quotas on the executions a tenant makes outside the schedule (:run and :backfill),
 -- docs/quotas.md. max_manual_per_s: such executions each API process admits per second for the
 -- tenant (a token bucket; a backfill takes one token per occurrence); max_manual_inflight: such
 -- executions not yet finished (ready or leased) the tenant may hold. NULL: no limit (the default).

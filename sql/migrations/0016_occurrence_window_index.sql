@@ -1,5 +1,5 @@
 -- kairos: no-transaction
--- Kairos schema, version 20: the dashboard's and `kairos status`'s figures read a window of
+-- Kairos schema, version 16: the dashboard's and `kairos status`'s figures read a window of
 -- occurrences as a range of one index, however much history the table holds (docs/database-at-scale.md).
 --
 -- A tenant's settled occurrences (succeeded, dead, cancelled) by scheduled_for: GET /v1/stats/lag,
