@@ -9,7 +9,3 @@ ALTER TABLE tenants ADD CONSTRAINT tenants_max_manual_per_s_v30 CHECK (max_manua
 ALTER TABLE tenants DROP CONSTRAINT IF EXISTS tenants_max_manual_inflight_v30;
 ALTER TABLE tenants ADD CONSTRAINT tenants_max_manual_inflight_v30 CHECK (max_manual_inflight IS NULL OR max_manual_inflight > 0);
 
--- The in-flight check (TenantManualInFlightCount): a tenant's unfinished manual and backfill
--- executions, an index-only scan that stops at the quota. Scheduled executions are not in it.
-CREATE INDEX IF NOT EXISTS executions_manual_live ON executions (tenant_id)
-    WHERE trigger IN ('manual', 'backfill') AND state IN ('ready', 'leased');

@@ -106,13 +106,15 @@ async def before_online(pg_base_url: str) -> Any:
         for m in migrate.available():
             if m.version < FIRST_ONLINE:
                 await db.transaction(lambda s, m=m: s.schema.run_script(m.script))
-        tenant = await tf.tenant(db, "online")
-        queue = tf.tenant_queue(tenant.tenant_id, "pool")
+        tenant_id = uuid.uuid4()  # written with the columns the schema has before FIRST_ONLINE
+        queue = tf.tenant_queue(tenant_id, "pool")
         with psycopg.connect(_libpq(url), autocommit=True) as conn:
-            conn.execute(SEED, {"tenant_id": tenant.tenant_id, "queue": queue, "rows": SEED_ROWS})
+            conn.execute("INSERT INTO tenants (tenant_id, name, signing_secret) VALUES (%s, 'online', 'plain')",
+                         (tenant_id,))
+            conn.execute(SEED, {"tenant_id": tenant_id, "queue": queue, "rows": SEED_ROWS})
             conn.execute("VACUUM ANALYZE executions")
             job_id = conn.execute("SELECT job_id FROM jobs LIMIT 1").fetchone()[0]  # type: ignore[index]
-        yield url, {"job_id": job_id, "tenant_id": tenant.tenant_id, "queue": queue}
+        yield url, {"job_id": job_id, "tenant_id": tenant_id, "queue": queue}
     finally:
         await db.close()
         with psycopg.connect(admin, autocommit=True) as conn:
@@ -149,10 +151,13 @@ async def test_no_new_migration_blocks_writes_for_more_than_a_second_on_a_lived_
             stop.set()
             await asyncio.gather(watcher, writer)
             scale = LIVED_ROWS / SEED_ROWS
+            # Only executions is seeded at scale: a lock on it lasts as its rows do; one on another table
+            # (a handful of rows here, and in the brief's tenants table thousands) is kept as measured.
             report[m.version] = {"seconds": round(took, 3), "writes": len(stalls),
                                  "worst write s": round(max(stalls, default=0.0), 3),
-                                 "write-blocking locks, s at 20M rows": {k: round(v * scale, 2)
-                                                                         for k, v in held.items()}}
+                                 "write-blocking locks, s at 20M rows": {
+                                     k: round(v * (scale if k.startswith("executions ") else 1.0), 2)
+                                     for k, v in held.items()}}
     finally:
         await db.close()
     too_long = {v: r for v, r in report.items()
