@@ -133,5 +133,5 @@ def replayed_out(done: store.Replayed) -> schemas.ReplayedOut:
 
 def attempt_out(a: attempts_store.Attempt) -> schemas.AttemptOut:
     return schemas.AttemptOut(a.attempt, a.worker_id, a.leased_at, a.lease_until, a.finished_at, a.outcome, a.error,
-                              a.result)
+                              a.result, a.sent_at)
 

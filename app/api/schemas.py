@@ -331,3 +331,6 @@ class AttemptOut(Wire):
     outcome: Literal["running", "succeeded", "failed", "expired", "cancelled", "discarded"]
     error: str | None
     result: Any
+    # An HTTP delivery's attempt starts when its request is sent (after its lease, when it waited for a
+    # slot of its origin); absent for a worker's attempt, which starts at its lease.
+    sent_at: datetime | None = None

@@ -25,6 +25,7 @@ class Attempt:
     outcome: AttemptOutcome
     error: str | None
     result: Any
+    sent_at: datetime | None = None  # an HTTP delivery's request left then: its start (a worker's: leased_at)
 
 
 @dataclass(frozen=True)

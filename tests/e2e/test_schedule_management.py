@@ -61,9 +61,12 @@ def test_interval_dry_run_run_now_update_and_failed_state_through_kairos_up(tmp_
         nominal = sorted(datetime.fromisoformat(e["scheduledFor"]) for e in runs)
         assert nominal[0] == start and nominal[1] - nominal[0] == timedelta(seconds=10)
         assert all(e["startLagMs"] is not None and e["startLagMs"] < 2000 for e in runs), runs
-        # Each execution carries its attempts inline: one, succeeded, leased when firstStartedAt says.
+        # Each execution carries its attempts inline: one, succeeded, its request sent (an HTTP delivery's
+        # start) when firstStartedAt says, at or after its lease.
         assert all([(t["attempt"], t["outcome"]) for t in e["attempts"]] == [(1, "succeeded")] for e in runs), runs
-        assert all(e["attempts"][0]["leasedAt"] == e["firstStartedAt"] for e in runs)
+        assert all(e["attempts"][0]["sentAt"] == e["firstStartedAt"] for e in runs), runs
+        assert all(datetime.fromisoformat(e["attempts"][0]["leasedAt"])
+                   <= datetime.fromisoformat(e["attempts"][0]["sentAt"]) for e in runs), runs
         shadows = wait_for(lambda: (h := history(shadow)) and h, timeout_s=20, interval_s=0.3, what="dry-run records")
         assert {(e["state"], e["skipReason"]) for e in shadows} == {("skipped", "dry_run")}
         assert not [r for r in received if r.path == "/ok/shadow"]

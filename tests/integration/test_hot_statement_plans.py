@@ -104,7 +104,7 @@ async def test_the_completion_joins_no_two_ctes_by_nested_loop(db: Database) -> 
     array = "{" + ",".join(map(str, ids)) + "}"
     nodes = await _generic_plan(db, "ExecutionCompleteMany", {
         "execution_ids": array, "attempts": "{1,1,1}", "results": "{NULL,NULL,NULL}",
-        "scopes": "{NULL,NULL,NULL}", "now": None})
+        "scopes": "{NULL,NULL,NULL}", "sent_ats": "{NULL,NULL,NULL}", "now": None})
     loops = [n for n in nodes if n["Node Type"] == "Nested Loop"
              and [c["Node Type"] for c in n.get("Plans", [])] == ["CTE Scan", "CTE Scan"]]
     assert not loops, [[c.get("CTE Name") for c in n["Plans"]] for n in loops]
@@ -141,10 +141,11 @@ def _outcome_params(name: str, leased: list[Any]) -> dict[str, Any]:
     attempts = array(str(e.attempt) for e in leased)
     nulls = array("NULL" for _ in leased)
     if name == "ExecutionCompleteMany":
-        return {"execution_ids": ids, "attempts": attempts, "results": nulls, "scopes": nulls, "now": None}
+        return {"execution_ids": ids, "attempts": attempts, "results": nulls, "scopes": nulls, "sent_ats": nulls,
+                "now": None}
     return {"execution_ids": ids, "attempts": attempts, "errors": array('"boom"' for _ in leased),
             "retryable": array("true" for _ in leased), "delays_s": array("10" for _ in leased),
-            "scopes": nulls, "now": None}
+            "scopes": nulls, "sent_ats": nulls, "now": None}
 
 
 @pytest.mark.parametrize("name", ["ExecutionCompleteMany", "ExecutionFailMany"])
