@@ -1,62 +1,28 @@
 """The built-in pool for http targets (queue '@http'), consumed by the executor itself.
 
-Each leased execution is sent to its target URL with an Idempotency-Key of ``{jobId}:{scheduledFor}``
-(the same for every attempt), the attempt number and an HMAC signature. 2xx completes; 408, 429, 5xx,
-connection errors, timeouts and names that do not resolve retry with backoff (never sooner than the
-answer's ``Retry-After``); any other status dead-letters at once (the request can never succeed), and so
-does a target the egress policy refuses or a request that cannot be built. A failed delivery keeps at most
-``error_body_bytes`` of the answer in its error. The attempt starts when its request is sent: that time is
-its ``sent_at`` (start lag, ``firstStartedAt``, the outcome line), not the lease's.
-
-Slots. A request in flight holds one of the executor's ``concurrency`` slots; at most ``per_tenant`` of
-one tenant and an adaptive number of one circuit (tenant, origin) are in flight at once
-(``app.executor.limits``: from ``per_origin_start`` up to ``per_origin`` while the origin answers
-quickly, down on timeouts, 429 and 503, paused by ``Retry-After``). A leased delivery that cannot start
-yet waits in this process holding no slot, so one tenant's slow target never keeps another tenant's
-deliveries from starting; a tenant with as many deliveries waiting as its busiest origin may have in
-flight is not leased more (``ExecutionLeaseFair``'s ``skip_tenants``), so its backlog stays in the queue.
-
-Leasing. The pool leases as slots free, not on a timer: whenever the executor has room for a quarter of
-a batch, or a tenant it stopped leasing has drained half its waiting deliveries, it leases again; with
-nothing ready it sleeps until the queue's next ready time (``ExecutionNextReadyIn``), at most
-``poll_interval_s``, or until the scheduler's and the reaper's wake-up.
-
-Breakers. A per-(tenant, origin) circuit breaker (``app.executor.breaker``) decides at the moment a
-request would leave: a circuit that starts failing narrows, an open one sends nothing and its leased
-executions (waiting or newly leased) are deferred until the cool-down ends, their attempt refunded. A
-request that fails once its circuit is open (it was in flight when the outage began) is deferred the same
-way: an outage spends the attempts of the failures that reveal it and of each probe, no more.
-
-Leases. Deliveries are leased for ``lease_s`` (KAIROS_HTTP_LEASE_S), not for the job's timeout, and
-renewed every third of it while they run or wait, so when an executor dies another retries its
-deliveries within seconds. A delivery that waited longer than ``restart_after_s`` for its slot restarts
-its attempt clock as it starts (it had not started); a shorter wait counts against its timeout.
-
-The client is aiohttp (a keep-alive connection pool per origin address; measured at a sixth of httpx's
-CPU per request). Every request connects to the address the egress policy checked: the URL names that
-address, with the target's ``Host`` header and TLS server name.
+Each leased execution is sent to its target URL, signed, with its idempotency key (``app.executor.http_request``
+says what is sent, ``app.executor.http_send`` how). The pool decides when: it leases as slots free (with
+nothing ready, until the queue's next ready time), keeps at most ``concurrency`` requests in flight, at most
+``per_tenant`` of one tenant and an adaptive number of one (tenant, origin) circuit (``app.executor.limits``);
+a leased delivery that cannot start yet waits here holding no slot, and a tenant with as many waiting as its
+busiest origin may have in flight is not leased more, so its backlog stays in the queue. A per-circuit
+breaker (``app.executor.breaker``) defers the deliveries of an open circuit, attempt refunded, and so the
+requests that fail once it is open. Leases last ``lease_s`` and are renewed while a delivery runs or waits.
+The attempt starts when its request is sent (``sent_at``). The model, its defaults and how to tune them:
+docs/http-delivery.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import os
 import random
-import re
-import socket
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
-from typing import Any, Protocol
-from urllib.parse import urlsplit
-
-import aiohttp
-import msgspec
+from typing import Any
 
 from app import observability
 from app.domain.egress import IPAddress, literal_address
@@ -64,11 +30,23 @@ from app.domain.queues import HTTP_QUEUE
 from app.duties import pause
 from app.errors import EgressRefused, TargetUnresolved
 from app.executor.batching import Coalescer, Deferral, Outcomes
-from app.executor.breaker import BreakerConfig, Breakers, Key
+from app.executor.breaker import Breakers, Key
 from app.executor.egress import EgressPolicy, resolve
+from app.executor.http_config import HttpPoolConfig
+from app.executor.http_request import (
+    FIELD_NAME,
+    FIELD_VALUE,
+    Target,
+    Verdict,
+    delivery_headers,
+    encode_payload,
+    excerpt,
+    origin,
+    request_url,
+)
+from app.executor.http_send import AiohttpSender, Answer, Sender, SendFailed, retry_after_s
 from app.executor.limits import AdaptiveLimit
 from app.executor.payloads import resolve_leased
-from app.executor.signing import sign
 from app.observability import tracing
 from app.store import Database
 from app.store import executions as ex
@@ -78,153 +56,18 @@ log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 429})
 CONGESTION_STATUS = frozenset({429, 503})  # the origin asks for less: the circuit's limit halves
-HTTP_LEASE_S_DEFAULT = 15.0
-ERROR_BODY_BYTES_DEFAULT = 512
-RETRY_AFTER_MAX_S = 3600.0
 # How soon an idle pool looks again when work is ready that its last lease could not take.
 READY_RECHECK_S = 0.02
 READY_RECHECK_SKIPPED_S = 0.1
-TARGETS_CACHED_MAX = 10_000  # a Retry-After further off than this is read as this
+TARGETS_CACHED_MAX = 10_000  # (tenant, URL) targets and literal addresses kept
 # A request must end this long before its lease can no longer be renewed (started_at + the job's timeout).
 _TIMEOUT_MARGIN_S = 0.5
-# Headers Kairos writes on every delivery. A job's static header of one of these names, in any case, is
-# dropped: the delivery's own value wins (receivers rely on them, and two of one name would be ambiguous).
-RESERVED_HEADERS = frozenset({
-    "content-type", "content-length", "transfer-encoding", "connection", "host", "user-agent",
-    "accept-encoding", "idempotency-key", "traceparent", "tracestate", "kairos-job-id", "kairos-execution-id",
-    "kairos-attempt", "kairos-scheduled-for", "kairos-signature",
-})
-
-
-# RFC 9110 5.1 and 5.5: a field name is a token; a value, visible ASCII with spaces and tabs inside (obs-text,
-# bytes over 0x7F, is refused: receivers read it in different charsets).
-_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+").fullmatch
-_FIELD_VALUE = re.compile(r"(?:[\x21-\x7e](?:[\x20\x09]*[\x21-\x7e])*)?").fullmatch
-
-
-def _default_worker_id() -> str:
-    return f"executor@{socket.gethostname()}:{os.getpid()}"
-
-
-@dataclass(frozen=True)
-class HttpPoolConfig:
-    # Requests in flight per executor.
-    concurrency: int = 512
-    # Ceiling of a circuit's (tenant, origin) adaptive limit of requests in flight.
-    per_origin: int = 256
-    # Where a circuit's limit starts (at most per_origin).
-    per_origin_start: int = 32
-    # Requests in flight per tenant, all origins together (None: half of ``concurrency``, at least 1).
-    per_tenant: int | None = None
-    # Executions leased per statement.
-    batch: int = 128
-    # The longest an idle pool sleeps before looking for ready work (wake-ups and due times come sooner).
-    poll_interval_s: float = 0.5
-    # Lease of a delivery, renewed every third of it while the delivery is held (never past its timeout).
-    lease_s: float = HTTP_LEASE_S_DEFAULT
-    # A delivery that waited longer than this for its slot restarts its attempt clock when it starts.
-    restart_after_s: float = 1.0
-    # Answer bytes kept in the error of a failed delivery.
-    error_body_bytes: int = ERROR_BODY_BYTES_DEFAULT
-    worker_id: str = field(default_factory=_default_worker_id)
-    breaker: BreakerConfig = BreakerConfig()
-    isolation: str = "READ COMMITTED"
-
-    def __post_init__(self) -> None:
-        if min(self.concurrency, self.per_origin, self.per_origin_start, self.batch) < 1 or self.lease_s <= 0:
-            raise ValueError("concurrency, per_origin, per_origin_start and batch must be >= 1 and lease_s > 0")
-
-    @property
-    def tenant_slots(self) -> int:
-        return self.per_tenant if self.per_tenant is not None else max(1, self.concurrency // 2)
-
-    @property
-    def renew_every_s(self) -> float:
-        return self.lease_s / 3
-
-    @property
-    def refill_at(self) -> int:
-        """Free room worth a lease statement when the last one stopped for lack of room."""
-        return max(1, min(self.batch, self.concurrency) // 4)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    outcome: str  # succeeded | retry | dead | deferred
-    detail: str = ""
-    retry_after_s: float | None = None
-
-
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    encoding: str | None  # Content-Encoding
-    retry_after: str | None  # Retry-After, as sent
-    excerpt: bytes  # at most error_body_bytes of a non-2xx answer's body
-
-
-class Sender(Protocol):
-    """Sends one request; the pool's own (``AiohttpSender``) or a test's."""
-
-    async def __call__(self, method: str, url: str, body: bytes, headers: dict[str, str],
-                       server_hostname: str | None, timeout_s: float) -> Answer: ...
-
-    async def close(self) -> None: ...
-
-
-class SendFailed(Exception):
-    """The request got no answer: a connection error (a timeout raises TimeoutError)."""
-
-
-class AiohttpSender:
-    def __init__(self, config: HttpPoolConfig) -> None:
-        self.config = config
-        self._session: aiohttp.ClientSession | None = None
-
-    def _open(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self.config.concurrency, limit_per_host=0,
-                                             use_dns_cache=False, enable_cleanup_closed=True)
-            self._session = aiohttp.ClientSession(
-                connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
-                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-                trust_env=False, raise_for_status=False)
-        return self._session
-
-    async def __call__(self, method: str, url: str, body: bytes, headers: dict[str, str],
-                       server_hostname: str | None, timeout_s: float) -> Answer:
-        session = self._open()
-        try:
-            async with session.request(method, url, data=body or None, headers=headers, allow_redirects=False,
-                                       timeout=aiohttp.ClientTimeout(total=timeout_s),
-                                       server_hostname=server_hostname) as response:
-                status = response.status
-                if 200 <= status < 300:
-                    return Answer(status, None, None, b"")
-                raw = bytearray()
-                async for chunk in response.content.iter_chunked(self.config.error_body_bytes):
-                    raw += chunk
-                    if len(raw) >= self.config.error_body_bytes:
-                        break
-                return Answer(status, response.headers.get("Content-Encoding"),
-                              response.headers.get("Retry-After"), bytes(raw))
-        except aiohttp.ClientError as exc:
-            if isinstance(exc, aiohttp.ServerTimeoutError):
-                raise TimeoutError(str(exc)) from exc
-            raise SendFailed(f"{type(exc).__name__}: {exc}") from exc
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-
 @dataclass(eq=False)
 class _Held:
     """A delivery this pool holds the lease of, from the lease to its outcome."""
 
     item: ex.Leased
-    target: _Target | None  # None when the URL is unusable (dead without sending)
+    target: Target | None  # None when the URL is unusable (dead without sending)
     # Monotonic time by which the request must be over: the attempt's start (read before the statement
     # that set it, so never later than the database's) + the job's timeout.
     deadline: float
@@ -242,83 +85,19 @@ class _Held:
         return ex.AttemptRef(self.item.execution_id, self.item.attempt)
 
 
-@dataclass(frozen=True)
-class _Target:
-    key: Key
-    scheme: str
-    host: str
-    port: int
-    netloc: str  # as written (the Host header)
-    path: str  # path and query, as written
-
-
-def _origin(item: ex.Leased) -> _Target | Verdict:
-    """Where a delivery goes, or the verdict of a target that can never be delivered to."""
-    try:
-        url = urlsplit(item.target_ref)
-        host = url.hostname
-        port = url.port or (443 if url.scheme == "https" else 80)
-    except (TypeError, ValueError) as exc:
-        return Verdict("dead", f"invalid target URL: {exc}")
-    if url.scheme not in ("http", "https") or not host:
-        return Verdict("dead", "target is not an absolute http(s) URL")
-    path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-    netloc = url.netloc.rpartition("@")[2]  # never a userinfo part in Host
-    return _Target((item.tenant_id, f"{url.scheme}://{host}:{port}"), url.scheme, host, port, netloc, path)
-
-
-def _excerpt(raw: bytes, limit: int, encoding: str | None) -> str:
-    """At most ``limit`` bytes of an answer as text the database can hold (no NUL, no control characters)."""
-    if encoding and encoding.lower() != "identity":
-        return f"[{encoding}-encoded body not shown]"
-    text = raw[:limit].decode("utf-8", "replace")
-    return "".join(c if c.isprintable() or c in "\t\n" else "\ufffd" for c in text)
-
-
-def retry_after_s(value: str | None, now: float | None = None) -> float | None:
-    """Seconds a ``Retry-After`` value (delay-seconds or an HTTP-date) asks for; None when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return min(float(value), RETRY_AFTER_MAX_S)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    delta = when.timestamp() - (time.time() if now is None else now)
-    return min(max(0.0, delta), RETRY_AFTER_MAX_S)
-
-
-# The payload as compact JSON (msgspec: a fraction of json.dumps's cost; any valid JSON will do, the
-# signature covers the bytes as sent).
-_encode = msgspec.json.Encoder().encode
-
-
-@functools.lru_cache(maxsize=4096)  # a herd's deliveries share a handful of due times
-def _scheduled_text(scheduled_for: datetime) -> str:
-    return ex.idempotency_time(scheduled_for)
-
-
-def _url(scheme: str, address: IPAddress, port: int, path: str) -> str:
-    host = f"[{address}]" if address.version == 6 else str(address)
-    return f"{scheme}://{host}:{port}{path}"
-
-
 class HttpPool:
-    def __init__(self, db: Database, outcomes: Outcomes, config: HttpPoolConfig = HttpPoolConfig(), *,
+    def __init__(self, db: Database, outcomes: Outcomes, config: HttpPoolConfig | None = None, *,
                  egress: EgressPolicy = EgressPolicy(), breakers: Breakers | None = None,
                  transport: Sender | None = None, payloads: PayloadStore | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        config = config or HttpPoolConfig()
         self.db = db
         self.payloads = payloads  # reads the payloads kept in the object store (app.executor.payloads)
         self.outcomes = outcomes
         self.config = config
         self.egress = egress
         self.breakers = breakers or Breakers(config.breaker)
-        self.send: Sender = transport or AiohttpSender(config)
+        self.send: Sender = transport or AiohttpSender(config.concurrency, config.error_body_bytes)
         self.clock = clock
         self.wake = asyncio.Event()
         self._held: dict[str, _Held] = {}  # by execution id
@@ -328,7 +107,7 @@ class HttpPool:
         self._sending_by_key: Counter[Key] = Counter()
         self._sending_by_tenant: Counter[str] = Counter()
         self._limits: dict[Key, AdaptiveLimit] = {}
-        self._targets: dict[tuple[str, str], _Target | Verdict] = {}
+        self._targets: dict[tuple[str, str], Target | Verdict] = {}
         self._literals: dict[tuple[str, int], IPAddress] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._more = asyncio.Event()  # room to lease again (see _lease_loop)
@@ -398,17 +177,17 @@ class HttpPool:
                 self._admit(entry)
         return got
 
-    def _target(self, item: ex.Leased) -> _Target | Verdict:
+    def _target(self, item: ex.Leased) -> Target | Verdict:
         """``_origin``, parsed once per (tenant, URL): a herd's deliveries share a handful of URLs."""
         cache_key = (item.tenant_id, item.target_ref)
         found = self._targets.get(cache_key)
         if found is None:
             if len(self._targets) >= TARGETS_CACHED_MAX:
                 self._targets.clear()
-            found = self._targets[cache_key] = _origin(item)
+            found = self._targets[cache_key] = origin(item)
         return found
 
-    async def _address(self, target: _Target) -> IPAddress:
+    async def _address(self, target: Target) -> IPAddress:
         """The address to connect to (``resolve``); a literal address's answer is kept (the policy is fixed)."""
         found = self._literals.get((target.host, target.port))
         if found is not None:
@@ -730,24 +509,6 @@ class HttpPool:
                                                 retryable=verdict.outcome == "retry", sent_at=sent_at,
                                                 retry_after_s=verdict.retry_after_s))
 
-    def _headers(self, item: ex.Leased, target: _Target, body: bytes) -> dict[str, str]:
-        # The job's static headers first, less those Kairos writes itself (compared in any case).
-        headers = {k: v for k, v in (item.http_headers or {}).items() if k.lower() not in RESERVED_HEADERS}
-        scheduled = _scheduled_text(item.scheduled_for)  # as Leased.idempotency_key writes it
-        headers.update({
-            "Content-Type": "application/json",
-            "User-Agent": "Kairos/1",
-            "Accept-Encoding": "identity",  # the excerpt of a failure's answer is read as it comes
-            "Host": target.netloc,
-            "Idempotency-Key": f"{item.job_id}:{scheduled}",
-            "Kairos-Job-Id": item.job_id,
-            "Kairos-Execution-Id": item.execution_id,
-            "Kairos-Attempt": str(item.attempt),
-            "Kairos-Scheduled-For": scheduled,
-            "Kairos-Signature": sign(item.signing_secret, body),
-        })
-        return headers
-
     async def _attempt(self, entry: _Held, item: ex.Leased, sent: list[datetime]) -> Verdict:
         target = entry.target
         assert target is not None
@@ -767,16 +528,16 @@ class HttpPool:
             return Verdict("retry", "timed out before the request could be sent")
         # GET carries no body (the signature then covers the empty body); the others carry the payload.
         method = item.http_method
-        body = b"" if method == "GET" else _encode(item.payload)
-        headers = self._headers(item, target, body)
+        body = b"" if method == "GET" else encode_payload(item.payload)
+        headers = delivery_headers(item, target, body)
         # The job's own headers against RFC 9110's grammar before anything is sent (Kairos's are valid).
         for name, value in (item.http_headers or {}).items():
-            if not _FIELD_NAME(name) or not _FIELD_VALUE(value):
+            if not FIELD_NAME(name) or not FIELD_VALUE(value):
                 self.breakers.abandon(circuit)
                 return Verdict("dead", f"the request cannot be sent: header {name!r} is not a valid HTTP field "
                                        "(visible ASCII, spaces and tabs only)")
         # Connect to the address the egress policy checked (no second DNS answer can differ).
-        url = _url(target.scheme, address, target.port, target.path)
+        url = request_url(target.scheme, address, target.port, target.path)
         server_hostname = target.host if target.scheme == "https" else None
         began = self.clock()
         sent.append(datetime.now(timezone.utc))
@@ -806,7 +567,7 @@ class HttpPool:
             self.breakers.record_success(circuit)
             self._limit(circuit).succeeded(latency)
             return Verdict("succeeded", str(status))
-        detail = f"HTTP {status}: {_excerpt(answer.excerpt, self.config.error_body_bytes, answer.encoding)}"
+        detail = f"HTTP {status}: {excerpt(answer.excerpt, self.config.error_body_bytes, answer.encoding)}"
         detail = detail.strip().rstrip(":")
         if status in RETRYABLE_STATUS or status >= 500:
             wait = retry_after_s(answer.retry_after) if status in CONGESTION_STATUS else None

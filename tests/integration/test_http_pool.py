@@ -16,7 +16,8 @@ from app.errors import EgressRefused
 from app.executor.batching import Outcomes
 from app.executor.breaker import BreakerConfig
 from app.executor.egress import EgressPolicy, resolve
-from app.executor.http_pool import HTTP_QUEUE, Answer, HttpPool, HttpPoolConfig
+from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
+from app.executor.http_send import Answer
 from app.store.db import Database
 from kairos_sdk.signature import verify
 from tests import factories as tf

@@ -8,7 +8,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from app.executor.http_pool import RETRY_AFTER_MAX_S, retry_after_s
+from app.executor.http_send import RETRY_AFTER_MAX_S, retry_after_s
 from app.executor.limits import AdaptiveLimit
 
 
