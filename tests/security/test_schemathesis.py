@@ -55,7 +55,8 @@ SEMANTIC_FIELDS = (
     "/jobId",  # bulk replay: a UUID (the document says so; older generators ignore formats)
     "cursor",  # one this API issued
     "cron", "tz", "from", "jitterSeconds", "gap", "repeat",  # preview: as a submit's schedule, and a horizon
-    "jobId",  # preview: a cron job of the tenant
+    "jobId",  # preview: a cron or every job of the tenant
+    "every", "startAt",  # preview: an interval such as 15m, and its anchor (an instant, with every only)
     "label",  # key:value
     "Idempotency-Key",
     "",  # PATCH: the merged job is validated as a submit
