@@ -466,6 +466,12 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
     config = config or SupervisorConfig.from_settings(settings)
     observability.setup_logging(settings.log_level, "text", "up")
     observability.setup_metrics("up", otlp_endpoint=settings.otlp_endpoint, otlp_interval_s=settings.otlp_interval_s)
+    # Every series from the start, at 0: a scrape (and a rate() over it) sees the counter before the first restart.
+    for tier in TIERS:
+        for reason in ("exited", "unresponsive"):
+            observability.supervisor_restarts.add(0, {"tier": tier, "reason": reason})
+    if not settings.database_url:
+        observability.supervisor_restarts.add(0, {"tier": "postgres", "reason": "exited"})
     console = Console(highlight=False)
     try:
         check_ports(settings)  # before anything starts: no database, no children
