@@ -95,7 +95,9 @@ class JobController(Controller):
                         name: FromQuery[str | None] = None,
                         name_prefix: Annotated[str | None, QueryParameter(name="namePrefix")] = None,
                         label: Annotated[list[str] | None, QueryParameter(
-                            name="label", description="key:value; repeat to require several")] = None,
+                            name="label", description="a label selector: key:value (or key=value), key!=value, "
+                                                      "'key in (a,b)', 'key notin (a,b)', key (has it), !key "
+                                                      "(has not); comma-separated or repeated, all must hold")] = None,
                         cursor: FromQuery[str | None] = None,
                         limit: FromQuery[int | None] = None) -> Response[schemas.JobPage]:
         rows, nxt = await service.list_jobs(db, tenant.tenant_id, state=job_state, name=name, cursor=cursor,

@@ -19,7 +19,7 @@ WHERE j.tenant_id = :tenant_id AND j.job_id = :job_id;
 SELECT * FROM jobs WHERE tenant_id = :tenant_id AND job_id = :job_id FOR UPDATE;
 
 -- name: JobList
--- A page of a tenant's jobs, newest first, filtered by reported state (app.domain.states.reported_job_state), exact name, name prefix and labels (all given pairs); keyset cursor.
+-- A page of a tenant's jobs, newest first, filtered by reported state (app.domain.states.reported_job_state), exact name, name prefix, labels (all given pairs) and label selectors (a JSON array of {k, op: in|notin|exists|absent, vs}, all met); keyset cursor.
 SELECT * FROM (
     SELECT j.*, fin.state AS last_outcome, fin.finished_at AS last_finished_at,
            (open.execution_id IS NOT NULL) AS has_open,
@@ -41,6 +41,17 @@ SELECT * FROM (
       AND (CAST(:name_prefix AS TEXT) IS NULL
            OR substr(j.name, 1, length(CAST(:name_prefix AS TEXT))) = CAST(:name_prefix AS TEXT))
       AND (CAST(:labels AS JSONB) IS NULL OR j.labels @> CAST(:labels AS JSONB))
+      AND (CAST(:selectors AS JSONB) IS NULL OR NOT EXISTS (
+           SELECT 1 FROM jsonb_array_elements(CAST(:selectors AS JSONB)) AS s (sel)
+           WHERE NOT CASE s.sel ->> 'op'
+               WHEN 'exists' THEN j.labels -> (s.sel ->> 'k') IS NOT NULL
+               WHEN 'absent' THEN j.labels -> (s.sel ->> 'k') IS NULL
+               WHEN 'in' THEN coalesce(j.labels ->> (s.sel ->> 'k') IN (
+                   SELECT jsonb_array_elements_text(s.sel -> 'vs')), false)
+               -- notin: a job without the key matches too (Kubernetes' != and notin)
+               ELSE coalesce(j.labels ->> (s.sel ->> 'k') NOT IN (
+                   SELECT jsonb_array_elements_text(s.sel -> 'vs')), true)
+           END))
       AND (CAST(:after_created AS TIMESTAMPTZ) IS NULL
            OR (j.created_at, j.job_id) < (CAST(:after_created AS TIMESTAMPTZ), CAST(:after_id AS UUID)))
 ) AS listed
