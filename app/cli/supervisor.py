@@ -518,6 +518,8 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
         for child in sup.children:
             sup.start(child)
         await sup.wait_ready()
+        # The demo job before the banner: a refused one ends `kairos up` before it says it is up.
+        created = await submit_demo_job(settings, key) if demo else None
         where = "embedded PostgreSQL in " + str(settings.pgdata) if not settings.database_url else "KAIROS_DATABASE_URL"
         console.print(f"[bold]Kairos is up[/]\n"
                       f"  API       {settings.api_url}   (OpenAPI: {settings.api_url}/schema)\n"
@@ -529,8 +531,7 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
                       f"  signing   {demo_tenant.signing_secret}   (the demo tenant's HTTP signing secret)\n"
                       f"Try:  curl -H 'Authorization: Bearer {key}' {settings.api_url}/v1/jobs\n"
                       f"Stop with Ctrl-C.", soft_wrap=True)
-        if demo:
-            created = await submit_demo_job(settings, key)
+        if created is not None:
             console.print(f"demo job submitted: {json.dumps(created)}")
         watcher = asyncio.create_task(sup.watch(), name="supervisor-watch")
         duties = [asyncio.create_task(supervise("supervisor-health", sup.check_health, stop), name="supervisor-health"),
