@@ -45,7 +45,7 @@ test: $(DEV) lint typecheck
 
 ## Regenerate the SDK's gRPC modules from app/rpc/worker.proto.
 proto: $(DEV)
-	$(PY) -m app.rpc.codegen
+	$(PY) -m scripts.codegen
 
 ## The end-to-end herd benchmark (REST submit -> scheduler -> executor -> SDK workers, each its own
 ## process), never part of the suite; BENCH_ARGS="--scenarios herd10k,light" picks scenarios.
@@ -64,6 +64,30 @@ bench-probes: $(DEV)
 ## Locust against a throwaway `kairos up --demo`, headless, bounded (LOCUST_ARGS="-u 50 -t 60s --shape herd").
 loadtest: $(DEV)
 	$(PY) loadtest/run_locust.py $(LOCUST_ARGS)
+
+## Every failure drill in every mode (kairos drill ...; runbooks/region-failover.md), then the Patroni drill's test.
+## Each drill stops itself after DRILL_TIMEOUT seconds (and is sent SIGTERM a minute later if it has not);
+## the Debian packages the Patroni mode needs (patroni, etcd-server, etcd-client) are installed with
+## apt-get when a command is missing. Never part of `make test`.
+DRILL_TIMEOUT ?= 180
+DRILL_SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DRILL_MODES := "region-failover" "region-failover --async --link-stall 1" "region-failover --failover patroni" \
+	"region-failover --failover patroni --async --link-stall 1" "db-failover" "db-failover --async --link-stall 1" \
+	"scheduler-kill" "worker-stall"
+.PHONY: drills
+drills: $(DEV)
+	@command -v patroni >/dev/null && command -v etcd >/dev/null && command -v etcdctl >/dev/null || { \
+	  $(DRILL_SUDO) apt-get update && \
+	  $(DRILL_SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+	    patroni etcd-server etcd-client; }
+	@failed=""; for args in $(DRILL_MODES); do \
+	  echo "== kairos drill $$args"; \
+	  timeout -s TERM $$(( $(DRILL_TIMEOUT) + 60 )) $(BIN)/kairos drill $$args --timeout $(DRILL_TIMEOUT) \
+	    || failed="$$failed; $$args"; \
+	done; \
+	KAIROS_PATRONI_DRILL=1 $(PY) -m pytest -q -p no:cacheprovider -rs tests/chaos/test_drill_patroni.py \
+	  || failed="$$failed; test_drill_patroni.py"; \
+	if [ -n "$$failed" ]; then echo "drills failed: $${failed#; }"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) .kairos

@@ -15,6 +15,7 @@ SDK (kairos_sdk) is a separate distribution and reads KAIROS_GRPC_ADDR and KAIRO
 from __future__ import annotations
 
 import base64
+import ipaddress
 import math
 import os
 import re
@@ -120,10 +121,27 @@ def _flag(raw: str) -> bool:
     return raw.strip() == "1"
 
 
+def _ports(raw: str) -> tuple[int, ...]:
+    ports = tuple(int(p) for p in _csv(raw))  # ValueError when one is no integer
+    if any(not 1 <= p <= 65535 for p in ports):
+        raise ValueError(raw)
+    return ports
+
+
+def _proxies(raw: str) -> tuple[str, ...]:
+    entries = _csv(raw)
+    for entry in entries:
+        if entry != "*":
+            ipaddress.ip_network(entry, strict=False)  # ValueError when it is neither an address nor a network
+    return entries
+
+
 DATABASE_URL = Parser("empty or a postgresql://, postgres:// or cockroachdb:// URL", _database_url)
 DIRECTORY = Parser("a directory path", _directory)
 CSV = Parser("a comma-separated list", _csv)
 FLAG = Parser("1, 0 or empty", _flag)
+PORTS = Parser("empty or a comma-separated list of ports (1-65535)", lambda raw: _ports(raw))
+PROXIES = Parser("empty or a comma-separated list of IP addresses or networks (CIDR), or *", _proxies)
 
 
 def _secret(raw: str) -> str:
@@ -222,11 +240,16 @@ class Settings:
     grpc_host: str = setting("KAIROS_GRPC_HOST", "127.0.0.1", text(), "worker protocol listen address (executor)")
     grpc_port: int = setting(
         "KAIROS_GRPC_PORT", 50051, integer(0, 65535, " (0 picks a free port)"), "worker protocol port (executor)")
-    # 0.0.0.0 by default, unlike the other hosts: the kubelet probes this port on the pod's address.
+    # Loopback by default, like the other hosts: per-tenant series live there. In a pod the chart sets the
+    # pod's address, which the kubelet probes and Prometheus scrapes (with KAIROS_METRICS_TOKEN).
     metrics_host: str = setting(
-        "KAIROS_METRICS_HOST", "0.0.0.0", text(),
+        "KAIROS_METRICS_HOST", "127.0.0.1", text(),
         "listen address of the metrics port (`/metrics`, `/healthz`, `/readyz`; see "
-        "[observability.md](observability.md))")
+        "[observability.md](observability.md)); the Helm chart sets the pod's address")
+    metrics_token: str = setting(
+        "KAIROS_METRICS_TOKEN", "", SECRET, shown="empty",
+        doc="bearer token `/metrics` requires, on the metrics port and on the API port (`Authorization: Bearer "
+            "<token>`, compared in constant time; `/healthz` and `/readyz` never need it); empty: none")
     metrics_port: int = setting(
         "KAIROS_METRICS_PORT", 9464, integer(0, 65535, " (0: none)"),
         "metrics port of a scheduler or executor, and of `kairos api` (its supervisor answers for all its "
@@ -254,7 +277,15 @@ class Settings:
         "KAIROS_HTTP_EGRESS_ALLOW", (), CSV, shown="empty",
         doc="comma-separated IPs, CIDRs or host names HTTP targets may reach despite the egress policy "
             "([http-delivery.md](http-delivery.md))")
-    http_concurrency: int = setting("KAIROS_HTTP_CONCURRENCY", 64, integer(1), "HTTP deliveries in flight per executor")
+    http_concurrency: int = setting("KAIROS_HTTP_CONCURRENCY", 512, integer(1),
+                                    "HTTP deliveries in flight per executor")
+    http_per_tenant: int = setting(
+        "KAIROS_HTTP_PER_TENANT", 0, integer(0),
+        doc="HTTP deliveries of one tenant in flight per executor (0: half of KAIROS_HTTP_CONCURRENCY)")
+    http_per_origin: int = setting(
+        "KAIROS_HTTP_PER_ORIGIN", 256, integer(1),
+        doc="ceiling of the adaptive limit of one (tenant, origin)'s HTTP deliveries in flight per executor "
+            "([http-delivery.md](http-delivery.md))")
     http_lease_s: float = setting(
         "KAIROS_HTTP_LEASE_S", 15.0, number(minimum=1.0), shown="`15`",
         doc="lease of an HTTP delivery, renewed every third of it while the request runs (never past the job's "
@@ -322,6 +353,12 @@ class Settings:
     auth_failure_window_s: float = setting(
         "KAIROS_AUTH_FAILURE_WINDOW_S", 60.0, number(exclusive=True), shown="`60`",
         doc="the window of `KAIROS_AUTH_FAILURE_LIMIT`, in seconds")
+    trusted_proxies: tuple[str, ...] = setting(
+        "KAIROS_TRUSTED_PROXIES", (), PROXIES, shown="empty",
+        doc="the reverse proxies or load balancers in front of the API whose `X-Forwarded-For` and "
+            "`X-Forwarded-Proto` are believed (addresses or CIDR networks, comma-separated; uvicorn's "
+            "`forwarded_allow_ips`); empty: none, not even loopback, and the client address is the TCP peer "
+            "([quotas.md](quotas.md))")
     # Regions (docs/regions.md): schedulers outside the primary region stand by.
     region: str = setting(
         "KAIROS_REGION", "", text(required=False),
@@ -400,6 +437,15 @@ class Settings:
         doc="set by `kairos up` for its children, a new random value per run: `/healthz` and the executor's "
             "gRPC port answer it, so `kairos up` knows the ports it probes are served by its own processes; "
             "do not set it")
+    installation_ports: tuple[int, ...] = setting(
+        "KAIROS_INSTALLATION_PORTS", (), PORTS, section="internal", shown="empty",
+        doc="set by `kairos up` and `kairos api` for their children: every port the installation listens on "
+            "(API, gRPC, each metrics port, the database), which HTTP targets may never reach, at submit as at "
+            "delivery ([http-delivery.md](http-delivery.md)); do not set it")
+    up_heartbeat_file: str = setting(
+        "KAIROS_UP_HEARTBEAT_FILE", "", text(required=False), section="internal", shown="empty",
+        doc="set by `kairos up` for its scheduler and executor: a file the process touches every second while "
+            "its event loop and watched loops run, the supervisor's liveness check (no port needed); do not set it")
 
     @property
     def max_payload_bytes(self) -> int:

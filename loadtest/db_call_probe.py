@@ -6,7 +6,7 @@ Component probe (seeds rows, no tiers, one process): not the user's path; the fi
 Creates its own database (on the embedded PostgreSQL under --home, or on KAIROS_DATABASE_URL's
 server) with one tenant, one job and cycles x batch ready executions per round, then leases
 ``batch`` and completes them, ``cycles`` times: once with each call in a transaction at READ
-COMMITTED (as the executor ran them before 2026-12-02), once with each as one autocommit statement
+COMMITTED (as the executor once ran them), once with each as one autocommit statement
 (``Database.statement``), twice over, interleaved. Prints this process's CPU per cycle.
 """
 

@@ -5,7 +5,7 @@
 Builds the entries the way the DueLoader does (a DueEntry per due_index row, with its own UUIDs
 and datetimes, as the driver returns them), adds them to a DueHeap under tracemalloc, and prints
 the bytes allocated per entry: everything the heap keeps for them (its columns, key index, order
-buckets and tables), plus the last page of rows the probe still holds. Target (issue 7): <= 150 B
+buckets and tables), plus the last page of rows the probe still holds. Target: <= 150 B
 per entry with 1,000,000 upcoming entries loaded.
 
 Then, without tracemalloc, it builds ``--timing-entries`` entries the same way (0: none; by

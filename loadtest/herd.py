@@ -60,7 +60,10 @@ from app.store import (  # noqa: E402
 from app.store.db import Database, create_engine  # noqa: E402
 
 POOL = "herd"
-ALL_SCENARIOS = ("herd100k", "herd10k", "mixed", "light", "steady", "short", "submit", "command", "memory")
+import http_herd  # noqa: E402  (beside this file: the HTTP-target scenarios)
+
+ALL_SCENARIOS = ("herd100k", "herd10k", "mixed", "light", "steady", "short", "submit", "command", "memory",
+                 *http_herd.SCENARIOS)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -126,6 +129,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--results-dir", default=str(ROOT / "loadtest" / "results"))
     g.add_argument("--strict", action="store_true", help="exit 1 when any target is missed")
     g.add_argument("--seed", type=int, default=7)
+    http_herd.add_arguments(p)
     p.add_argument("--worker-child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     unknown = [s for s in args.scenarios.split(",") if s and s not in ALL_SCENARIOS]
@@ -572,8 +576,12 @@ class TenantInfo:
 class Stack:
     """A fresh database, the three tiers and the workers of one scenario."""
 
-    def __init__(self, run: Run, label: str, command: list[str] | None = None) -> None:
+    def __init__(self, run: Run, label: str, command: list[str] | None = None, *,
+                 env: dict[str, str] | None = None, workers: bool = True) -> None:
         self.run = run
+        self.extra_env = env or {}  # the scenario's own tier settings (before --tier-env's)
+        self.with_workers = workers  # False: no worker processes (HTTP targets only)
+        self.cpu_roots: dict[str, list[int]] = {}  # the scenario's own processes, counted in cpu()
         # None: SDK worker processes with a no-op handler; else `kairos worker -- command` processes.
         self.command = command
         self.label = label
@@ -596,6 +604,7 @@ class Stack:
                     "KAIROS_API_HOST": "127.0.0.1", "KAIROS_GRPC_HOST": "127.0.0.1",
                     "KAIROS_LOG_LEVEL": self.run.args.log_level, "PYTHONUNBUFFERED": "1",
                     sealing.SECRET_KEY_VARIABLE: os.environ[sealing.SECRET_KEY_VARIABLE]})
+        env.update(self.extra_env)
         for item in self.run.args.tier_env:
             k, _, v = item.partition("=")
             env[k] = v
@@ -626,6 +635,7 @@ class Stack:
         await self._ready()
         self.api_processes = max(1, self._api_process_count())
         count = self.run.args.workers if self.command is None else self.run.args.command_workers
+        count = count if self.with_workers else 0
         for i in range(count):
             addr = f"127.0.0.1:{grpc_ports[i % len(grpc_ports)]}"
             spec = {"pool": POOL, "addr": addr,
@@ -720,6 +730,7 @@ class Stack:
         for name, p in self.tiers.items():  # executor replicas count as the executor tier
             roots["executor" if name.startswith("executor") else name].append(p.popen.pid)
         roots["workers"] = [w.popen.pid for w in self.workers]
+        roots.update(self.cpu_roots)
         pm = self.run.server.postmaster_pid()
         if pm:
             roots["postgres"] = [pm]
@@ -894,7 +905,7 @@ class Run:
                 "cpus": os.cpu_count(), "loadAverageAtStart": os.getloadavg(), "python": sys.version.split()[0],
                 "pythonLoopMs": self.loop_ms,
                 "command": " ".join(["loadtest/herd.py", *sys.argv[1:]]),
-                "config": {k: v for k, v in vars(a).items() if k != "worker_child"}}
+                "config": {k: v for k, v in vars(a).items() if k not in ("worker_child", "results_dir")}}
 
     def save(self) -> None:
         self.out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -905,8 +916,8 @@ class Run:
 
 def python_loop_ms() -> float:
     """CPU milliseconds of a fixed pure-Python workload, best of five: how fast this machine runs Python
-    right now. The same code measured half as fast on one day as on the day before (loadtest/README.md,
-    "Eighth session"), so a run's figures are read beside this one."""
+    right now. The same code measured half as fast on one day as on the day before (docs/performance.md,
+    "Measuring on this machine"), so a run's figures are read beside this one."""
     best = math.inf
     for _ in range(5):
         t = time.process_time()
@@ -989,19 +1000,28 @@ def drain_timeout(run: Run, jobs: int) -> float:
 
 # -- herd scenarios ----------------------------------------------------------------------------------
 
+BodyOf = Callable[[str, str, dict[str, Any]], bytes]  # (job name, tenant, schedule) -> a job's JSON
+
+
+def queue_body(name: str, _tenant: str, schedule: dict[str, Any]) -> bytes:
+    return job_body(name, schedule)
+
+
 async def herd(run: Run, name: str, groups: list[tuple[str, int]],
-               command: list[str] | None = None) -> dict[str, Any]:
-    """All jobs of groups [(tenant, jobs)] due at one instant T, submitted (interleaved) before T."""
+               command: list[str] | None = None, *, body_of: BodyOf = queue_body,
+               stack: Stack | None = None) -> dict[str, Any]:
+    """All jobs of groups [(tenant, jobs)] due at one instant T, submitted (interleaved) before T;
+    body_of writes each tenant's job (default: the shared worker pool), stack is the scenario's own."""
     args = run.args
     total = sum(n for _, n in groups)
-    stack = Stack(run, name, command)
+    stack = stack or Stack(run, name, command)
     try:
         await stack.up([g for g, _ in groups])
-        keys = [stack.tenants[g].key for g, n in groups for _ in range(n)]
+        keys = [(stack.tenants[g].key, g) for g, n in groups for _ in range(n)]
         random.Random(args.seed).shuffle(keys)
         # Calibrate the submit rate with jobs due tomorrow, then pick T so the submits land before it.
-        cal_key = keys[0]
-        cal_body = job_body("calibrate", {"runAt": iso(datetime.now(timezone.utc) + timedelta(days=1))})
+        cal_key = keys[0][0]
+        cal_body = body_of("calibrate", keys[0][1], {"runAt": iso(datetime.now(timezone.utc) + timedelta(days=1))})
         cal = await submit(stack.http, lambda i: (cal_key, cal_body), count=min(1000, max(50, total // 20)),
                            concurrency=args.submit_concurrency, stop_at=time.monotonic() + 3)
         rate = max(20.0, cal.ok_items / cal.seconds if cal.seconds else 20.0)
@@ -1010,10 +1030,12 @@ async def herd(run: Run, name: str, groups: list[tuple[str, int]],
         if need > run.left():
             raise ScenarioFailed(f"needs about {need:.0f} s (submits at {rate:.0f}/s), {run.left():.0f} s left")
         t_due = math.ceil(time.time() + lead)
-        body = job_body("herd", {"runAt": iso(datetime.fromtimestamp(t_due, timezone.utc))})
+        schedule = {"runAt": iso(datetime.fromtimestamp(t_due, timezone.utc))}
+        bodies = {g: body_of("herd", g, schedule) for g, _ in groups}
         print(f"  [{name}] {total} jobs over {len(groups)} tenant(s); calibrated submits {rate:.0f}/s; "
               f"T in {t_due - time.time():.1f} s")
-        sub = await submit(stack.http, lambda i: (keys[i], body), count=total, concurrency=args.submit_concurrency)
+        sub = await submit(stack.http, lambda i: (keys[i][0], bodies[keys[i][1]]), count=total,
+                           concurrency=args.submit_concurrency)
         submitted_at = time.time()
         accepted = stack.sql1("SELECT count(*) FROM jobs WHERE name = 'herd'")
         print(f"  [{name}] submitted {sub.ok_items}/{total} in {sub.seconds:.1f} s ({sub.ok_items / sub.seconds:,.0f}/s)"
@@ -1341,7 +1363,7 @@ async def scenario_command(run: Run) -> None:
     """`kairos worker -- true` (a process per execution) against asyncio spawning `true` on the same machine.
 
     This machine's spawn rate moves by a sixth between one second and the next, and by half between
-    minutes (loadtest/README.md, "Sixteenth session"), so one baseline against one herd a minute later
+    minutes (docs/performance.md, "Measuring on this machine"), so one baseline against one herd a minute later
     measured the machine as much as Kairos. Each round runs its herd between two baselines (before the
     stack starts, after it stops) and compares it with their mean; the figure is the median round."""
     a = run.args
@@ -1389,7 +1411,7 @@ async def scenario_memory(run: Run) -> None:
 
 SCENARIOS = {"herd100k": scenario_herd100k, "herd10k": scenario_herd10k, "mixed": scenario_mixed,
              "light": scenario_light, "steady": scenario_steady, "short": scenario_short, "submit": scenario_submit,
-             "command": scenario_command, "memory": scenario_memory}
+             "command": scenario_command, "memory": scenario_memory, **http_herd.SCENARIOS}
 
 
 # -- output ------------------------------------------------------------------------------------------

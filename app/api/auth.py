@@ -3,9 +3,12 @@
 A client address that fails to authenticate too often is throttled: each failed attempt (no key,
 a malformed header, an unknown or revoked key) takes a token from the address's bucket, which holds
 ``KAIROS_AUTH_FAILURE_LIMIT`` and refills that many per ``KAIROS_AUTH_FAILURE_WINDOW_S``. While it
-holds less than one, the address's requests are answered 429 with ``Retry-After`` before the key is
-looked at, so guessing keys costs the guesser time and the database nothing. The buckets are per
-API process (docs/quotas.md).
+holds less than one, the address's failed attempts are answered 429 with ``Retry-After`` instead of
+401, and the keys it presents are looked up one at a time per process (``KeyCache.resolve(queued=True)``)
+after the key caches, so guessing costs the database one lookup at a time. A valid key is never
+refused for failures made from the same address: clients behind one NAT or proxy, or an attacker
+naming the address, cannot lock a tenant out. The buckets are per API process (docs/quotas.md). The
+address is the TCP peer, or what a proxy listed in ``KAIROS_TRUSTED_PROXIES`` forwarded.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 from uuid import UUID
 
 from litestar import Request
@@ -68,7 +72,8 @@ class AuthThrottle:
 
 
 def client_address(request: Request) -> str:
-    """The peer's address (uvicorn puts a trusted proxy's X-Forwarded-For there; see docs/quotas.md)."""
+    """The peer's address (uvicorn puts the X-Forwarded-For of a proxy in KAIROS_TRUSTED_PROXIES there,
+    and only of those; see docs/quotas.md)."""
     return request.client.host if request.client else ""
 
 
@@ -77,8 +82,8 @@ async def provide_db(state: State) -> Database:
 
 
 def refuse_if_throttled(request: Request, state: State) -> str:
-    """The client's address; AuthenticationThrottled (429) while it is throttled. Call it before
-    looking at any credential the request carries (the viewer's admin token too)."""
+    """The client's address; AuthenticationThrottled (429) while it is throttled. For a credential that
+    can be guessed and costs nothing to check (the viewer's operator token): call it first."""
     throttle: AuthThrottle = state.auth_throttle
     client = client_address(request)
     if (wait := throttle.wait_s(client)) > 0:
@@ -87,19 +92,28 @@ def refuse_if_throttled(request: Request, state: State) -> str:
     return client
 
 
+def _refused(throttle: AuthThrottle, client: str, was_throttled: bool, refusal: errors.KairosError) -> NoReturn:
+    """Raise 429 when the address is throttled already (the attempt costs no further token: the wait it
+    is told stays the wait it has), else count the failed attempt and raise ``refusal``."""
+    if was_throttled:
+        observability.auth_throttled.add(1)
+        raise errors.AuthenticationThrottled(max(1, math.ceil(throttle.wait_s(client))))
+    throttle.failed(client)
+    raise refusal
+
+
 async def provide_tenant(request: Request, state: State) -> TenantContext:
-    client = refuse_if_throttled(request, state)
     throttle: AuthThrottle = state.auth_throttle
+    client = client_address(request)
+    throttled = throttle.wait_s(client) > 0
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
-        throttle.failed(client)
-        raise errors.Unauthorized()
+        _refused(throttle, client, throttled, errors.Unauthorized())
     keys: tenants.KeyCache = state.key_cache
-    principal = await keys.resolve(state.db, key.strip())
+    principal = await keys.resolve(state.db, key.strip(), queued=throttled)
     if principal is None:
-        throttle.failed(client)
-        raise errors.Unauthorized("the API key is unknown or revoked")
+        _refused(throttle, client, throttled, errors.Unauthorized("the API key is unknown or revoked"))
     if principal.tenant_id is None:
         raise errors.Forbidden("a pool worker key cannot use the REST API")
     request.state.tenant_id = principal.tenant_id  # for the request's log line (app.api.telemetry)

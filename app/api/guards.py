@@ -9,8 +9,11 @@ without doing anything:
   listing what the path takes, and ``OPTIONS`` answers 204 with the same ``Allow`` (Litestar's own
   OPTIONS answer lists the methods of the first handler registered on a path, not of all of them).
 * **Query parameters.** No name or value may hold the NUL character: PostgreSQL refuses it in
-  text, so it would otherwise come back from the database as a 500. The problem names the
-  parameter.
+  text, so it would otherwise come back from the database as a 500. And each parameter the
+  operation documents is read as the OpenAPI document types it, so the parser and the document
+  agree: a parameter that is not an array comes once (``?limit=1&limit=2`` is refused, not read
+  as one of them), and an integer one is digits (``null``, ``true`` and ``5.0`` are refused: an
+  optional parameter is left out, never sent as null). The problem names the parameter.
 * **Authentication first.** A route that takes the ``tenant`` dependency checks the API key here,
   before Litestar decodes its body or query: a request without a valid key is 401 whatever it
   carries, never a 422 that tells an unauthenticated client how the route validates. (The
@@ -19,13 +22,16 @@ without doing anything:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from typing import Any
 
 from litestar import Request, Response
 from litestar.exceptions import MethodNotAllowedException
 
 from app import errors
-from app.api.auth import provide_tenant
+from app.api.auth import provide_tenant, refuse_if_throttled
+from app.api.viewer import bearer, is_admin_token
 
 # Routes whose last segment is ``{id}`` or ``{id}:{action}``: POST is for the actions only.
 ACTION_ROUTES = frozenset({"/v1/jobs/{job_ref}", "/v1/executions/{execution_ref}"})
@@ -62,6 +68,45 @@ def route_methods(request: Request) -> frozenset[str]:
 
 
 _TABLE_KEY = "guards_route_methods"
+_QUERY_KEY = "guards_query_parameters"
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+def query_parameters(request: Request) -> dict[str, dict[str, Any]]:
+    """The query parameters the operation of ``request`` documents (name -> schema), read once per app from
+    its OpenAPI document, by operationId."""
+    state = request.app.state
+    table: dict[str, dict[str, dict[str, Any]]] | None = state.get(_QUERY_KEY)
+    if table is None:
+        document = request.app.openapi_schema.to_schema()
+        table = {}
+        for item in document.get("paths", {}).values():
+            for operation in item.values():
+                if isinstance(operation, dict) and "operationId" in operation:
+                    parameters = operation.get("parameters", ())
+                    table[operation["operationId"]] = {p["name"]: p.get("schema", {}) for p in parameters
+                                                       if p.get("in") == "query"}
+        state[_QUERY_KEY] = table
+    operation_id = getattr(request.scope.get("route_handler"), "operation_id", None)
+    return table.get(operation_id, {}) if isinstance(operation_id, str) else {}
+
+
+def check_query(request: Request) -> None:
+    """Refuse (InvalidParameter) a documented query parameter given twice though it is no array, or an
+    integer one that is not digits."""
+    documented = query_parameters(request)
+    seen: set[str] = set()
+    for name, value in request.query_params.multi_items():
+        schema = documented.get(name)
+        if schema is None:
+            continue
+        kind = schema.get("type")
+        if name in seen and kind != "array":
+            raise errors.InvalidParameter(name, "is given once (it is not a list)")
+        seen.add(name)
+        if kind == "integer" and not _INTEGER.fullmatch(value):
+            raise errors.InvalidParameter(name, f"must be an integer written in digits, got {value[:40]!r}; leave an "
+                                                "optional parameter out rather than sending null")
 
 
 async def before_request(request: Request) -> Response[None] | None:
@@ -72,10 +117,18 @@ async def before_request(request: Request) -> Response[None] | None:
         raise MethodNotAllowedException(headers={"Allow": allow})
     if request.method == "OPTIONS":
         return Response(None, status_code=204, headers={"Allow": allow})
-    if "tenant" in request.route_handler.parsed_fn_signature.parameters:
+    parameters = request.route_handler.parsed_fn_signature.parameters
+    if "tenant" in parameters:
         await provide_tenant(request, request.app.state)
+    elif "viewer" in parameters:  # a tenant key or the operator's admin token (app.api.viewer)
+        state = request.app.state
+        if is_admin_token(bearer(request), state.settings.admin_token):
+            refuse_if_throttled(request, state)
+        else:
+            await provide_tenant(request, state)
     for name, value in request.query_params.multi_items():
         if "\x00" in name or "\x00" in value:
             raise errors.InvalidParameter(name.replace("\x00", "\\u0000"),
                                           "must not contain the NUL character (U+0000)")
+    check_query(request)
     return None

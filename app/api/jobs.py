@@ -41,10 +41,11 @@ def if_match_versions(header: str | None) -> frozenset[int] | None:
         tag = part.strip()
         if tag.startswith("W/"):
             continue
-        opaque = tag[1:-1] if len(tag) >= 2 and tag[0] == tag[-1] == '"' else tag
-        if opaque.isdigit():
-            versions.add(int(opaque))
-        elif opaque == tag:
+        quoted = len(tag) >= 2 and tag[0] == tag[-1] == '"'
+        digits = tag.strip('"')  # the document's pattern lets either quote go missing: read the number
+        if digits.isdigit() and len(digits) <= 18:
+            versions.add(int(digits))
+        elif not quoted:  # a quoted tag that names no version matches nothing; anything else is no tag
             raise errors.InvalidInput("If-Match", 'the job\'s ETag, e.g. If-Match: "3"')
     return frozenset(versions)
 
@@ -149,16 +150,28 @@ class JobController(Controller):
         if verb == "resume":
             body = schemas.decode_body(raw, schemas.ResumeIn)
             return Response(service.job_out(await service.resume(db, tenant.tenant_id, job_id, body.missed)))
+        manual = state.submit_writer.manual
         if verb == "run":
             run = schemas.decode_body(raw, schemas.RunIn)
-            job, execution_id = await service.run_now(db, tenant.tenant_id, job_id, run.overlap)
+            await manual.admit(tenant.tenant_id, 1)
+            try:
+                job, execution_id = await service.run_now(db, tenant.tenant_id, job_id, run.overlap)
+            except BaseException:
+                manual.unused(tenant.tenant_id, 1)
+                raise
             out = schemas.RunOut(execution_id=str(execution_id), job=service.job_out(job))
             return Response(out, status_code=202, headers={"Location": f"/v1/jobs/{job_id}/executions"})
         if not raw.strip():
             raise errors.MalformedBody("", "is empty; :backfill needs {\"from\": ..., \"to\": ...}")
         fill = schemas.decode_body(raw, schemas.BackfillIn)
-        created, existing, nxt, note = await service.backfill(db, state.settings, tenant.tenant_id, job_id, fill.from_,
-                                                        fill.to, fill.overlap)
+        # At most what the tenant's manual-run quotas admit now; nextFrom says where to go on.
+        admitted = await manual.admit(tenant.tenant_id, service.MAX_BACKFILL)
+        created = 0
+        try:
+            created, existing, nxt, note = await service.backfill(db, state.settings, tenant.tenant_id, job_id,
+                                                                  fill.from_, fill.to, fill.overlap, limit=admitted)
+        finally:
+            manual.unused(tenant.tenant_id, admitted - created)
         return Response(schemas.BackfillOut(created=created, existing=existing, next_from=nxt, note=note),
                         status_code=202)
 

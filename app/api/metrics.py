@@ -36,11 +36,11 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from litestar import Controller, Response, get
+from litestar import Controller, Request, Response, get
 from litestar.datastructures import State
 
 from app import observability
-from app.observability.probes import serve_probes
+from app.observability.probes import scrape_allowed, serve_probes
 from app.observability.prometheus import TierView
 from app.store import Database, health
 
@@ -123,8 +123,9 @@ async def start_worker_listener(directory: str, db: Database) -> asyncio.Server:
 class TierMetrics:
     """The supervisor's side: asks the workers ``pids()`` names, merges, serves the tier's answer."""
 
-    def __init__(self, directory: str, host: str, port: int) -> None:
+    def __init__(self, directory: str, host: str, port: int, metrics_token: str = "") -> None:
         self.directory = directory
+        self.metrics_token = metrics_token
         self.pids: Callable[[], Sequence[int]] = list
         self.host, self.port = host, port
         self.view = TierView()
@@ -161,7 +162,8 @@ class TierMetrics:
         try:
             servers.append(await _serve_unix(os.path.join(self.directory, TIER_SOCKET), self._answer))
             if self.port:
-                probes = await serve_probes(self.host, self.port, metrics=self.scrape, ready=self.ready)
+                probes = await serve_probes(self.host, self.port, metrics=self.scrape, ready=self.ready,
+                                            metrics_token=self.metrics_token)
                 if probes is not None:
                     servers.append(probes)
         finally:
@@ -195,12 +197,25 @@ class MetricsController(Controller):
     include_in_schema = False
 
     @get("/metrics", media_type=observability.EXPOSITION_CONTENT_TYPE)
-    async def metrics(self, state: State) -> Response[bytes]:
+    async def metrics(self, request: Request, state: State) -> Response[bytes]:
+        if not scrape_allowed(request.headers.get("authorization", ""), state.settings.metrics_token):
+            return Response(b"/metrics needs Authorization: Bearer <KAIROS_METRICS_TOKEN>\n", status_code=401,
+                            media_type="text/plain", headers={"WWW-Authenticate": "Bearer"})
         directory = state.settings.api_metrics_dir
         if not directory:
-            return Response(observability.exposition(), media_type=observability.EXPOSITION_CONTENT_TYPE)
-        # The supervisor asks every worker (this one too) with ASK_TIMEOUT_S each, at once.
-        text = await ask(str(Path(directory) / TIER_SOCKET), "metrics", timeout_s=2 * ASK_TIMEOUT_S)
-        if text is None:
-            return Response(b"the api supervisor did not answer\n", status_code=503, media_type="text/plain")
-        return Response(text.encode(), media_type=observability.EXPOSITION_CONTENT_TYPE)
+            text = observability.exposition().decode()
+        else:
+            # The supervisor asks every worker (this one too) with ASK_TIMEOUT_S each, at once.
+            answer = await ask(str(Path(directory) / TIER_SOCKET), "metrics", timeout_s=2 * ASK_TIMEOUT_S)
+            if answer is None:
+                return Response(b"the api supervisor did not answer\n", status_code=503, media_type="text/plain")
+            text = answer
+        return Response(without_tenant_series(text).encode(), media_type=observability.EXPOSITION_CONTENT_TYPE)
+
+
+def without_tenant_series(text: str) -> str:
+    """Prometheus text without any series labelled by tenant: the API port is public, and which tenants
+    exist and what they do is theirs. (The API's own counters carry no tenant label; this keeps it so
+    for any that would.)"""
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if line.startswith("#") or ('tenant="' not in line and "tenant_id=" not in line))

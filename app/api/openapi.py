@@ -43,7 +43,8 @@ PROBLEM_SCHEMA: dict[str, Any] = {
         "field": {"type": "string", "description": "JSON Pointer (body) or parameter name of the bad input",
                   "example": "/retry/maxAttempts"},
         "maxBytes": {"type": "integer", "description": "413 only: the route's body limit"},
-        "quota": {"type": "string", "enum": ["maxActiveJobs", "maxSubmitPerSecond", "bulkReplayPerWindow"],
+        "quota": {"type": "string", "enum": ["maxActiveJobs", "maxSubmitPerSecond", "maxManualRunsPerSecond",
+                                            "maxManualInFlight", "bulkReplayPerWindow"],
                   "description": "429 of a tenant quota only: which one (docs/quotas.md)"},
         "limit": {"type": "integer", "description": "429 of a tenant quota only: the quota's value"},
         "retryAfterSeconds": {"type": "integer", "minimum": 1,
@@ -176,9 +177,9 @@ FIELD_RULES: dict[str, dict[str, dict[str, Any]]] = {
         "type": {"enum": ["http", "queue"]},
         "ref": {"minLength": 1, "maxLength": spec.MAX_URL_LEN, "pattern": NO_NUL},
         "method": {"enum": list(spec.HTTP_METHODS)},
-        "headers": {"maxProperties": spec.MAX_HEADERS, "propertyNames": {"pattern": spec.HEADER_NAME.pattern},
+        "headers": {"maxProperties": spec.MAX_HEADERS, "propertyNames": {"pattern": f"^{spec.HEADER_NAME.pattern}$"},
                     "additionalProperties": {"type": "string", "maxLength": spec.MAX_HEADER_VALUE_LEN,
-                                             "pattern": ONE_LINE}},
+                                             "pattern": f"^{spec.HEADER_VALUE.pattern}$"}},
     },
     "ScheduleIn": {
         "delaySeconds": _range(0, spec.MAX_DELAY_S),
@@ -221,8 +222,13 @@ PARAMETER_RULES: dict[str, dict[str, Any]] = {
     "cron": {"minLength": 1, "maxLength": cron.MAX_CRON_LENGTH, "pattern": NO_NUL},
     "tz": {"minLength": 1, "maxLength": MAX_TZ_LENGTH, "pattern": NO_NUL},
     "from": {"format": "date-time"},
+    "startAt": {"format": "date-time"},
+    "every": {"minLength": 2, "pattern": "^([0-9]{1,9}d)?([0-9]{1,9}h)?([0-9]{1,9}m)?([0-9]{1,9}s)?$"},
     "jobId": {"format": "uuid"},
-    "label": {"pattern": "^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?:[^\\u0000]*$"},
+    # A label selector (key:value, key!=value, 'key in (a,b)', !key, ...): its grammar is in the description.
+    "label": {"minLength": 1, "pattern": NO_NUL},
+    "name": {"pattern": NO_NUL},
+    "namePrefix": {"pattern": NO_NUL},
     "Idempotency-Key": {"minLength": 1, "maxLength": 255},
     "If-Match": {"pattern": '^(W/)?"?[0-9]{1,18}"?$'},
 }
@@ -281,7 +287,9 @@ def _parameter_bounds(op: Any) -> None:
         param.schema = _value_branch(param.schema)
         rules = PARAMETER_RULES.get(param.name)
         if rules is not None:
-            _constrain(param.schema, rules)
+            # A repeated parameter (an array): the rules are each value's.
+            items = getattr(param.schema, "items", None)
+            _constrain(items if items is not None else param.schema, rules)
 
 
 def _batch_body(known: dict[str, Any]) -> dict[str, Any]:

@@ -147,8 +147,12 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:
     # uvicorn's access log stays off: RequestTelemetry writes the one line per request.
     app = RequestTelemetry(served_app(settings, db))
     gc.freeze()  # the application's routes and models join what the tier froze once started (settle_gc)
+    # Proxy headers only from KAIROS_TRUSTED_PROXIES (uvicorn would trust loopback's by default): a client
+    # that could name its own address would pick its auth-throttle bucket, or a victim's.
     config = uvicorn.Config(app, log_config=None, access_log=False,
-                            lifespan="on", timeout_graceful_shutdown=5, http=_protocol(settings), backlog=2048)
+                            lifespan="on", timeout_graceful_shutdown=5, http=_protocol(settings), backlog=2048,
+                            proxy_headers=bool(settings.trusted_proxies),
+                            forwarded_allow_ips=list(settings.trusted_proxies))
     server = uvicorn.Server(config)
     # Under a supervisor: answer its tier-wide scrape (app.api.metrics).
     listener = await start_worker_listener(settings.api_metrics_dir, db) if settings.api_metrics_dir else None
@@ -174,7 +178,7 @@ def run_workers(settings: Settings) -> int:
     # Refuse at once, with one line, when the port is taken by something that is not sharing it.
     _listen(settings, reuse_port=True).close()
     metrics_dir = tempfile.mkdtemp(prefix="kairos-api-")
-    tier = TierMetrics(metrics_dir, settings.metrics_host, settings.metrics_port)
+    tier = TierMetrics(metrics_dir, settings.metrics_host, settings.metrics_port, settings.metrics_token)
     try:
         return _supervise(settings, metrics_dir, tier)
     finally:
@@ -185,8 +189,11 @@ def run_workers(settings: Settings) -> int:
 def _supervise(settings: Settings, metrics_dir: str, tier: TierMetrics) -> int:
     # The children read these back through app.config (api_workers, api_reuse_port, api_metrics_dir);
     # the metrics port is this process's, not theirs.
+    # The metrics port is ours; the workers still refuse it as an HTTP target (KAIROS_INSTALLATION_PORTS).
+    known = sorted({*settings.installation_ports, *([settings.metrics_port] if settings.metrics_port else [])})
     env = {**os.environ, "KAIROS_API_WORKERS": "1", "KAIROS_API_REUSE_PORT": "1",
-           "KAIROS_API_METRICS_DIR": metrics_dir, "KAIROS_METRICS_PORT": "0"}
+           "KAIROS_API_METRICS_DIR": metrics_dir, "KAIROS_METRICS_PORT": "0",
+           "KAIROS_INSTALLATION_PORTS": ",".join(map(str, known))}
     stopping = False
 
     def start() -> tuple[subprocess.Popen, float]:

@@ -515,11 +515,12 @@ def _no_occurrence_note(job: store.Job, start: datetime) -> str:
 
 
 async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, from_: str, to: str,
-                   overlap: str | None) -> tuple[int, int, datetime | None, str | None]:
+                   overlap: str | None, *, limit: int = MAX_BACKFILL) -> tuple[int, int, datetime | None, str | None]:
     """POST /v1/jobs/{jobId}:backfill: the schedule's occurrences in [from, to), paced per tenant.
 
-    Returns (created, already there, where to continue when the range held more than MAX_BACKFILL, why the
-    range holds no occurrence when it holds none)."""
+    Returns (created, already there, where to continue when the range held more than ``limit`` (at most
+    MAX_BACKFILL: the tenant's manual-run quotas may admit fewer), why the range holds no occurrence when
+    it holds none)."""
     start = spec.parse_instant(from_, "from")
     end = spec.parse_instant(to, "to")
     now = utcnow()
@@ -541,7 +542,7 @@ async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UU
         for occ in _occurrences_from(job, start):
             if occ.nominal_utc >= end:
                 break
-            if len(nominals) == MAX_BACKFILL:
+            if len(nominals) == min(limit, MAX_BACKFILL):
                 resume_at = occ.nominal_utc
                 break
             if not occ.skipped:

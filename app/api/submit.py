@@ -47,6 +47,8 @@ CROWDED_MEMO_S = 5.0
 CROWDED_MEMO_MAX = 10_000
 # The active-jobs quota frees up only as jobs end or are cancelled: its Retry-After is a hint.
 ACTIVE_JOBS_RETRY_AFTER_S = 30
+# A hint only: the in-flight quota frees up as the tenant's manual executions finish.
+MANUAL_INFLIGHT_RETRY_AFTER_S = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +270,60 @@ def active_jobs_exceeded(cap: int) -> errors.TenantQuotaExceeded:
         "jobs to run", quota="maxActiveJobs", limit=cap, retry_after_s=ACTIVE_JOBS_RETRY_AFTER_S)
 
 
+def manual_rate_exceeded(rate: int, wait_s: float) -> errors.TenantQuotaExceeded:
+    return errors.TenantQuotaExceeded(
+        f"the tenant's rate of {rate} manual or backfill executions per second is reached",
+        quota="maxManualRunsPerSecond", limit=rate, retry_after_s=_retry_after(wait_s))
+
+
+def manual_inflight_exceeded(cap: int) -> errors.TenantQuotaExceeded:
+    return errors.TenantQuotaExceeded(
+        f"the tenant holds its quota of {cap} unfinished manual or backfill executions; wait for some to finish",
+        quota="maxManualInFlight", limit=cap, retry_after_s=MANUAL_INFLIGHT_RETRY_AFTER_S)
+
+
+class ManualRunQuota:
+    """The bounds on executions a tenant makes outside its schedule (``:run``, ``:backfill``):
+    ``max_manual_per_s`` executions per second per API process (a token bucket holding one second's
+    worth, one token per execution) and ``max_manual_inflight`` unfinished ones (counted in the
+    database, like active jobs). docs/quotas.md."""
+
+    def __init__(self, db: Database, quotas: tenants.QuotaCache, clock: Callable[[], float]) -> None:
+        self.db = db
+        self.quotas = quotas
+        self.rates = TokenBuckets()
+        self._clock = clock
+
+    async def admit(self, tenant_id: UUID, wanted: int) -> int:
+        """Take room for up to ``wanted`` executions: how many may be made (>= 1); raises
+        TenantQuotaExceeded, before anything is written, when not one may. Whatever of it the caller
+        does not use goes back through ``unused``."""
+        quota = self.quotas.cached(tenant_id) or await self.quotas.get(self.db, tenant_id)
+        if quota.max_manual_inflight is not None:
+            cap = quota.max_manual_inflight
+            held = await self.db.transaction(lambda tx: tx.tenants.manual_inflight_count(tenant_id, cap),
+                                             isolation="READ COMMITTED")
+            if held >= cap:
+                observability.quota_refusals.add(1, {"quota": "max_manual_inflight"})
+                raise manual_inflight_exceeded(cap)
+            wanted = min(wanted, cap - held)
+        if quota.max_manual_per_s is not None:
+            rate = quota.max_manual_per_s
+            taken = self.rates.take(tenant_id, wanted, rate, rate, self._clock())
+            if taken.granted == 0:
+                observability.quota_refusals.add(1, {"quota": "max_manual_per_s"})
+                raise manual_rate_exceeded(rate, taken.retry_after_s)
+            wanted = taken.granted
+        return wanted
+
+    def unused(self, tenant_id: UUID, count: int) -> None:
+        """Give back the tokens of ``count`` admitted executions that were not made."""
+        quota = self.quotas.cached(tenant_id)
+        if quota is not None and quota.max_manual_per_s is not None:
+            rate = quota.max_manual_per_s
+            self.rates.give_back(tenant_id, count, rate, rate, self._clock())
+
+
 class SubmitWriter:
     """Group commit of submits (see the module docstring)."""
 
@@ -280,6 +336,7 @@ class SubmitWriter:
         # The submit rate: one token bucket per tenant in this process (docs/quotas.md says why).
         self.rates = TokenBuckets()
         self._clock = clock
+        self.manual = ManualRunQuota(db, self.quotas, clock)
         self._waiting: list[_Request] = []
         # (tenant, due minute) found at the herd threshold -> when this process found it so.
         self._crowded: dict[tuple[UUID, datetime], float] = {}
@@ -315,7 +372,7 @@ class SubmitWriter:
         taken = self.rates.take(tenant_id, len(subs), rate, rate, now)
         if taken.granted < len(subs):
             observability.quota_refusals.add(len(subs) - taken.granted,
-                                             {"quota": "max_submit_per_s", "tenant": str(tenant_id)})
+                                             {"quota": "max_submit_per_s"})
         if taken.granted == 0:
             raise submit_rate_exceeded(rate, taken.retry_after_s)
         if taken.granted == len(subs):
@@ -474,7 +531,7 @@ class SubmitWriter:
                     verdict.append(active_jobs_exceeded(caps[tenant_id]))
             over = sum(o is not None for o in verdict)
             if over:
-                observability.quota_refusals.add(over, {"quota": "max_active_jobs", "tenant": str(tenant_id)})
+                observability.quota_refusals.add(over, {"quota": "max_active_jobs"})
             verdicts.append(verdict if over else None)
         return verdicts
 

@@ -42,7 +42,7 @@ def is_admin_token(presented: str, admin_token: str) -> bool:
     return bool(admin_token) and hmac.compare_digest(_digest(presented), _digest(admin_token))
 
 
-def _bearer(request: Request) -> str:
+def bearer(request: Request) -> str:
     scheme, _, key = request.headers.get("authorization", "").partition(" ")
     return key.strip() if scheme.lower() == "bearer" else ""
 
@@ -50,8 +50,10 @@ def _bearer(request: Request) -> str:
 async def provide_viewer(request: Request, state: State, chosen: Annotated[str | None, QueryParameter(
         name="tenant", description="the operator's admin token only: one tenant's figures (by name)")] = None,
                          ) -> Viewer:
-    refuse_if_throttled(request, state)  # a throttled address gets no admin-token guesses either
-    if is_admin_token(_bearer(request), state.settings.admin_token):
+    if is_admin_token(bearer(request), state.settings.admin_token):
+        # The operator's token may be short enough to guess: a throttled address gets no answer that
+        # tells a right guess from a wrong one (a tenant key, a 256-bit token, is let through below).
+        refuse_if_throttled(request, state)
         if chosen is None:
             return Viewer(admin=True, tenant_id=None, tenant_name=None)
         if not chosen.strip():

@@ -3,9 +3,9 @@
 Each drill starts what it needs (PostgreSQL from the installed binaries, Kairos processes, SDK
 workers) in a temporary directory, injects its fault, prints a report and removes everything it
 started, also on Ctrl-C, SIGTERM, a failure or its own --timeout. Exit status: 0 when nothing owed
-was lost (the asynchronous region failover only measures, so it passes whatever it lost), 1 when
-something was lost or the drill could not finish, 2 on bad options. docs/regions.md and the
-runbooks say what each line means.
+was lost (lost: acknowledged, never succeeded; the asynchronous failovers only measure, so they
+pass whatever they lost), 1 when something was lost or the drill could not finish, 2 on bad
+options. docs/regions.md and the runbooks say what each line means.
 """
 
 from __future__ import annotations
@@ -107,10 +107,21 @@ def _run(name: str, verbose: bool, fail_on_loss: bool = False, **kwargs: Any) ->
                    "the regions would: synchronous commits wait for it, --async ones are acknowledged and lost.")
 @click.option("--async", "asynchronous", is_flag=True,
               help="Replicate asynchronously and measure what is lost (default: synchronous, must lose nothing).")
+@click.option("--failover", type=click.Choice(["promote", "patroni"]), default="promote", show_default=True,
+              help="Who promotes the standby: the drill itself at the kill (promote), or Patroni with a "
+                   "three-member etcd once the leader key expires (patroni; needs the patroni and etcd commands).")
+@click.option("--patroni-ttl", "patroni_ttl_s", type=click.IntRange(3, 120), default=10, show_default=True,
+              help="With --failover patroni: the leader key's TTL in etcd (Patroni's ttl; loop_wait is 1 s).")
 @_options
-def region_failover(asynchronous: bool, verbose: bool, **kwargs: Any) -> None:
+def region_failover(asynchronous: bool, verbose: bool, failover: str, **kwargs: Any) -> None:
     """Two regions on two PostgreSQL servers (primary, streaming standby); kill the primary region."""
-    _run("region-failover", verbose, synchronous=not asynchronous, **kwargs)
+    if failover == "patroni":
+        from app.drill.patroni import missing_binaries
+
+        if missing := missing_binaries():
+            raise click.UsageError(f"--failover patroni needs {' and '.join(missing)} on PATH "
+                                   "(Debian: apt-get install patroni etcd-server etcd-client)")
+    _run("region-failover", verbose, synchronous=not asynchronous, failover=failover, **kwargs)
 
 
 @drill.command("db-failover")

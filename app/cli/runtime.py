@@ -15,7 +15,7 @@ from app import errors, observability
 from app.cli.usage import fail
 from app.config import Settings, load
 from app.observability import tracing
-from app.observability.probes import serve_probes
+from app.observability.probes import heartbeat, serve_probes
 from app.store import Database, embedded, health, migrate
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def settle_gc() -> None:
     instead of 700: a batch of work allocates tens of thousands of short-lived objects, and at the
     default threshold many of them were promoted and then traversed again by older collections,
     together with every object of the running process. POST /v1/jobs from 64 clients ran 25-30 %
-    faster, a batch 10-35 % (loadtest/README.md, "Tenth session")."""
+    faster, a batch 10-35 % (docs/performance.md, "Submit")."""
     gc.collect()
     gc.freeze()
     _, older, oldest = gc.get_threshold()
@@ -148,7 +148,11 @@ def run_service(name: str, settings: Settings, serve: Serve,
         if settings.metrics_port:
             probes = await serve_probes(settings.metrics_host, settings.metrics_port, metrics=metrics,
                                         ready=lambda: database_ready(opened[0] if opened else None),
-                                        token=settings.supervisor_token)
+                                        token=settings.supervisor_token, metrics_token=settings.metrics_token)
+        beating = None
+        if settings.up_heartbeat_file:  # `kairos up`'s liveness check, from the first second like the probes
+            beating = asyncio.create_task(heartbeat(settings.up_heartbeat_file, settings.supervisor_token),
+                                          name=f"{name}-heartbeat")
         try:
             db = await open_database_patiently(settings, name, stop)
             if db is None:
@@ -162,6 +166,8 @@ def run_service(name: str, settings: Settings, serve: Serve,
                 await db.close()
                 log.info("stopped", extra={"service": name})
         finally:
+            if beating is not None:
+                beating.cancel()
             if probes is not None:
                 probes.close()
 

@@ -17,10 +17,12 @@ exit code and the last line of its log); later, a child whose port another proce
 was down is not restarted (no restart could bind it), the others are.
 
 Self-healing (docs/operations.md): besides restarting children that exit, the supervisor
-- health-checks each child every ``health_interval_s`` on its ``/healthz`` (the API's port; the
-  scheduler's and executor's metrics ports; the executor's gRPC token when it has no metrics port)
-  and, once a child has answered 200 since its start, SIGKILLs and restarts it when no 200 came
-  for KAIROS_UP_LIVENESS_TIMEOUT_S: a stopped process or a wedged event loop answers nothing;
+- health-checks each child every ``health_interval_s``: the API on its ``/healthz`` (its port is
+  not optional), the scheduler and executor by a heartbeat file each touches every second while its
+  event loop and watched loops run (KAIROS_UP_HEARTBEAT_FILE, holding this run's token). Not their
+  metrics ports: those are optional (KAIROS_METRICS_PORT=0) and another process may hold one. Once a
+  child has been seen alive since its start, it is SIGKILLed and restarted when no sign of life came
+  for KAIROS_UP_LIVENESS_TIMEOUT_S: a stopped process or a wedged event loop gives none;
 - watches the embedded PostgreSQL's postmaster and starts it again, with backoff, when it died;
   the children are not restarted for it, they reconnect by themselves;
 - counts both in ``kairos_supervisor_restarts_total{tier, reason}``, served with its own
@@ -70,9 +72,11 @@ class SupervisorConfig:
     health_interval_s: float = 1.0
     probe_timeout_s: float = 2.0
     liveness_timeout_s: float = 10.0
-    # A scheduler or executor serves /healthz on its metrics port from its first second, before it opens
-    # the database: one that has not answered once this long after its start is wedged too.
+    # A scheduler or executor touches its heartbeat file from its first second, before it opens the
+    # database: one that has given no sign of life this long after its start is wedged too.
     startup_grace_s: float = 30.0
+    # A heartbeat file older than this is no sign of life (it is touched every second).
+    heartbeat_stale_s: float = 3.0
     # The embedded PostgreSQL: how often its postmaster is looked at, and the backoff between restarts.
     database_check_s: float = 0.5
     database_backoff_s: float = 0.5
@@ -194,6 +198,19 @@ def metrics_ports(settings: Settings) -> dict[str, int]:
             "up": base + 2 if 0 < base < 65534 else 0}
 
 
+def installation_ports(settings: Settings, url: str) -> list[int]:
+    """Every port this run listens on, for each child's egress policy (KAIROS_INSTALLATION_PORTS): the API sees
+    the scheduler's and executor's metrics ports and ours, which its own settings do not name."""
+    from urllib.parse import urlsplit
+
+    ports = {settings.api_port, settings.grpc_port, *metrics_ports(settings).values(), *settings.installation_ports}
+    try:
+        ports.add(urlsplit(url).port or 0)
+    except ValueError:
+        pass
+    return sorted(p for p in ports if 0 < p <= 65535)
+
+
 def probe_host(settings: Settings) -> str:
     """Where this machine reaches the metrics ports."""
     return "127.0.0.1" if settings.metrics_host in ("0.0.0.0", "::", "") else settings.metrics_host
@@ -216,17 +233,26 @@ class Supervisor:
         logs.mkdir(parents=True, exist_ok=True)
         self.children = [Child(name, logs / f"{name}.log", backoff_s=config.restart_backoff_s) for name in TIERS]
         self.token = secrets.token_hex(16)
-        self.env = {**os.environ, "KAIROS_DATABASE_URL": url, **extra_env, "KAIROS_SUPERVISOR_TOKEN": self.token}
+        self.env = {**os.environ, "KAIROS_DATABASE_URL": url, **extra_env, "KAIROS_SUPERVISOR_TOKEN": self.token,
+                    "KAIROS_INSTALLATION_PORTS": ",".join(map(str, installation_ports(settings, url)))}
         self.ports = ports(settings)
         self.stopping = False
         # The embedded server's data directory when we run one (KAIROS_DATABASE_URL unset), else None.
         self.pgdata = settings.pgdata if not settings.database_url else None
         self.database_down_since: float | None = None
 
+    def heartbeat_file(self, child: Child) -> Path | None:
+        """Where the scheduler or executor shows it is alive (None: the API, checked on its port)."""
+        return None if child.name == "api" else self.settings.home / "run" / f"{child.name}.heartbeat"
+
     def start(self, child: Child) -> None:
         out = open(child.log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
         child.log_offset = out.tell()
         env = {**self.env, "KAIROS_METRICS_PORT": str(metrics_ports(self.settings)[child.name])}
+        if (beat := self.heartbeat_file(child)) is not None:
+            beat.parent.mkdir(parents=True, exist_ok=True)
+            beat.unlink(missing_ok=True)  # the previous start's file is no sign of this one's life
+            env["KAIROS_UP_HEARTBEAT_FILE"] = str(beat)
         child.proc = subprocess.Popen([sys.executable, "-m", "app.cli", child.name], env=env,
                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
@@ -284,17 +310,28 @@ class Supervisor:
                         self.start(child)
             await asyncio.sleep(0.2)
 
+    def beat_problem(self, child: Child, beat: Path) -> str | None:
+        """None when ``child``'s heartbeat file is this run's and fresh; else what is wrong with it. A missing
+        or stale file counts like a probe that got no answer (silent_since)."""
+        child.probe_timed_out = True
+        try:
+            age = time.time() - beat.stat().st_mtime
+            owner = beat.read_text().split()
+        except (OSError, UnicodeDecodeError):
+            return f"{beat}: no heartbeat yet"
+        assert child.proc is not None
+        if owner != [self.token, str(child.proc.pid)]:
+            return f"{beat}: not written by this run's {child.name}"
+        if age > self.config.heartbeat_stale_s:
+            return f"{beat}: last heartbeat {age:.1f} s ago"
+        child.probe_timed_out = False
+        return None
+
     async def probe(self, child: Child, client: httpx.AsyncClient) -> str | None:
-        """None when ``child`` answers its health check as our own, healthy child; else what it answered."""
-        if child.name == "api":
-            url = f"{self.settings.api_url}/healthz"
-        elif port := metrics_ports(self.settings)[child.name]:
-            url = f"http://{probe_host(self.settings)}:{port}/healthz"
-        elif child.name == "executor":  # no metrics port: its gRPC port answers the token from its loop
-            token = await rpc_server.supervisor_token(self.settings.grpc_addr, timeout_s=self.config.probe_timeout_s)
-            return None if token == self.token else "no answer on the gRPC port"
-        else:
-            return None  # a scheduler without a metrics port has nothing to ask
+        """None when ``child`` shows it is our own, healthy child; else what its check saw."""
+        if (beat := self.heartbeat_file(child)) is not None:
+            return self.beat_problem(child, beat)
+        url = f"{self.settings.api_url}/healthz"
         child.probe_timed_out = False
         try:
             answer = await client.get(url, timeout=self.config.probe_timeout_s)
@@ -307,14 +344,13 @@ class Supervisor:
         return None if answer.status_code == 200 else f"{url}: {answer.status_code} {body.get('reason', '')}".strip()
 
     def silent_since(self, child: Child) -> float | None:
-        """Since when ``child``'s silence counts: its last 200; or, for a tier whose probe port answers from
-        its start and now holds the connection without a word, the end of the start-up grace. None while
-        it may still be starting (the API waits for the database before it serves its port), or when its
-        probe port is simply not ours (taken by another process, which it tolerates)."""
+        """Since when ``child``'s silence counts: its last sign of life; or, for a tier that beats from its
+        start and has not, the end of the start-up grace. None while it may still be starting (the API
+        waits for the database before it serves its port), or when its port is simply not ours (taken by
+        another process, which it tolerates)."""
         if child.healthy_at is not None:
             return child.healthy_at
-        serves_from_start = child.name in ("scheduler", "executor") and metrics_ports(self.settings)[child.name]
-        if child.probe_timed_out and serves_from_start:
+        if child.probe_timed_out and self.heartbeat_file(child) is not None:  # it beats from its first second
             return child.started_at + self.config.startup_grace_s - self.config.liveness_timeout_s
         return None
 
@@ -336,6 +372,8 @@ class Supervisor:
                 now = time.monotonic()
                 for child, problem in zip(running, answers, strict=True):
                     if problem is None:
+                        if child.healthy_at is None and child.proc is not None:
+                            log.info("child healthy", extra={"tier": child.name, "pid": child.proc.pid})
                         child.healthy_at = now
                         continue
                     child.last_probe = problem
@@ -514,7 +552,7 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
                 return observability.exposition()
 
             probes = await serve_probes(settings.metrics_host, port, metrics=metrics, ready=sup.readiness,
-                                        token=sup.token)
+                                        token=sup.token, metrics_token=settings.metrics_token)
         for child in sup.children:
             sup.start(child)
         await sup.wait_ready()

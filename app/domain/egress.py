@@ -15,6 +15,11 @@ listening ports (``own_ports``: API, gRPC, metrics and probes, the database) on 
 public or is one of this host's own (``own_addresses``): its answers must never come back in a tenant's
 dead letter.
 
+Hosts are compared as ``normalize_host`` spells them, at submit and at delivery alike: percent-decoded
+(``%31%32%37.0.0.1`` is ``127.0.0.1``), mapped by IDNA's UTS 46 rules (full-width digits and the dots
+``。．｡`` become ASCII, non-ASCII labels their ``xn--`` form), lower case, without a trailing dot. What
+a resolver or an HTTP client would read as an address is judged as that address wherever it is checked.
+
 An allow-list entry is an IP (``10.0.0.5``), a CIDR (``10.0.0.0/8``) or a host name (``hooks.internal``),
 each optionally with a port (``127.0.0.1:8081``, ``[fd00::1]:8443``, ``10.0.0.0/8:443``,
 ``hooks.internal:8080``); with a port it opens that port only.
@@ -28,6 +33,9 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from urllib.parse import unquote
+
+import idna
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -52,9 +60,36 @@ _LEGACY_IPV4 = re.compile(r"^(0[xX][0-9a-fA-F]+|[0-9]+)(\.(0[xX][0-9a-fA-F]+|[0-
 REFUSED = "target refused by egress policy"
 
 
+# Dots UTS 46 maps to "." (ideographic, full-width, half-width ideographic).
+_DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
+
+
+def normalize_host(host: str) -> str:
+    """The host a URL names, as every check compares it: percent-decoded (once), IDNA-mapped (UTS 46: full-width
+    characters and dots folded, non-ASCII labels as ``xn--``), lower case, no trailing dot, no brackets. An IPv6
+    literal is only unbracketed and lower-cased. ValueError when it is no host name an HTTP client could
+    use (a stray ``%``, a control character, a label IDNA refuses)."""
+    text = host.strip()
+    if text.startswith("[") or text.count(":") >= 2:  # an IPv6 literal; its zone id may hold %25
+        return text.strip("[]").lower()
+    decoded = unquote(text, errors="strict") if "%" in text else text
+    if "%" in decoded or any(ord(c) < 0x21 or ord(c) == 0x7F for c in decoded):
+        raise ValueError(f"{host!r} is not a host name")
+    decoded = decoded.translate(_DOTS)
+    if not decoded.isascii():
+        try:
+            decoded = idna.encode(decoded, uts46=True).decode("ascii")
+        except (idna.IDNAError, UnicodeError) as exc:
+            raise ValueError(f"{host!r} is not a host name: {exc}") from None
+    return decoded.lower().rstrip(".")
+
+
 def host_key(host: str) -> str:
-    """A host name as the policy compares it: lower case, no trailing dot, no brackets."""
-    return host.strip().strip("[]").lower().rstrip(".")
+    """A host name as the policy compares it (``normalize_host``; one that is none, only lower-cased)."""
+    try:
+        return normalize_host(host)
+    except ValueError:
+        return host.strip().strip("[]").lower().rstrip(".")
 
 
 def literal_address(host: str) -> IPAddress | None:
@@ -228,7 +263,11 @@ class EgressPolicy:
 
     def refused_literal(self, host: str, port: int) -> str | None:
         """At submit: why a URL host that is an address (or a localhost name) is refused, or None.
-        Other names are checked when a delivery resolves them."""
+        Other names are checked when a delivery resolves them. A host that is no host name is refused."""
+        try:
+            host = normalize_host(host)
+        except ValueError as exc:
+            return str(exc)
         address = literal_address(host)
         if address is None and is_localhost_name(host):
             address = ipaddress.IPv4Address("127.0.0.1")

@@ -1,7 +1,7 @@
 """Random (version 4) UUIDs for new jobs, drawn from a pool of OS randomness.
 
 ``uuid.uuid4()`` reads 16 bytes with one ``os.urandom`` system call per id: on the submit path of a
-1,000-job batch that call was 6 % of the API's CPU (py-spy, loadtest/README.md, "Tenth session").
+1,000-job batch that call was 6 % of the API's CPU (py-spy; docs/performance.md, "Submit").
 Here one call fills 256 ids' worth; the bytes are the same CSPRNG's. A forked child starts with an
 empty pool, so two processes never hand out the same bytes.
 """

@@ -47,7 +47,12 @@ LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$")
 MAX_LABEL_VALUE_LEN = 128
 MAX_HEADERS = 32
 MAX_HEADER_VALUE_LEN = 4096
-HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
+# RFC 9110 5.1: a field name is a token (tchar); ASCII only.
+HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}", re.ASCII)
+# RFC 9110 5.5 field-value: visible ASCII (VCHAR), with spaces and tabs only between visible characters.
+# obs-text (bytes 0x80-0xFF) is left out: clients and servers disagree on how to encode it, and a
+# value must reach the receiver as the tenant wrote it. CTLs (0x00-0x1F but HTAB, and DEL) are refused.
+HEADER_VALUE = re.compile(r"(?:[\x21-\x7e](?:[\x20\x09\x21-\x7e]*[\x21-\x7e])?)?", re.ASCII)
 # Set by the HTTP delivery itself (content, signature, idempotency); a job cannot override them.
 RESERVED_HEADERS = frozenset({"content-type", "content-length", "host", "transfer-encoding", "connection",
                               "idempotency-key", "traceparent"})
@@ -420,18 +425,28 @@ def validate_http(target: Target, method: str | None,
         raise InvalidInput("target.method", f"must be one of {', '.join(HTTP_METHODS)}")
     out: dict[str, str] = {}
     for name, value in (headers or {}).items():
-        if not HEADER_NAME.match(name):
-            raise InvalidInput(f"target.headers.{name}", "is not a valid HTTP header name")
+        where = _header_pointer(name)
+        if not HEADER_NAME.fullmatch(name):
+            raise InvalidInput(where, "is not a valid HTTP header name (RFC 9110 token: 1-128 of A-Z a-z 0-9 "
+                                      "!#$%&'*+.^_`|~-)")
         lowered = name.lower()
         if lowered in RESERVED_HEADERS or lowered.startswith(RESERVED_HEADER_PREFIX):
-            raise InvalidInput(f"target.headers.{name}", "is set by Kairos itself and cannot be overridden")
-        if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE_LEN or any(c in value for c in "\r\n\x00"):
-            raise InvalidInput(f"target.headers.{name}", f"a header value is one line of at most "
-                                                         f"{MAX_HEADER_VALUE_LEN} characters")
+            raise InvalidInput(where, "is set by Kairos itself and cannot be overridden")
+        if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE_LEN:
+            raise InvalidInput(where, f"a header value is a string of at most {MAX_HEADER_VALUE_LEN} characters")
+        if not HEADER_VALUE.fullmatch(value):
+            raise InvalidInput(where, "a header value is visible ASCII characters, with spaces or tabs only between "
+                                      "them (RFC 9110 field-value; no control or non-ASCII characters)")
         out[name] = value
     if len(out) > MAX_HEADERS:
         raise InvalidInput("target.headers", f"at most {MAX_HEADERS} headers")
     return chosen, out
+
+
+def _header_pointer(name: str) -> str:
+    """The JSON Pointer of a header in the body (RFC 6901: ~ and / escaped), so a name holding a dot
+    is named as it is."""
+    return "/target/headers/" + name.replace("~", "~0").replace("/", "~1")
 
 
 def validate_bounds(start_at: str | None, end_at: str | None) -> tuple[datetime | None, datetime | None]:

@@ -68,6 +68,11 @@ class TokenBuckets:
         """Seconds until ``key`` holds a whole token again (0: it holds one now)."""
         return max(0.0, (1.0 - self.tokens(key, capacity, rate_per_s, now)) / rate_per_s)
 
+    def give_back(self, key: Hashable, count: int, capacity: float, rate_per_s: float, now: float) -> None:
+        """Return ``count`` tokens taken for work that was not done (never above ``capacity``)."""
+        if count > 0:
+            self._store(key, min(capacity, self.tokens(key, capacity, rate_per_s, now) + count), capacity, now)
+
     def spend(self, key: Hashable, capacity: float, rate_per_s: float, now: float) -> float:
         """Take one token whether or not there is one (the bucket may go below zero: a failed login
         costs a token even when it is over the limit); the tokens left."""

@@ -15,11 +15,11 @@ runs every PostgreSQL binary as the unprivileged system user ``pgserver`` (creat
 and hands it the data directories.
 
 Everything but the replication state is done with PostgreSQL's own binaries (initdb,
-pg_basebackup, pg_ctl, pg_isready, createdb) and signals; the state is read through the store
-seam (``tx.replication``). ``synchronous_standby_names`` lives in the node's own ``drill.conf``
-(included by postgresql.conf, reloaded with SIGHUP); ``pg_basebackup`` copies that file too, so a
-clone gets an empty one before it starts, and ``promote()`` empties it: a promoted standby must
-never wait for a standby it does not have.
+pg_basebackup, pg_ctl, pg_isready, createdb) and signals; the state is read with the drills' own
+reads (``app.drill.reads.replication``). ``synchronous_standby_names`` lives in the node's own
+``drill.conf`` (included by postgresql.conf, reloaded with SIGHUP); ``pg_basebackup`` copies that
+file too, so a clone gets an empty one before it starts, and ``promote()`` empties it: a promoted
+standby must never wait for a standby it does not have.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from typing import IO, Any
 
 import psutil
 
+from app.drill.reads import StandbyState, replication
 from app.store.db import Database, create_engine
-from app.store.replication import StandbyState
 
 log = logging.getLogger(__name__)
 
@@ -149,16 +149,16 @@ class Node:
 
     async def standby(self, standby_name: str) -> StandbyState | None:
         """How ``standby_name`` streams from this node (None when it is not connected)."""
-        state: StandbyState | None = await _read(self, lambda tx: tx.replication.standby(standby_name))
+        state: StandbyState | None = await _read(self, lambda tx: replication(tx).standby(standby_name))
         return state
 
     async def wal_position(self) -> int | None:
         """Bytes of WAL it has: written (a primary) or received (a standby)."""
-        position: int | None = await _read(self, lambda tx: tx.replication.wal_position())
+        position: int | None = await _read(self, lambda tx: replication(tx).wal_position())
         return position
 
     async def in_recovery(self) -> bool:
-        return bool(await _read(self, lambda tx: tx.replication.in_recovery()))
+        return bool(await _read(self, lambda tx: replication(tx).in_recovery()))
 
 
 async def _read(node: Node, work: Any) -> Any:
@@ -389,6 +389,14 @@ class Cluster:
         if result.returncode != 0:
             raise ClusterError(f"{binary} failed ({result.returncode}): "
                                f"{result.stderr.decode(errors='replace').strip()}")
+
+    def as_postgres_user(self) -> dict[str, Any]:
+        """``subprocess`` arguments that run a child as the user PostgreSQL runs as (empty: as ourselves)."""
+        return self._as_user()
+
+    def chown(self, path: Path) -> None:
+        """Hand ``path`` to the user PostgreSQL runs as."""
+        self._chown(path)
 
     def _as_user(self) -> dict[str, Any]:
         if self._user is None:

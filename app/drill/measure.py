@@ -3,7 +3,9 @@
 Pure functions of their inputs (the workers' run records, the acknowledged jobs, the instant of
 the fault), so the arithmetic is testable without processes:
 
-* lost: an owed occurrence (see ``traffic.Owed``) that no worker ever started;
+* lost: an owed occurrence (see ``traffic.Owed``) that never succeeded: its execution is not
+  ``succeeded`` in the surviving database once the drain is over, whether a worker started it or not
+  (without that set, as for a drill that cannot read it: that no worker ever started);
 * duplicated: an owed occurrence started more than once (at-least-once: the run whose outcome
   was lost, by a killed or stalled worker, is run again under the same idempotency key);
 * start lag: an occurrence's first start minus its due instant;
@@ -58,7 +60,7 @@ def read_runs(paths: Iterable[Path]) -> list[Run]:
 @dataclass(frozen=True)
 class Tally:
     owed: int
-    ran: int
+    ran: int  # owed occurrences that succeeded (without a succeeded set: that started)
     lost: int
     duplicated: int
     lost_examples: list[tuple[UUID, float]]
@@ -66,19 +68,24 @@ class Tally:
     lag_back_s: float | None  # None: not back under the target by the end
     max_lag_s: float
     late_after_fault: int  # occurrences first started after the fault that started LAG_TARGET_S late or more
+    started: int = 0  # owed occurrences a worker started at least once
+    started_not_succeeded: int = 0  # of the lost: started, yet never succeeded
 
 
 def owed_keys(owed: Iterable[Owed], until: float) -> set[tuple[UUID, float]]:
     return {(o.job_id, round(at, 3)) for o in owed for at in o.occurrences(until)}
 
 
-def tally(owed: Iterable[Owed], runs: list[Run], *, fault_at: float, until: float) -> Tally:
-    """Count against the occurrences owed up to ``until`` (unix seconds)."""
+def tally(owed: Iterable[Owed], runs: list[Run], *, fault_at: float, until: float,
+          succeeded: set[tuple[UUID, float]] | None = None) -> Tally:
+    """Count against the occurrences owed up to ``until`` (unix seconds); ``succeeded``: the keys
+    (job_id, due instant rounded to the millisecond) whose execution succeeded."""
     expected = owed_keys(owed, until)
     by_key: dict[tuple[UUID, float], list[Run]] = defaultdict(list)
     for run in runs:
         by_key[run.key].append(run)
-    lost = sorted(expected - set(by_key), key=lambda k: k[1])
+    started = expected & set(by_key)
+    lost = sorted(expected - (started if succeeded is None else succeeded), key=lambda k: k[1])
     duplicated = sum(1 for k in expected if len(by_key.get(k, ())) > 1)
     firsts = sorted((min(rs, key=lambda r: r.started) for k, rs in by_key.items() if k in expected),
                     key=lambda r: r.started)
@@ -93,7 +100,8 @@ def tally(owed: Iterable[Owed], runs: list[Run], *, fault_at: float, until: floa
         lag_back = None
     return Tally(owed=len(expected), ran=len(expected) - len(lost), lost=len(lost), duplicated=duplicated,
                  lost_examples=lost[:5], lost_keys=lost, lag_back_s=lag_back,
-                 max_lag_s=max((lag for _, lag in lags), default=0.0), late_after_fault=len(late))
+                 max_lag_s=max((lag for _, lag in lags), default=0.0), late_after_fault=len(late),
+                 started=len(started), started_not_succeeded=sum(1 for k in lost if k in started))
 
 
 def occurrence_text(job_id: UUID, at_unix: float) -> str:

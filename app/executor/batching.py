@@ -19,7 +19,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from app import observability
@@ -107,9 +107,10 @@ class Outcomes:
         self.failer: Coalescer[ex.Failure, ex.FailOutcome] = Coalescer("fail", self._fail, max_batch=max_batch)
         self.deferrer: Coalescer[Deferral, bool] = Coalescer("defer", self._defer, max_batch=max_batch)
 
-    def track(self, leased: Iterable[ex.Leased], lease_s: float, queue: str) -> None:
+    def track(self, leased: Iterable[ex.Leased], lease_s: float, queue: str, *, started: bool = True) -> None:
         """Leases just handed out of ``queue`` for ``lease_s``: record the start lag of first attempts
-        and remember each one for its outcome line."""
+        and remember each one for its outcome line. ``started=False`` (HTTP deliveries): the attempt starts
+        when its request is sent, and :meth:`sent` records the lag then."""
         kind = observability.queue_kind(queue)
         traced = tracing.enabled()
         leases = self._leases
@@ -118,7 +119,8 @@ class Outcomes:
         for item in leased:
             # The lease ends lease_s after it began, capped at the job's timeout (ExecutionLeaseFair).
             lag_s = (item.lease_until - item.scheduled_for).total_seconds() - min(lease_s, float(item.timeout_s))
-            if item.attempt == 1:
+            # A manual run or a backfill is not late by its scheduled_for: only scheduled occurrences count.
+            if started and item.attempt == 1 and item.trigger == "schedule":
                 attrs = attributes.get(item.tenant_id)
                 if attrs is None:
                     attrs = attributes[item.tenant_id] = {"tenant": item.tenant_id, "queue": kind}
@@ -135,6 +137,17 @@ class Outcomes:
             leases[item.execution_id] = _Lease(item.job_id, item.tenant_id, item.attempt, round(lag_s * 1000, 1), span)
         while len(leases) > TRACKED_LEASES_MAX:
             tracing.end_attempt(leases.popitem(last=False)[1].span, "untracked")
+
+    def sent(self, item: ex.Leased, at: datetime, queue: str) -> None:
+        """An HTTP delivery's request left at ``at``: its attempt's start, for the start lag of a first
+        attempt and the outcome line."""
+        lag_s = (at - item.scheduled_for).total_seconds()
+        if item.attempt == 1 and item.trigger == "schedule":
+            observability.start_lag.record(lag_s if lag_s > 0.0 else 0.0,
+                                           {"tenant": item.tenant_id, "queue": observability.queue_kind(queue)})
+        lease = self._leases.get(item.execution_id)
+        if lease is not None and lease.attempt == item.attempt:
+            lease.lag_ms = round(lag_s * 1000, 1)
 
     def _settled(self, settled: Sequence[tuple[ex.ExecutionRef, int, str]],
                  more: Sequence[dict[str, object]] | None = None) -> None:

@@ -8,7 +8,8 @@ connection (rebinding) cannot reach a refused address. A name that does not reso
 with ``REFUSED``: the tenant never learns what an internal name resolved to; the operator's log does).
 
 ``policy_for(settings)`` is the policy of this configuration, with Kairos's own listening ports (the API,
-gRPC and metrics ports, the metrics ports ``kairos up`` gives its scheduler and executor, the database's;
+gRPC and metrics ports, the metrics ports ``kairos up`` gives its scheduler and executor, every port
+``kairos up`` and ``kairos api`` tell their children (KAIROS_INSTALLATION_PORTS), the database's;
 not the API's under ``KAIROS_DEMO``, whose demo job is delivered to the API itself)
 and this host's own addresses; ``allow_list_warnings`` is what the executor logs at start about entries
 that can match nothing.
@@ -24,7 +25,15 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from app.config import Settings
-from app.domain.egress import REFUSED, EgressPolicy, IPAddress, address_kind, cached_policy, literal_address
+from app.domain.egress import (
+    REFUSED,
+    EgressPolicy,
+    IPAddress,
+    address_kind,
+    cached_policy,
+    literal_address,
+    normalize_host,
+)
 from app.errors import EgressRefused, TargetUnresolved
 
 log = logging.getLogger(__name__)
@@ -39,9 +48,7 @@ DEFAULT_METRICS_PORTS = (9464, 9465)
 def own_ports(settings: Settings) -> frozenset[int]:
     """Every port a Kairos process of this configuration may listen on (but the API's in demo mode, whose
     demo job posts to the API's own ``/demo/echo``)."""
-    ports = {settings.grpc_port, *DEFAULT_METRICS_PORTS}
-    if not settings.demo:
-        ports.add(settings.api_port)
+    ports = {settings.grpc_port, *DEFAULT_METRICS_PORTS, *settings.installation_ports, settings.api_port}
     if settings.metrics_port:
         # `kairos up` gives the scheduler KAIROS_METRICS_PORT and the executor the next one: a child sees one.
         ports |= {settings.metrics_port, settings.metrics_port - 1, settings.metrics_port + 1}
@@ -51,6 +58,8 @@ def own_ports(settings: Settings) -> frozenset[int]:
         database_port = None
     if database_port:
         ports.add(database_port)
+    if settings.demo:
+        ports.discard(settings.api_port)  # also when KAIROS_INSTALLATION_PORTS lists it
     return frozenset(p for p in ports if 0 < p <= 65535)
 
 
@@ -100,7 +109,12 @@ async def _addresses(host: str, port: int) -> list[IPAddress]:
 
 
 async def resolve(policy: EgressPolicy, host: str, port: int) -> IPAddress:
-    """The address to connect to. Raises EgressRefused (any answer refused) or TargetUnresolved."""
+    """The address to connect to. Raises EgressRefused (any answer refused, or no host name) or TargetUnresolved.
+    The host is normalised as at submit (``normalize_host``): both read one URL as one address."""
+    try:
+        host = normalize_host(host)
+    except ValueError as exc:
+        raise EgressRefused(f"{REFUSED}: {exc}") from None
     literal = literal_address(host)
     if literal is not None:
         if reason := policy.refusal(host, literal, port):

@@ -2,53 +2,71 @@
 
 Each leased execution is sent to its target URL with an Idempotency-Key of ``{jobId}:{scheduledFor}``
 (the same for every attempt), the attempt number and an HMAC signature. 2xx completes; 408, 429, 5xx,
-connection errors, timeouts and names that do not resolve retry with backoff; any other status
-dead-letters at once (the request can never succeed), and so does a target the egress policy refuses.
-A failed delivery keeps at most ``error_body_bytes`` of the answer in its error.
+connection errors, timeouts and names that do not resolve retry with backoff (never sooner than the
+answer's ``Retry-After``); any other status dead-letters at once (the request can never succeed), and so
+does a target the egress policy refuses or a request that cannot be built. A failed delivery keeps at most
+``error_body_bytes`` of the answer in its error. The attempt starts when its request is sent: that time is
+its ``sent_at`` (start lag, ``firstStartedAt``, the outcome line), not the lease's.
 
-Slots. A request in flight holds one of the executor's ``concurrency`` slots; at most ``per_origin``
-of one circuit (tenant, origin) and ``per_tenant`` of one tenant are in flight at once. A leased
-delivery that cannot start yet waits in this process holding no slot, so one tenant's slow target
-never keeps another tenant's deliveries from starting; a tenant with ``per_origin`` or more deliveries
-waiting is not leased more (``ExecutionLeaseFair``'s ``skip_tenants``) until they drain, so its backlog stays in
-the queue rather than in leases.
+Slots. A request in flight holds one of the executor's ``concurrency`` slots; at most ``per_tenant`` of
+one tenant and an adaptive number of one circuit (tenant, origin) are in flight at once
+(``app.executor.limits``: from ``per_origin_start`` up to ``per_origin`` while the origin answers
+quickly, down on timeouts, 429 and 503, paused by ``Retry-After``). A leased delivery that cannot start
+yet waits in this process holding no slot, so one tenant's slow target never keeps another tenant's
+deliveries from starting; a tenant with as many deliveries waiting as its busiest origin may have in
+flight is not leased more (``ExecutionLeaseFair``'s ``skip_tenants``), so its backlog stays in the queue.
+
+Leasing. The pool leases as slots free, not on a timer: whenever the executor has room for a quarter of
+a batch, or a tenant it stopped leasing has drained half its waiting deliveries, it leases again; with
+nothing ready it sleeps until the queue's next ready time (``ExecutionNextReadyIn``), at most
+``poll_interval_s``, or until the scheduler's and the reaper's wake-up.
 
 Breakers. A per-(tenant, origin) circuit breaker (``app.executor.breaker``) decides at the moment a
 request would leave: a circuit that starts failing narrows, an open one sends nothing and its leased
-executions (waiting or newly leased) are deferred until the cool-down ends, their attempt refunded.
+executions (waiting or newly leased) are deferred until the cool-down ends, their attempt refunded. A
+request that fails once its circuit is open (it was in flight when the outage began) is deferred the same
+way: an outage spends the attempts of the failures that reveal it and of each probe, no more.
 
 Leases. Deliveries are leased for ``lease_s`` (KAIROS_HTTP_LEASE_S), not for the job's timeout, and
-renewed every third of it while they run or wait (a waiting delivery's attempt clock restarts: it has
-not started), so when an executor dies another retries its deliveries within seconds.
+renewed every third of it while they run or wait, so when an executor dies another retries its
+deliveries within seconds. A delivery that waited longer than ``restart_after_s`` for its slot restarts
+its attempt clock as it starts (it had not started); a shorter wait counts against its timeout.
 
-One ``httpx.AsyncClient`` keeps connections alive between deliveries; every request connects to the
-address the egress policy checked.
+The client is aiohttp (a keep-alive connection pool per origin address; measured at a sixth of httpx's
+CPU per request). Every request connects to the address the egress policy checked: the URL names that
+address, with the target's ``Host`` header and TLS server name.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import functools
 import logging
 import os
 import random
+import re
 import socket
 import time
 from collections import Counter, deque
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
-import httpx
+import aiohttp
+import msgspec
 
 from app import observability
-from app.domain.egress import IPAddress
+from app.domain.egress import IPAddress, literal_address
 from app.domain.queues import HTTP_QUEUE
 from app.duties import pause
 from app.errors import EgressRefused, TargetUnresolved
 from app.executor.batching import Coalescer, Deferral, Outcomes
 from app.executor.breaker import BreakerConfig, Breakers, Key
 from app.executor.egress import EgressPolicy, resolve
+from app.executor.limits import AdaptiveLimit
 from app.executor.payloads import resolve_leased
 from app.executor.signing import sign
 from app.observability import tracing
@@ -59,10 +77,29 @@ from app.store.payloads import PayloadStore
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 429})
+CONGESTION_STATUS = frozenset({429, 503})  # the origin asks for less: the circuit's limit halves
 HTTP_LEASE_S_DEFAULT = 15.0
 ERROR_BODY_BYTES_DEFAULT = 512
+RETRY_AFTER_MAX_S = 3600.0
+# How soon an idle pool looks again when work is ready that its last lease could not take.
+READY_RECHECK_S = 0.02
+READY_RECHECK_SKIPPED_S = 0.1
+TARGETS_CACHED_MAX = 10_000  # a Retry-After further off than this is read as this
 # A request must end this long before its lease can no longer be renewed (started_at + the job's timeout).
 _TIMEOUT_MARGIN_S = 0.5
+# Headers Kairos writes on every delivery. A job's static header of one of these names, in any case, is
+# dropped: the delivery's own value wins (receivers rely on them, and two of one name would be ambiguous).
+RESERVED_HEADERS = frozenset({
+    "content-type", "content-length", "transfer-encoding", "connection", "host", "user-agent",
+    "accept-encoding", "idempotency-key", "traceparent", "tracestate", "kairos-job-id", "kairos-execution-id",
+    "kairos-attempt", "kairos-scheduled-for", "kairos-signature",
+})
+
+
+# RFC 9110 5.1 and 5.5: a field name is a token; a value, visible ASCII with spaces and tabs inside (obs-text,
+# bytes over 0x7F, is refused: receivers read it in different charsets).
+_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+").fullmatch
+_FIELD_VALUE = re.compile(r"(?:[\x21-\x7e](?:[\x20\x09]*[\x21-\x7e])*)?").fullmatch
 
 
 def _default_worker_id() -> str:
@@ -72,18 +109,21 @@ def _default_worker_id() -> str:
 @dataclass(frozen=True)
 class HttpPoolConfig:
     # Requests in flight per executor.
-    concurrency: int = 64
-    # Requests in flight per (tenant, origin) circuit; also how many deliveries a tenant may have waiting
-    # for a slot before it is leased no more.
-    per_origin: int = 16
+    concurrency: int = 512
+    # Ceiling of a circuit's (tenant, origin) adaptive limit of requests in flight.
+    per_origin: int = 256
+    # Where a circuit's limit starts (at most per_origin).
+    per_origin_start: int = 32
     # Requests in flight per tenant, all origins together (None: half of ``concurrency``, at least 1).
     per_tenant: int | None = None
     # Executions leased per statement.
-    batch: int = 64
-    # How often an idle pool looks for ready work (wake-ups come sooner).
+    batch: int = 128
+    # The longest an idle pool sleeps before looking for ready work (wake-ups and due times come sooner).
     poll_interval_s: float = 0.5
     # Lease of a delivery, renewed every third of it while the delivery is held (never past its timeout).
     lease_s: float = HTTP_LEASE_S_DEFAULT
+    # A delivery that waited longer than this for its slot restarts its attempt clock when it starts.
+    restart_after_s: float = 1.0
     # Answer bytes kept in the error of a failed delivery.
     error_body_bytes: int = ERROR_BODY_BYTES_DEFAULT
     worker_id: str = field(default_factory=_default_worker_id)
@@ -91,8 +131,8 @@ class HttpPoolConfig:
     isolation: str = "READ COMMITTED"
 
     def __post_init__(self) -> None:
-        if min(self.concurrency, self.per_origin, self.batch) < 1 or self.lease_s <= 0:
-            raise ValueError("concurrency, per_origin and batch must be >= 1 and lease_s > 0")
+        if min(self.concurrency, self.per_origin, self.per_origin_start, self.batch) < 1 or self.lease_s <= 0:
+            raise ValueError("concurrency, per_origin, per_origin_start and batch must be >= 1 and lease_s > 0")
 
     @property
     def tenant_slots(self) -> int:
@@ -102,11 +142,81 @@ class HttpPoolConfig:
     def renew_every_s(self) -> float:
         return self.lease_s / 3
 
+    @property
+    def refill_at(self) -> int:
+        """Free room worth a lease statement when the last one stopped for lack of room."""
+        return max(1, min(self.batch, self.concurrency) // 4)
+
 
 @dataclass(frozen=True)
 class Verdict:
     outcome: str  # succeeded | retry | dead | deferred
     detail: str = ""
+    retry_after_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    encoding: str | None  # Content-Encoding
+    retry_after: str | None  # Retry-After, as sent
+    excerpt: bytes  # at most error_body_bytes of a non-2xx answer's body
+
+
+class Sender(Protocol):
+    """Sends one request; the pool's own (``AiohttpSender``) or a test's."""
+
+    async def __call__(self, method: str, url: str, body: bytes, headers: dict[str, str],
+                       server_hostname: str | None, timeout_s: float) -> Answer: ...
+
+    async def close(self) -> None: ...
+
+
+class SendFailed(Exception):
+    """The request got no answer: a connection error (a timeout raises TimeoutError)."""
+
+
+class AiohttpSender:
+    def __init__(self, config: HttpPoolConfig) -> None:
+        self.config = config
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self.config.concurrency, limit_per_host=0,
+                                             use_dns_cache=False, enable_cleanup_closed=True)
+            self._session = aiohttp.ClientSession(
+                connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
+                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+                trust_env=False, raise_for_status=False)
+        return self._session
+
+    async def __call__(self, method: str, url: str, body: bytes, headers: dict[str, str],
+                       server_hostname: str | None, timeout_s: float) -> Answer:
+        session = self._open()
+        try:
+            async with session.request(method, url, data=body or None, headers=headers, allow_redirects=False,
+                                       timeout=aiohttp.ClientTimeout(total=timeout_s),
+                                       server_hostname=server_hostname) as response:
+                status = response.status
+                if 200 <= status < 300:
+                    return Answer(status, None, None, b"")
+                raw = bytearray()
+                async for chunk in response.content.iter_chunked(self.config.error_body_bytes):
+                    raw += chunk
+                    if len(raw) >= self.config.error_body_bytes:
+                        break
+                return Answer(status, response.headers.get("Content-Encoding"),
+                              response.headers.get("Retry-After"), bytes(raw))
+        except aiohttp.ClientError as exc:
+            if isinstance(exc, aiohttp.ServerTimeoutError):
+                raise TimeoutError(str(exc)) from exc
+            raise SendFailed(f"{type(exc).__name__}: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
 
 @dataclass(eq=False)
@@ -114,29 +224,47 @@ class _Held:
     """A delivery this pool holds the lease of, from the lease to its outcome."""
 
     item: ex.Leased
-    key: Key | None  # (tenant, origin); None when the URL is unusable (dead without sending)
+    target: _Target | None  # None when the URL is unusable (dead without sending)
     # Monotonic time by which the request must be over: the attempt's start (read before the statement
     # that set it, so never later than the database's) + the job's timeout.
     deadline: float
+    leased_at: float = 0.0  # monotonic
     waiting: bool = False  # leased but not started: no slot held
     sending: bool = False  # holds a slot (of the executor, its circuit and its tenant)
+
+    @property
+    def key(self) -> Key | None:
+        """(tenant, origin): the circuit the delivery goes through."""
+        return self.target.key if self.target is not None else None
 
     @property
     def ref(self) -> ex.AttemptRef:
         return ex.AttemptRef(self.item.execution_id, self.item.attempt)
 
 
-def _origin(item: ex.Leased) -> tuple[Key, httpx.URL, str, int] | Verdict:
-    """(circuit, URL, host, port), or the verdict of a target that can never be delivered to."""
+@dataclass(frozen=True)
+class _Target:
+    key: Key
+    scheme: str
+    host: str
+    port: int
+    netloc: str  # as written (the Host header)
+    path: str  # path and query, as written
+
+
+def _origin(item: ex.Leased) -> _Target | Verdict:
+    """Where a delivery goes, or the verdict of a target that can never be delivered to."""
     try:
-        url = httpx.URL(item.target_ref)
-        host = url.host
+        url = urlsplit(item.target_ref)
+        host = url.hostname
         port = url.port or (443 if url.scheme == "https" else 80)
-    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+    except (TypeError, ValueError) as exc:
         return Verdict("dead", f"invalid target URL: {exc}")
     if url.scheme not in ("http", "https") or not host:
         return Verdict("dead", "target is not an absolute http(s) URL")
-    return (item.tenant_id, f"{url.scheme}://{host}:{port}"), url, host, port
+    path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+    netloc = url.netloc.rpartition("@")[2]  # never a userinfo part in Host
+    return _Target((item.tenant_id, f"{url.scheme}://{host}:{port}"), url.scheme, host, port, netloc, path)
 
 
 def _excerpt(raw: bytes, limit: int, encoding: str | None) -> str:
@@ -147,28 +275,65 @@ def _excerpt(raw: bytes, limit: int, encoding: str | None) -> str:
     return "".join(c if c.isprintable() or c in "\t\n" else "\ufffd" for c in text)
 
 
+def retry_after_s(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` value (delay-seconds or an HTTP-date) asks for; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), RETRY_AFTER_MAX_S)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    delta = when.timestamp() - (time.time() if now is None else now)
+    return min(max(0.0, delta), RETRY_AFTER_MAX_S)
+
+
+# The payload as compact JSON (msgspec: a fraction of json.dumps's cost; any valid JSON will do, the
+# signature covers the bytes as sent).
+_encode = msgspec.json.Encoder().encode
+
+
+@functools.lru_cache(maxsize=4096)  # a herd's deliveries share a handful of due times
+def _scheduled_text(scheduled_for: datetime) -> str:
+    return ex.idempotency_time(scheduled_for)
+
+
+def _url(scheme: str, address: IPAddress, port: int, path: str) -> str:
+    host = f"[{address}]" if address.version == 6 else str(address)
+    return f"{scheme}://{host}:{port}{path}"
+
+
 class HttpPool:
     def __init__(self, db: Database, outcomes: Outcomes, config: HttpPoolConfig = HttpPoolConfig(), *,
                  egress: EgressPolicy = EgressPolicy(), breakers: Breakers | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None, payloads: PayloadStore | None = None) -> None:
+                 transport: Sender | None = None, payloads: PayloadStore | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.db = db
         self.payloads = payloads  # reads the payloads kept in the object store (app.executor.payloads)
         self.outcomes = outcomes
         self.config = config
         self.egress = egress
         self.breakers = breakers or Breakers(config.breaker)
-        self.client = httpx.AsyncClient(
-            transport=transport, follow_redirects=False, trust_env=False,
-            limits=httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=config.concurrency),
-        )
+        self.send: Sender = transport or AiohttpSender(config)
+        self.clock = clock
         self.wake = asyncio.Event()
         self._held: dict[str, _Held] = {}  # by execution id
         self._waiting: dict[Key, deque[_Held]] = {}
+        self._waiting_by_tenant: Counter[str] = Counter()
         self._sending = 0
         self._sending_by_key: Counter[Key] = Counter()
         self._sending_by_tenant: Counter[str] = Counter()
+        self._limits: dict[Key, AdaptiveLimit] = {}
+        self._targets: dict[tuple[str, str], _Target | Verdict] = {}
+        self._literals: dict[tuple[str, int], IPAddress] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._slot_freed = asyncio.Event()
+        self._more = asyncio.Event()  # room to lease again (see _lease_loop)
+        self._want_room = False  # the last lease stopped for lack of room
+        self._skipped: list[str] = []  # tenants the last lease left out (deliveries waiting here)
         self._released = asyncio.Event()  # a held delivery was let go (run_once waits on it)
         self._restarter: Coalescer[_Held, bool] = Coalescer("http-restart", self._restart_flush)
 
@@ -183,73 +348,157 @@ class HttpPool:
         return len(self._held)
 
     def waiting_by_tenant(self) -> Counter[str]:
-        counts: Counter[str] = Counter()
-        for (tenant, _), queue in self._waiting.items():
-            counts[tenant] += len(queue)
-        return counts
+        return +self._waiting_by_tenant
+
+    def limit_of(self, key: Key) -> int:
+        """The circuit's adaptive limit of requests in flight now."""
+        found = self._limits.get(key)
+        return found.current if found is not None else min(self.config.per_origin_start, self.config.per_origin)
 
     # -- leasing and slots -------------------------------------------------------------------------
 
+    def _buffer(self, tenant: str) -> int:
+        """Deliveries a tenant may have waiting here before it is leased no more: about one more round of
+        what its busiest origin may have in flight."""
+        most = max((self.limit_of(k) for k in self._waiting if k[0] == tenant), default=0)
+        return max(8, min(most, self.config.tenant_slots))
+
+    def _room(self) -> int:
+        """Deliveries this pool could start: free slots less what already waits for them. Deliveries of a
+        tenant left out of leasing, or at its own limit, wait for that tenant's slots, not for these."""
+        skipped, most = set(self._skipped), self.config.tenant_slots
+        waiting = sum(n for t, n in self._waiting_by_tenant.items()
+                      if t not in skipped and self._sending_by_tenant[t] < most)
+        return self.config.concurrency - self._sending - waiting
+
     async def lease_batch(self) -> list[ex.Leased]:
-        """Lease what fits in the free slots, then start or queue each delivery."""
-        free = self.config.concurrency - self._sending
-        if free <= 0:
+        """Lease what fits in the free room, then start or queue each delivery."""
+        self._skipped = [t for t, n in self._waiting_by_tenant.items() if n >= self._buffer(t)]
+        room = self._room()
+        if room <= 0:
+            self._want_room = True
             return []
-        skip = [t for t, n in self.waiting_by_tenant().items() if n >= self.config.per_origin]
-        began = time.monotonic()
+        limit = min(room, self.config.batch)
+        began = self.clock()
         got = await self.db.statement(
-            lambda tx: tx.executions.lease(HTTP_QUEUE, self.config.worker_id, min(free, self.config.batch),
-                                           self.config.lease_s, skip_tenants=skip))
+            lambda tx: tx.executions.lease(HTTP_QUEUE, self.config.worker_id, limit,
+                                           self.config.lease_s, skip_tenants=self._skipped))
+        self._want_room = len(got) >= limit
         if got:
             observability.leased.add(len(got), {"queue": observability.queue_kind(HTTP_QUEUE)})
-            self.outcomes.track(got, self.config.lease_s, HTTP_QUEUE)
+            self.outcomes.track(got, self.config.lease_s, HTTP_QUEUE, started=False)
         for item in got:
-            origin = _origin(item)
-            entry = _Held(item, None if isinstance(origin, Verdict) else origin[0], began + item.timeout_s)
+            target = self._target(item)
+            entry = _Held(item, None if isinstance(target, Verdict) else target, began + item.timeout_s,
+                          leased_at=began)
             self._held[item.execution_id] = entry
-            if isinstance(origin, Verdict):
-                self._spawn(self._settle(entry, origin), item)
+            if isinstance(target, Verdict):
+                self._spawn(self._settle(entry, target), item)
             else:
                 self._admit(entry)
         return got
 
+    def _target(self, item: ex.Leased) -> _Target | Verdict:
+        """``_origin``, parsed once per (tenant, URL): a herd's deliveries share a handful of URLs."""
+        cache_key = (item.tenant_id, item.target_ref)
+        found = self._targets.get(cache_key)
+        if found is None:
+            if len(self._targets) >= TARGETS_CACHED_MAX:
+                self._targets.clear()
+            found = self._targets[cache_key] = _origin(item)
+        return found
+
+    async def _address(self, target: _Target) -> IPAddress:
+        """The address to connect to (``resolve``); a literal address's answer is kept (the policy is fixed)."""
+        found = self._literals.get((target.host, target.port))
+        if found is not None:
+            return found
+        address = await resolve(self.egress, target.host, target.port)
+        if literal_address(target.host) is not None:
+            if len(self._literals) >= TARGETS_CACHED_MAX:
+                self._literals.clear()
+            self._literals[(target.host, target.port)] = address
+        return address
+
+    def _limit(self, key: Key) -> AdaptiveLimit:
+        found = self._limits.get(key)
+        if found is None:
+            found = self._limits[key] = AdaptiveLimit(min(self.config.per_origin_start, self.config.per_origin),
+                                                      self.config.per_origin, clock=self.clock)
+        return found
+
     def _can_start(self, key: Key) -> bool:
         return (self._sending < self.config.concurrency
-                and self._sending_by_key[key] < self.breakers.limit(key, self.config.per_origin)
+                and self._sending_by_key[key] < min(self.breakers.limit(key, self.config.per_origin),
+                                                    self.limit_of(key))
                 and self._sending_by_tenant[key[0]] < self.config.tenant_slots)
 
+    def _held_back_for(self, key: Key) -> float | None:
+        """Seconds the circuit sends nothing: its breaker is open, or its origin asked (Retry-After)."""
+        left = self.breakers.open_for(key)
+        limit = self._limits.get(key)
+        paused = limit.paused_for() if limit is not None else None
+        if left is None:
+            return paused
+        return left if paused is None else max(left, paused)
+
     def _admit(self, entry: _Held) -> None:
-        """Start a delivery now, defer it (its circuit is open) or queue it for a slot."""
+        """Start a delivery now, defer it (its circuit sends nothing for a while) or queue it for a slot."""
         assert entry.key is not None
-        if (left := self.breakers.open_for(entry.key)) is not None:
+        if (left := self._held_back_for(entry.key)) is not None:
             self._defer(entry, left)
         elif self._waiting.get(entry.key) is None and self._can_start(entry.key):
             self._start(entry)
         else:
             entry.waiting = True
             self._waiting.setdefault(entry.key, deque()).append(entry)
+            self._waiting_by_tenant[entry.key[0]] += 1
+
+    def _unwait(self, entry: _Held) -> None:
+        assert entry.key is not None
+        entry.waiting = False
+        tenant = entry.key[0]
+        self._waiting_by_tenant[tenant] -= 1
+        if self._waiting_by_tenant[tenant] <= 0:
+            del self._waiting_by_tenant[tenant]
 
     def _pump(self) -> None:
-        """Give free slots to waiting deliveries, circuit by circuit; defer those of circuits now open."""
+        """Give free slots to waiting deliveries, circuit by circuit; defer those of circuits held back."""
         for key in list(self._waiting):
             queue = self._waiting[key]
-            if (left := self.breakers.open_for(key)) is not None:
+            if (left := self._held_back_for(key)) is not None:
                 while queue:
-                    self._defer(queue.popleft(), left)
+                    entry = queue.popleft()
+                    self._unwait(entry)
+                    self._defer(entry, left)
             while queue and self._can_start(key):
-                self._start(queue.popleft())
+                entry = queue.popleft()
+                self._unwait(entry)
+                self._start(entry, waited=True)
             if not queue:
                 del self._waiting[key]
             else:  # the circuit keeps its place behind the others: slots go round
                 self._waiting[key] = self._waiting.pop(key)
+        self._maybe_more()
 
-    def _start(self, entry: _Held) -> None:
+    def _maybe_more(self) -> None:
+        """Wake the lease loop when a lease would now find room, or a tenant it left out has drained."""
+        if self._more.is_set():
+            return
+        if self._want_room and self._room() >= self.config.refill_at:
+            self._more.set()
+        elif self._skipped and any(self._waiting_by_tenant[t] * 2 < self._buffer(t) for t in self._skipped):
+            self._more.set()
+
+    def _start(self, entry: _Held, *, waited: bool = False) -> None:
         assert entry.key is not None
-        restart, entry.waiting, entry.sending = entry.waiting, False, True
+        entry.sending = True
         self._sending += 1
         self._sending_by_key[entry.key] += 1
         self._sending_by_tenant[entry.key[0]] += 1
         self.breakers.sending(entry.key)
+        self._limit(entry.key).sending(self._sending_by_key[entry.key])
+        restart = waited and self.clock() - entry.leased_at > self.config.restart_after_s
         self._spawn(self._deliver(entry, restart=restart), entry.item)
 
     def _free_slot(self, entry: _Held) -> None:
@@ -264,14 +513,12 @@ class HttpPool:
             del self._sending_by_key[entry.key]
         if self._sending_by_tenant[entry.key[0]] <= 0:
             del self._sending_by_tenant[entry.key[0]]
-        self._slot_freed.set()
 
     def _defer(self, entry: _Held, delay_s: float) -> None:
-        entry.waiting = False
         self._spawn(self._settle(entry, Verdict("deferred", f"{delay_s:.3f}")), entry.item)
 
     def _spawn(self, work: Coroutine[Any, Any, None], item: ex.Leased) -> None:
-        task = asyncio.create_task(work, name=f"http-deliver-{item.execution_id}")
+        task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 
@@ -287,6 +534,12 @@ class HttpPool:
             del self._held[entry.item.execution_id]
         self._released.set()
         self._pump()
+
+    def _forget_idle_limits(self) -> None:
+        """Drop the limits of circuits with nothing in flight or waiting and no pause left (bounded memory)."""
+        for key in [k for k, lim in self._limits.items()
+                    if k not in self._sending_by_key and k not in self._waiting and lim.paused_for() is None]:
+            del self._limits[key]
 
     # -- the loops -----------------------------------------------------------------------------------
 
@@ -319,23 +572,45 @@ class HttpPool:
             return []
 
     async def _lease_loop(self, stop: asyncio.Event) -> None:
-        # Not app.duties.run_every: what may cut the pause short depends on the pass (a freed slot
-        # only while every slot is busy; an idle pool woken per finished delivery would poll per
-        # completion).
+        # Not app.duties.run_every: a lease that found work goes round at once while there is room, one
+        # stopped by room sleeps until _maybe_more says a lease would find some, and one that found nothing
+        # sleeps until the queue's next ready time (at most poll_interval_s) or a wake-up.
         while not stop.is_set():
+            self._more.clear()
             try:
                 got = await self.lease_batch()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("http pool lease failed")
-                got = []
-            if got and self._sending < self.config.concurrency:
-                continue  # there may be more ready right now
+                await pause(self.config.poll_interval_s, stop)
+                continue
+            if got and self._room() > 0:
+                continue  # there may be more ready right now (the fair lease caps each tenant's share of a batch)
+            if self._want_room:
+                await pause(self.config.poll_interval_s, stop, self._more, self.wake)
+                continue
+            self._forget_idle_limits()
             self.wake.clear()
-            self._slot_freed.clear()
-            full = self._sending >= self.config.concurrency
-            await pause(self.config.poll_interval_s, stop, self.wake, *([self._slot_freed] if full else []))
+            sleep_s = await self._until_next_ready()
+            await pause(sleep_s, stop, self.wake, self._more)
+
+    async def _until_next_ready(self) -> float:
+        try:
+            due_in = await self.db.statement(lambda tx: tx.executions.next_ready_in(HTTP_QUEUE))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("http pool could not read the next ready time")
+            return self.config.poll_interval_s
+        if due_in is None:
+            return self.config.poll_interval_s
+        if due_in <= 0:
+            # Ready now, yet the lease found nothing: rows of tenants left out (their drain wakes us through
+            # _more, so look only now and then), at their in-flight quota, or locked by another executor.
+            # Look again soon, not in a tight loop.
+            return READY_RECHECK_SKIPPED_S if self._skipped else READY_RECHECK_S
+        return min(self.config.poll_interval_s, due_in)
 
     async def _renew_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -355,7 +630,7 @@ class HttpPool:
         entries = [e for e in self._held.values() if e.waiting or e.sending]
         if not entries:
             return 0
-        began = time.monotonic()
+        began = self.clock()
         renewals = [ex.Renewal(e.item.execution_id, e.item.attempt, restart=e.waiting) for e in entries]
         renewed = await self.db.transaction(
             lambda tx: tx.executions.renew_many(renewals, self.config.worker_id, self.config.lease_s),
@@ -364,19 +639,20 @@ class HttpPool:
             if entry.item.execution_id in renewed:
                 if renewal.restart and entry.waiting:
                     entry.deadline = began + entry.item.timeout_s
+                    entry.leased_at = began
             elif entry.waiting and entry.key is not None:
                 self._waiting[entry.key].remove(entry)
                 if not self._waiting[entry.key]:
                     del self._waiting[entry.key]
-                entry.waiting = False
+                self._unwait(entry)
                 log.info("execution outcome", extra={"execution_id": entry.item.execution_id,
                                                      "attempt": entry.item.attempt, "outcome": "lease_lost"})
                 self._let_go(entry)
         return len(renewed)
 
     async def _restart_flush(self, entries: Sequence[_Held]) -> list[bool]:
-        """Restart the attempt clock of deliveries that waited for a slot, as they start."""
-        began = time.monotonic()
+        """Restart the attempt clock of deliveries that waited long for a slot, as they start."""
+        began = self.clock()
         renewals = [ex.Renewal(e.item.execution_id, e.item.attempt, restart=True) for e in entries]
         renewed = await self.db.transaction(
             lambda tx: tx.executions.renew_many(renewals, self.config.worker_id, self.config.lease_s),
@@ -390,6 +666,7 @@ class HttpPool:
         """Let requests in flight finish for ``grace_s``; hand back the rest, and every waiting delivery, unspent."""
         waiting = [e for q in self._waiting.values() for e in q]
         self._waiting.clear()
+        self._waiting_by_tenant.clear()
         for entry in waiting:
             entry.waiting = False
             self._held.pop(entry.item.execution_id, None)
@@ -406,7 +683,7 @@ class HttpPool:
             except Exception:
                 log.exception("could not hand back deliveries; their leases will expire")
             log.info("handed back deliveries", extra={"count": len(left)})
-        await self.client.aclose()
+        await self.send.close()
 
     # -- one delivery --------------------------------------------------------------------------------
 
@@ -422,108 +699,141 @@ class HttpPool:
                 if not resolved:
                     return  # its attempt already failed, saying why
                 item = resolved[0]
-            verdict = await self._attempt(entry, item)
-            await self._report(item, verdict)
+            sent: list[datetime] = []
+            try:
+                verdict = await self._attempt(entry, item, sent)
+            except Exception as exc:  # never a lease lapse: the attempt fails now, saying why
+                assert entry.key is not None
+                self.breakers.abandon(entry.key)
+                log.exception("delivery failed unexpectedly", extra={"execution_id": item.execution_id})
+                verdict = Verdict("retry", f"delivery failed: {type(exc).__name__}: {exc}")
+            await self._report(item, verdict, sent[0] if sent else None)
         finally:
             self._let_go(entry)
 
     async def _settle(self, entry: _Held, verdict: Verdict) -> None:
         try:
-            await self._report(entry.item, verdict)
+            await self._report(entry.item, verdict, None)
         finally:
             self._let_go(entry)
 
-    async def _report(self, item: ex.Leased, verdict: Verdict) -> None:
+    async def _report(self, item: ex.Leased, verdict: Verdict, sent_at: datetime | None) -> None:
         if verdict.outcome == "succeeded":
-            await self.outcomes.complete(ex.Success(item.execution_id, item.attempt, {"status": int(verdict.detail)}))
+            await self.outcomes.complete(ex.Success(item.execution_id, item.attempt, {"status": int(verdict.detail)},
+                                                    sent_at=sent_at))
         elif verdict.outcome == "deferred":
             # Jittered, so deliveries deferred together do not all come back in the same instant.
             delay = float(verdict.detail) * random.uniform(1.0, 1.2)
             await self.outcomes.defer(Deferral(item.execution_id, item.attempt, delay))
         else:
             await self.outcomes.fail(ex.Failure(item.execution_id, item.attempt, verdict.detail,
-                                                retryable=verdict.outcome == "retry"))
-        log.debug("delivered", extra={"execution_id": item.execution_id, "attempt": item.attempt,
-                                      "outcome": verdict.outcome})
+                                                retryable=verdict.outcome == "retry", sent_at=sent_at,
+                                                retry_after_s=verdict.retry_after_s))
 
-    async def _attempt(self, entry: _Held, item: ex.Leased) -> Verdict:
-        parsed = _origin(item)
-        if isinstance(parsed, Verdict):
-            return parsed
-        circuit, url, host, port = parsed
-        try:
-            address: IPAddress = await resolve(self.egress, host, port)
-        except EgressRefused as exc:
-            self.breakers.abandon(circuit)  # nothing was sent: no news of the origin
-            log.warning("delivery refused by the egress policy", extra={
-                "execution_id": item.execution_id, "tenant_id": item.tenant_id, "host": host})
-            return Verdict("dead", exc.detail)
-        except TargetUnresolved as exc:
-            self.breakers.record_failure(circuit)
-            return Verdict("retry", exc.detail)
-        timeout = entry.deadline - _TIMEOUT_MARGIN_S - time.monotonic()
-        if timeout <= 0:
-            self.breakers.abandon(circuit)
-            return Verdict("retry", "timed out before the request could be sent")
-        # GET carries no body (the signature then covers the empty body); the others carry the payload.
-        method = item.http_method
-        body = b"" if method == "GET" else json.dumps(item.payload, separators=(",", ":")).encode()
-        scheduled = item.scheduled_for.isoformat().replace("+00:00", "Z")
-        headers = {
-            # The job's static headers first: the delivery's own headers below always win.
-            **(item.http_headers or {}),
+    def _headers(self, item: ex.Leased, target: _Target, body: bytes) -> dict[str, str]:
+        # The job's static headers first, less those Kairos writes itself (compared in any case).
+        headers = {k: v for k, v in (item.http_headers or {}).items() if k.lower() not in RESERVED_HEADERS}
+        scheduled = _scheduled_text(item.scheduled_for)  # as Leased.idempotency_key writes it
+        headers.update({
             "Content-Type": "application/json",
             "User-Agent": "Kairos/1",
             "Accept-Encoding": "identity",  # the excerpt of a failure's answer is read as it comes
-            "Host": url.netloc.decode("ascii"),
-            "Idempotency-Key": item.idempotency_key,
+            "Host": target.netloc,
+            "Idempotency-Key": f"{item.job_id}:{scheduled}",
             "Kairos-Job-Id": item.job_id,
             "Kairos-Execution-Id": item.execution_id,
             "Kairos-Attempt": str(item.attempt),
             "Kairos-Scheduled-For": scheduled,
             "Kairos-Signature": sign(item.signing_secret, body),
-        }
-        # Connect to the address the egress policy checked (no second DNS answer can differ).
-        pinned = url.copy_with(host=str(address))
-        extensions = {"sni_hostname": host} if url.scheme == "https" else {}
+        })
+        return headers
+
+    async def _attempt(self, entry: _Held, item: ex.Leased, sent: list[datetime]) -> Verdict:
+        target = entry.target
+        assert target is not None
+        circuit = target.key
         try:
-            with tracing.span("kairos.deliver", parent=item.traceparent, attributes={
-                    "kairos.job_id": item.job_id, "kairos.execution_id": item.execution_id,
-                    "kairos.attempt": item.attempt, "http.request.method": method}) as traceparent:
-                # The occurrence's trace goes to the target: its own spans join it.
-                headers["traceparent"] = traceparent or tracing.child_of(item.traceparent)
-                # One deadline for the whole exchange (httpx's own timeout restarts with every read).
-                async with asyncio.timeout(timeout):
-                    status, encoding, raw = await self._exchange(method, pinned, body, headers, extensions,
-                                                                 timeout)
-        except (TimeoutError, httpx.TimeoutException):
-            self.breakers.record_failure(circuit)
-            return Verdict("retry", f"timed out after {timeout:.3g}s")
-        except httpx.HTTPError as exc:
-            self.breakers.record_failure(circuit)
-            # The exception may name the address connected to: say the host the tenant wrote instead.
-            text = str(exc).replace(str(address), host)
-            return Verdict("retry", f"connection error: {type(exc).__name__}: {text}".rstrip(": "))
+            address = await self._address(target)
+        except EgressRefused as exc:
+            self.breakers.abandon(circuit)  # nothing was sent: no news of the origin
+            log.warning("delivery refused by the egress policy", extra={
+                "execution_id": item.execution_id, "tenant_id": item.tenant_id, "host": target.host})
+            return Verdict("dead", exc.detail)
+        except TargetUnresolved as exc:
+            return self._failed(circuit, 0.0, Verdict("retry", exc.detail))
+        timeout = entry.deadline - _TIMEOUT_MARGIN_S - self.clock()
+        if timeout <= 0:
+            self.breakers.abandon(circuit)
+            return Verdict("retry", "timed out before the request could be sent")
+        # GET carries no body (the signature then covers the empty body); the others carry the payload.
+        method = item.http_method
+        body = b"" if method == "GET" else _encode(item.payload)
+        headers = self._headers(item, target, body)
+        # The job's own headers against RFC 9110's grammar before anything is sent (Kairos's are valid).
+        for name, value in (item.http_headers or {}).items():
+            if not _FIELD_NAME(name) or not _FIELD_VALUE(value):
+                self.breakers.abandon(circuit)
+                return Verdict("dead", f"the request cannot be sent: header {name!r} is not a valid HTTP field "
+                                       "(visible ASCII, spaces and tabs only)")
+        # Connect to the address the egress policy checked (no second DNS answer can differ).
+        url = _url(target.scheme, address, target.port, target.path)
+        server_hostname = target.host if target.scheme == "https" else None
+        began = self.clock()
+        sent.append(datetime.now(timezone.utc))
+        self.outcomes.sent(item, sent[0], HTTP_QUEUE)
+        try:
+            if tracing.enabled():
+                with tracing.span("kairos.deliver", parent=item.traceparent, attributes={
+                        "kairos.job_id": item.job_id, "kairos.execution_id": item.execution_id,
+                        "kairos.attempt": item.attempt, "http.request.method": method}) as traceparent:
+                    # The occurrence's trace goes to the target: its own spans join it.
+                    headers["traceparent"] = traceparent or tracing.child_of(item.traceparent)
+                    answer = await self._exchange(method, url, body, headers, server_hostname, timeout)
+            else:
+                headers["traceparent"] = tracing.child_of(item.traceparent)
+                answer = await self._exchange(method, url, body, headers, server_hostname, timeout)
+        except TimeoutError:
+            return self._failed(circuit, self.clock() - began, Verdict("retry", f"timed out after {timeout:.3g}s"),
+                                congested=True)
+        except SendFailed as exc:
+            # The error may name the address connected to: say the host the tenant wrote instead.
+            text = str(exc).replace(str(address), target.host)
+            return self._failed(circuit, self.clock() - began, Verdict("retry", f"connection error: {text}"),
+                                congested=True)
+        latency = self.clock() - began
+        status = answer.status
         if 200 <= status < 300:
             self.breakers.record_success(circuit)
+            self._limit(circuit).succeeded(latency)
             return Verdict("succeeded", str(status))
-        detail = f"HTTP {status}: {_excerpt(raw, self.config.error_body_bytes, encoding)}".strip().rstrip(":")
+        detail = f"HTTP {status}: {_excerpt(answer.excerpt, self.config.error_body_bytes, answer.encoding)}"
+        detail = detail.strip().rstrip(":")
         if status in RETRYABLE_STATUS or status >= 500:
-            self.breakers.record_failure(circuit)
-            return Verdict("retry", detail)
+            wait = retry_after_s(answer.retry_after) if status in CONGESTION_STATUS else None
+            return self._failed(circuit, latency, Verdict("retry", detail, wait),
+                                congested=status in CONGESTION_STATUS or status == 408, retry_after=wait)
         self.breakers.record_success(circuit)  # the origin answers; this request never will
+        self._limit(circuit).succeeded(latency)
         return Verdict("dead", detail)
 
-    async def _exchange(self, method: str, url: httpx.URL, body: bytes, headers: dict[str, str],
-                        extensions: dict[str, str], timeout: float) -> tuple[int, str | None, bytes]:
-        """(status, Content-Encoding, at most error_body_bytes of the answer); a 2xx answer is not read."""
-        async with self.client.stream(method, url, content=body or None, headers=headers, timeout=timeout,
-                                      extensions=extensions) as response:
-            if 200 <= response.status_code < 300:
-                return response.status_code, None, b""
-            raw = bytearray()
-            async for chunk in response.aiter_raw():
-                raw += chunk
-                if len(raw) >= self.config.error_body_bytes:
-                    break
-            return response.status_code, response.headers.get("content-encoding"), bytes(raw)
+    def _failed(self, circuit: Key, latency_s: float, verdict: Verdict, *, congested: bool = False,
+                retry_after: float | None = None) -> Verdict:
+        """A failure the origin is to blame for: counted by the breaker and the limit. Once the circuit is
+        open (this failure opened it, or it was in flight when another did) the delivery is deferred to the
+        end of the cool-down, its attempt refunded: an outage spends only the attempts that reveal it."""
+        if congested:
+            self._limit(circuit).congested(latency_s, retry_after)
+        opened = self.breakers.record_failure(circuit)
+        left = self.breakers.open_for(circuit)
+        # The failure that opened the circuit spends its attempt (a failed probe's too), so a target that
+        # never recovers still reaches its dead letter.
+        if left is not None and not opened:
+            return Verdict("deferred", f"{max(left, retry_after or 0.0):.3f}")
+        return verdict
+
+    async def _exchange(self, method: str, url: str, body: bytes, headers: dict[str, str],
+                        server_hostname: str | None, timeout: float) -> Answer:
+        # One deadline for the whole exchange, from connecting to the last byte read: the sender's (aiohttp's
+        # total timeout), so a target that trickles its answer cannot stretch it.
+        return await self.send(method, url, body, headers, server_hostname, timeout)
+

@@ -67,7 +67,9 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event, transport
     await signing.prepare(settings, db)  # HTTP deliveries are signed: the secret key must be there
     outcomes = Outcomes(db)
     addr = await transport.start(db, outcomes)
-    pool = HttpPool(db, outcomes, HttpPoolConfig(concurrency=settings.http_concurrency, lease_s=settings.http_lease_s),
+    pool = HttpPool(db, outcomes, HttpPoolConfig(concurrency=settings.http_concurrency, lease_s=settings.http_lease_s,
+                                                 per_tenant=settings.http_per_tenant or None,
+                                                 per_origin=settings.http_per_origin),
                     egress=policy_for(settings),
                     payloads=PayloadStore.from_settings(settings))
 

@@ -14,6 +14,7 @@ must be configured, and rows from before migration 0011 are sealed) and what
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -47,7 +48,12 @@ def opened(stored: str, keyring: sealing.Keyring | None = None) -> sealing.Signi
 def sign(stored: str, body: bytes, *, now: float | None = None) -> str:
     """The ``Kairos-Signature`` value for ``body``: one ``v1`` per secret active at ``now`` (default: the clock)."""
     t = int(time.time() if now is None else now)
-    return sign_with(opened(stored).active(datetime.fromtimestamp(t, timezone.utc)), body, t)
+    return sign_with(_active(stored, t), body, t)
+
+
+@functools.lru_cache(maxsize=1024)  # per (tenant's stored secrets, second): a herd signs many bodies in one
+def _active(stored: str, t: int) -> tuple[str, ...]:
+    return opened(stored).active(datetime.fromtimestamp(t, timezone.utc))
 
 
 @dataclass(frozen=True)

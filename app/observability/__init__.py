@@ -318,7 +318,8 @@ meter = metrics.get_meter("kairos")
 jobs_submitted = meter.create_counter("kairos.jobs.submitted", description="Jobs accepted by the API")
 quota_refusals = meter.create_counter(
     "kairos.quota.refusals",
-    description="Submitted jobs refused by a tenant quota, by quota (max_active_jobs, max_submit_per_s) and tenant")
+    description="Submitted jobs and manual executions refused by a tenant quota, by quota (max_active_jobs, "
+                "max_submit_per_s, max_manual_per_s, max_manual_inflight); no tenant label: the API port is public")
 auth_throttled = meter.create_counter(
     "kairos.auth.throttled",
     description="API requests answered 429 without checking their key: their client address failed to "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from app import errors, observability
 from app.domain import queues
+from app.domain.limits import TokenBuckets
 from app.domain.states import ExecutionState
 from app.executor.batching import Outcomes
 from app.executor.payloads import resolve_leased
@@ -41,6 +43,12 @@ log = logging.getLogger(__name__)
 class ServicerConfig:
     # Resolved credentials are cached this long (a revoked key stops working within it).
     auth_cache_s: float = 5.0
+    # Unknown keys are cached this long: a client repeating one costs one lookup per this long.
+    auth_miss_cache_s: float = tenants.KEY_MISS_TTL_S_DEFAULT
+    # Failed authentications per client address, as on the REST API (KAIROS_AUTH_FAILURE_LIMIT and
+    # KAIROS_AUTH_FAILURE_WINDOW_S, docs/quotas.md); 0: no throttle.
+    auth_failure_limit: int = 20
+    auth_failure_window_s: float = 60.0
     # How often a waiting Lease looks for ready work (wake-ups come sooner).
     poll_interval_s: float = 0.25
     default_lease_s: float = 30.0
@@ -101,6 +109,18 @@ class _Timestamps:
         return found
 
 
+def _peer_host(peer: str | None) -> str:
+    """The address in a gRPC peer string (``ipv4:10.0.0.7:5123``, ``ipv6:[::1]:5123``), without its port."""
+    if not peer:
+        return ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]")
+    return peer
+
+
 def _is_uuid(value: str) -> bool:
     try:
         UUID(value)
@@ -128,7 +148,8 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         self.payloads = payloads  # reads the payloads kept in the object store (app.executor.payloads)
         self.stopping = asyncio.Event()
         self._ready = asyncio.Event()  # pulsed when local work becomes ready (a retry, a reaped lease)
-        self._keys = tenants.KeyCache(config.auth_cache_s)
+        self._keys = tenants.KeyCache(config.auth_cache_s, miss_ttl_s=config.auth_miss_cache_s)
+        self._auth_failures = TokenBuckets()
 
     def notify_ready(self, _count: int = 1) -> None:
         self._ready.set()
@@ -142,13 +163,43 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                 header = value if isinstance(value, str) else value.decode()
         scheme, _, token = header.partition(" ")
         token = token.strip()
+        client = _peer_host(context.peer())
+        throttled = self._auth_wait_s(client) > 0
         if scheme.lower() != "bearer" or not token:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                                "send metadata 'authorization: Bearer <key>' (a tenant or pool worker key)")
-        principal = await self._call(context, lambda: self._keys.resolve(self.db, token))
+            await self._refuse(context, client, throttled,
+                               "send metadata 'authorization: Bearer <key>' (a tenant or pool worker key)")
+        # A throttled address's keys are looked up one at a time (after the key cache): its guesses cost
+        # the database one lookup at a time, and a valid key still passes (docs/quotas.md).
+        principal = await self._call(context, lambda: self._keys.resolve(self.db, token, queued=throttled))
         if principal is None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "the key is unknown or revoked")
+            await self._refuse(context, client, throttled, "the key is unknown or revoked")
         return Credential(principal)
+
+    def _auth_wait_s(self, client: str) -> float:
+        limit = self.config.auth_failure_limit
+        if not limit:
+            return 0.0
+        rate = limit / self.config.auth_failure_window_s
+        return self._auth_failures.wait_s(client, limit, rate, time.monotonic())
+
+    async def _refuse(self, context: grpc.aio.ServicerContext, client: str, throttled: bool, message: str) -> None:
+        """Abort a failed authentication: RESOURCE_EXHAUSTED with a retry hint (the message and a
+        ``retry-after`` trailer, in seconds) while ``client`` is throttled, else UNAUTHENTICATED, counted."""
+        if throttled:
+            observability.auth_throttled.add(1)
+            retry = max(1, math.ceil(self._auth_wait_s(client)))
+            context.set_trailing_metadata((("retry-after", str(retry)),))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"too many failed authentications from this address; retry after {retry} s")
+        limit = self.config.auth_failure_limit
+        if limit:
+            left = self._auth_failures.spend(client, limit, limit / self.config.auth_failure_window_s,
+                                             time.monotonic())
+            if left < 1:
+                log.warning("authentication throttled", extra={
+                    "client": client, "limit": limit, "window_s": self.config.auth_failure_window_s,
+                    "transport": "grpc"})
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
     async def _call(self, context: grpc.aio.ServicerContext, fn):
         try:

@@ -77,7 +77,7 @@ CONNECT_TIMEOUT_S = 5
 # ``statement``'s pool keeps this many connections open (at most the engine's pool size), idle or not:
 # a burst that has to open its connections pays each one's start and first plans (about 14 ms of its
 # backend, loadtest/warmup_probe.py) at the worst moment; open before it, they start and begin planning
-# the lease during the idle long polls (loadtest/README.md, "Sixteenth session").
+# the lease during the idle long polls (docs/performance.md, "Database calls and settings").
 DIRECT_POOL_MIN = 4
 # A client-side bound on a transaction is this many times the statement timeout (several statements).
 TRANSACTION_TIMEOUT_FACTOR = 2.0
@@ -324,6 +324,23 @@ class Database:
             raise errors.CommitAmbiguous(str(exc).splitlines()[0]) from exc
 
         return await self._retrying(lambda: self._run_direct(work), ambiguous_result)
+
+    async def outside_transaction(self, script: str) -> None:
+        """One DDL statement that may not run in a transaction block (CREATE INDEX CONCURRENTLY), in
+        autocommit on its own connection; migrations only. Run again after a deadlock (two processes
+        building the same index CONCURRENTLY: PostgreSQL aborts one; the statements are idempotent)."""
+        delay = self.retry.base_s
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                async with self.engine.connect() as conn:
+                    await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    await Store(conn).schema.run_script(script)
+                return
+            except DBAPIError as exc:
+                if not retryable(exc) or attempt == self.retry.attempts:
+                    raise translate(exc) from exc
+                await asyncio.sleep(random.uniform(0, delay))
+                delay = min(self.retry.max_s, delay * 2)
 
     async def _retrying(self, once: Callable[[], Awaitable[T]],
                         after_ambiguous: Callable[[Any], Awaitable[T]]) -> T:

@@ -33,7 +33,7 @@ ExecutionRef = UUID | str
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ cost 1.3 us a leased row, this one 0.14 us
 class Leased:
     # The ids as text: they are handed on as text (gRPC, HTTP headers, log lines), and a UUID loaded,
-    # formatted and hashed cost the executor about 1 us a step (loadtest/README.md, "Fifteenth session").
+    # formatted and hashed cost the executor about 1 us a step (docs/performance.md, "Lease").
     execution_id: str
     job_id: str
     tenant_id: str
@@ -50,6 +50,7 @@ class Leased:
     http_headers: dict[str, str] | None = None
     traceparent: str | None = None  # the occurrence's trace (app.observability.tracing)
     payload_ref: str | None = None  # the payload is in the object store (app.store.payloads.PayloadStore.resolve)
+    trigger: str = "schedule"  # schedule, manual or backfill: start lag counts scheduled occurrences only
 
     @property
     def idempotency_key(self) -> str:
@@ -85,6 +86,7 @@ class Success:
     # Which executions the caller may touch: an exact queue ('shared:fleet'), a queue prefix
     # ending in ':' ('tenant:<id>:'), or None (the executor itself). Others answer lease lost.
     scope: str | None = None
+    sent_at: datetime | None = None  # when an HTTP delivery's request left (attempts.sent_at)
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ class Failure:
     error: str
     retryable: bool = True
     scope: str | None = None
+    sent_at: datetime | None = None  # when an HTTP delivery's request left (attempts.sent_at)
+    retry_after_s: float | None = None  # the target's Retry-After: the retry waits at least this long
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,7 @@ class Executions(Table):
         rows = await self._conn.execute(q("ExecutionCompleteMany"), {
             "execution_ids": plain(ids), "attempts": plain([d.attempt for d in done]),
             "results": texts([_json(d.result) for d in done]), "scopes": texts([d.scope for d in done]), "now": now,
+            "sent_ats": plain([d.sent_at for d in done]),
         })
         given = _by_text(ids)  # the statement answers the ids as text
         return {given[execution_id]: bool(ok) for execution_id, ok in rows}
@@ -230,6 +235,8 @@ class Executions(Table):
         for f in failed:
             p = policies.get(f.execution_id)
             delay = retry_delay_s(max(f.attempt, 1), p.backoff_s, p.max_backoff_s, rng=rng) if p else 0.0
+            if f.retry_after_s is not None:  # the target said when to come back: never sooner
+                delay = max(delay, f.retry_after_s)
             delays.append(delay)
             # maxRetryDurationSeconds (Cloud Scheduler's): no retry starts after the deadline, counted
             # from the first attempt, whatever attempts are left.
@@ -243,6 +250,7 @@ class Executions(Table):
             "errors": texts(messages),
             "retryable": plain(retryable), "delays_s": plain(delays),
             "scopes": texts([f.scope for f in failed]), "now": now,
+            "sent_ats": plain([f.sent_at for f in failed]),
         })
         # The statement answers the failed ones; every other (stale, out of scope, unknown) changed nothing.
         out = {execution_id: FailOutcome(execution_id, None, None) for execution_id in ids}

@@ -18,6 +18,9 @@ from app.store.arrays import plain, texts
 from app.store.queries import q
 from app.store.table import Table
 
+# JobList's cut before its per-job lookups when the reported state is filtered on: none.
+JOB_LIST_SCAN_ALL = 2_147_483_647
+
 
 @dataclass(slots=True)
 class NewJob:
@@ -216,6 +219,8 @@ class Jobs(Table):
             if selectors else None,
             "after_created": after[0] if after else None, "after_id": after[1] if after else None,
             "limit": limit,
+            # The page is cut before the reported state is known, so only when it is not filtered on.
+            "scan_limit": limit if state is None else JOB_LIST_SCAN_ALL,
         })
         return [_job(r) for r in rows]
 

@@ -16,7 +16,7 @@ from importlib.resources.abc import Traversable
 
 from app import errors
 from app.store.db import Database
-from app.store.queries import sql_files
+from app.store.queries import COCKROACH, sql_files
 from app.store.seam import Store
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,12 @@ log = logging.getLogger(__name__)
 _CATALOGUE_RACES = frozenset({"23505", "42P07", "42710"})
 UNDEFINED_TABLE = "42P01"  # schema_migrations itself is missing: nothing applied yet
 _MIGRATION = re.compile(r"^(\d{4}_.+)\.sql$")
+# First line of a migration whose statements may not run in a transaction block (PostgreSQL's
+# CREATE INDEX CONCURRENTLY): each runs alone in autocommit, and must be idempotent (IF NOT EXISTS).
+NO_TRANSACTION = "-- kairos: no-transaction"
+# First line of a migration of PostgreSQL's own DDL (storage parameters): on CockroachDB it is
+# recorded as applied and not run.
+POSTGRESQL_ONLY = "-- kairos: postgresql-only"
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,19 @@ class Migration:
     @property
     def script(self) -> str:
         return self.path.read_text()
+
+    @property
+    def postgresql_only(self) -> bool:
+        return self.script.startswith(POSTGRESQL_ONLY)
+
+    @property
+    def transactional(self) -> bool:
+        return not self.script.startswith(NO_TRANSACTION)
+
+    def statements(self) -> list[str]:
+        """The script's statements, split at a `;` that ends a line (whole-line comments left out)."""
+        kept = [line for line in self.script.splitlines() if not line.lstrip().startswith("--")]
+        return [s.strip() for s in re.split(r";\s*$", "\n".join(kept), flags=re.MULTILINE) if s.strip()]
 
     @property
     def checksum(self) -> str:
@@ -83,11 +102,17 @@ async def upgrade(db: Database) -> list[str]:
     await _ensure_table(db)
     done: list[str] = []
     for migration in available():
+        if not migration.transactional:
+            if await _apply_outside_transaction(db, migration):
+                log.info("migration applied", extra={"version": migration.version})
+                done.append(migration.version)
+            continue
 
         async def apply(s: Store, m: Migration = migration) -> bool:
             if not await s.schema.claim(m.version, m.checksum):
                 return False
-            await s.schema.run_script(m.script)
+            if not (m.postgresql_only and db.dialect == COCKROACH):
+                await s.schema.run_script(m.script)
             return True
 
         if await db.transaction(apply):
@@ -98,6 +123,18 @@ async def upgrade(db: Database) -> list[str]:
         if known.get(migration.version) not in (None, migration.checksum, migration.legacy_checksum):
             log.warning("migration file changed after it was applied", extra={"version": migration.version})
     return done
+
+
+async def _apply_outside_transaction(db: Database, m: Migration) -> bool:
+    """Each statement in autocommit (a concurrent process may run the same ones: IF NOT EXISTS), then
+    the ledger row. A crash in between leaves the file unrecorded; the next run finds its work done.
+    A CREATE INDEX CONCURRENTLY that failed leaves an INVALID index, which IF NOT EXISTS then skips:
+    docs/database-at-scale.md says how an operator finds and rebuilds one."""
+    if m.version in await applied(db):
+        return False
+    for statement in m.statements():
+        await db.outside_transaction(statement)
+    return bool(await db.transaction(lambda s: s.schema.claim(m.version, m.checksum)))
 
 
 async def pending(db: Database) -> list[str]:

@@ -11,6 +11,10 @@ the same names (docs/cockroachdb.md says why each one needs it). ``q()`` returns
 SQLAlchemy compiles to that text on a ``cockroachdb`` engine and to the ``sql/queries`` text on
 every other, so callers never choose and PostgreSQL runs exactly what ``sql/queries`` says. A name
 found only there is a CockroachDB-only statement (the overlay's, follower reads).
+
+Catalogues apart: ``sql/drill`` holds the failure drills' own statements. They never join
+``catalogue()`` nor the ``Store``; only app/drill/reads.py loads them (``own_statement``), under the
+same rules, with one text for PostgreSQL and CockroachDB.
 """
 
 from __future__ import annotations
@@ -87,6 +91,21 @@ def cockroach_catalogue() -> dict[str, NamedQuery]:
     """The statements of ``sql/cockroach/queries``: CockroachDB's text of a catalogue statement, or a
     CockroachDB-only one."""
     return _load("cockroach/queries")
+
+
+@cache
+def own_catalogue(folder: str) -> dict[str, NamedQuery]:
+    """The statements of ``sql/<folder>`` (``drill``), a catalogue apart from ``catalogue()``."""
+    return _load(folder)
+
+
+@cache
+def own_statement(folder: str, name: str) -> TextClause:
+    """The statement called ``name`` in ``sql/<folder>``: the same text on every dialect."""
+    try:
+        return text(own_catalogue(folder)[name].sql)
+    except KeyError:
+        raise KeyError(f"no query named {name} in sql/{folder}") from None
 
 
 def text_for(name: str, dialect: str) -> str:

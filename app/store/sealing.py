@@ -20,6 +20,9 @@ executor when it starts (``Tenants.seal_plaintext_signing_secrets``); nothing wr
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -37,6 +40,9 @@ KEY_FILE = "secret.key"
 SECRET_KEY_VARIABLE = "KAIROS_SECRET_KEY"
 # Rows one transaction seals or re-seals.
 SEAL_BATCH_DEFAULT = 500
+# What a MAC key is derived for (HMAC of this label under a Fernet key): history archives.
+MAC_KEY_LABEL = b"kairos history archive mac v1"
+MAC_PREFIX = "hmac-sha256:"
 
 
 def new_secret() -> str:
@@ -89,6 +95,18 @@ class Keyring:
         self._primary = Fernet(keys[0])
         self._all = MultiFernet([Fernet(k) for k in keys])
         self.size = len(keys)
+        # Keys for MACs, one derived from each key (never the key itself): the first signs, any verifies.
+        self._mac_keys = [hmac.new(base64.urlsafe_b64decode(k), MAC_KEY_LABEL, hashlib.sha256).digest() for k in keys]
+
+    def mac(self, data: bytes) -> str:
+        """HMAC-SHA256 of ``data`` under the first key's MAC key, as ``hmac-sha256:<hex>``."""
+        return MAC_PREFIX + hmac.new(self._mac_keys[0], data, hashlib.sha256).hexdigest()
+
+    def mac_matches(self, data: bytes, mac: str) -> bool:
+        """Whether ``mac`` is the MAC of ``data`` under any key's MAC key (so archives written before a key
+        rotation still verify while the old key is listed); compared in constant time."""
+        return any(hmac.compare_digest(MAC_PREFIX + hmac.new(k, data, hashlib.sha256).hexdigest(), mac)
+                   for k in self._mac_keys)
 
     def seal(self, value: SigningSecrets) -> str:
         return SEALED_PREFIX + self._primary.encrypt(value.to_json()).decode()

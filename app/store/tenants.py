@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from app.store.db import Database
 
 KEY_PREFIX = "kairos_"
+KEY_MISS_TTL_S_DEFAULT = 2.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class Tenant:
     # Submit quotas (docs/quotas.md); None: no limit.
     max_active_jobs: int | None = None
     max_submit_per_s: int | None = None
+    # Executions made by :run and :backfill (docs/quotas.md); None: no limit.
+    max_manual_per_s: int | None = None
+    max_manual_inflight: int | None = None
 
 
 @dataclass(frozen=True)
@@ -49,10 +53,12 @@ class Principal:
 
 @dataclass(frozen=True, slots=True)
 class SubmitQuota:
-    """What the API checks at submit (docs/quotas.md); None: no limit."""
+    """What the API checks at submit, and at :run and :backfill (docs/quotas.md); None: no limit."""
 
     max_active_jobs: int | None = None
     max_submit_per_s: int | None = None
+    max_manual_per_s: int | None = None
+    max_manual_inflight: int | None = None
 
 
 NO_QUOTA = SubmitQuota()
@@ -71,23 +77,49 @@ def hash_key(key: str) -> str:
 
 class KeyCache:
     """Resolved keys kept for ``ttl_s``, so the API and the worker protocol do not read
-    api_keys on every call; a revoked key stops working within ``ttl_s``."""
+    api_keys on every call; a revoked key stops working within ``ttl_s``.
 
-    def __init__(self, ttl_s: float = 5.0, max_entries: int = 10_000) -> None:
+    Unknown keys are remembered too, for ``miss_ttl_s``: a client repeating a wrong key costs one
+    lookup per ``miss_ttl_s``, and a key issued meanwhile works after at most that long (keys are
+    new random tokens, so a miss is almost always a guess or a typo, never a key about to exist).
+    ``resolve(..., queued=True)`` runs its lookup after the other queued ones, one at a time per
+    process: a throttled client's guesses cost the database one lookup at a time, however many."""
+
+    def __init__(self, ttl_s: float = 5.0, max_entries: int = 10_000, miss_ttl_s: float = KEY_MISS_TTL_S_DEFAULT,
+                 ) -> None:
         self.ttl_s = ttl_s
+        self.miss_ttl_s = miss_ttl_s
         self.max_entries = max_entries
-        self._entries: dict[str, tuple[float, Principal]] = {}
+        self._entries: dict[str, tuple[float, Principal | None]] = {}
+        self._queue: asyncio.Lock | None = None
+        self.lookups = 0  # statements run, for tests
 
-    async def resolve(self, db: Database, key: str) -> Principal | None:
-        digest = hash_key(key)
-        cached = self._entries.get(digest)
+    def cached(self, key: str) -> tuple[bool, Principal | None]:
+        """(found, principal): whether the cache knows ``key``, and what it resolves to (None: unknown)."""
+        cached = self._entries.get(hash_key(key))
         if cached and cached[0] > time.monotonic():
-            return cached[1]
+            return True, cached[1]
+        return False, None
+
+    async def resolve(self, db: Database, key: str, *, queued: bool = False) -> Principal | None:
+        found, principal = self.cached(key)
+        if found:
+            return principal
+        if not queued:
+            return await self._lookup(db, key)
+        if self._queue is None:
+            self._queue = asyncio.Lock()
+        async with self._queue:
+            found, principal = self.cached(key)
+            return principal if found else await self._lookup(db, key)
+
+    async def _lookup(self, db: Database, key: str) -> Principal | None:
+        self.lookups += 1
         principal = await db.transaction(lambda s: s.tenants.resolve_key(key))
-        if principal is not None:
-            if len(self._entries) >= self.max_entries:
-                self._entries.clear()
-            self._entries[digest] = (time.monotonic() + self.ttl_s, principal)
+        if len(self._entries) >= self.max_entries:
+            self._entries.clear()
+        ttl = self.ttl_s if principal is not None else self.miss_ttl_s
+        self._entries[hash_key(key)] = (time.monotonic() + ttl, principal)
         return principal
 
 
@@ -190,8 +222,10 @@ class Tenants(Table):
     async def set_quota(self, tenant_id: UUID, *, weight: int | None = None,
                         max_inflight: int | None = None, max_dispatch_per_s: int | None = None,
                         max_active_jobs: int | None = UNCHANGED,
-                        max_submit_per_s: int | None = UNCHANGED) -> Tenant | None:
-        """Change the quotas given; the submit quotas are cleared by None and kept by UNCHANGED."""
+                        max_submit_per_s: int | None = UNCHANGED,
+                        max_manual_per_s: int | None = UNCHANGED,
+                        max_manual_inflight: int | None = UNCHANGED) -> Tenant | None:
+        """Change the quotas given; the submit and manual-run quotas are cleared by None and kept by UNCHANGED."""
         row = (await self._conn.execute(q("TenantSetQuota"), {
             "tenant_id": tenant_id, "weight": weight, "max_inflight": max_inflight,
             "max_dispatch_per_s": max_dispatch_per_s,
@@ -199,20 +233,30 @@ class Tenants(Table):
             "max_active_jobs": None if max_active_jobs is UNCHANGED else max_active_jobs,
             "set_max_submit_per_s": max_submit_per_s is not UNCHANGED,
             "max_submit_per_s": None if max_submit_per_s is UNCHANGED else max_submit_per_s,
+            "set_max_manual_per_s": max_manual_per_s is not UNCHANGED,
+            "max_manual_per_s": None if max_manual_per_s is UNCHANGED else max_manual_per_s,
+            "set_max_manual_inflight": max_manual_inflight is not UNCHANGED,
+            "max_manual_inflight": None if max_manual_inflight is UNCHANGED else max_manual_inflight,
         })).first()
         return _tenant(row) if row else None
 
     async def submit_quota(self, tenant_id: UUID) -> SubmitQuota:
-        """The tenant's submit quotas (NO_QUOTA for a tenant that has none, or does not exist)."""
+        """The tenant's submit and manual-run quotas (NO_QUOTA for a tenant that has none, or does not exist)."""
         row = (await self._conn.execute(q("TenantSubmitQuotaGet"), {"tenant_id": tenant_id})).first()
-        if row is None or (row.max_active_jobs is None and row.max_submit_per_s is None):
+        if row is None:
             return NO_QUOTA
-        return SubmitQuota(row.max_active_jobs, row.max_submit_per_s)
+        quota = SubmitQuota(row.max_active_jobs, row.max_submit_per_s, row.max_manual_per_s, row.max_manual_inflight)
+        return NO_QUOTA if quota == NO_QUOTA else quota
 
     async def active_job_count(self, tenant_id: UUID, cap: int) -> int:
         """The tenant's active and paused jobs, counted up to ``cap`` at most."""
         row = (await self._conn.execute(q("TenantActiveJobCount"), {"tenant_id": tenant_id, "cap": cap})).one()
         return int(row.active)
+
+    async def manual_inflight_count(self, tenant_id: UUID, cap: int) -> int:
+        """The tenant's unfinished manual and backfill executions, counted up to ``cap`` at most."""
+        row = (await self._conn.execute(q("TenantManualInFlightCount"), {"tenant_id": tenant_id, "cap": cap})).one()
+        return int(row.inflight)
 
 
     # -- signing secrets (app.store.sealing): sealed at rest, rotated with an overlap -------------

@@ -1,4 +1,4 @@
--- Execution tier (issue 4): what fair leasing, attempts history and dead-letter replay need.
+-- Execution tier: what fair leasing, attempts history and dead-letter replay need.
 
 -- A late result (the attempt had lost its lease) is kept here with outcome 'discarded';
 -- a current one is kept here and on the execution.

@@ -2,7 +2,9 @@
 -- A page of one job's executions, newest occurrence first; keyset cursor on scheduled_for (unique within a job, so UNIQUE (job_id, scheduled_for) serves the page read backwards).
 SELECT execution_id, scheduled_for, attempt, state, started_at, finished_at, error, skip_reason, trigger,
        dispatched_at, traceparent,
-       coalesce((SELECT min(a.leased_at) FROM attempts AS a WHERE a.execution_id = executions.execution_id),
+       -- An HTTP delivery started when its request was sent (sent_at); a worker's attempt when it was leased.
+       coalesce((SELECT min(coalesce(a.sent_at, a.leased_at)) FROM attempts AS a
+                 WHERE a.execution_id = executions.execution_id),
                 started_at) AS first_started_at  -- no ended attempt yet: the live one is the first
 FROM executions
 WHERE job_id = :job_id AND tenant_id = :tenant_id
@@ -65,7 +67,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
     JOIN tenants AS t ON t.tenant_id = r.tenant_id
     -- The tenant's leased rows (executions_leased_by_queue), counted once: as a subquery of the select
     -- list, each use of room below (the filter and the LIMIT) ran it again, and through a herd's drain
-    -- this count visits about a thousand rows, live and recently finished (loadtest/README.md, "Fourteenth session").
+    -- this count visits about a thousand rows, live and recently finished (docs/performance.md, "Lease").
     CROSS JOIN LATERAL (SELECT count(*) AS leased FROM executions AS x
                         WHERE x.queue = :queue AND x.tenant_id = t.tenant_id AND x.lease_until IS NOT NULL) AS l
     WHERE NOT (r.tenant_id = ANY (CAST(:skip_tenants AS UUID[])))  -- their deliveries wait here already
@@ -99,7 +101,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
     -- item. Joined to picked itself, the plan depended on estimates: with a tenants table never
     -- analyzed it scanned every ready row (75 us of PostgreSQL's CPU per leased row against 21), and
     -- with executions never analyzed it read the whole ready index into a bitmap and scanned picked
-    -- once per row (13.9 ms for 128 rows of 60,000 against 4.8; loadtest/README.md, "Eighth session").
+    -- once per row (13.9 ms for 128 rows of 60,000 against 4.8; docs/performance.md, "Lease").
     UPDATE executions AS e SET
         state = 'leased',
         attempt = e.attempt + 1,
@@ -114,7 +116,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
       -- planner cannot read these rows from the partial indexes on state = 'ready' instead.
       AND e.state = (SELECT 'ready') AND e.attempt = p.attempt
     RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
-              e.lease_until, e.payload, e.traceparent
+              e.lease_until, e.payload, e.traceparent, e.trigger
 )
 -- The ids as text: what the executor hands on (gRPC, HTTP headers, log lines) and keys its leases by.
 SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS job_id,
@@ -122,7 +124,8 @@ SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS j
        coalesce(l.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s,
        t.signing_secret, j.http_method, j.http_headers, l.traceparent,
        -- A job payload kept in the object store (NULL above): the lease's caller reads it (app.store.payloads).
-       CASE WHEN l.payload IS NULL THEN j.payload_ref END AS payload_ref
+       CASE WHEN l.payload IS NULL THEN j.payload_ref END AS payload_ref,
+       l.trigger  -- schedule, manual or backfill: only scheduled occurrences count in start lag
 FROM leased AS l
 JOIN jobs AS j ON j.job_id = l.job_id
 JOIN tenants AS t ON t.tenant_id = l.tenant_id;
@@ -148,14 +151,14 @@ RETURNING e.lease_until;
 
 -- name: ExecutionCompleteMany
 -- Record success of many current attempts at once (unnest over arrays), writing each attempt's row as it ends; a stale attempt changes nothing and its result is kept on its (expired or cancelled) attempts row as 'discarded'. Rows out: each recorded execution (ok), and each stale one, ok when its attempt had already succeeded (a repeated call); an execution out of scope, unknown, or changed by a concurrent statement is missing (lease lost).
--- No two CTEs are joined: a prepared statement's generic plan counts an array parameter as 10 items and joins CTEs by nested loop, quadratic in the batch (a 512-item call ran 34 ms against 7 ms; loadtest/README.md, "Seventh session").
+-- No two CTEs are joined: a prepared statement's generic plan counts an array parameter as 10 items and joins CTEs by nested loop, quadratic in the batch (a 512-item call ran 34 ms against 7 ms; docs/performance.md, "Completion").
 WITH input AS (
     -- Only executions the caller's credential covers: scope is an exact queue, a queue prefix ending in ':', or NULL (the executor itself).
     -- x is the row before this statement's update (one snapshot): the live attempt's owner and times.
-    SELECT i.execution_id, i.attempt, i.result, x.tenant_id, x.lease_owner, x.started_at, x.lease_until,
+    SELECT i.execution_id, i.attempt, i.result, i.sent_at, x.tenant_id, x.lease_owner, x.started_at, x.lease_until,
            x.state = 'leased' AND x.attempt = i.attempt AS current
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:results AS TEXT[]),
-                CAST(:scopes AS TEXT[])) AS i (execution_id, attempt, result, scope)
+                CAST(:scopes AS TEXT[]), CAST(:sent_ats AS TIMESTAMPTZ[])) AS i (execution_id, attempt, result, scope, sent_at)
     JOIN executions AS x ON x.execution_id = i.execution_id
     WHERE (i.scope IS NULL OR x.queue = i.scope OR (right(i.scope, 1) = ':' AND left(x.queue, length(i.scope)) = i.scope))
 ), clock AS (
@@ -163,17 +166,19 @@ WITH input AS (
 ), done AS (
     UPDATE executions AS e SET
         state = 'succeeded', finished_at = c.now, result = CAST(i.result AS JSONB), error = NULL,
-        lease_owner = NULL, lease_until = NULL
+        lease_owner = NULL, lease_until = NULL,
+        started_at = coalesce(i.sent_at, e.started_at)  -- an HTTP delivery started when its request was sent
     FROM input AS i, clock AS c
     WHERE e.execution_id = i.execution_id AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     -- What the attempt's row needs, the live attempt's owner and times as they were (input's).
-    RETURNING e.execution_id, e.attempt, e.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now, e.result
+    RETURNING e.execution_id, e.attempt, e.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now, e.result,
+              i.sent_at
 ), recorded AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, result)
+                          outcome, result, sent_at)
     SELECT d.execution_id, d.attempt, d.tenant_id, d.lease_owner, d.started_at, d.lease_until, d.now,
-           'succeeded', d.result
+           'succeeded', d.result, d.sent_at
     FROM done AS d
     -- A 'running' row opened at lease time (as Kairos did before 2026-12) ends here too.
     ON CONFLICT (execution_id, attempt) DO UPDATE SET
@@ -218,14 +223,15 @@ WHERE e.execution_id = ANY (CAST(:execution_ids AS UUID[]));
 
 -- name: ExecutionFailMany
 -- Record failure of many current attempts at once, writing each attempt's row as it ends: ready again after :delays_s, or dead when not retryable or out of attempts; a stale attempt changes nothing ('discarded'). Rows out: each failed execution's new state; a stale one, or one out of scope, unknown, or changed by a concurrent statement, is missing (lease lost).
--- No two CTEs are joined (see ExecutionCompleteMany): a 500-item call joined input to failed twice by nested loop, 375,000 rows compared (40 ms; loadtest/README.md, "Eighth session").
+-- No two CTEs are joined (see ExecutionCompleteMany): a 500-item call joined input to failed twice by nested loop, 375,000 rows compared (40 ms; docs/performance.md, "Completion").
 WITH input AS (
     -- Only executions the caller's credential covers (see ExecutionCompleteMany).
-    SELECT i.execution_id, i.attempt, i.error, i.retryable, i.delay_s, x.tenant_id, x.lease_owner, x.started_at,
-           x.lease_until, x.state = 'leased' AND x.attempt = i.attempt AS current
+    SELECT i.execution_id, i.attempt, i.error, i.retryable, i.delay_s, i.sent_at, x.tenant_id, x.lease_owner,
+           x.started_at, x.lease_until, x.state = 'leased' AND x.attempt = i.attempt AS current
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:errors AS TEXT[]),
-                CAST(:retryable AS BOOL[]), CAST(:delays_s AS FLOAT8[]), CAST(:scopes AS TEXT[]))
-        AS i (execution_id, attempt, error, retryable, delay_s, scope)
+                CAST(:retryable AS BOOL[]), CAST(:delays_s AS FLOAT8[]), CAST(:scopes AS TEXT[]),
+                CAST(:sent_ats AS TIMESTAMPTZ[]))
+        AS i (execution_id, attempt, error, retryable, delay_s, scope, sent_at)
     JOIN executions AS x ON x.execution_id = i.execution_id
     WHERE (i.scope IS NULL OR x.queue = i.scope OR (right(i.scope, 1) = ':' AND left(x.queue, length(i.scope)) = i.scope))
 ), clock AS (
@@ -236,17 +242,19 @@ WITH input AS (
         ready_at = CASE WHEN i.retryable AND e.attempt < e.max_attempts
                         THEN c.now + i.delay_s * INTERVAL '1 second' ELSE e.ready_at END,
         finished_at = CASE WHEN i.retryable AND e.attempt < e.max_attempts THEN NULL ELSE c.now END,
-        error = i.error, lease_owner = NULL, lease_until = NULL
+        error = i.error, lease_owner = NULL, lease_until = NULL,
+        started_at = coalesce(i.sent_at, e.started_at)  -- an HTTP delivery started when its request was sent
     FROM input AS i, clock AS c
     WHERE e.execution_id = i.execution_id AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     -- What the attempt's row needs, the live attempt's owner and times as they were (input's).
     RETURNING e.execution_id, e.state, e.ready_at, e.attempt, e.tenant_id, i.lease_owner, i.started_at,
-              i.lease_until, c.now, i.error
+              i.lease_until, c.now, i.error, i.sent_at
 ), recorded AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, error)
-    SELECT f.execution_id, f.attempt, f.tenant_id, f.lease_owner, f.started_at, f.lease_until, f.now, 'failed', f.error
+                          outcome, error, sent_at)
+    SELECT f.execution_id, f.attempt, f.tenant_id, f.lease_owner, f.started_at, f.lease_until, f.now, 'failed', f.error,
+           f.sent_at
     FROM failed AS f
     ON CONFLICT (execution_id, attempt) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
         outcome = 'failed', finished_at = excluded.finished_at, error = excluded.error
@@ -355,10 +363,15 @@ RETURNING e.execution_id;
 -- A page of a tenant's dead letters, newest first, optionally for one job; keyset cursor on (finished_at, execution_id).
 SELECT execution_id, job_id, queue, scheduled_for, attempt, max_attempts, finished_at, error
 FROM executions
+-- The cursor is a plain row comparison (none: past every row), a range of executions_dead, and the job
+-- filter a CASE, which a generic plan estimates at one half (`x IS NULL OR ...` at a fraction of a
+-- percent, and the plan then sorts every dead letter of the tenant): one page read, not them all.
 WHERE tenant_id = :tenant_id AND state = 'dead'
-  AND (CAST(:job_id AS UUID) IS NULL OR job_id = CAST(:job_id AS UUID))
-  AND (CAST(:before_finished AS TIMESTAMPTZ) IS NULL
-       OR (finished_at, execution_id) < (CAST(:before_finished AS TIMESTAMPTZ), CAST(:before_id AS UUID)))
+  AND (finished_at, execution_id) < (coalesce(CAST(:before_finished AS TIMESTAMPTZ),
+                                              CAST('9999-12-31T00:00:00Z' AS TIMESTAMPTZ)),
+                                     coalesce(CAST(:before_id AS UUID),
+                                              CAST('ffffffff-ffff-ffff-ffff-ffffffffffff' AS UUID)))
+  AND CASE WHEN CAST(:job_id AS UUID) IS NULL THEN true ELSE job_id = CAST(:job_id AS UUID) END
 ORDER BY finished_at DESC, execution_id DESC
 LIMIT :limit;
 

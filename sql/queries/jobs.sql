@@ -19,14 +19,43 @@ WHERE j.tenant_id = :tenant_id AND j.job_id = :job_id;
 SELECT * FROM jobs WHERE tenant_id = :tenant_id AND job_id = :job_id FOR UPDATE;
 
 -- name: JobList
--- A page of a tenant's jobs, newest first, filtered by reported state (app.domain.states.reported_job_state), exact name, name prefix, labels (all given pairs) and label selectors (a JSON array of {k, op: in|notin|exists|absent, vs}, all met); keyset cursor.
+-- A page of a tenant's jobs, newest first, filtered by reported state (app.domain.states.reported_job_state), exact name, name prefix, labels (all given pairs) and label selectors (a JSON array of {k, op: in|notin|exists|absent, vs}, all met); keyset cursor. Without a state filter the page is cut before the executions are looked at, so a generic plan walks jobs_tenant_created for one page, however many jobs the tenant holds.
 SELECT * FROM (
     SELECT j.*, fin.state AS last_outcome, fin.finished_at AS last_finished_at,
            (open.execution_id IS NOT NULL) AS has_open,
            CASE WHEN j.state = 'completed' AND open.execution_id IS NOT NULL THEN 'active'
                 WHEN j.state = 'completed' AND fin.state = 'dead' THEN 'failed'
                 ELSE j.state END AS reported_state
-    FROM jobs AS j
+    FROM (
+        SELECT * FROM jobs AS j
+        -- The keyset bound is a plain row comparison (no cursor: past every row), an index condition of
+        -- jobs_tenant_created, so the 100th page starts where the 99th ended. The optional filters are
+        -- written as CASE: a generic plan estimates each at one half, where `x IS NULL OR ...` is
+        -- estimated at a fraction of a percent and the plan sorts every job of the tenant instead.
+        WHERE j.tenant_id = :tenant_id
+          AND (j.created_at, j.job_id) < (coalesce(CAST(:after_created AS TIMESTAMPTZ),
+                                                   CAST('9999-12-31T00:00:00Z' AS TIMESTAMPTZ)),
+                                          coalesce(CAST(:after_id AS UUID),
+                                                   CAST('ffffffff-ffff-ffff-ffff-ffffffffffff' AS UUID)))
+          AND CASE WHEN CAST(:name AS TEXT) IS NULL THEN true ELSE j.name = CAST(:name AS TEXT) END
+          AND CASE WHEN CAST(:name_prefix AS TEXT) IS NULL THEN true
+                   ELSE substr(j.name, 1, length(CAST(:name_prefix AS TEXT))) = CAST(:name_prefix AS TEXT) END
+          AND CASE WHEN CAST(:labels AS JSONB) IS NULL THEN true ELSE j.labels @> CAST(:labels AS JSONB) END
+          AND CASE WHEN CAST(:selectors AS JSONB) IS NULL THEN true ELSE NOT EXISTS (
+              SELECT 1 FROM jsonb_array_elements(CAST(:selectors AS JSONB)) AS s (sel)
+              WHERE NOT CASE s.sel ->> 'op'
+                  WHEN 'exists' THEN j.labels -> (s.sel ->> 'k') IS NOT NULL
+                  WHEN 'absent' THEN j.labels -> (s.sel ->> 'k') IS NULL
+                  WHEN 'in' THEN coalesce(j.labels ->> (s.sel ->> 'k') IN (
+                      SELECT jsonb_array_elements_text(s.sel -> 'vs')), false)
+                  -- notin: a job without the key matches too (Kubernetes' != and notin)
+                  ELSE coalesce(j.labels ->> (s.sel ->> 'k') NOT IN (
+                      SELECT jsonb_array_elements_text(s.sel -> 'vs')), true)
+              END) END
+        ORDER BY j.created_at DESC, j.job_id DESC
+        -- :limit, or no cut when the reported state is filtered on (known only after the lookups below)
+        LIMIT :scan_limit
+    ) AS j
     LEFT JOIN LATERAL (
         SELECT e.state, e.finished_at FROM executions AS e
         WHERE e.job_id = j.job_id AND e.state NOT IN ('ready', 'leased')
@@ -36,24 +65,6 @@ SELECT * FROM (
         SELECT e.execution_id FROM executions AS e
         WHERE e.job_id = j.job_id AND e.state IN ('ready', 'leased') LIMIT 1
     ) AS open ON true
-    WHERE j.tenant_id = :tenant_id
-      AND (CAST(:name AS TEXT) IS NULL OR j.name = CAST(:name AS TEXT))
-      AND (CAST(:name_prefix AS TEXT) IS NULL
-           OR substr(j.name, 1, length(CAST(:name_prefix AS TEXT))) = CAST(:name_prefix AS TEXT))
-      AND (CAST(:labels AS JSONB) IS NULL OR j.labels @> CAST(:labels AS JSONB))
-      AND (CAST(:selectors AS JSONB) IS NULL OR NOT EXISTS (
-           SELECT 1 FROM jsonb_array_elements(CAST(:selectors AS JSONB)) AS s (sel)
-           WHERE NOT CASE s.sel ->> 'op'
-               WHEN 'exists' THEN j.labels -> (s.sel ->> 'k') IS NOT NULL
-               WHEN 'absent' THEN j.labels -> (s.sel ->> 'k') IS NULL
-               WHEN 'in' THEN coalesce(j.labels ->> (s.sel ->> 'k') IN (
-                   SELECT jsonb_array_elements_text(s.sel -> 'vs')), false)
-               -- notin: a job without the key matches too (Kubernetes' != and notin)
-               ELSE coalesce(j.labels ->> (s.sel ->> 'k') NOT IN (
-                   SELECT jsonb_array_elements_text(s.sel -> 'vs')), true)
-           END))
-      AND (CAST(:after_created AS TIMESTAMPTZ) IS NULL
-           OR (j.created_at, j.job_id) < (CAST(:after_created AS TIMESTAMPTZ), CAST(:after_id AS UUID)))
 ) AS listed
 WHERE CAST(:state AS TEXT) IS NULL OR reported_state = CAST(:state AS TEXT)
 ORDER BY created_at DESC, job_id DESC

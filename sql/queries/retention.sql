@@ -23,9 +23,11 @@ WHERE execution_id = ANY (CAST(:execution_ids AS UUID[]))
 RETURNING *;
 
 -- name: RetentionRestoreExecutions
--- Load archived executions back (JSON objects keyed by column); one whose id or occurrence is present again is left alone.
+-- Load archived executions back (JSON objects keyed by column); one whose id or occurrence is present again is left alone, and only finished ones without a lease go in (a restore never makes live work).
 INSERT INTO executions
-SELECT * FROM jsonb_populate_recordset(CAST(NULL AS executions), CAST(:rows AS JSONB))
+SELECT * FROM jsonb_populate_recordset(CAST(NULL AS executions), CAST(:rows AS JSONB)) AS r
+WHERE r.state IN ('succeeded', 'dead', 'cancelled', 'skipped') AND r.finished_at IS NOT NULL
+  AND r.lease_owner IS NULL AND r.lease_until IS NULL
 ON CONFLICT DO NOTHING
 RETURNING execution_id;
 

@@ -2,27 +2,46 @@
 -- Every statement is bounded: a time window (:window_s back from now, :horizon_s ahead) or only
 -- live rows (ready, leased, dead), and LIMIT on what it returns. :tenant_id NULL means every
 -- tenant (the operator's admin token); otherwise one tenant's rows only.
--- Occurrences in a window are reached through jobs and UNIQUE (job_id, scheduled_for), the only
--- index of executions that leads with a job; the first lease of one through the attempts primary key.
+-- Occurrences in a window are read as ranges, never by walking history: settled ones from
+-- executions_settled_by_tenant (tenant_id, scheduled_for), one range per tenant (the operator's view
+-- reaches every tenant from tenants), live ones (ready, leased) from their partial indexes. The first
+-- start of an occurrence is its started_at when it was leased once (an HTTP delivery's completion sets it
+-- to when its request was sent); else its attempts' (primary key), coalesce(sent_at, leased_at).
 
 -- name: StatsStartLagPerMinute
 -- Per minute of scheduled_for in the last :window_s seconds: occurrences, how many started, start lag (first attempt's lease minus scheduled_for) and dispatch lag (dispatched_at minus scheduled_for) p50/p99 in milliseconds.
 WITH clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
+), window_rows AS (
+    -- Occurrences scheduled in the window, skipped ones left out (they never run): settled, one
+    -- range per tenant; ready; leased (a CHECK ties lease_until to state 'leased').
+    SELECT e.execution_id, e.scheduled_for, e.dispatched_at, e.started_at, e.attempt, e.state, e.ready_at
+    FROM clock AS c
+    JOIN tenants AS t ON CAST(:tenant_id AS UUID) IS NULL OR t.tenant_id = CAST(:tenant_id AS UUID)
+    JOIN executions AS e ON e.tenant_id = t.tenant_id
+        AND e.state IN ('succeeded', 'dead', 'cancelled')
+        AND e.scheduled_for > c.now - CAST(:window_s AS FLOAT8) * INTERVAL '1 second'
+        AND e.scheduled_for <= c.now
+        AND e.trigger = 'schedule'  -- a manual run or a backfill is not late by its scheduled_for
+    UNION ALL
+    SELECT e.execution_id, e.scheduled_for, e.dispatched_at, e.started_at, e.attempt, e.state, e.ready_at
+    FROM clock AS c
+    JOIN executions AS e ON (e.state = 'ready' OR e.lease_until IS NOT NULL)
+        AND (CAST(:tenant_id AS UUID) IS NULL OR e.tenant_id = CAST(:tenant_id AS UUID))
+        AND e.scheduled_for > c.now - CAST(:window_s AS FLOAT8) * INTERVAL '1 second'
+        AND e.scheduled_for <= c.now
+        AND e.trigger = 'schedule'
 ), occurrences AS (
     SELECT date_trunc('minute', e.scheduled_for) AS minute,
            CAST(EXTRACT(EPOCH FROM e.dispatched_at - e.scheduled_for) AS FLOAT8) * 1000 AS dispatch_ms,
            CAST(EXTRACT(EPOCH FROM f.first_leased_at - e.scheduled_for) AS FLOAT8) * 1000 AS start_ms
-    FROM clock AS c
-    JOIN jobs AS j ON CAST(:tenant_id AS UUID) IS NULL OR j.tenant_id = CAST(:tenant_id AS UUID)
-    JOIN executions AS e ON e.job_id = j.job_id
-        AND e.scheduled_for > c.now - CAST(:window_s AS FLOAT8) * INTERVAL '1 second'
-        AND e.scheduled_for <= c.now
-    LEFT JOIN LATERAL (
-        SELECT coalesce(min(a.leased_at), e.started_at) AS first_leased_at  -- the live first attempt: the execution's row
-        FROM attempts AS a WHERE a.execution_id = e.execution_id
-    ) AS f ON true
-    WHERE e.state <> 'skipped'  -- a skipped occurrence never runs: it has no lag
+    FROM clock AS c, window_rows AS e
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN e.attempt <= 1 THEN e.started_at  -- leased once (or never): the row says when
+                    ELSE coalesce((SELECT min(coalesce(a.sent_at, a.leased_at)) FROM attempts AS a
+                                   WHERE a.execution_id = e.execution_id),
+                                  e.started_at) END AS first_leased_at  -- the live first attempt: the row's
+    ) AS f
 ), dispatched AS (
     SELECT minute, count(*) AS occurrences,
            percentile_cont(0.5) WITHIN GROUP (ORDER BY dispatch_ms) AS dispatch_p50_ms,
@@ -45,20 +64,36 @@ LIMIT :limit;
 -- Over the last :window_s seconds as a whole: occurrences, how many started, start lag p50/p99 in milliseconds, and how long the oldest due occurrence that has not started yet has been waiting.
 WITH clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
+), window_rows AS (
+    -- Occurrences scheduled in the window, skipped ones left out (they never run): settled, one
+    -- range per tenant; ready; leased (a CHECK ties lease_until to state 'leased').
+    SELECT e.execution_id, e.scheduled_for, e.dispatched_at, e.started_at, e.attempt, e.state, e.ready_at
+    FROM clock AS c
+    JOIN tenants AS t ON CAST(:tenant_id AS UUID) IS NULL OR t.tenant_id = CAST(:tenant_id AS UUID)
+    JOIN executions AS e ON e.tenant_id = t.tenant_id
+        AND e.state IN ('succeeded', 'dead', 'cancelled')
+        AND e.scheduled_for > c.now - CAST(:window_s AS FLOAT8) * INTERVAL '1 second'
+        AND e.scheduled_for <= c.now
+        AND e.trigger = 'schedule'  -- a manual run or a backfill is not late by its scheduled_for
+    UNION ALL
+    SELECT e.execution_id, e.scheduled_for, e.dispatched_at, e.started_at, e.attempt, e.state, e.ready_at
+    FROM clock AS c
+    JOIN executions AS e ON (e.state = 'ready' OR e.lease_until IS NOT NULL)
+        AND (CAST(:tenant_id AS UUID) IS NULL OR e.tenant_id = CAST(:tenant_id AS UUID))
+        AND e.scheduled_for > c.now - CAST(:window_s AS FLOAT8) * INTERVAL '1 second'
+        AND e.scheduled_for <= c.now
+        AND e.trigger = 'schedule'
 ), occurrences AS (
     SELECT CAST(EXTRACT(EPOCH FROM f.first_leased_at - e.scheduled_for) AS FLOAT8) * 1000 AS start_ms,
            CASE WHEN f.first_leased_at IS NULL AND e.state = 'ready' AND e.ready_at <= c.now
                 THEN CAST(EXTRACT(EPOCH FROM c.now - e.scheduled_for) AS FLOAT8) * 1000 END AS waiting_ms
-    FROM clock AS c
-    JOIN jobs AS j ON CAST(:tenant_id AS UUID) IS NULL OR j.tenant_id = CAST(:tenant_id AS UUID)
-    JOIN executions AS e ON e.job_id = j.job_id
-        AND e.scheduled_for > c.now - CAST(:window_s AS FLOAT8) * INTERVAL '1 second'
-        AND e.scheduled_for <= c.now
-    LEFT JOIN LATERAL (
-        SELECT coalesce(min(a.leased_at), e.started_at) AS first_leased_at  -- the live first attempt: the execution's row
-        FROM attempts AS a WHERE a.execution_id = e.execution_id
-    ) AS f ON true
-    WHERE e.state <> 'skipped'
+    FROM clock AS c, window_rows AS e
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN e.attempt <= 1 THEN e.started_at  -- leased once (or never): the row says when
+                    ELSE coalesce((SELECT min(coalesce(a.sent_at, a.leased_at)) FROM attempts AS a
+                                   WHERE a.execution_id = e.execution_id),
+                                  e.started_at) END AS first_leased_at  -- the live first attempt: the row's
+    ) AS f
 )
 SELECT (SELECT count(*) FROM occurrences) AS occurrences,
        s.started, s.start_p50_ms, s.start_p99_ms,
@@ -72,21 +107,39 @@ FROM (SELECT count(*) AS started,
 -- Per minute of scheduled_for in the last :window_s seconds: occurrences succeeded, dead, cancelled and still open, attempts retried (failed or lost and followed by another attempt, or waiting for one) and leases lost (expired, or a late result discarded).
 WITH clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
-), occurrences AS (
-    SELECT date_trunc('minute', e.scheduled_for) AS minute, e.execution_id, e.state, e.attempt
+), window_rows AS (
+    -- Occurrences scheduled in the window, skipped ones left out (they never run): settled, one
+    -- range per tenant; ready; leased (a CHECK ties lease_until to state 'leased').
+    SELECT e.execution_id, e.scheduled_for, e.dispatched_at, e.started_at, e.attempt, e.state, e.ready_at
     FROM clock AS c
-    JOIN jobs AS j ON CAST(:tenant_id AS UUID) IS NULL OR j.tenant_id = CAST(:tenant_id AS UUID)
-    JOIN executions AS e ON e.job_id = j.job_id
+    JOIN tenants AS t ON CAST(:tenant_id AS UUID) IS NULL OR t.tenant_id = CAST(:tenant_id AS UUID)
+    JOIN executions AS e ON e.tenant_id = t.tenant_id
+        AND e.state IN ('succeeded', 'dead', 'cancelled')
         AND e.scheduled_for > c.now - CAST(:window_s AS FLOAT8) * INTERVAL '1 second'
         AND e.scheduled_for <= c.now
-    WHERE e.state <> 'skipped'
+    UNION ALL
+    SELECT e.execution_id, e.scheduled_for, e.dispatched_at, e.started_at, e.attempt, e.state, e.ready_at
+    FROM clock AS c
+    JOIN executions AS e ON (e.state = 'ready' OR e.lease_until IS NOT NULL)
+        AND (CAST(:tenant_id AS UUID) IS NULL OR e.tenant_id = CAST(:tenant_id AS UUID))
+        AND e.scheduled_for > c.now - CAST(:window_s AS FLOAT8) * INTERVAL '1 second'
+        AND e.scheduled_for <= c.now
+), occurrences AS (
+    SELECT date_trunc('minute', e.scheduled_for) AS minute, e.execution_id, e.state, e.attempt
+    FROM window_rows AS e
 ), tries AS (
-    SELECT o.minute,
-           sum(CASE WHEN a.outcome IN ('failed', 'expired', 'discarded')
-                         AND (a.attempt < o.attempt OR o.state = 'ready') THEN 1 ELSE 0 END) AS retried,
-           sum(CASE WHEN a.outcome IN ('expired', 'discarded') THEN 1 ELSE 0 END) AS lease_lost
+    -- Each occurrence's attempts through the attempts primary key, one probe each (as a plain join
+    -- a custom plan estimated the window at a third of the tenant and hashed every attempt)
+    SELECT o.minute, sum(x.retried) AS retried, sum(x.lease_lost) AS lease_lost
     FROM occurrences AS o
-    JOIN attempts AS a ON a.execution_id = o.execution_id
+    CROSS JOIN LATERAL (
+        SELECT sum(CASE WHEN a.outcome IN ('failed', 'expired', 'discarded')
+                             AND (a.attempt < o.attempt OR o.state = 'ready') THEN 1 ELSE 0 END) AS retried,
+               sum(CASE WHEN a.outcome IN ('expired', 'discarded') THEN 1 ELSE 0 END) AS lease_lost
+        FROM attempts AS a WHERE a.execution_id = o.execution_id
+    ) AS x
+    -- settled at its first attempt: that attempt succeeded, nothing was retried or lost
+    WHERE NOT (o.state = 'succeeded' AND o.attempt <= 1)
     GROUP BY o.minute
 ), finals AS (
     SELECT minute, count(*) AS occurrences,

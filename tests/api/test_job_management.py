@@ -43,7 +43,7 @@ def dispatched(api: ApiProcess, job_id: str, state: str, *, attempt: int = 1) ->
 
 def test_a_one_off_reads_active_until_its_execution_is_final_and_failed_when_dead(
         api: ApiProcess, client: httpx.Client) -> None:
-    """Issue 9: a job whose only execution was dead (or still retrying) read `completed`."""
+    """A job whose only execution is dead (or still retrying) does not read `completed`."""
     job_id = client.post("/v1/jobs", json=once_job(name="truth")).json()["jobId"]
     dispatched(api, job_id, "ready")
     job = client.get(f"/v1/jobs/{job_id}").json()
@@ -206,7 +206,7 @@ def test_a_dry_run_job_runs_now_as_a_record_only(api: ApiProcess, client: httpx.
 
 
 def test_resume_with_skip_records_the_occurrences_the_pause_missed(api: ApiProcess, client: httpx.Client) -> None:
-    """Issue 9: resume's default missed: skip left no record of what was skipped."""
+    """Resume's default (missed: skip) leaves a record of each occurrence it skipped."""
     job_id = client.post("/v1/jobs", json=cron_job(schedule={"cron": "* * * * *", "tz": "UTC"})).json()["jobId"]
     client.post(f"/v1/jobs/{job_id}:pause")
     query(api.database_url, "UPDATE jobs SET next_nominal_at = date_trunc('minute', now()) - interval '3 minutes' "

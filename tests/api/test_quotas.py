@@ -7,6 +7,7 @@ Each test's tenant gets its quotas before its first request, so the API process 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -135,5 +136,90 @@ def test_the_openapi_document_shows_the_429_and_its_retry_after(api: ApiProcess)
         assert "Retry-After" in answer["headers"], (path, method)
         assert PROBLEM in answer["content"]
     problem = doc["components"]["schemas"]["Problem"]["properties"]
-    assert problem["quota"]["enum"] == ["maxActiveJobs", "maxSubmitPerSecond", "bulkReplayPerWindow"]
+    assert problem["quota"]["enum"] == ["maxActiveJobs", "maxSubmitPerSecond", "maxManualRunsPerSecond",
+                                       "maxManualInFlight", "bulkReplayPerWindow"]
     assert {"limit", "retryAfterSeconds"} <= set(problem)
+
+
+# -- manual runs and backfills: executions made outside the schedule have their own bounds ---------------
+
+def executions(api: ApiProcess, tenant: TenantKey) -> int:
+    return query(api.database_url, "SELECT count(*) FROM executions WHERE tenant_id = %s", (tenant.tenant_id,))[0][0]
+
+
+def minutely_job(client: httpx.Client) -> str:
+    resp = client.post("/v1/jobs", json=once_job(schedule={"cron": "* * * * *", "tz": "UTC"}, concurrency="allow"))
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["jobId"])
+
+
+def backfill_body(minutes: int) -> dict[str, str]:
+    end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+    return {"from": (end - timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z"),
+            "to": end.isoformat().replace("+00:00", "Z")}
+
+
+def test_over_the_manual_run_rate_a_run_is_429_and_writes_nothing(
+        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    set_quota(api, tenant, max_manual_per_s=2)
+    job_id = minutely_job(client)
+    statuses: list[int] = []
+    refused = None
+    for _ in range(20):
+        resp = client.post(f"/v1/jobs/{job_id}:run", json={"overlap": "allow"})
+        statuses.append(resp.status_code)
+        if resp.status_code == 429:
+            refused = resp
+            break
+    assert refused is not None, statuses
+    assert set(statuses[:-1]) == {202}
+    assert refused.headers["content-type"].startswith(PROBLEM)
+    assert refused.headers["retry-after"] == str(refused.json()["retryAfterSeconds"])
+    assert_quota_problem(refused.json(), "maxManualRunsPerSecond", 2)
+    assert executions(api, tenant) == len(statuses) - 1
+
+
+def test_a_backfill_takes_one_token_per_occurrence_and_continues_later(
+        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    set_quota(api, tenant, max_manual_per_s=5)
+    job_id = minutely_job(client)
+    first = client.post(f"/v1/jobs/{job_id}:backfill", json=backfill_body(100))
+    assert first.status_code == 202, first.text
+    # The bucket held 5 tokens: 5 occurrences now, and where to go on from once it has refilled.
+    assert first.json()["created"] == 5 and first.json()["nextFrom"] is not None
+    assert executions(api, tenant) == 5
+    refused = None
+    for _ in range(20):
+        resp = client.post(f"/v1/jobs/{job_id}:backfill", json={**backfill_body(100), "from": first.json()["nextFrom"]})
+        if resp.status_code == 429:
+            refused = resp
+            break
+        assert resp.status_code == 202
+    assert refused is not None
+    assert_quota_problem(refused.json(), "maxManualRunsPerSecond", 5)
+    made = executions(api, tenant)
+    assert made < 100  # nowhere near the 100 asked for
+    assert client.post(f"/v1/jobs/{job_id}:run", json={"overlap": "allow"}).status_code == 429
+    assert executions(api, tenant) == made
+
+
+def test_over_the_manual_in_flight_quota_runs_and_backfills_are_429(
+        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    set_quota(api, tenant, max_manual_inflight=3)
+    job_id = minutely_job(client)
+    made = [client.post(f"/v1/jobs/{job_id}:run", json={"overlap": "allow"}) for _ in range(3)]
+    assert [r.status_code for r in made] == [202] * 3
+    refused = client.post(f"/v1/jobs/{job_id}:run", json={"overlap": "allow"})
+    assert refused.status_code == 429, refused.text
+    assert refused.headers["retry-after"] == str(refused.json()["retryAfterSeconds"])
+    assert_quota_problem(refused.json(), "maxManualInFlight", 3)
+    backfill = client.post(f"/v1/jobs/{job_id}:backfill", json=backfill_body(10))
+    assert backfill.status_code == 429
+    assert_quota_problem(backfill.json(), "maxManualInFlight", 3)
+    assert executions(api, tenant) == 3
+    # A finished one frees its place (counted, not cached).
+    query(api.database_url, "UPDATE executions SET state = 'cancelled', finished_at = now() "
+          "WHERE execution_id = %s", (made[0].json()["executionId"],))
+    again = client.post(f"/v1/jobs/{job_id}:backfill", json=backfill_body(10))
+    assert again.status_code == 202 and again.json()["created"] == 1 and again.json()["nextFrom"] is not None
+    assert executions(api, tenant) == 4

@@ -3,7 +3,9 @@
 - `kairos up`'s embedded PostgreSQL SIGKILLed: the supervisor starts it again and every tier
   reconnects by itself (no tier restarted), /readyz is 200 again within seconds, work flows.
 - A SIGSTOPped scheduler under `kairos up`: its /healthz stops answering, the supervisor kills and
-  restarts it, with a log line and kairos_supervisor_restarts_total{reason="unresponsive"}.
+  restarts it, with a log line and kairos_supervisor_restarts_total{reason="unresponsive"}. The same
+  without a metrics port (KAIROS_METRICS_PORT=0) and with that port held by another process: the
+  supervisor's liveness check is a heartbeat file, not the optional port.
 - A scheduler whose database stops answering (its link black-holed: bytes held, nothing refused):
   it drops its shards at the lease deadline instead of holding them, the other scheduler takes them,
   nothing is dispatched twice, and it takes part again by itself once the link is back.
@@ -151,6 +153,44 @@ def test_kairos_up_restarts_a_stopped_scheduler(tmp_path: Path, record_property)
               "then_50_jobs_ran_in_s": round(flow_s, 2)}
     record_property("fault_report", json.dumps(report))
     print("FAULT", json.dumps(report))
+
+
+@pytest.mark.parametrize("port", ["none", "taken"])
+def test_kairos_up_restarts_a_stopped_scheduler_whatever_its_metrics_port(tmp_path: Path, port: str) -> None:
+    import socket
+
+    holder = None
+    env = tier_env(KAIROS_UP_LIVENESS_TIMEOUT_S="3")
+    if port == "none":
+        env["KAIROS_METRICS_PORT"] = "0"
+    else:  # another process holds the scheduler's metrics port (and answers nothing on it)
+        holder = socket.socket()
+        holder.bind(("127.0.0.1", int(env["KAIROS_METRICS_PORT"])))
+        holder.listen(1)
+    try:
+        with kairos_up(tmp_path, **env) as up:
+            url = embedded_url(up.home / "pgdata")
+            worker = WorkerProcess.start(tmp_path, "w", up.grpc_addr, up.key)
+            try:
+                stopped = child_pids(up.text())["scheduler"]
+                wait_until(lambda: f"child healthy tier=scheduler pid={stopped}" in up.text(), timeout_s=30,
+                           what="the supervisor to have seen the scheduler alive")
+                os.kill(stopped, signal.SIGSTOP)
+                try:
+                    wait_until(lambda: child_pids(up.text())["scheduler"] != stopped, timeout_s=30,
+                               what="the supervisor to restart the stopped scheduler")
+                finally:
+                    try:
+                        os.kill(stopped, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
+                assert "child unresponsive; killing and restarting it" in up.text()
+                flow_once(up, tmp_path, url, 20, f"after-{port}")  # the new scheduler dispatches
+            finally:
+                worker.stop()
+    finally:
+        if holder is not None:
+            holder.close()
 
 
 def _zombie(pid: int) -> bool:

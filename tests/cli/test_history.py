@@ -96,3 +96,32 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(kairos: Kairos, cli
     assert result.error_line
     assert present(cli_api.database_url, ids) == 1
     assert not (tmp_path / "home" / "objects" / "history").exists()
+
+
+def test_restore_of_a_hand_edited_archive_exits_2_and_restores_nothing(
+        kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey, operator_env: dict[str, str | None],
+        tmp_path: Path) -> None:
+    import gzip
+
+    ids = finished_long_ago(cli_api.database_url, tenant, 2)
+    archived = kairos("history", "archive", "--now", "--json", env=operator_env)
+    assert archived.code == 0, archived.err
+    keys = [json.loads(line)["archive"] for line in archived.out.splitlines()]
+    assert present(cli_api.database_url, ids) == 0
+    original = (tmp_path / "home" / "objects" / keys[0]).read_bytes()
+    # A ready execution with a payload of the editor's choosing, in an otherwise untouched archive.
+    lines = []
+    for line in gzip.decompress(original).splitlines():
+        record = json.loads(line)
+        if "execution" in record:
+            record["execution"].update(state="ready", finished_at=None, payload={"cmd": "anything"})
+        lines.append(json.dumps(record))
+    forged = tmp_path / "forged.jsonl.gz"
+    forged.write_bytes(gzip.compress("\n".join(lines).encode() + b"\n"))
+
+    result = kairos("history", "restore", str(forged), env=operator_env)
+    assert result.code == 2, (result.out, result.err)
+    assert "MAC" in result.error_line
+    assert query(cli_api.database_url, "SELECT count(*) FROM executions WHERE tenant_id = %s AND state = 'ready'",
+                 (tenant.tenant_id,))[0][0] == 0
+    assert present(cli_api.database_url, ids) == 0

@@ -41,6 +41,20 @@ def test_set_show_and_clear_the_submit_quotas(kairos: Kairos, cli_api: ApiProces
     assert weighted.json()["maxSubmitPerSecond"] == 50
 
 
+def test_set_and_clear_the_manual_run_quotas(kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey) -> None:
+    db = {"KAIROS_DATABASE_URL": cli_api.database_url}
+    made = kairos("tenants", "set-quota", tenant.name, "--max-manual-per-s", "5", "--max-manual-inflight", "20",
+                  "--json", env=db)
+    assert made.code == 0, made.err
+    assert made.json()["maxManualRunsPerSecond"] == 5 and made.json()["maxManualInFlight"] == 20
+    assert query(cli_api.database_url, "SELECT max_manual_per_s, max_manual_inflight FROM tenants "
+                 "WHERE tenant_id = %s", (tenant.tenant_id,))[0] == (5, 20)
+    cleared = kairos("tenants", "set-quota", tenant.name, "--max-manual-per-s", "none", "--json", env=db)
+    assert cleared.json()["maxManualRunsPerSecond"] is None and cleared.json()["maxManualInFlight"] == 20
+    bad = kairos("tenants", "set-quota", tenant.name, "--max-manual-inflight", "0", env=db)
+    assert bad.code == 2 and bad.error_line and bad.out == ""
+
+
 @pytest.mark.parametrize("args", [
     ("--max-active-jobs", "0"), ("--max-active-jobs", "-3"), ("--max-active-jobs", "abc"),
     ("--max-active-jobs", "1.5"), ("--max-submit-per-s", "0"), ("--max-submit-per-s", "1000001"),

@@ -261,6 +261,26 @@ def test_service_monitor_is_optional() -> None:
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
 
 
+def test_metrics_listen_on_the_pod_address_and_scrapes_carry_the_metrics_token() -> None:
+    import base64
+
+    docs = manifests(merge(DEFAULTS, {"serviceMonitor": {"enabled": True}}))
+    (secret,) = by_kind(docs, "Secret").values()
+    token = base64.b64decode(secret["data"]["metrics-token"]).decode()
+    assert len(token) >= 32  # generated, none given
+    for tier in TIERS:
+        env = env_of(pod_spec(by_kind(docs, "Deployment")[f"kairos-{tier}"])["containers"][0])
+        # Not 0.0.0.0: the port carries per-tenant series; the pod's address is what the kubelet and Prometheus use.
+        assert env["KAIROS_METRICS_HOST"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        assert env["KAIROS_METRICS_TOKEN"] == {"secretKeyRef": {"name": "kairos-secrets", "key": "metrics-token"}}
+    (monitor,) = by_kind(docs, "ServiceMonitor").values()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["authorization"] == {"type": "Bearer",
+                                         "credentials": {"name": "kairos-secrets", "key": "metrics-token"}}
+    given = by_kind(manifests(merge(DEFAULTS, {"secrets": {"metricsToken": "m" * 40}})), "Secret")["kairos-secrets"]
+    assert base64.b64decode(given["data"]["metrics-token"]).decode() == "m" * 40
+
+
 def test_cockroachdb_is_an_optional_unvendored_dependency() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     (dependency,) = chart["dependencies"]

@@ -5,6 +5,7 @@
 not move). The CockroachDB text of every statement follows the rules CockroachDB documents (one
 modification per table per statement, data-modifying CTEs at the top level only, no correlated
 LIMIT) and every construct it uses is listed, with its documentation page, in docs/cockroachdb.md.
+The drills' own statements (sql/drill, one text for both) are held to the same rules.
 Variants of statements that exist on both are also valid PostgreSQL: they run here, through the
 cockroachdb dialect, against PostgreSQL (tests at the end).
 """
@@ -22,7 +23,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import CompileError
 from sqlalchemy_cockroachdb.psycopg import CockroachDBDialectAsync_psycopg
 
-from app.store.queries import COCKROACH, DialectText, catalogue, cockroach_catalogue, q, text_for
+from app.store.queries import COCKROACH, DialectText, catalogue, cockroach_catalogue, own_catalogue, q, text_for
 from tests.integration import cockroach_cluster
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cockroachdb.md"
@@ -66,7 +67,7 @@ CONSTRUCTS = {
 }
 # What only PostgreSQL has: never in the text CockroachDB runs. Statements only PostgreSQL ever runs
 # (gated by dialect in app/) say so in their description, or belong to a PostgreSQL-only table class:
-# app/store/statistics.py (planner statistics) and app/store/replication.py (the local drills).
+# app/store/statistics.py (planner statistics) and the drills' Replication (app/drill/reads.py).
 POSTGRES_ONLY_TABLES = ("Statistics", "Replication")
 POSTGRES_ONLY = {
     r"\bpg_\w+": "PostgreSQL catalogue functions and views",
@@ -79,8 +80,13 @@ def code(sql: str) -> str:
     return re.sub(r"--[^\n]*", "", sql)
 
 
+def drill_statements() -> dict[str, str]:
+    """The drills' own statements (sql/drill): one text on every dialect."""
+    return {name: s.sql for name, s in own_catalogue("drill").items()}
+
+
 def cockroach_text(name: str) -> str:
-    return code(text_for(name, COCKROACH))
+    return code(drill_statements()[name] if name in drill_statements() else text_for(name, COCKROACH))
 
 
 def modified_tables(sql: str) -> Counter[str]:
@@ -88,12 +94,20 @@ def modified_tables(sql: str) -> Counter[str]:
 
 
 def postgres_only(name: str) -> bool:
-    return name not in cockroach_catalogue() and (
-        name.startswith(POSTGRES_ONLY_TABLES) or catalogue()[name].description.startswith("PostgreSQL"))
+    if name in cockroach_catalogue():
+        return False
+    statement = own_catalogue("drill").get(name) or catalogue()[name]
+    return name.startswith(POSTGRES_ONLY_TABLES) or statement.description.startswith("PostgreSQL")
 
 
 def runs_on_cockroach() -> list[str]:
-    return sorted(n for n in set(catalogue()) | set(cockroach_catalogue()) if not postgres_only(n))
+    names = set(catalogue()) | set(cockroach_catalogue()) | set(drill_statements())
+    return sorted(n for n in names if not postgres_only(n))
+
+
+def test_the_drills_statements_are_checked_here_too() -> None:
+    assert {"DrillShardsLive", "DrillJobsPresent"} <= set(runs_on_cockroach())
+    assert "ReplicationWalPosition" in drill_statements() and "ReplicationWalPosition" not in runs_on_cockroach()
 
 
 # -- selection --------------------------------------------------------------------------------------
@@ -173,9 +187,10 @@ async def test_every_statement_plans_on_cockroachdb() -> None:
             for name in runs_on_cockroach():
                 if name.startswith(("Transaction", "Overlay")):  # not explainable (SET, SHOW)
                     continue
-                statement = q(name)
+                sql = drill_statements()[name] if name in drill_statements() else text_for(name, COCKROACH)
+                statement = text(sql) if name in drill_statements() else q(name)
                 params = dict.fromkeys(statement.compile(dialect=conn.dialect).binds)
-                explain = text("EXPLAIN " + text_for(name, COCKROACH))
+                explain = text("EXPLAIN " + sql)
                 await conn.execute(explain, params)
 
 

@@ -1,4 +1,4 @@
-"""Issue 11: HTTP deliveries hold short leases, renewed while the request runs (or waits for a slot), so a
+"""HTTP deliveries hold short leases, renewed while the request runs (or waits for a slot), so a
 dead executor's deliveries are retried within seconds instead of after the job's whole timeout."""
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from app.api import dead_letter_service, service, stats_service
 from app.api.viewer import Viewer
 from app.config import Settings
 from app.drill.cluster import Cluster, Node, start_pair
+from app.drill.reads import replication
 from app.store import Database, Store, migrate
 from app.store.db import create_engine
 from app.store.executions import Failure
@@ -85,7 +86,7 @@ async def test_history_attempts_dead_letters_and_stats_are_read_from_the_standby
     await caught_up(pair)
 
     async def where(tx: Store) -> bool:
-        return await tx.replication.in_recovery()
+        return await replication(tx).in_recovery()
 
     assert await db.read(where) is True  # the standby answers reads
     assert await db.transaction(where) is False  # and only reads

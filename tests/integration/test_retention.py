@@ -200,3 +200,88 @@ async def test_an_s3_compatible_store_holds_archives(db: Database) -> None:
                 await objects.get("history/none.jsonl.gz")
     finally:
         moto.stop()
+
+
+def edited(data: bytes, change: Any) -> bytes:
+    """The archive with ``change(record)`` applied to each execution line, rewritten as a person would (zcat,
+    edit, gzip): every other line, the MAC line included, is kept as it was."""
+    import gzip
+    import json
+
+    out = []
+    for line in gzip.decompress(data).splitlines():
+        record = json.loads(line)
+        if "execution" in record:
+            change(record)
+        out.append(json.dumps(record).encode())
+    return gzip.compress(b"\n".join(out) + b"\n")
+
+
+async def archived_batch(db: Database, tmp_path: Path) -> tuple[factories.TenantFixture, UUID, LocalObjectStore,
+                                                                 str]:
+    t, job_id, _ = await finished_executions(db, 2)
+    await age(db, job_id, LATER)
+    objects = LocalObjectStore(tmp_path / "objects")
+    batch = await pruner(db, objects).run_once()
+    assert batch.key is not None
+    return t, job_id, objects, batch.key
+
+
+async def test_a_hand_edited_archive_is_refused_before_anything_is_restored(db: Database, tmp_path: Path) -> None:
+    t, job_id, objects, key = await archived_batch(db, tmp_path)
+    original = await objects.get(key)
+    # An archived row carries exactly the columns history keeps (a new column must be added there).
+    assert {frozenset(e) for e in archive.decode(original).executions} == {archive.EXECUTION_COLUMNS}
+
+    def to_live_work(record: dict[str, Any]) -> None:
+        e = record["execution"]
+        e.update(state="ready", finished_at=None, payload={"rm": "-rf /"}, ready_at=e["scheduled_for"])
+
+    forged = tmp_path / "forged.jsonl.gz"
+    forged.write_bytes(edited(original, to_live_work))
+    with pytest.raises(errors.InvalidInput, match="MAC"):
+        await restore(db, objects, str(forged))
+    assert await execution_ids(db, job_id) == set()  # nothing restored, nothing leasable
+    leased = await db.transaction(lambda tx: tx.executions.lease(factories.tenant_queue(t.tenant_id, "jobs"),
+                                                                   "w1", 10, 30))
+    assert leased == []
+
+    # Without its MAC line at all: refused too.
+    import gzip
+    unsigned = tmp_path / "unsigned.jsonl.gz"
+    unsigned.write_bytes(gzip.compress(b"\n".join(
+        line for line in gzip.decompress(original).splitlines() if b'"mac"' not in line) + b"\n"))
+    with pytest.raises(errors.InvalidInput, match="MAC"):
+        await restore(db, objects, str(unsigned))
+    assert await execution_ids(db, job_id) == set()
+    # The untouched archive still restores.
+    assert (await restore(db, objects, key)).executions == 2
+
+
+async def test_an_archive_signed_by_another_installation_is_refused(db: Database, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from cryptography.fernet import Fernet
+
+    _, job_id, objects, key = await archived_batch(db, tmp_path)
+    monkeypatch.setenv("KAIROS_SECRET_KEY", Fernet.generate_key().decode())
+    with pytest.raises(errors.InvalidInput, match="MAC"):
+        await restore(db, objects, key)
+    assert await execution_ids(db, job_id) == set()
+
+
+def test_a_signed_archive_of_live_or_unknown_columns_is_still_refused() -> None:
+    """Even an archive the installation signed holds only final executions and history's columns (defence in
+    depth: restore never creates live work)."""
+    row = {"execution_id": "00000000-0000-4000-8000-000000000001", "job_id": "00000000-0000-4000-8000-000000000002",
+           "tenant_id": "00000000-0000-4000-8000-000000000003", "queue": "q", "state": "succeeded",
+           "finished_at": "2026-01-01T00:00:00+00:00"}
+    assert archive.decode(archive.encode([row], [])).executions[0]["state"] == "succeeded"
+    for bad, why in (({**row, "state": "ready", "finished_at": None}, "final"),
+                     ({**row, "state": "leased"}, "final"),
+                     ({**row, "lease_owner": "w"}, "lease"),
+                     ({**row, "surprise": 1}, "surprise")):
+        with pytest.raises(errors.InvalidInput, match=why):
+            archive.decode(archive.encode([bad], []))
+    attempt = {"execution_id": row["execution_id"], "attempt": 1, "outcome": "running"}
+    with pytest.raises(errors.InvalidInput, match="running"):
+        archive.decode(archive.encode([row], [attempt]))

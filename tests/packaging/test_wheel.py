@@ -52,6 +52,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert [n for n in shipped if n.startswith("tests/") or "factor" in n
             or Path(n).name.startswith(("test", "conftest"))] == []
     assert "app/sql/queries/jobs.sql" in shipped
+    # The drills' own statements ship with the drills; the development scripts (make proto) do not.
+    assert {"app/sql/drill/drill.sql", "app/sql/drill/replication.sql"} <= set(shipped)
+    assert [n for n in shipped if n.startswith("scripts/") or n.endswith("codegen.py")] == []
     # The dashboard's own files are package data; plotly.js and Swagger UI come from their packages, not ours.
     assert {f"app/api/web/{n}" for n in ("index.html", "dashboard.js", "dashboard.css", "favicon.svg")} <= set(shipped)
     assert [n for n in shipped if n.endswith(("plotly.min.js", "swagger-ui-bundle.js"))] == []

@@ -13,9 +13,9 @@ from uuid import UUID
 import grpc
 import pytest
 
-from app.rpc import codegen
 from app.store.db import Database
 from kairos_sdk import WorkerClient
+from scripts import codegen
 from tests import factories as tf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_generated_modules_are_fresh(tmp_path: Path) -> None:
     """`make proto` would not change the committed modules."""
-    subprocess.run([sys.executable, "-m", "app.rpc.codegen", "--out", str(tmp_path)], check=True, cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "scripts.codegen", "--out", str(tmp_path)], check=True, cwd=ROOT,
                    capture_output=True)
     for name in codegen.GENERATED:
         fresh = (tmp_path / codegen.PACKAGE / name).read_text()

@@ -1,4 +1,4 @@
-"""Issue 11, egress policy: port-scoped allow entries, Kairos's own ports never reachable, IPv6 forms that
+"""The egress policy: port-scoped allow entries, Kairos's own ports never reachable, IPv6 forms that
 embed IPv4 judged by the address they embed, unresolvable names retried, and dead letters that never
 reveal an internal address nor more than a short excerpt of an answer."""
 

@@ -1,5 +1,5 @@
-"""Issue 11: a job whose HTTP URL is a literal private, loopback, link-local or metadata address is refused
-at submit with a 422 naming the field (before: 201, then dead at delivery), and nothing is written."""
+"""A job whose HTTP URL is a literal private, loopback, link-local or metadata address is refused at
+submit with a 422 naming the field (not accepted and then dead at delivery), and nothing is written."""
 
 from __future__ import annotations
 

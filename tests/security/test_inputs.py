@@ -202,3 +202,67 @@ def test_an_old_or_naive_cursor_is_refused(client: httpx.Client) -> None:
     job_id = client.post("/v1/jobs", json=once_job()).json()["jobId"]
     naive = base64.urlsafe_b64encode(json.dumps(["2020-01-01T00:00:00", job_id]).encode()).decode()
     assert problem_of(client.get("/v1/jobs", params={"cursor": naive}))["field"] == "cursor"
+
+
+def http_job(headers: dict) -> dict:
+    return once_job(target={"type": "http", "ref": "https://example.com/", "headers": headers})
+
+
+# RFC 9110 field-value: visible ASCII, with spaces and tabs only between visible characters.
+BAD_HEADER_VALUES = ["café", "a\u2028b", "a\u0085b", "a\x01b", "a\x7fb", "a\tb\x1f", " leading", "trailing\t"]
+
+
+@pytest.mark.parametrize("value", BAD_HEADER_VALUES)
+def test_a_header_value_outside_the_field_value_grammar_is_refused_at_submit(
+        api: ApiProcess, client: httpx.Client, tenant: TenantKey, value: str) -> None:
+    problem = problem_of(client.post("/v1/jobs", json=http_job({"X-Uni": value})))
+    assert problem["field"] == "/target/headers/X-Uni"
+    assert jobs_of(api, tenant) == 0
+
+
+@pytest.mark.parametrize("name", ["X Uni", "X-Ü", "X:A", "", "X\x01"])
+def test_a_header_name_outside_the_token_grammar_is_refused_at_submit(
+        api: ApiProcess, client: httpx.Client, tenant: TenantKey, name: str) -> None:
+    problem = problem_of(client.post("/v1/jobs", json=http_job({name: "v"})))
+    assert problem["field"].startswith("/target/headers")
+    assert jobs_of(api, tenant) == 0
+
+
+def test_good_header_values_are_kept(api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    resp = client.post("/v1/jobs", json=http_job({"X-A": "a b\tc", "X-Empty": "", "X-Sym": "!~"}))
+    assert resp.status_code == 201, resp.text
+
+
+def test_bad_header_values_are_refused_by_patch_and_batch(
+        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    job_id = client.post("/v1/jobs", json=http_job({"X-A": "ok"})).json()["jobId"]
+    patched = problem_of(client.patch(f"/v1/jobs/{job_id}", json={"target": {"headers": {"X-Uni": "café"}}}))
+    assert patched["field"] == "/target/headers/X-Uni"
+    assert client.get(f"/v1/jobs/{job_id}").json()["target"]["headers"] == {"X-A": "ok"}
+    batch = client.post("/v1/jobs:batch", json={"jobs": [http_job({"X-Ok": "fine"}), http_job({"X-Del": "a\x7f"})]})
+    results = batch.json()["results"]
+    assert "jobId" in results[0]
+    assert results[1]["error"]["status"] == 422 and results[1]["error"]["field"] == "/jobs/1/target/headers/X-Del"
+    assert jobs_of(api, tenant) == 2
+
+
+@pytest.mark.parametrize(("path", "param"), [
+    ("/v1/jobs?limit=null", "limit"), ("/v1/jobs?limit=null&limit=null", "limit"),
+    ("/v1/jobs?limit=1&limit=2", "limit"),
+    ("/v1/jobs?limit=5.0", "limit"), ("/v1/jobs?state=active&state=paused", "state"),
+    ("/v1/dead-letters?limit=null&limit=null", "limit"), ("/v1/stats/due?hours=null", "hours"),
+    ("/v1/stats/due?hours=1.0", "hours"), ("/v1/stats/due?hours=1&hours=2", "hours"),
+    ("/v1/stats/lag?minutes=null&minutes=null", "minutes"), ("/v1/stats/outcomes?minutes=true", "minutes"),
+    ("/v1/schedules/preview?cron=0+9+*+*+*&tz=UTC&count=null", "count"),
+])
+def test_query_parameters_are_read_as_the_document_types_them(client: httpx.Client, path: str, param: str) -> None:
+    """An integer parameter is digits (not null, true or 5.0), and a parameter that is not an array comes once."""
+    assert problem_of(client.get(path))["field"] == param
+
+
+def test_array_parameters_repeat_and_their_items_carry_the_rule(api: ApiProcess, client: httpx.Client) -> None:
+    assert client.get("/v1/jobs?label=team:a&label=tier:b&limit=5").status_code == 200
+    doc = httpx.get(f"{api.url}/schema/openapi.json").json()
+    (label,) = [p for p in doc["paths"]["/v1/jobs"]["get"]["parameters"] if p["name"] == "label"]
+    assert label["schema"]["type"] == "array" and "pattern" in label["schema"]["items"]
+    assert "pattern" not in label["schema"]

@@ -114,6 +114,22 @@ async def test_pool_key_leases_its_pool_by_the_shared_name(db: Database, addr: s
         assert held.execution_id == str(eid)
 
 
+async def tenant_as_of_0009(db: Database) -> tf.TenantFixture:
+    """A tenant row written with the columns the schema had then (the shipped insert names later ones)."""
+    import uuid
+
+    from sqlalchemy import text
+
+    tenant_id, name = uuid.uuid4(), f"t-{uuid.uuid4().hex[:8]}"
+
+    async def insert(conn) -> None:
+        await conn.execute(text("INSERT INTO tenants (tenant_id, name, signing_secret) VALUES (:t, :n, 'plain')"),
+                           {"t": tenant_id, "n": name})
+
+    await tf.raw(db, insert)
+    return tf.TenantFixture(tenant_id, name, "", "plain")
+
+
 async def upgrade_before(db: Database, version: str) -> None:
     """Apply the migrations older than ``version``, as a database from before it would have them."""
     await db.transaction(lambda s: s.schema.create_ledger())
@@ -132,7 +148,7 @@ async def test_migration_0010_names_existing_shared_targets_explicitly(pg_base_u
         db = Database(create_engine(url, pool_size=2))
         try:
             await upgrade_before(db, "0010")
-            t = await tf.tenant(db)
+            t = await tenant_as_of_0009(db)
             shared = await tf.job(db, t.tenant_id, queue=tf.shared_queue("emails"), target_ref="emails")
             own = await tf.job(db, t.tenant_id, queue=tf.tenant_queue(t.tenant_id, "emails"), target_ref="emails")
             http = await tf.job(db, t.tenant_id, queue=tf.HTTP_QUEUE, target_ref="https://example.com/shared:x")

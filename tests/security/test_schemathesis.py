@@ -52,13 +52,11 @@ SEMANTIC_FIELDS = (
     "/payload",  # size, NUL in strings and keys, depth
     "/retry/maxBackoffSeconds",  # at least backoffSeconds
     "/from", "/to",  # a backfill covers the past, from before to
-    "/jobId",  # bulk replay: a UUID (the document says so; older generators ignore formats)
     "cursor",  # one this API issued
-    "cron", "tz", "from", "jitterSeconds", "gap", "repeat",  # preview: as a submit's schedule, and a horizon
+    "cron", "tz", "from",  # preview: as a submit's schedule, and a horizon
     "jobId",  # preview: a cron or every job of the tenant
     "every", "startAt",  # preview: an interval such as 15m, and its anchor (an instant, with every only)
-    "label",  # key:value
-    "Idempotency-Key",
+    "label",  # a label selector: its grammar is in the parameter's description, not a pattern
     "",  # PATCH: the merged job is validated as a submit
 )
 

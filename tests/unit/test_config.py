@@ -26,7 +26,7 @@ def test_defaults_without_any_variable() -> None:
     assert (s.database_url, s.db_isolation, s.db_pool_size) == ("", "SERIALIZABLE", 10)
     assert (s.api_host, s.api_port, s.api_workers) == ("127.0.0.1", 8080, os.cpu_count() or 1)
     assert (s.grpc_host, s.grpc_port, s.grpc_addr) == ("127.0.0.1", 50051, "127.0.0.1:50051")
-    assert (s.lease_ttl_s, s.loader_interval_s, s.http_egress_allow, s.http_concurrency) == (10.0, 1.0, (), 64)
+    assert (s.lease_ttl_s, s.loader_interval_s, s.http_egress_allow, s.http_concurrency) == (10.0, 1.0, (), 512)
     assert (s.max_schedule_horizon_days, s.max_payload_bytes, s.demo) == (3660, 64 * 1024, False)
     assert (s.log_level, s.log_format, s.api_reuse_port) == ("INFO", "json", False)
     assert s.dispatch_ahead_s == 5.0 and s.dispatch_isolation == "READ COMMITTED"
@@ -70,6 +70,8 @@ def test_values_are_parsed_and_normalised() -> None:
 
 
 @pytest.mark.parametrize(("variable", "value", "message"), [
+    ("KAIROS_TRUSTED_PROXIES", "10.0.0.0/8, proxy.local", "KAIROS_TRUSTED_PROXIES must be empty or a comma-separated "
+     "list of IP addresses or networks (CIDR), or *, got '10.0.0.0/8, proxy.local'"),
     ("KAIROS_API_PORT", "abc", "KAIROS_API_PORT must be an integer 1-65535, got 'abc'"),
     ("KAIROS_API_PORT", "0", "KAIROS_API_PORT must be an integer 1-65535, got '0'"),
     ("KAIROS_API_PORT", "70000", "KAIROS_API_PORT must be an integer 1-65535, got '70000'"),

@@ -138,7 +138,7 @@ def test_a_dst_gap_skip_is_recorded_before_the_next_occurrence() -> None:
 
 
 def test_catch_up_under_forbid_runs_one_missed_occurrence_at_a_time() -> None:
-    """Two catch-up runs released together overlapped (issue 9): under forbid only the oldest runs,
+    """Catch-up runs released together must not overlap: under forbid only the oldest runs,
     the next missed occurrence becomes the due row and its own dispatch applies the overlap rule."""
     c = claim(nominal=at(0), kind="cron", cron="* * * * *", concurrency="forbid", misfire="catch_up")
     plan = planning.plan_claim(c, at(2.5), lambda _t: at(2.5))

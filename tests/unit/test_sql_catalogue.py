@@ -1,8 +1,9 @@
 """Every SQL statement is named, described, used, and inside the PostgreSQL/CockroachDB rules.
 
 The shipped catalogue (sql/queries) must be used by app/, and every ``q("Name")`` in app/ must name
-one of its statements; the test-only statements (tests/sql/factories.sql) must be used by
-tests/factories.py and follow the same rules.
+one of its statements; the drills' own catalogue (sql/drill) must be used by app/drill/reads.py, the
+one module that loads it; the test-only statements (tests/sql/factories.sql) must be used by
+tests/factories.py. All follow the same rules.
 """
 
 from __future__ import annotations
@@ -14,11 +15,17 @@ import pytest
 
 from app.domain.states import EXECUTION_TRANSITIONS, JOB_TRANSITIONS, ExecutionState, JobState
 from app.store import migrate
-from app.store.queries import NamedQuery, catalogue, cockroach_catalogue, parse, sql_dir
+from app.store.queries import NamedQuery, catalogue, cockroach_catalogue, own_catalogue, parse, sql_dir
 from tests import factories
 
 APP = Path(__file__).resolve().parents[2] / "app"
 FACTORIES = Path(factories.__file__)
+DRILL_READS = APP / "drill" / "reads.py"
+DRILL_SQL = "drill"  # sql/drill, the drills' own catalogue
+
+
+def drill_statements() -> dict[str, NamedQuery]:
+    return own_catalogue(DRILL_SQL)
 
 # Things CockroachDB lacks or ignores (ARCHITECTURE.md, compatibility rules).
 BANNED = {
@@ -41,6 +48,11 @@ def app_source() -> str:
     return "\n".join(p.read_text() for p in APP.rglob("*.py"))
 
 
+def production_source() -> str:
+    """app/ but the drills: where the shipped catalogue's statements must be used."""
+    return "\n".join(p.read_text() for p in APP.rglob("*.py") if (APP / "drill") not in p.parents)
+
+
 def test_catalogue_loads_with_unique_names() -> None:
     assert len(catalogue()) > 10
 
@@ -56,7 +68,23 @@ def check_statement(query: NamedQuery, users: str, where: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(catalogue()))
 def test_statement_is_described_used_and_portable(name: str) -> None:
-    check_statement(catalogue()[name], app_source(), "app/")
+    check_statement(catalogue()[name], production_source(), "app/ outside app/drill")
+
+
+@pytest.mark.parametrize("name", sorted(drill_statements()))
+def test_drill_statement_is_described_used_and_portable(name: str) -> None:
+    check_statement(drill_statements()[name], DRILL_READS.read_text(), "app/drill/reads.py")
+
+
+def test_drill_statements_stay_out_of_the_shipped_catalogue() -> None:
+    assert len(drill_statements()) >= 3
+    assert set(drill_statements()) & (set(catalogue()) | set(cockroach_catalogue()) | set(factories.statements())) == set()
+
+
+def test_only_the_drills_reads_load_the_drill_catalogue() -> None:
+    loaders = {str(p.relative_to(APP)) for p in APP.rglob("*.py")
+               if re.search(r"\bown_(statement|catalogue)\b", p.read_text())}
+    assert loaders == {"store/queries.py", "drill/reads.py"}
 
 
 @pytest.mark.parametrize("name", sorted(factories.statements()))
@@ -67,6 +95,15 @@ def test_factory_statement_is_described_used_and_portable(name: str) -> None:
 def test_factory_statements_stay_out_of_the_shipped_catalogue() -> None:
     assert len(factories.statements()) >= 3
     assert set(factories.statements()) & set(catalogue()) == set()
+
+
+# statement("Name") in app/drill/reads.py, the drills' own catalogue.
+DRILL_CALL = re.compile(r"""\bstatement\(\s*["'](\w+)["']""")
+
+
+def test_every_statement_call_in_the_drills_reads_names_a_drill_statement() -> None:
+    called = set(DRILL_CALL.findall(DRILL_READS.read_text()))
+    assert called and called <= set(drill_statements())
 
 
 # q("Name"), also split over lines: q(\n "Name").

@@ -100,6 +100,17 @@ app.kubernetes.io/component: {{ .tier }}
   value: {{ .Values.ports.grpc | quote }}
 - name: KAIROS_METRICS_PORT
   value: {{ .Values.ports.metrics | quote }}
+{{- /* The pod's address, not 0.0.0.0: the kubelet's probes and Prometheus reach it, and the port's per-tenant
+series need the token below as well (docs/observability.md). */}}
+- name: KAIROS_METRICS_HOST
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: KAIROS_METRICS_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "kairos.secretName" . }}
+      key: {{ .Values.secrets.metricsTokenKey }}
 - name: KAIROS_LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
 - name: KAIROS_LOG_FORMAT

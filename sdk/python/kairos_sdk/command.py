@@ -14,7 +14,7 @@ exits, even if a process it started in the background still holds its stdout.
 On Linux the command is started with ``posix_spawn`` and its exit awaited on a pidfd in the event
 loop; elsewhere (or where pidfds are refused) through asyncio's subprocess support. A worker
 spends 76 us of CPU per execution on the first path, 214 us with asyncio and memory files, and
-290 us with asyncio and pipes (loadtest/README.md, "Command workers"): with commands that run for
+290 us with asyncio and pipes (docs/performance.md, "Worker SDK"): with commands that run for
 milliseconds the worker's own spawning cost is what bounds its rate.
 """
 

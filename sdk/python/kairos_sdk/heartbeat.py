@@ -4,7 +4,7 @@ The executions of one answer were leased together, for the same ``lease_seconds`
 for a heartbeat together, and those with the same ``timeout_seconds`` time out together. So a
 LeaseGroup keeps one timer for the group's heartbeats and one per distinct timeout, instead of two
 per execution (a timer and an ``asyncio.timeout``, 7.5 us of a no-op execution's 49 us in the herd:
-loadtest/README.md, "Twelfth session"). Most executions finish before their first beat; they only
+docs/performance.md, "Worker SDK"). Most executions finish before their first beat; they only
 leave the group.
 
 Every third of the lease the group heartbeats each execution still in it, one call each (a task

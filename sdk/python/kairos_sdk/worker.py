@@ -36,7 +36,7 @@ the places free when it leaves (every free place, prefetch included, unless ``ba
 call); more calls at once fill the slots that free during a round trip sooner, which pays where
 the executor is far away. Near it, a second call only added contention: the 100,000-job herd
 drained 14,147/s on average with one call per worker against 12,448/s with two, and command
-workers were no slower (loadtest/README.md, "Seventh session"). An execution's timeout counts
+workers were no slower (docs/performance.md, "Worker SDK"). An execution's timeout counts
 from its lease, as on the server.
 A worker that has leased nothing for ``idle_notice_s`` (60 s) with nothing running says so at INFO,
 once per such stretch: a pool that no job of the key's tenant targets looks exactly like a quiet

@@ -58,14 +58,15 @@ WITH clock AS (
       AND e.execution_id IN (SELECT execution_id FROM locked)
       AND e.state = 'ready' AND e.attempt = p.attempt  -- a concurrent lease of the same row changes nothing
     RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
-              e.lease_until, e.payload, e.traceparent
+              e.lease_until, e.payload, e.traceparent, e.trigger
 )
 -- The ids as text: what the executor hands on (gRPC, HTTP headers, log lines) and keys its leases by.
 SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS job_id,
        CAST(l.tenant_id AS TEXT) AS tenant_id, l.attempt, l.max_attempts, l.scheduled_for, l.lease_until,
        coalesce(l.payload, j.payload) AS payload, j.target_type, j.target_ref, j.timeout_s,
        t.signing_secret, j.http_method, j.http_headers, l.traceparent,
-       CASE WHEN l.payload IS NULL THEN j.payload_ref END AS payload_ref
+       CASE WHEN l.payload IS NULL THEN j.payload_ref END AS payload_ref,
+       l.trigger  -- schedule, manual or backfill: only scheduled occurrences count in start lag
 FROM leased AS l
 JOIN jobs AS j ON j.job_id = l.job_id
 JOIN tenants AS t ON t.tenant_id = l.tenant_id;
@@ -73,10 +74,10 @@ JOIN tenants AS t ON t.tenant_id = l.tenant_id;
 -- name: ExecutionCompleteMany
 -- CockroachDB: ExecutionCompleteMany with one modification of attempts (CockroachDB refuses two in one statement): the current attempts' rows and the stale attempts' 'discarded' results are one INSERT ... ON CONFLICT DO UPDATE.
 WITH input AS (
-    SELECT i.execution_id, i.attempt, i.result, x.tenant_id, x.lease_owner, x.started_at, x.lease_until,
+    SELECT i.execution_id, i.attempt, i.result, i.sent_at, x.tenant_id, x.lease_owner, x.started_at, x.lease_until,
            x.state = 'leased' AND x.attempt = i.attempt AS current
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:results AS TEXT[]),
-                CAST(:scopes AS TEXT[])) AS i (execution_id, attempt, result, scope)
+                CAST(:scopes AS TEXT[]), CAST(:sent_ats AS TIMESTAMPTZ[])) AS i (execution_id, attempt, result, scope, sent_at)
     JOIN executions AS x ON x.execution_id = i.execution_id
     WHERE (i.scope IS NULL OR x.queue = i.scope OR (right(i.scope, 1) = ':' AND left(x.queue, length(i.scope)) = i.scope))
 ), clock AS (
@@ -84,23 +85,24 @@ WITH input AS (
 ), done AS (
     UPDATE executions AS e SET
         state = 'succeeded', finished_at = c.now, result = CAST(i.result AS JSONB), error = NULL,
-        lease_owner = NULL, lease_until = NULL
+        lease_owner = NULL, lease_until = NULL,
+        started_at = coalesce(i.sent_at, e.started_at)  -- an HTTP delivery started when its request was sent
     FROM input AS i, clock AS c
     WHERE e.execution_id = i.execution_id AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     RETURNING e.execution_id
 ), ended AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, result)
+                          outcome, result, sent_at)
     SELECT i.execution_id, i.attempt, i.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now,
-           'succeeded', CAST(i.result AS JSONB)
+           'succeeded', CAST(i.result AS JSONB), i.sent_at
     FROM input AS i, clock AS c
     WHERE i.execution_id IN (SELECT execution_id FROM done)
     UNION ALL
     -- A stale attempt's row exists (it ended 'expired' or 'cancelled'): proposed as it is, so the
     -- conflict below only marks its late result 'discarded'.
     SELECT a.execution_id, a.attempt, a.tenant_id, a.worker_id, a.leased_at, a.lease_until, c.now,
-           'discarded', CAST(i.result AS JSONB)
+           'discarded', CAST(i.result AS JSONB), a.sent_at
     FROM input AS i
     JOIN attempts AS a ON a.execution_id = i.execution_id AND a.attempt = i.attempt, clock AS c
     WHERE NOT i.current
@@ -119,11 +121,12 @@ FROM input AS i LEFT JOIN done AS d ON d.execution_id = i.execution_id;
 -- name: ExecutionFailMany
 -- CockroachDB: ExecutionFailMany with one modification of attempts, as the CockroachDB ExecutionCompleteMany above.
 WITH input AS (
-    SELECT i.execution_id, i.attempt, i.error, i.retryable, i.delay_s, x.tenant_id, x.lease_owner, x.started_at,
-           x.lease_until, x.state = 'leased' AND x.attempt = i.attempt AS current
+    SELECT i.execution_id, i.attempt, i.error, i.retryable, i.delay_s, i.sent_at, x.tenant_id, x.lease_owner,
+           x.started_at, x.lease_until, x.state = 'leased' AND x.attempt = i.attempt AS current
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:errors AS TEXT[]),
-                CAST(:retryable AS BOOL[]), CAST(:delays_s AS FLOAT8[]), CAST(:scopes AS TEXT[]))
-        AS i (execution_id, attempt, error, retryable, delay_s, scope)
+                CAST(:retryable AS BOOL[]), CAST(:delays_s AS FLOAT8[]), CAST(:scopes AS TEXT[]),
+                CAST(:sent_ats AS TIMESTAMPTZ[]))
+        AS i (execution_id, attempt, error, retryable, delay_s, scope, sent_at)
     JOIN executions AS x ON x.execution_id = i.execution_id
     WHERE (i.scope IS NULL OR x.queue = i.scope OR (right(i.scope, 1) = ':' AND left(x.queue, length(i.scope)) = i.scope))
 ), clock AS (
@@ -134,19 +137,22 @@ WITH input AS (
         ready_at = CASE WHEN i.retryable AND e.attempt < e.max_attempts
                         THEN c.now + i.delay_s * INTERVAL '1 second' ELSE e.ready_at END,
         finished_at = CASE WHEN i.retryable AND e.attempt < e.max_attempts THEN NULL ELSE c.now END,
-        error = i.error, lease_owner = NULL, lease_until = NULL
+        error = i.error, lease_owner = NULL, lease_until = NULL,
+        started_at = coalesce(i.sent_at, e.started_at)  -- an HTTP delivery started when its request was sent
     FROM input AS i, clock AS c
     WHERE e.execution_id = i.execution_id AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     RETURNING e.execution_id, e.state, e.ready_at
 ), ended AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, error)
-    SELECT i.execution_id, i.attempt, i.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now, 'failed', i.error
+                          outcome, error, sent_at)
+    SELECT i.execution_id, i.attempt, i.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now, 'failed', i.error,
+           i.sent_at
     FROM input AS i, clock AS c
     WHERE i.execution_id IN (SELECT execution_id FROM failed)
     UNION ALL
-    SELECT a.execution_id, a.attempt, a.tenant_id, a.worker_id, a.leased_at, a.lease_until, c.now, 'discarded', i.error
+    SELECT a.execution_id, a.attempt, a.tenant_id, a.worker_id, a.leased_at, a.lease_until, c.now, 'discarded', i.error,
+           a.sent_at
     FROM input AS i
     JOIN attempts AS a ON a.execution_id = i.execution_id AND a.attempt = i.attempt, clock AS c
     WHERE NOT i.current

@@ -1,0 +1,1 @@
+"""Development tools run from the repository root (``python -m scripts.<tool>``); never shipped."""

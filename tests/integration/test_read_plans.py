@@ -1,0 +1,165 @@
+"""The REST API's reads stay flat as history grows: each is a range of an index that fits it, in the
+generic plan psycopg runs after a statement's fifth call (docs/database-at-scale.md).
+
+The seeded database is small, so PostgreSQL would rightly read it whole: sequential scans are made
+the last resort (enable_seqscan off), which leaves one only where no index can serve the read. And
+a read must touch a bounded number of rows of jobs and executions: a page, a window, never a
+tenant's whole history. Against the embedded PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from uuid import UUID
+
+import pytest
+from sqlalchemy import text
+
+from app.domain.shards import SHARD_COUNT
+from app.store.db import Database
+from app.store.queries import text_for
+from tests import factories as tf
+from tests.integration.test_hot_statement_plans import _literal, _nodes, _numbered
+
+JOBS = 400  # of each tenant, each with HISTORY executions over 30 days
+HISTORY = 24
+RECENT = JOBS // 5  # jobs with an occurrence in the last hour
+PAGE = 51
+
+# Jobs created over 60 days, each with an execution every 30 hours back from two hours ago, one dead
+# in ten; then one occurrence in the last ten minutes for one job in five. Attempts for every
+# execution.
+SEED = """
+WITH made AS (
+    INSERT INTO jobs (job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, cron,
+                      cron_resolved, tz, max_attempts, backoff_s, max_backoff_s, timeout_s, state, labels,
+                      created_at, updated_at)
+    SELECT gen_random_uuid(), CAST(:tenant_id AS UUID), 'job-' || g, 'queue', 'pool', CAST(:queue AS TEXT),
+           '{}', 'cron', '0 * * * *', '0 * * * *', 'UTC', 3, 10, 3600, 300, 'active',
+           CASE WHEN g % 2 = 0 THEN jsonb_build_object('team', 'team' || (g % 7)) ELSE '{}' END,
+           now() - interval '60 days' + g * interval '1 hour', now()
+    FROM generate_series(1, :jobs) AS g
+    RETURNING job_id, tenant_id, queue, name
+)
+INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, ready_at,
+                        dispatched_at, started_at, finished_at, error)
+SELECT m.job_id, m.tenant_id, m.queue, t, 1, 3, CASE WHEN k % 10 = 0 THEN 'dead' ELSE 'succeeded' END, t, t,
+       t + interval '1 second', t + interval '2 seconds', CASE WHEN k % 10 = 0 THEN 'failed' END
+FROM made AS m
+CROSS JOIN LATERAL (SELECT k, now() - interval '2 hours' - k * interval '30 hours' AS t
+                    FROM generate_series(0, :history - 1) AS k
+                    UNION ALL
+                    SELECT -1, now() - interval '5 minutes' WHERE right(m.name, 1) IN ('0', '5')) AS h
+"""
+ATTEMPTS = """
+INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at, outcome)
+SELECT execution_id, 1, tenant_id, 'w', started_at, started_at + interval '30 seconds', finished_at,
+       CASE WHEN state = 'dead' THEN 'failed' ELSE 'succeeded' END
+FROM executions
+"""
+HISTORY_TABLES = ("jobs", "executions", "attempts")
+
+# Rows of jobs, executions and attempts a read may touch: a page of jobs (with, per job, its newest
+# settled execution and whether one is open: a walk of that job's history), a page of a job's history
+# (and its attempts), or the occurrences of the last hour (and theirs); never a tenant's 400 jobs nor
+# its 10,000 executions.
+JOB_PAGE = PAGE * (HISTORY + 3)
+HISTORY_PAGE = 3 * PAGE + 2
+WINDOW = 3 * RECENT + PAGE
+
+
+async def _seed(db: Database) -> tuple[UUID, UUID]:
+    """Two tenants' jobs and history, analyzed; the first tenant's id and one of its jobs."""
+    tenants = [await tf.tenant(db, "lived-a"), await tf.tenant(db, "lived-b")]
+
+    async def seed(conn: Any) -> UUID:
+        for t in tenants:
+            await conn.execute(text(SEED), {"tenant_id": t.tenant_id, "queue": tf.tenant_queue(t.tenant_id, "pool"),
+                                            "jobs": JOBS, "history": HISTORY})
+        await conn.execute(text(ATTEMPTS))
+        return (await conn.execute(text("SELECT job_id FROM jobs WHERE tenant_id = :t LIMIT 1"),
+                                   {"t": tenants[0].tenant_id})).scalar_one()
+
+    async def analyze(conn: Any) -> None:
+        await conn.execute(text("ANALYZE jobs, executions, attempts, tenants, due_index"))
+
+    job_id = await tf.raw(db, seed)
+    await tf.raw(db, analyze)
+    return tenants[0].tenant_id, job_id
+
+
+async def _plan(db: Database, name: str, params: dict[str, Any], mode: str) -> list[dict[str, Any]]:
+    """The nodes of the plan ``mode`` (force_generic_plan: what psycopg's prepared statement runs
+    from its sixth call on; force_custom_plan: its first calls) under EXPLAIN ANALYZE, sequential
+    scans the last resort."""
+    sql, names = _numbered(text_for(name, "postgresql"))
+    values = ", ".join(_literal(params[n]) for n in names)
+
+    async def explain(tx: Any) -> Any:
+        conn = tx.schema._conn
+        await conn.execute(text(f"SET LOCAL plan_cache_mode = {mode}"))
+        await conn.execute(text("SET LOCAL enable_seqscan = off"))
+        await conn.execute(text("PREPARE lived_read AS " + sql.replace(":", "\\:")))
+        try:
+            rows = await conn.execute(text(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE lived_read({values})"))
+            return rows.scalar_one()
+        finally:
+            await conn.execute(text("DEALLOCATE lived_read"))
+
+    doc = await db.transaction(explain)
+    doc = json.loads(doc) if isinstance(doc, str) else doc
+    return list(_nodes(doc[0]["Plan"]))
+
+
+def _reads(tenant_id: UUID, job_id: UUID) -> list[tuple[str, str, dict[str, Any], int]]:
+    """(read, statement, parameters, rows it may touch): what GET /v1/jobs, /v1/jobs/{id}, its
+    executions, /v1/dead-letters, /v1/stats/* and /v1/status run."""
+    t = str(tenant_id)
+    window = {"now": None, "window_s": 3600.0, "limit": 1440}
+    listing = {"tenant_id": t, "limit": PAGE, "scan_limit": PAGE, "state": None, "name": None, "name_prefix": None,
+               "labels": None, "after_created": None, "after_id": None}
+    out: list[tuple[str, str, dict[str, Any], int]] = [
+        ("jobs, first page", "JobList", listing, JOB_PAGE),
+        ("jobs, a later page", "JobList", {**listing, "after_created": "2000-01-02T00:00:00Z",
+                                           "after_id": "ffffffff-ffff-ffff-ffff-ffffffffffff"}, JOB_PAGE),
+        ("jobs by label", "JobList", {**listing, "labels": '{"team": "team3"}'}, JOB_PAGE * 7),
+        ("one job", "JobGet", {"tenant_id": t, "job_id": str(job_id)}, HISTORY + 3),
+        ("a job's history", "ExecutionListForJob", {"tenant_id": t, "job_id": str(job_id), "limit": PAGE,
+                                                     "before_scheduled": None}, HISTORY_PAGE),
+        ("a job's history, a later page", "ExecutionListForJob", {
+            "tenant_id": t, "job_id": str(job_id), "limit": PAGE, "before_scheduled": "2100-01-01T00:00:00Z"},
+         HISTORY_PAGE),
+        ("dead letters", "ExecutionListDead", {"tenant_id": t, "job_id": None, "limit": PAGE,
+                                               "before_finished": None, "before_id": None}, HISTORY_PAGE),
+        ("queue depths", "StatsQueueDepth", {"tenant_id": t, "now": None, "limit": 500}, WINDOW),
+        ("due histogram", "StatsDueHistogram", {
+            "tenant_id": t, "now": None, "horizon_s": 21600.0, "limit": 1440,
+            "shard_ids": "{" + ",".join(map(str, range(SHARD_COUNT))) + "}"}, WINDOW),
+    ]
+    for who, scope, tenants in (("a tenant", t, 1), ("the operator", None, 2)):
+        out += [(f"start lag per minute, {who}", "StatsStartLagPerMinute", {"tenant_id": scope, **window},
+                 WINDOW * tenants),
+                (f"outcomes per minute, {who}", "StatsOutcomesPerMinute", {"tenant_id": scope, **window},
+                 WINDOW * tenants),
+                (f"start lag summary, {who}", "StatsStartLagSummary", {"tenant_id": scope, **window},
+                 WINDOW * tenants),
+                (f"dead-letter count, {who}", "StatsDeadLetterCount", {"tenant_id": scope, "cap": 1000}, 1001)]
+    return out
+
+
+@pytest.fixture
+async def seeded(db: Database) -> tuple[UUID, UUID]:
+    return await _seed(db)
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+@pytest.mark.parametrize("read", [r[0] for r in _reads(UUID(int=0), UUID(int=0))])
+async def test_a_read_is_a_range_of_an_index_not_a_walk_of_history(
+        db: Database, seeded: tuple[UUID, UUID], read: str, mode: str) -> None:
+    [(_, name, params, bound)] = [r for r in _reads(*seeded) if r[0] == read]
+    nodes = await _plan(db, name, params, mode)
+    seq = [n["Relation Name"] for n in nodes if n["Node Type"] == "Seq Scan" and n["Relation Name"] in HISTORY_TABLES]
+    assert not seq, f"{name} reads {seq} whole"
+    touched = sum(n["Actual Rows"] * n["Actual Loops"] for n in nodes
+                  if n.get("Relation Name") in HISTORY_TABLES and "Scan" in n["Node Type"])
+    assert touched <= bound, f"{name} touched {touched} rows of jobs, executions and attempts"
