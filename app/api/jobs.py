@@ -41,10 +41,11 @@ def if_match_versions(header: str | None) -> frozenset[int] | None:
         tag = part.strip()
         if tag.startswith("W/"):
             continue
-        opaque = tag[1:-1] if len(tag) >= 2 and tag[0] == tag[-1] == '"' else tag
-        if opaque.isdigit():
-            versions.add(int(opaque))
-        elif opaque == tag:
+        quoted = len(tag) >= 2 and tag[0] == tag[-1] == '"'
+        digits = tag.strip('"')  # the document's pattern lets either quote go missing: read the number
+        if digits.isdigit() and len(digits) <= 18:
+            versions.add(int(digits))
+        elif not quoted:  # a quoted tag that names no version matches nothing; anything else is no tag
             raise errors.InvalidInput("If-Match", 'the job\'s ETag, e.g. If-Match: "3"')
     return frozenset(versions)
 
@@ -95,7 +96,9 @@ class JobController(Controller):
                         name: FromQuery[str | None] = None,
                         name_prefix: Annotated[str | None, QueryParameter(name="namePrefix")] = None,
                         label: Annotated[list[str] | None, QueryParameter(
-                            name="label", description="key:value; repeat to require several")] = None,
+                            name="label", description="a label selector: key:value (or key=value), key!=value, "
+                                                      "'key in (a,b)', 'key notin (a,b)', key (has it), !key "
+                                                      "(has not); comma-separated or repeated, all must hold")] = None,
                         cursor: FromQuery[str | None] = None,
                         limit: FromQuery[int | None] = None) -> Response[schemas.JobPage]:
         rows, nxt = await service.list_jobs(db, tenant.tenant_id, state=job_state, name=name, cursor=cursor,

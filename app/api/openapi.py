@@ -222,8 +222,13 @@ PARAMETER_RULES: dict[str, dict[str, Any]] = {
     "cron": {"minLength": 1, "maxLength": cron.MAX_CRON_LENGTH, "pattern": NO_NUL},
     "tz": {"minLength": 1, "maxLength": MAX_TZ_LENGTH, "pattern": NO_NUL},
     "from": {"format": "date-time"},
+    "startAt": {"format": "date-time"},
+    "every": {"minLength": 2, "pattern": "^([0-9]{1,9}d)?([0-9]{1,9}h)?([0-9]{1,9}m)?([0-9]{1,9}s)?$"},
     "jobId": {"format": "uuid"},
-    "label": {"pattern": "^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?:[^\\u0000]*$"},
+    # A label selector (key:value, key!=value, 'key in (a,b)', !key, ...): its grammar is in the description.
+    "label": {"minLength": 1, "pattern": NO_NUL},
+    "name": {"pattern": NO_NUL},
+    "namePrefix": {"pattern": NO_NUL},
     "Idempotency-Key": {"minLength": 1, "maxLength": 255},
     "If-Match": {"pattern": '^(W/)?"?[0-9]{1,18}"?$'},
 }

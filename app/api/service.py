@@ -154,14 +154,13 @@ async def list_jobs(db: Database, tenant_id: UUID, *, state: str | None, name: s
                     labels: list[str] | None = None) -> tuple[list[store.Job], str | None]:
     if state is not None and state not in REPORTED_JOB_STATES:
         raise errors.InvalidInput("state", f"must be one of {', '.join(REPORTED_JOB_STATES)}")
-    wanted: dict[str, str] = {}
-    for label in labels or ():
-        wanted.update(spec.parse_label_filter(label))
+    wanted, selectors = spec.parse_label_selectors(labels or [])
     n = page_limit(limit)
     after = decode_cursor(cursor)
     rows = await db.transaction(lambda tx: tx.jobs.list_page(
         tenant_id, state=state, name=name, after=after, limit=n + 1,  # type: ignore[arg-type]
-        name_prefix=name_prefix or None, labels=wanted or None))
+        name_prefix=name_prefix or None, labels=wanted or None,
+        selectors=[(s.key, s.op, s.values) for s in selectors]))
     return split_page(rows, n, lambda j: (j.created_at, j.job_id))
 
 

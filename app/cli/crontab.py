@@ -200,9 +200,10 @@ def _moment(text: str, zone: ZoneInfo, flag: str) -> datetime:
               help="The Kairos policy compared for a spring-forward gap.")
 @click.option("--dst-repeat", type=click.Choice(["once", "twice"]), default="once", show_default=True,
               help="The Kairos policy compared for a fall-back repeat.")
+@SKIP_UNSUPPORTED
 @json_option
 def crontab_compare(file: str, start: str, end: str, tz: str | None, daemon_tz: str | None, dst_gap: str,
-                    dst_repeat: str, as_json: bool) -> None:
+                    dst_repeat: str, skip_unsupported: bool, as_json: bool) -> None:
     """Where Kairos's fire times differ from classic cron's (cronie, Vixie cron) for each line of FILE.
 
     Classic cron catches up fixed-time jobs a spring-forward skipped and runs them once in a
@@ -218,7 +219,12 @@ def crontab_compare(file: str, start: str, end: str, tz: str | None, daemon_tz: 
         fail("--to must be after --from")
     if hi - lo > classic.MAX_RANGE:
         fail(f"--to: the range is at most {classic.MAX_RANGE.days} days")
-    entries = _entries(file)
+    skipped: list[classic.SkippedLine] | None = [] if skip_unsupported else None
+    entries = _entries(file, skipped)
+    for line in skipped or ():
+        if not as_json:
+            stderr.print(f"skipped line {line.line}: {line.text} ({line.reason})", markup=False, highlight=False,
+                         soft_wrap=True)
     dst = DstPolicy(gap="skip" if dst_gap == "skip" else "shift", repeat="twice" if dst_repeat == "twice" else "once")
     lines: list[dict[str, Any]] = []
     for entry in entries:

@@ -372,7 +372,9 @@ def _item_error(result: Any) -> str | None:
 @click.option("--state", type=click.Choice(REPORTED_JOB_STATES), help="Only jobs in this state.")
 @click.option("--name", help="Only jobs with exactly this name.")
 @click.option("--name-prefix", help="Only jobs whose name starts with this.")
-@click.option("--label", "labels", multiple=True, metavar="KEY:VALUE", help="Only jobs with this label (repeatable).")
+@click.option("--label", "labels", multiple=True, metavar="SELECTOR",
+              help="Only jobs matching this label selector: KEY:VALUE, KEY!=VALUE, 'KEY in (A,B)', "
+                   "'KEY notin (A,B)', KEY or !KEY (repeatable: all must hold).")
 @click.option("--limit", type=click.IntRange(1, PAGE_MAX), default=None, help="Jobs per page (default 50).")
 @click.option("--all", "all_pages", is_flag=True, help="Follow the cursors to the last page.")
 @click.option("--cursor", help="Start at this page (from an earlier --json nextCursor).")
@@ -381,9 +383,13 @@ def _item_error(result: Any) -> str | None:
 def jobs_ls(api: KairosClient, state: str | None, name: str | None, name_prefix: str | None,
             labels: tuple[str, ...], limit: int | None, all_pages: bool, cursor: str | None, as_json: bool) -> None:
     """List jobs, newest first."""
-    for label in labels:
-        if ":" not in label or not label.split(":", 1)[0]:
-            raise click.BadParameter(f"{label!r} is not KEY:VALUE", param_hint="--label")
+    if labels:
+        from app.domain.jobs import parse_label_selectors  # only when given: it loads the schedule code
+
+        try:
+            parse_label_selectors(labels)
+        except InvalidInput as exc:
+            raise click.BadParameter(exc.detail, param_hint="--label") from None
     found: list[Job] = []
     nxt = None
     size = limit or (PAGE_MAX if all_pages else None)

@@ -504,6 +504,12 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
     config = config or SupervisorConfig.from_settings(settings)
     observability.setup_logging(settings.log_level, "text", "up")
     observability.setup_metrics("up", otlp_endpoint=settings.otlp_endpoint, otlp_interval_s=settings.otlp_interval_s)
+    # Every series from the start, at 0: a scrape (and a rate() over it) sees the counter before the first restart.
+    for tier in TIERS:
+        for reason in ("exited", "unresponsive"):
+            observability.supervisor_restarts.add(0, {"tier": tier, "reason": reason})
+    if not settings.database_url:
+        observability.supervisor_restarts.add(0, {"tier": "postgres", "reason": "exited"})
     console = Console(highlight=False)
     try:
         check_ports(settings)  # before anything starts: no database, no children
@@ -550,6 +556,8 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
         for child in sup.children:
             sup.start(child)
         await sup.wait_ready()
+        # The demo job before the banner: a refused one ends `kairos up` before it says it is up.
+        created = await submit_demo_job(settings, key) if demo else None
         where = "embedded PostgreSQL in " + str(settings.pgdata) if not settings.database_url else "KAIROS_DATABASE_URL"
         console.print(f"[bold]Kairos is up[/]\n"
                       f"  API       {settings.api_url}   (OpenAPI: {settings.api_url}/schema)\n"
@@ -561,8 +569,7 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
                       f"  signing   {demo_tenant.signing_secret}   (the demo tenant's HTTP signing secret)\n"
                       f"Try:  curl -H 'Authorization: Bearer {key}' {settings.api_url}/v1/jobs\n"
                       f"Stop with Ctrl-C.", soft_wrap=True)
-        if demo:
-            created = await submit_demo_job(settings, key)
+        if created is not None:
             console.print(f"demo job submitted: {json.dumps(created)}")
         watcher = asyncio.create_task(sup.watch(), name="supervisor-watch")
         duties = [asyncio.create_task(supervise("supervisor-health", sup.check_health, stop), name="supervisor-health"),

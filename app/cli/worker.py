@@ -102,7 +102,7 @@ def worker(pool: str, addr: str | None, concurrency: int, lease_seconds: float, 
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
-        fail("give the command to run after --, e.g. kairos worker --pool emails -- ./send-email.sh")
+        fail("give the command to run after --, e.g. kairos worker --pool emails -- ./examples/send-email.sh")
     if problem := command_problem(argv[0]):
         fail(problem)
     settings = load_worker()

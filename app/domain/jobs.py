@@ -6,6 +6,7 @@ import functools
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
@@ -341,12 +342,76 @@ def validate_labels(labels: dict[str, str] | None) -> dict[str, str]:
     return dict(labels)
 
 
-def parse_label_filter(value: str) -> dict[str, str]:
-    """``?label=team:payments`` -> {"team": "payments"}."""
-    key, sep, wanted = value.partition(":")
-    if not sep or not LABEL_KEY.match(key):
-        raise InvalidInput("label", "filter as key:value, e.g. team:payments")
-    return {key: wanted}
+@dataclass(frozen=True)
+class LabelSelector:
+    """One set-based requirement of a ?label= selector (Kubernetes' grammar): ``in`` and ``notin`` a set of
+    values (``notin`` also matches a job without the key, as ``!=`` does), ``exists`` and ``absent``."""
+
+    key: str
+    op: Literal["in", "notin", "exists", "absent"]
+    values: tuple[str, ...] = ()
+
+
+_SET_REQUIREMENT = re.compile(r"^(?P<key>[^\s!=:()]+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)$")
+_LABEL_SELECTOR_HELP = ("a label selector is key:value, key=value, key!=value, 'key in (a,b)', 'key notin (a,b)', "
+                        "key (has it) or !key (has not), several joined by commas")
+
+
+def _requirements(text: str) -> list[str]:
+    """``text`` split at the commas outside parentheses."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                raise InvalidInput("label", _LABEL_SELECTOR_HELP)
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if depth:
+        raise InvalidInput("label", _LABEL_SELECTOR_HELP)
+    return [*parts, current]
+
+
+def _label_key(key: str) -> str:
+    if not LABEL_KEY.match(key):
+        raise InvalidInput("label", f"{key!r} is not a label key; " + _LABEL_SELECTOR_HELP)
+    return key
+
+
+def parse_label_selectors(values: Sequence[str]) -> tuple[dict[str, str], list[LabelSelector]]:
+    """Each ?label= value (repeat to require all): the equalities (``key:value``, ``key=value``) and the
+    set-based requirements; InvalidInput("label", ...) for one that does not parse."""
+    equal: dict[str, str] = {}
+    selectors: list[LabelSelector] = []
+    for value in values:
+        for raw in _requirements(value):
+            text = raw.strip()
+            if not text:
+                raise InvalidInput("label", _LABEL_SELECTOR_HELP)
+            if found := _SET_REQUIREMENT.match(text):
+                wanted = tuple(v.strip() for v in found["values"].split(","))
+                if not all(wanted):
+                    raise InvalidInput("label", _LABEL_SELECTOR_HELP)
+                selectors.append(LabelSelector(_label_key(found["key"]), found["op"], wanted))  # type: ignore[arg-type]
+            elif "!=" in text:
+                key, _, wanted_one = text.partition("!=")
+                selectors.append(LabelSelector(_label_key(key.strip()), "notin", (wanted_one.strip(),)))
+            elif "=" in text or ":" in text:
+                sep = "==" if "==" in text else "=" if "=" in text else ":"
+                key, _, wanted_one = text.partition(sep)
+                if any(ch in wanted_one for ch in "=()"):
+                    raise InvalidInput("label", _LABEL_SELECTOR_HELP)
+                equal[_label_key(key.strip())] = wanted_one.strip() if sep != ":" else wanted_one
+            elif text.startswith("!"):
+                selectors.append(LabelSelector(_label_key(text[1:].strip()), "absent"))
+            else:
+                selectors.append(LabelSelector(_label_key(text), "exists"))
+    return equal, selectors
 
 
 def validate_http(target: Target, method: str | None,

@@ -209,10 +209,14 @@ class Jobs(Table):
 
     async def list_page(self, tenant_id: UUID, *, state: ReportedJobState | None, name: str | None,
                         after: tuple[datetime, UUID] | None, limit: int, name_prefix: str | None = None,
-                        labels: dict[str, str] | None = None) -> list[Job]:
+                        labels: dict[str, str] | None = None,
+                        selectors: Sequence[tuple[str, str, Sequence[str]]] = ()) -> list[Job]:
+        """``selectors``: (key, op, values) with op in, notin, exists or absent; every one must hold."""
         rows = await self._conn.execute(q("JobList"), {
             "tenant_id": tenant_id, "state": state, "name": name, "name_prefix": name_prefix,
             "labels": json.dumps(labels) if labels else None,
+            "selectors": json.dumps([{"k": k, "op": op, "vs": list(vs)} for k, op, vs in selectors])
+            if selectors else None,
             "after_created": after[0] if after else None, "after_id": after[1] if after else None,
             "limit": limit,
             # The page is cut before the reported state is known, so only when it is not filtered on.

@@ -39,10 +39,11 @@ WHERE job_id = :job_id AND tenant_id = :tenant_id
 RETURNING execution_id;
 
 -- name: ExecutionWithdrawAheadForJob
--- Take back a job's executions dispatched ahead of their due time and never leased (a pause wins over dispatch ahead); their nominal times.
+-- Take back a job's scheduled executions dispatched ahead of their due time and never leased (a pause wins over dispatch ahead); their nominal times. Manual runs and backfills (paced, so also ready later) are the tenant's explicit requests and stay.
 DELETE FROM executions
 WHERE job_id = :job_id AND tenant_id = :tenant_id
   AND state = 'ready' AND attempt = 0  -- never leased: nothing ran, nothing to keep
+  AND trigger = 'schedule'  -- a backfill's past nominal times are not occurrences the pause made us miss
   AND ready_at > coalesce(CAST(:now AS TIMESTAMPTZ), now())
 RETURNING scheduled_for;
 

@@ -19,7 +19,7 @@ WHERE j.tenant_id = :tenant_id AND j.job_id = :job_id;
 SELECT * FROM jobs WHERE tenant_id = :tenant_id AND job_id = :job_id FOR UPDATE;
 
 -- name: JobList
--- A page of a tenant's jobs, newest first, filtered by reported state (app.domain.states.reported_job_state), exact name, name prefix and labels (all given pairs); keyset cursor. Without a state filter the page is cut before the executions are looked at, so a generic plan walks jobs_tenant_created for one page, however many jobs the tenant holds.
+-- A page of a tenant's jobs, newest first, filtered by reported state (app.domain.states.reported_job_state), exact name, name prefix, labels (all given pairs) and label selectors (a JSON array of {k, op: in|notin|exists|absent, vs}, all met); keyset cursor. Without a state filter the page is cut before the executions are looked at, so a generic plan walks jobs_tenant_created for one page, however many jobs the tenant holds.
 SELECT * FROM (
     SELECT j.*, fin.state AS last_outcome, fin.finished_at AS last_finished_at,
            (open.execution_id IS NOT NULL) AS has_open,
@@ -41,6 +41,17 @@ SELECT * FROM (
           AND CASE WHEN CAST(:name_prefix AS TEXT) IS NULL THEN true
                    ELSE substr(j.name, 1, length(CAST(:name_prefix AS TEXT))) = CAST(:name_prefix AS TEXT) END
           AND CASE WHEN CAST(:labels AS JSONB) IS NULL THEN true ELSE j.labels @> CAST(:labels AS JSONB) END
+          AND CASE WHEN CAST(:selectors AS JSONB) IS NULL THEN true ELSE NOT EXISTS (
+              SELECT 1 FROM jsonb_array_elements(CAST(:selectors AS JSONB)) AS s (sel)
+              WHERE NOT CASE s.sel ->> 'op'
+                  WHEN 'exists' THEN j.labels -> (s.sel ->> 'k') IS NOT NULL
+                  WHEN 'absent' THEN j.labels -> (s.sel ->> 'k') IS NULL
+                  WHEN 'in' THEN coalesce(j.labels ->> (s.sel ->> 'k') IN (
+                      SELECT jsonb_array_elements_text(s.sel -> 'vs')), false)
+                  -- notin: a job without the key matches too (Kubernetes' != and notin)
+                  ELSE coalesce(j.labels ->> (s.sel ->> 'k') NOT IN (
+                      SELECT jsonb_array_elements_text(s.sel -> 'vs')), true)
+              END) END
         ORDER BY j.created_at DESC, j.job_id DESC
         -- :limit, or no cut when the reported state is filtered on (known only after the lookups below)
         LIMIT :scan_limit

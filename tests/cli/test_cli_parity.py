@@ -69,3 +69,13 @@ def test_history_list_and_pools_list_say_when_there_is_nothing(kairos: Kairos, t
         assert pools.code == 0 and pools.out.strip().startswith("no shared pools"), pools.out + pools.err
         history = kairos("history", "list", env=env)
         assert history.code == 0 and history.out.strip().startswith("no archives"), history.out + history.err
+
+
+def test_jobs_ls_takes_label_selectors(kairos: Kairos) -> None:
+    for name, label in (("x", "team=a"), ("y", "team=b")):
+        assert kairos("jobs", "submit", "--name", name, "--in", "1h", "--pool", "p", "--label", label).code == 0
+    listed = kairos("jobs", "ls", "--label", "team notin (a)", "--json")
+    assert listed.code == 0, listed.err
+    assert [j["name"] for j in listed.json()["jobs"]] == ["y"]
+    bad = kairos("jobs", "ls", "--label", "team in a", env={"KAIROS_API_URL": closed_url()})
+    assert bad.code == 2 and "--label" in bad.error_line

@@ -39,7 +39,7 @@ def test_update_changes_fields_labels_and_schedule(kairos: Kairos) -> None:
     ("jobs", "backfill", "00000000-0000-4000-8000-000000000001", "--from", "2026-01-02T00:00:00Z",
      "--to", "2026-01-01T00:00:00Z"),
     ("jobs", "backfill", "00000000-0000-4000-8000-000000000001", "--from", "yesterday", "--to", "now"),
-    ("jobs", "ls", "--label", "nocolon"),
+    ("jobs", "ls", "--label", "team in mail"),
 ])
 def test_bad_input_exits_2_with_one_line(kairos: Kairos, args: tuple[str, ...]) -> None:
     result = kairos(*args)

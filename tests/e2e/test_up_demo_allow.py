@@ -72,6 +72,7 @@ def test_up_that_fails_after_starting_its_children_stops_every_one(tmp_path: Pat
     try:
         assert proc.returncode == 1, out + err
         assert "Traceback" not in err, err
+        assert "Kairos is up" not in out, out
         lines = err.strip().splitlines()
         assert lines[-1].startswith("error: the demo job was refused: 422"), err
         assert wait_for(lambda: not _ours(home), timeout_s=10, what="every child to be gone") is True

@@ -54,7 +54,9 @@ SEMANTIC_FIELDS = (
     "/from", "/to",  # a backfill covers the past, from before to
     "cursor",  # one this API issued
     "cron", "tz", "from",  # preview: as a submit's schedule, and a horizon
-    "jobId",  # preview: a cron job of the tenant
+    "jobId",  # preview: a cron or every job of the tenant
+    "every", "startAt",  # preview: an interval such as 15m, and its anchor (an instant, with every only)
+    "label",  # a label selector: its grammar is in the parameter's description, not a pattern
     "",  # PATCH: the merged job is validated as a submit
 )
 
