@@ -195,8 +195,20 @@ def _occ_due(occ: list[Any]) -> dict[str, float]:
     return {o.job_id: o.due for o in occ}
 
 
+def settings_row(run: Run, name: str) -> None:
+    """What delivered: the executors and their HTTP settings, the receiver's processes."""
+    from app.config import Settings
+
+    a, d = run.args, Settings()
+    concurrency = a.http_concurrency or d.http_concurrency
+    per_tenant = d.http_per_tenant or concurrency // 2
+    run.row(name, "executors x (in flight, per tenant, per origin start-ceiling); receiver processes", "-",
+            f"{a.executors} x ({concurrency}, {per_tenant}, 32-{d.http_per_origin}); {a.receiver_processes}", None)
+
+
 def _common(run: Run, name: str, res: dict[str, Any], fig: dict[str, Any]) -> None:
     h = _herd()
+    settings_row(run, name)
     per = cpu_per_delivery(res, fig["received"])
     res["cpuUsPerDelivery"] = per
     res["receipts"] = fig
@@ -360,6 +372,7 @@ async def scenario_httpsteady(run: Run) -> None:
                "succeededInDatabase": succeeded}
         res["cpuUsPerDelivery"] = cpu_per_delivery(res, fig["received"])
         run.results["httpsteady"] = res
+        settings_row(run, "httpsteady")
         p99 = fig["receiptLagS"]["p99"]
         run.row("httpsteady", f"receipt lag p99 at {res['occurrencesPerS']:,.0f}/s over {len(ports)} origins",
                 "<= 1 s", h.fmt_s(p99) + (f" ({fig['notReceived']} never received)" if fig["notReceived"] else ""),

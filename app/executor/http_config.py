@@ -27,7 +27,7 @@ class HttpPoolConfig:
     # Requests in flight per tenant, all origins together (None: half of ``concurrency``, at least 1).
     per_tenant: int | None = None
     # Executions leased per statement.
-    batch: int = 128
+    batch: int = 256
     # The longest an idle pool sleeps before looking for ready work (wake-ups and due times come sooner).
     poll_interval_s: float = 0.5
     # Lease of a delivery, renewed every third of it while the delivery is held (never past its timeout).

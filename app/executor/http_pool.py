@@ -315,7 +315,10 @@ class HttpPool:
         self._pump()
 
     def _forget_idle_limits(self) -> None:
-        """Drop the limits of circuits with nothing in flight or waiting and no pause left (bounded memory)."""
+        """Past TARGETS_CACHED_MAX circuits, drop the limits of those with nothing in flight or waiting and no
+        pause left (bounded memory); below it, a circuit keeps what it learned for its next herd."""
+        if len(self._limits) <= TARGETS_CACHED_MAX:
+            return
         for key in [k for k, lim in self._limits.items()
                     if k not in self._sending_by_key and k not in self._waiting and lim.paused_for() is None]:
             del self._limits[key]

@@ -5,7 +5,7 @@ waits behind it) or too large for a struggling one. ``AdaptiveLimit`` is an AIMD
 TCP congestion control and Envoy's adaptive concurrency filter, driven by what each answer says:
 
 - It starts at ``start`` and moves between ``floor`` and ``ceiling`` once per *window*: every
-  ``max(4, limit / 2)`` answers, or ``window_s`` when answers are few.
+  ``max(4, limit / 4)`` answers, or ``window_s`` when answers are few.
 - Growth, only while the limit is what holds requests back (in flight reached ``limit`` during the window;
   an origin that is sent little keeps its limit): doubling per window until the first sign of congestion
   (slow start), then ``sqrt(limit)`` per window.
@@ -15,6 +15,8 @@ TCP congestion control and Envoy's adaptive concurrency filter, driven by what e
   average of earlier windows' means, so a receiver that is merely busier for a long time becomes the new
   normal rather than a reason to shrink for ever).
 
+An origin idle for ``idle_reset_s`` starts a new slow start from the limit it had (at least ``start``): what
+it learned in one herd serves the next, and an origin that recovered meanwhile is not held to its old low.
 Time comes from ``clock`` so tests can drive it. Limits are per executor process: each executor learns the
 origin on its own, so an installation with N executors may send up to N × ``ceiling`` to one origin.
 """
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 
 LATENCY_TOLERANCE_DEFAULT = 3.0
 WINDOW_S_DEFAULT = 0.5
+IDLE_RESET_S_DEFAULT = 60.0
 BASELINE_WEIGHT = 0.05  # how much one window moves the latency baseline
 
 
@@ -38,6 +41,7 @@ class AdaptiveLimit:
     floor: int = 1
     tolerance: float = LATENCY_TOLERANCE_DEFAULT
     window_s: float = WINDOW_S_DEFAULT
+    idle_reset_s: float = IDLE_RESET_S_DEFAULT
     clock: Callable[[], float] = time.monotonic
     limit: float = field(init=False)
     slow_start: bool = field(init=False, default=True)
@@ -65,7 +69,14 @@ class AdaptiveLimit:
         return left if left > 0 else None
 
     def sending(self, in_flight: int) -> None:
-        """A request leaves; ``in_flight`` counts it."""
+        """A request leaves; ``in_flight`` counts it. After ``idle_reset_s`` with nothing sent the origin may
+        have changed: the limit restarts its slow start from where it was (never below ``start``)."""
+        now = self.clock()
+        if in_flight <= 1 and now - self._window_began > self.idle_reset_s:
+            self.slow_start = True
+            self.limit = max(self.limit, float(min(self.start, self.ceiling)))
+            self._answers, self._latency_sum, self._peak, self._congested = 0, 0.0, 0, False
+            self._window_began = now
         if in_flight > self._peak:
             self._peak = in_flight
 
@@ -88,7 +99,7 @@ class AdaptiveLimit:
 
     def _maybe_close(self) -> None:
         now = self.clock()
-        if self._answers < max(4, self.limit / 2) and now - self._window_began < self.window_s:
+        if self._answers < max(4, self.limit / 4) and now - self._window_began < self.window_s:
             return
         mean = self._latency_sum / self._answers
         binding = self._peak >= self.current

@@ -23,7 +23,7 @@ class Clock:
 def window(limit: AdaptiveLimit, clock: Clock, latency_s: float, *, in_flight: int | None = None) -> None:
     """One window of answers at ``latency_s`` with ``in_flight`` requests out (default: the whole limit)."""
     limit.sending(limit.current if in_flight is None else in_flight)
-    answers = max(4, math.ceil(limit.limit / 2))  # what closes a window
+    answers = max(4, math.ceil(limit.limit / 4))  # what closes a window
     for _ in range(answers):
         clock.now += latency_s / answers
         limit.succeeded(latency_s)
@@ -96,3 +96,20 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
     assert retry_after_s(format_datetime(now - timedelta(seconds=90), usegmt=True), now.timestamp()) == 0
     assert retry_after_s("999999999") == RETRY_AFTER_MAX_S
     assert retry_after_s(None) is None and retry_after_s("soon") is None and retry_after_s("-5") is None
+
+
+def test_an_idle_origin_starts_a_new_slow_start_from_what_it_learned() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(start=32, ceiling=256, clock=clock)
+    for _ in range(3):
+        window(limit, clock, 0.005)
+    assert limit.current == 256
+    limit.congested(0.01)  # 128, and slow start is over
+    clock.now += 1.0
+    limit.succeeded(0.01)
+    assert limit.current == 128 and not limit.slow_start
+    clock.now += 120  # an hour's herd later, say
+    limit.sending(1)
+    assert limit.slow_start and limit.current == 128
+    window(limit, clock, 0.005)
+    assert limit.current == 256
