@@ -117,7 +117,7 @@ def _reads(tenant_id: UUID, job_id: UUID) -> list[tuple[str, str, dict[str, Any]
     t = str(tenant_id)
     window = {"now": None, "window_s": 3600.0, "limit": 1440}
     listing = {"tenant_id": t, "limit": PAGE, "scan_limit": PAGE, "state": None, "name": None, "name_prefix": None,
-               "labels": None, "after_created": None, "after_id": None}
+               "labels": None, "selectors": None, "after_created": None, "after_id": None}
     out: list[tuple[str, str, dict[str, Any], int]] = [
         ("jobs, first page", "JobList", listing, JOB_PAGE),
         ("jobs, a later page", "JobList", {**listing, "after_created": "2000-01-02T00:00:00Z",
