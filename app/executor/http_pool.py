@@ -32,6 +32,7 @@ from app.errors import EgressRefused, TargetUnresolved
 from app.executor.batching import Coalescer, Deferral, Outcomes
 from app.executor.breaker import Breakers, Key
 from app.executor.egress import EgressPolicy, resolve
+from app.executor.http_client import HttpClient
 from app.executor.http_config import HttpPoolConfig
 from app.executor.http_request import (
     FIELD_NAME,
@@ -42,9 +43,8 @@ from app.executor.http_request import (
     encode_payload,
     excerpt,
     origin,
-    request_url,
 )
-from app.executor.http_send import AiohttpSender, Answer, Sender, SendFailed, retry_after_s
+from app.executor.http_send import Answer, Origin, Sender, SendFailed, retry_after_s
 from app.executor.limits import AdaptiveLimit
 from app.executor.payloads import resolve_leased
 from app.observability import tracing
@@ -97,7 +97,7 @@ class HttpPool:
         self.config = config
         self.egress = egress
         self.breakers = breakers or Breakers(config.breaker)
-        self.send: Sender = transport or AiohttpSender(config.concurrency, config.error_body_bytes)
+        self.send: Sender = transport or HttpClient(config.error_body_bytes, idle_max=config.concurrency)
         self.clock = clock
         self.wake = asyncio.Event()
         self._held: dict[str, _Held] = {}  # by execution id
@@ -540,8 +540,7 @@ class HttpPool:
                 return Verdict("dead", f"the request cannot be sent: header {name!r} is not a valid HTTP field "
                                        "(visible ASCII, spaces and tabs only)")
         # Connect to the address the egress policy checked (no second DNS answer can differ).
-        url = request_url(target.scheme, address, target.port, target.path)
-        server_hostname = target.host if target.scheme == "https" else None
+        to = Origin(target.scheme, str(address), target.port, target.host if target.scheme == "https" else None)
         began = self.clock()
         sent.append(datetime.now(timezone.utc))
         self.outcomes.sent(item, sent[0], HTTP_QUEUE)
@@ -552,10 +551,10 @@ class HttpPool:
                         "kairos.attempt": item.attempt, "http.request.method": method}) as traceparent:
                     # The occurrence's trace goes to the target: its own spans join it.
                     headers["traceparent"] = traceparent or tracing.child_of(item.traceparent)
-                    answer = await self._exchange(method, url, body, headers, server_hostname, timeout)
+                    answer = await self._exchange(method, to, target.path, body, headers, timeout)
             else:
                 headers["traceparent"] = tracing.child_of(item.traceparent)
-                answer = await self._exchange(method, url, body, headers, server_hostname, timeout)
+                answer = await self._exchange(method, to, target.path, body, headers, timeout)
         except TimeoutError:
             return self._failed(circuit, self.clock() - began, Verdict("retry", f"timed out after {timeout:.3g}s"),
                                 congested=True)
@@ -595,9 +594,9 @@ class HttpPool:
             return Verdict("deferred", f"{max(left, retry_after or 0.0):.3f}")
         return verdict
 
-    async def _exchange(self, method: str, url: str, body: bytes, headers: dict[str, str],
-                        server_hostname: str | None, timeout: float) -> Answer:
-        # One deadline for the whole exchange, from connecting to the last byte read: the sender's (aiohttp's
-        # total timeout), so a target that trickles its answer cannot stretch it.
-        return await self.send(method, url, body, headers, server_hostname, timeout)
+    async def _exchange(self, method: str, to: Origin, path: str, body: bytes, headers: dict[str, str],
+                        timeout: float) -> Answer:
+        # One deadline for the whole exchange, from connecting to the last byte read (the sender keeps it), so
+        # a target that trickles its answer cannot stretch it.
+        return await self.send(method, to, path, body, headers, timeout)
 

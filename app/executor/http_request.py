@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from app.domain.egress import IPAddress
 from app.executor.breaker import Key
 from app.executor.signing import sign
 from app.store import executions as ex
@@ -79,11 +78,6 @@ encode_payload = msgspec.json.Encoder().encode
 @functools.lru_cache(maxsize=4096)  # a herd's deliveries share a handful of due times
 def scheduled_text(scheduled_for: datetime) -> str:
     return ex.idempotency_time(scheduled_for)
-
-
-def request_url(scheme: str, address: IPAddress, port: int, path: str) -> str:
-    host = f"[{address}]" if address.version == 6 else str(address)
-    return f"{scheme}://{host}:{port}{path}"
 
 
 def delivery_headers(item: ex.Leased, target: Target, body: bytes) -> dict[str, str]:

@@ -17,7 +17,7 @@ from app.executor.batching import Outcomes
 from app.executor.breaker import BreakerConfig
 from app.executor.egress import EgressPolicy, resolve
 from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
-from app.executor.http_send import Answer
+from app.executor.http_send import Answer, Origin
 from app.store.db import Database
 from kairos_sdk.signature import verify
 from tests import factories as tf
@@ -87,9 +87,9 @@ class Recorder:
     def __init__(self) -> None:
         self.sent: list[Sent] = []
 
-    async def __call__(self, method: str, url: str, body: bytes, headers: dict[str, str],
-                       server_hostname: str | None, timeout_s: float) -> Answer:
-        self.sent.append(Sent(method, url, headers))
+    async def __call__(self, method: str, origin: Origin, path: str, body: bytes, headers: dict[str, str],
+                       timeout_s: float) -> Answer:
+        self.sent.append(Sent(method, origin.url(path), headers))
         return Answer(200, None, None, b"")
 
     async def close(self) -> None:
