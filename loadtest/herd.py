@@ -61,8 +61,9 @@ from app.store.db import Database, create_engine  # noqa: E402
 
 POOL = "herd"
 import http_herd  # noqa: E402  (beside this file: the HTTP-target scenarios)
+import reference  # noqa: E402  (beside this file: pgqueuer, the worker-pool herds' reference arm)
 
-ALL_SCENARIOS = ("herd100k", "herd10k", "mixed", "light", "steady", "short", "submit", "command", "memory",
+ALL_SCENARIOS = ("herd100k", "herd10k", "herd31k", "mixed", "light", "steady", "short", "submit", "command", "memory",
                  *http_herd.SCENARIOS)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -103,6 +104,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--hog", type=int, default=90_000, help="herd100k: jobs of tenant hog")
     g.add_argument("--small-tenants", type=int, default=100, help="herd100k: small tenants")
     g.add_argument("--small-jobs", type=int, default=100, help="herd100k: jobs per small tenant")
+    g.add_argument("--herd31k-hog", type=int, default=30_000, help="herd31k: jobs of tenant hog")
+    g.add_argument("--herd31k-small", type=int, default=10, help="herd31k: small tenants of 100 jobs each")
+    g.add_argument("--reference", choices=("pgqueuer", "none"), default="pgqueuer",
+                   help="herd10k, herd31k, herd100k: run the same herd through pgqueuer beside Kairos")
     g.add_argument("--herd10k-jobs", type=int, default=10_000)
     g.add_argument("--herd10k-tenants", type=int, default=1)
     g.add_argument("--mixed-a", type=int, default=40_000, help="mixed: jobs of tenant A")
@@ -1079,6 +1084,16 @@ def herd_rows(run: Run, name: str, res: dict[str, Any], *, max_lag_target: float
             None if drain_target is None else (res.get("drainPerS") or 0) >= drain_target)
     run.row(name, "dispatch lag p99", "-", fmt_s(res["dispatchLagS"]["p99"]), None)
     run.row(name, "submit rate (side figure)", "-", fmt_rate(res["submit"]["itemsPerS"]), None)
+    started = res["correctness"]["jobs"] - res["correctness"]["notStarted"]
+    if started:
+        cpu = res["cpuSecondsDuringDrain"]
+        tiers = ("api", "scheduler", "executor", "workers", "postgres")
+        per = {k: 1e6 * cpu.get(k, 0.0) / started for k in tiers}
+        total = sum(per.values())
+        targeted = name in ("herd10k", "herd31k", "herd100k")
+        run.row(name, "CPU per started execution, us: " + " / ".join(tiers) + " = all",
+                "<= 60 us" if targeted else "-", " / ".join(f"{per[k]:.0f}" for k in tiers) + f" = {total:.0f}",
+                total <= 60 if targeted else None)
     correctness_rows(run, name, res["correctness"])
 
 
@@ -1095,6 +1110,32 @@ async def scenario_herd100k(run: Run) -> None:
     p99 = res["perTenantGroup"]["small"]["startLagS"]["p99"]
     run.row("herd100k", "small tenants' start lag p99", "<= 2 s", fmt_s(p99), p99 is not None and p99 <= 2.0)
     run.row("herd100k", "hog's start lag p99", "-", fmt_s(res["perTenantGroup"]["hog"]["startLagS"]["p99"]), None)
+    await reference_arm(run, "herd100k", groups, res, ratio_target=2.0, small="small-")
+
+
+async def scenario_herd31k(run: Run) -> None:
+    a = run.args
+    groups = [("hog", a.herd31k_hog)] + [(f"small-{i:03d}", 100) for i in range(1, a.herd31k_small + 1)]
+    res = await herd(run, "herd31k", groups)
+    occ = res.pop("_occ")
+    small = by_tenant(occ, lambda t: t.startswith("small-"))
+    res["perTenantGroup"] = {"hog": lag_figures(by_tenant(occ, lambda t: t == "hog")),
+                             "small": lag_figures(small)}
+    run.results["herd31k"] = res
+    herd_rows(run, "herd31k", res, max_lag_target=None, drain_target=None)
+    p99 = res["perTenantGroup"]["small"]["startLagS"]["p99"]
+    run.row("herd31k", "small tenants' start lag p99", "<= 1 s", fmt_s(p99), p99 is not None and p99 <= 1.0)
+    await reference_arm(run, "herd31k", groups, res, ratio_target=1.0, small="small-")
+
+
+async def reference_arm(run: Run, name: str, groups: list[tuple[str, int]], res: dict[str, Any], *,
+                        ratio_target: float, small: str | None = None) -> None:
+    """The same herd through pgqueuer (``loadtest/reference.py``), its figures and the drain ratio as rows."""
+    if run.args.reference == "none":
+        return
+    ref = await reference.pgqueuer_herd(run, name, groups)
+    res["reference"] = {"pgqueuer": ref}
+    reference.rows(run, name, res, ref, ratio_target=ratio_target, small=small)
 
 
 async def scenario_herd10k(run: Run) -> None:
@@ -1105,6 +1146,7 @@ async def scenario_herd10k(run: Run) -> None:
     res.pop("_occ")
     run.results["herd10k"] = res
     herd_rows(run, "herd10k", res, max_lag_target=2.0, drain_target=None)
+    await reference_arm(run, "herd10k", groups, res, ratio_target=1.0)
 
 
 async def scenario_mixed(run: Run) -> None:
@@ -1409,7 +1451,7 @@ async def scenario_memory(run: Run) -> None:
             "-" if per_entry is None else f"{per_entry:,} B", per_entry is not None and per_entry <= 150)
 
 
-SCENARIOS = {"herd100k": scenario_herd100k, "herd10k": scenario_herd10k, "mixed": scenario_mixed,
+SCENARIOS = {"herd100k": scenario_herd100k, "herd10k": scenario_herd10k, "herd31k": scenario_herd31k, "mixed": scenario_mixed,
              "light": scenario_light, "steady": scenario_steady, "short": scenario_short, "submit": scenario_submit,
              "command": scenario_command, "memory": scenario_memory, **http_herd.SCENARIOS}
 
