@@ -32,7 +32,7 @@ run: $(RUNTIME)
 lint: $(DEV)
 	$(BIN)/ruff check .
 
-## mypy, strict on app/domain and app/store (configured under [tool.mypy] in pyproject.toml).
+## mypy, strict over app/ (app/api and app/executor not yet) and the SDK (configured under [tool.mypy] in pyproject.toml).
 typecheck: $(DEV)
 	$(BIN)/mypy
 

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.errors import KairosError
 
@@ -495,7 +495,10 @@ class WorkerSettings:
         return f"{host}:{self.grpc_port}"
 
 
-def _read(cls: type[Any], environ: Mapping[str, str]) -> Any:
+S = TypeVar("S", "Settings", "WorkerSettings")
+
+
+def _read(cls: type[S], environ: Mapping[str, str]) -> S:
     values: dict[str, Any] = {}
     for f in fields(cls):
         raw = environ.get(f.metadata["variable"])
@@ -537,6 +540,11 @@ def _marker(section: str) -> tuple[str, str]:
     return f"<!-- settings:{section} -->", f"<!-- /settings:{section} -->"
 
 
+def _verbatim(text: str) -> Callable[[re.Match[str]], str]:
+    """A replacement for ``re.sub`` that inserts ``text`` as it is (no backslash escapes read)."""
+    return lambda _match: text
+
+
 def render_docs(document: str) -> str:
     """``document`` with each marked settings table replaced by the one the fields describe."""
     for section in SECTIONS:
@@ -544,7 +552,7 @@ def render_docs(document: str) -> str:
         pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.DOTALL)
         if not pattern.search(document):
             raise ValueError(f"no {begin} ... {end} block")
-        document = pattern.sub(lambda _m, s=section, b=begin, e=end: f"{b}\n{markdown_table(s)}\n{e}", document)
+        document = pattern.sub(_verbatim(f"{begin}\n{markdown_table(section)}\n{end}"), document)
     return document
 
 

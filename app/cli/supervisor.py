@@ -91,7 +91,7 @@ class SupervisorConfig:
 class Child:
     name: str
     log_path: Path
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     backoff_s: float = 1.0
     started_at: float = field(default=0.0)

@@ -173,7 +173,7 @@ _ROUTED = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi", "litest
 def setup_logging(level: str = "INFO", fmt: str = "json", process: str = "kairos") -> None:
     # Nothing reads the caller's file and line, thread or process name from a record: not computing
     # them halves what a record costs (the formatter writes the pid itself).
-    logging._srcfile = None  # type: ignore[attr-defined]
+    logging._srcfile = None
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

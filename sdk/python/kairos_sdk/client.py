@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from kairos_sdk._proto import worker_pb2 as pb
 from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
@@ -49,7 +50,7 @@ _OUTCOMES = {pb.OK: "ok", pb.LEASE_LOST: "lease_lost", pb.RETRY_SCHEDULED: "retr
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def _dt(ts) -> datetime | None:
+def _dt(ts: Timestamp | None) -> datetime | None:
     """A Timestamp as an aware UTC datetime (to the microsecond, as ToDatetime, at a third of its cost)."""
     if ts is None or (ts.seconds == 0 and ts.nanos == 0):
         return None
@@ -71,7 +72,7 @@ class _Times:
     def __init__(self) -> None:
         self._seen: dict[tuple[int, int], datetime | None] = {}
 
-    def __call__(self, ts) -> datetime | None:
+    def __call__(self, ts: Timestamp) -> datetime | None:
         key = (ts.seconds, ts.nanos)
         found = self._seen.get(key)
         if found is None:  # new, or the unset Timestamp (None again, at once)

@@ -26,7 +26,7 @@ import json
 import os
 import signal
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from kairos_sdk.client import Execution
@@ -84,8 +84,13 @@ def _pidfds_work() -> bool:
 async def _exited(pidfd: int) -> None:
     """Wait on the event loop until the process behind ``pidfd`` has exited."""
     loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    loop.add_reader(pidfd, lambda: done.done() or done.set_result(None))
+    done: asyncio.Future[None] = loop.create_future()
+
+    def exited() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(pidfd, exited)
     try:
         await done
     finally:
@@ -132,7 +137,7 @@ async def _run_asyncio(argv: list[str], env: dict[str, str], stdio: tuple[int, i
         raise
 
 
-def command_handler(argv: Sequence[str]):
+def command_handler(argv: Sequence[str]) -> Callable[[Execution], Awaitable[Any]]:
     """The handler that runs ``argv`` per execution, in the environment of this process as it is now
     (without KAIROS_API_KEY) plus the execution's variables."""
     argv = list(argv)
