@@ -56,7 +56,7 @@ def dead_letters() -> None:
 
 
 def _instant(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return datetime.fromisoformat(value)
 
 
 def show_dead(rows: list[DeadLetter]) -> None:

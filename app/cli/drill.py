@@ -95,7 +95,7 @@ def _run(name: str, verbose: bool, fail_on_loss: bool = False, **kwargs: Any) ->
     except asyncio.CancelledError:
         click.echo(f"drill: {name} interrupted; everything it started was stopped", err=True)
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - any failure is one line (the traceback with --verbose), exit 1
+    except Exception as exc:  # any failure is one line (the traceback with --verbose), exit 1
         if verbose:
             logging.getLogger("app.drill").exception("drill failed")
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

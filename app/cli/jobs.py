@@ -105,8 +105,8 @@ def show_job(job: Job) -> None:
         ("headers", ", ".join(f"{k}: {v}" for k, v in headers.items()) or None),
         ("labels", labels_text(job) or None), ("next run", when(job["nextRunAt"])),
         ("paused at", when(job["pausedAt"]) if job["pausedAt"] else None),
-        ("retry", f"{retry['maxAttempts']} attempts, backoff {retry['backoffSeconds']:g}s "
-                  f"up to {retry['maxBackoffSeconds']:g}s"),
+        ("retry", (f"{retry['maxAttempts']} attempts, backoff {retry['backoffSeconds']:g}s "
+                  f"up to {retry['maxBackoffSeconds']:g}s")),
         ("timeout", f"{job['timeoutSeconds']}s"), ("concurrency", job["concurrency"]), ("misfire", job["misfire"]),
         ("payload", json.dumps(job["payload"])), ("created", when(job["createdAt"])),
         ("updated", when(job["updatedAt"])), ("version", job["version"]),

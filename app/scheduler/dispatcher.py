@@ -287,7 +287,7 @@ class Dispatcher:
                     waiters.add(asyncio.ensure_future(self.wake.wait()))
                 stopper = asyncio.ensure_future(stop.wait())
                 waiters.add(stopper)
-                done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 for w in waiters:
                     if w not in inflight:
                         w.cancel()

@@ -92,7 +92,7 @@ def own_text(directory: str, pid: int) -> str:
     """One worker's own exposition, asked on its socket as the supervisor does."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(5)
-        s.connect(os.path.join(directory, f"{pid}.sock"))
+        s.connect(str(Path(directory) / f"{pid}.sock"))
         s.sendall(b"metrics\n")
         chunks = []
         while chunk := s.recv(65536):

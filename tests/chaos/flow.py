@@ -11,6 +11,7 @@ workers' records: what was lost, what ran twice and why, and when work flowed ag
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -254,10 +255,8 @@ def kill_tree(pid: int) -> int:
     except psutil.NoSuchProcess:
         return 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
     return len(procs)
 
 

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -137,12 +138,10 @@ def test_kairos_up_restarts_a_stopped_scheduler(tmp_path: Path, record_property)
                 wait_until(lambda: child_pids(up.text())["scheduler"] != stopped, timeout_s=30,
                            what="the supervisor to restart the stopped scheduler")
             finally:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(stopped, signal.SIGCONT)  # if it still exists, let it die
-                except ProcessLookupError:
-                    pass
             restarted_s = time.monotonic() - at
-            wait_until(lambda: not os.path.exists(f"/proc/{stopped}") or _zombie(stopped), timeout_s=10,
+            wait_until(lambda: not Path(f"/proc/{stopped}").exists() or _zombie(stopped), timeout_s=10,
                        what="the stopped scheduler to be gone")
             assert "child unresponsive; killing and restarting it" in up.text()
             assert restarts(up, "scheduler", "unresponsive") == 1
@@ -180,10 +179,8 @@ def test_kairos_up_restarts_a_stopped_scheduler_whatever_its_metrics_port(tmp_pa
                     wait_until(lambda: child_pids(up.text())["scheduler"] != stopped, timeout_s=30,
                                what="the supervisor to restart the stopped scheduler")
                 finally:
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(stopped, signal.SIGCONT)
-                    except ProcessLookupError:
-                        pass
                 assert "child unresponsive; killing and restarting it" in up.text()
                 flow_once(up, tmp_path, url, 20, f"after-{port}")  # the new scheduler dispatches
             finally:

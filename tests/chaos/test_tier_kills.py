@@ -80,7 +80,7 @@ def test_sigkill_of_a_tier_under_load_loses_nothing(tmp_path: Path, database_url
                 def submit() -> None:
                     try:
                         asyncio.run(submitter.many(bodies, concurrency=8, deadline_s=90, pace_s=0.05))
-                    except BaseException as exc:  # reported by the main thread
+                    except BaseException as exc:  # noqa: BLE001 - reported by the main thread
                         failure.append(exc)
                     finally:
                         done.set()

@@ -61,7 +61,7 @@ async def test_the_client_abandons_a_transaction_that_gets_no_answer(database_ur
             await asyncio.Event().wait()  # a database that never answers, as far as the caller can tell
 
         started = time.monotonic()
-        with pytest.raises(errors.DatabaseUnavailable, match="no answer from the database within 0.3 s"):
+        with pytest.raises(errors.DatabaseUnavailable, match=r"no answer from the database within 0\.3 s"):
             await db.transaction(hangs)
         assert time.monotonic() - started < 2
         await db.transaction(lambda tx: tx.schema.ping())

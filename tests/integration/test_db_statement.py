@@ -111,7 +111,7 @@ async def test_the_client_abandons_a_statement_that_gets_no_answer(database_url:
     db = Database(create_engine(database_url), transaction_timeout_s=0.3)
     try:
         started = time.monotonic()
-        with pytest.raises(errors.DatabaseUnavailable, match="no answer from the database within 0.3 s"):
+        with pytest.raises(errors.DatabaseUnavailable, match=r"no answer from the database within 0\.3 s"):
             await db.statement(lambda tx: tx.schema._conn.execute(text("SELECT pg_sleep(5)")))
         assert time.monotonic() - started < 2
         assert await db.statement(lambda tx: tx.schema.ping()) is None

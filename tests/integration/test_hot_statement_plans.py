@@ -100,7 +100,7 @@ async def test_the_lease_counts_each_tenants_leased_rows_once(db: Database) -> N
 
 async def test_the_completion_joins_no_two_ctes_by_nested_loop(db: Database) -> None:
     # Quadratic in the batch: 261,632 rows compared in the final join of a 512-item call (34 ms, not 7).
-    queue, ids = await _ready_queue(db, 3)
+    _queue, ids = await _ready_queue(db, 3)
     array = "{" + ",".join(map(str, ids)) + "}"
     nodes = await _generic_plan(db, "ExecutionCompleteMany", {
         "execution_ids": array, "attempts": "{1,1,1}", "results": "{NULL,NULL,NULL}",

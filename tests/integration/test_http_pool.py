@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -45,7 +46,7 @@ def target() -> Iterator[Target]:
     state = Target()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with state.lock:
                 state.requests.append({"headers": dict(self.headers), "body": body, "method": self.command})
@@ -55,12 +56,10 @@ def target() -> Iterator[Target]:
             self.send_response(status)
             self.send_header("Content-Type", "text/plain")
             self.end_headers()
-            try:
+            with contextlib.suppress(BrokenPipeError):  # the client timed out first
                 self.wfile.write(b"answer %d" % status)
-            except BrokenPipeError:  # the client timed out first
-                pass
 
-        do_PUT = do_PATCH = do_GET = do_POST  # noqa: N815
+        do_PUT = do_PATCH = do_GET = do_POST
 
         def log_message(self, *args: object) -> None:
             pass

@@ -36,7 +36,7 @@ class FakeClock:
 
 
 def utc(s: str) -> datetime:
-    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+    return datetime.fromisoformat(s)
 
 
 async def seed_cron(db: Database, tenant_id: UUID, expr: str, tz: str, after: datetime, *, gap: str = "shift",

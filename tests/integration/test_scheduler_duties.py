@@ -6,6 +6,7 @@ the SQL ``:now``), so leases expire and jobs fall due without sleeping.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -362,7 +363,7 @@ async def test_misfire_policies(db: Database, policy: str, ready: int, skipped: 
         assert got[-1].state == "ready"  # the newest missed occurrence runs
     if policy == "catch_up":
         # Drained at a bounded per-tenant rate (10/s by default), not all at once.
-        spacing = [(b.ready_at - a_.ready_at).total_seconds() for a_, b in zip(got, got[1:])]
+        spacing = [(b.ready_at - a_.ready_at).total_seconds() for a_, b in itertools.pairwise(got)]
         assert all(s >= 0.099 for s in spacing)
     [due] = await rows(db, "SELECT nominal_at FROM due_index")
     assert due.nominal_at == T0 + timedelta(minutes=11)  # the schedule continues from now

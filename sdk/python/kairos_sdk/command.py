@@ -21,6 +21,7 @@ milliseconds the worker's own spawning cost is what bounds its rate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
@@ -99,17 +100,16 @@ async def _exited(pidfd: int) -> None:
 
 def _kill_group(pid: int) -> None:
     """SIGKILL the process group a command leads (it runs in a session of its own)."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 async def _run_spawned(argv: list[str], env: dict[str, str], stdio: tuple[int, int, int]) -> int:
     """posix_spawn ``argv`` in a session of its own with ``stdio`` as 0, 1 and 2; its exit code
     (negative: killed by that signal). Cancelled, it kills the process group and reaps the process."""
     actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)]
-    pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True,
+    # posix_spawn returns once the child exists (vfork): not a wait, so not a blocking call in the loop.
+    pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True,  # noqa: ASYNC221
                           setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
     pidfd = os.pidfd_open(pid)
     try:
@@ -120,7 +120,7 @@ async def _run_spawned(argv: list[str], env: dict[str, str], stdio: tuple[int, i
         raise
     finally:
         os.close(pidfd)
-        _, status = os.waitpid(pid, 0)  # at once: the process has exited
+        _, status = os.waitpid(pid, 0)  # noqa: ASYNC222 - returns at once: the process has exited
     return os.waitstatus_to_exitcode(status)
 
 

@@ -358,7 +358,7 @@ class Worker:
                     error, retryable = "worker stopped before the handler finished", True
             except NonRetryable as exc:
                 error, retryable = _describe(exc), False
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever the handler raised is its failure, retried
                 error, retryable = _describe(exc), True
         finally:
             group.finished(eid)
