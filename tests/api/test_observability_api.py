@@ -25,7 +25,8 @@ import psutil
 import pytest
 
 from tests.api.conftest import TenantKey, make_tenant
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 WORKERS = 3

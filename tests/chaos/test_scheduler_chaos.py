@@ -19,7 +19,7 @@ from sqlalchemy import text
 from app.store.db import Database
 from tests import factories
 from tests.chaos.conftest import new_tenants, owners, query, seed_spread
-from tests.conftest import poll
+from tests.support.polling import poll
 
 pytestmark = pytest.mark.slow
 

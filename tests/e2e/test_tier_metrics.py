@@ -27,8 +27,9 @@ import psycopg
 import pytest
 
 from app.store import embedded
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port
 from tests.e2e.conftest import Request, endpoint, kairos_up
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

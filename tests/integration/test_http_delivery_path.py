@@ -18,8 +18,8 @@ from app.executor.batching import Outcomes
 from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
 from app.store.db import Database
 from tests import factories as tf
-from tests.conftest import poll
 from tests.integration.test_http_isolation import LOCAL, rows
+from tests.support.polling import poll
 
 
 @dataclass

@@ -24,7 +24,7 @@ from app.executor.egress import EgressPolicy
 from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
 from app.store.db import Database
 from tests import factories as tf
-from tests.conftest import poll
+from tests.support.polling import poll
 
 LOCAL = EgressPolicy.from_allow_list(["127.0.0.1"])
 
