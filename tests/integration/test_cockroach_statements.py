@@ -67,7 +67,7 @@ CONSTRUCTS = {
 }
 # What only PostgreSQL has: never in the text CockroachDB runs. Statements only PostgreSQL ever runs
 # (gated by dialect in app/) say so in their description, or belong to a PostgreSQL-only table class:
-# app/store/statistics.py (planner statistics) and the drills' Replication (app/drill/reads.py).
+# app/store/planner_statistics.py and the drills' Replication (app/drill/reads.py).
 POSTGRES_ONLY_TABLES = ("Statistics", "Replication")
 POSTGRES_ONLY = {
     r"\bpg_\w+": "PostgreSQL catalogue functions and views",
