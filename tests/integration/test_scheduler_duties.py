@@ -18,7 +18,7 @@ from sqlalchemy import text
 from app.domain.shards import shard_of
 from app.scheduler.dispatcher import Dispatcher, DispatcherConfig
 from app.scheduler.heap import DueHeap
-from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser, fair_share
+from app.scheduler.leases import LeaseChanges, LeaserConfig, Ownership, ShardLeaser, fair_share
 from app.scheduler.loader import DueLoader, LoaderConfig
 from app.store.db import Database
 from tests import factories
@@ -101,13 +101,13 @@ def test_fair_share_is_an_exact_even_split() -> None:
 async def test_leaser_takes_every_shard_alone_then_splits_evenly_with_a_second(db: Database) -> None:
     clock = ManualClock(T0)
     a, b = node(db, clock, "a"), node(db, clock, "b")
-    await a.leaser.run_once()
+    assert await a.leaser.run_once() == LeaseChanges(gained=set(range(256)), lost=set())
     assert len(a.ownership.held) == 256
     before = dict(a.ownership.held)
     await b.leaser.run_once()  # b counts itself in, but every shard is taken: nothing yet
     assert len(b.ownership.held) == 0
-    await a.leaser.run_once()  # a sees two members and hands back its excess
-    assert len(a.ownership.held) == 128
+    changes = await a.leaser.run_once()  # a sees two members and hands back its excess
+    assert len(a.ownership.held) == 128 and changes.gained == set() and len(changes.lost) == 128
     await b.leaser.run_once()
     assert len(b.ownership.held) == 128
     assert set(a.ownership.held).isdisjoint(b.ownership.held)
