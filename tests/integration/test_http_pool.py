@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import threading
@@ -22,6 +21,7 @@ from app.executor.http_send import Answer
 from app.store.db import Database
 from kairos_sdk.signature import verify
 from tests import factories as tf
+from tests.support.polling import poll
 
 LOCAL = EgressPolicy.from_allow_list(["127.0.0.1"])
 
@@ -263,14 +263,12 @@ async def test_circuit_breaker_opens_defers_without_spending_attempts_then_close
         assert all(a.attempt != row.attempt for a in history)
         # The endpoint recovers; after the cool-down a probe closes the circuit and work flows.
         target.status = 200
-        deadline = time.monotonic() + 20
-        while True:
+        async def all_succeeded() -> list[str] | None:
             await pool.run_once()
             states = [(await execution(db, eid)).state for eid in ids]
-            if states.count("succeeded") == len(ids):
-                break
-            assert time.monotonic() < deadline, states
-            await asyncio.sleep(0.05)
+            return states if states.count("succeeded") == len(ids) else None
+
+        states = await poll(all_succeeded, timeout_s=20, interval_s=0.05, what="every execution to succeed")
         assert pool.breakers.state(circuit) == "closed"
         # No execution spent more than the failures it really had: none is dead.
         assert "dead" not in states
