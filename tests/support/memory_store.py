@@ -131,10 +131,11 @@ class MemoryJobs(_Table):
         taken = {(j.tenant_id, j.idempotency_key) for j in self._t.jobs.values() if j.idempotency_key is not None}
         inserted: set[UUID] = set()
         for new in jobs:
-            key = (new.tenant_id, new.idempotency_key)
-            if new.idempotency_key is not None and key in taken:
-                continue
-            taken.add(key)
+            if new.idempotency_key is not None:
+                key = (new.tenant_id, new.idempotency_key)
+                if key in taken:
+                    continue
+                taken.add(key)
             fields = {name: getattr(new, name) for name in _NEW_JOB_FIELDS}
             if new.payload_ref is not None:
                 fields["payload"] = None
