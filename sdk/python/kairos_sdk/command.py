@@ -109,7 +109,7 @@ async def _run_spawned(argv: list[str], env: dict[str, str], stdio: tuple[int, i
     (negative: killed by that signal). Cancelled, it kills the process group and reaps the process."""
     actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)]
     # posix_spawn returns once the child exists (vfork): not a wait, so not a blocking call in the loop.
-    pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True,  # noqa: ASYNC221
+    pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True,
                           setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
     pidfd = os.pidfd_open(pid)
     try:
@@ -120,7 +120,7 @@ async def _run_spawned(argv: list[str], env: dict[str, str], stdio: tuple[int, i
         raise
     finally:
         os.close(pidfd)
-        _, status = os.waitpid(pid, 0)  # noqa: ASYNC222 - returns at once: the process has exited
+        _, status = os.waitpid(pid, 0)  # returns at once: the process has exited
     return os.waitstatus_to_exitcode(status)
 
 
