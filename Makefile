@@ -8,7 +8,7 @@ SDK := sdk/python
 RUNTIME := $(VENV)/.installed-runtime
 DEV := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck install proto bench bench-probes loadtest clean
+.PHONY: run test lint format-check format typecheck install proto bench bench-probes loadtest clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,11 +28,21 @@ install: $(DEV)
 run: $(RUNTIME)
 	$(BIN)/kairos up --demo
 
-## ruff over the server, the SDK, tests and benchmarks (generated modules excluded, see pyproject.toml).
+## ruff over the server, the SDK, tests and benchmarks (generated modules excluded, see pyproject.toml),
+## then the format check (FORMAT_CHECK=1 turns it on).
+FORMAT_CHECK ?= 0
 lint: $(DEV)
 	$(BIN)/ruff check .
+	@if [ "$(FORMAT_CHECK)" = 1 ]; then $(MAKE) --no-print-directory format-check; fi
 
-## mypy, strict on app/domain and app/store (configured under [tool.mypy] in pyproject.toml).
+## Is the tree as `ruff format` writes it? (`make format` rewrites it.)
+format-check: $(DEV)
+	$(BIN)/ruff format --check .
+
+format: $(DEV)
+	$(BIN)/ruff format .
+
+## mypy, strict over app/ (app/api and app/executor not yet), the SDK and tests/support ([tool.mypy] in pyproject.toml).
 typecheck: $(DEV)
 	$(BIN)/mypy
 

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.errors import KairosError
 
@@ -140,7 +140,7 @@ DATABASE_URL = Parser("empty or a postgresql://, postgres:// or cockroachdb:// U
 DIRECTORY = Parser("a directory path", _directory)
 CSV = Parser("a comma-separated list", _csv)
 FLAG = Parser("1, 0 or empty", _flag)
-PORTS = Parser("empty or a comma-separated list of ports (1-65535)", lambda raw: _ports(raw))
+PORTS = Parser("empty or a comma-separated list of ports (1-65535)", _ports)
 PROXIES = Parser("empty or a comma-separated list of IP addresses or networks (CIDR), or *", _proxies)
 
 
@@ -196,7 +196,7 @@ def setting(variable: str, default: Any, parser: Parser, doc: str, *, section: s
 class Settings:
     """Every knob the server has; ``load()`` fills it from the environment."""
 
-    home: Path = setting(
+    home: Path = setting(  # noqa: RUF009 - setting() is dataclasses.field() with the variable's description
         "KAIROS_HOME", ".kairos", DIRECTORY, factory=lambda: Path(".kairos").resolve(),
         doc="state directory: the embedded database (`pgdata/`), `kairos up`'s child logs (`logs/`), the "
             "demo key (`demo.key`) and, with the embedded database, the key sealing signing secrets (`secret.key`)")
@@ -378,7 +378,7 @@ class Settings:
         doc="`1`: standby-region schedulers hand their shards back once the primary region's have been back "
             "for the grace; `0`: they keep them until they stop (fail back by hand)")
     # Signing secrets at rest (app.store.sealing, docs/http-delivery.md).
-    secret_key: FernetKeys = setting(
+    secret_key: FernetKeys = setting(  # noqa: RUF009 - as home above
         "KAIROS_SECRET_KEY", FernetKeys(), FERNET_KEYS,
         shown="empty: `KAIROS_HOME/secret.key`, generated, with the embedded database; required with "
               "`KAIROS_DATABASE_URL`",
@@ -495,7 +495,10 @@ class WorkerSettings:
         return f"{host}:{self.grpc_port}"
 
 
-def _read(cls: type[Any], environ: Mapping[str, str]) -> Any:
+S = TypeVar("S", "Settings", "WorkerSettings")
+
+
+def _read(cls: type[S], environ: Mapping[str, str]) -> S:
     values: dict[str, Any] = {}
     for f in fields(cls):
         raw = environ.get(f.metadata["variable"])
@@ -537,6 +540,11 @@ def _marker(section: str) -> tuple[str, str]:
     return f"<!-- settings:{section} -->", f"<!-- /settings:{section} -->"
 
 
+def _verbatim(text: str) -> Callable[[re.Match[str]], str]:
+    """A replacement for ``re.sub`` that inserts ``text`` as it is (no backslash escapes read)."""
+    return lambda _match: text
+
+
 def render_docs(document: str) -> str:
     """``document`` with each marked settings table replaced by the one the fields describe."""
     for section in SECTIONS:
@@ -544,7 +552,7 @@ def render_docs(document: str) -> str:
         pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.DOTALL)
         if not pattern.search(document):
             raise ValueError(f"no {begin} ... {end} block")
-        document = pattern.sub(lambda _m, s=section, b=begin, e=end: f"{b}\n{markdown_table(s)}\n{e}", document)
+        document = pattern.sub(_verbatim(f"{begin}\n{markdown_table(section)}\n{end}"), document)
     return document
 
 

@@ -30,12 +30,12 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.config import Settings  # noqa: E402
-from app.domain.shards import shard_of  # noqa: E402
-from app.scheduler.service import Scheduler  # noqa: E402
-from app.store import embedded, migrate  # noqa: E402
-from app.store.db import Database, create_engine  # noqa: E402
-from tests import factories  # noqa: E402
+from app.config import Settings
+from app.domain.shards import shard_of
+from app.scheduler.service import Scheduler
+from app.store import embedded, migrate
+from app.store.db import Database, create_engine
+from tests import factories
 
 SEED_CHUNK = 5000
 

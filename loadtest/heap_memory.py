@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.scheduler.heap import DueEntry, DueHeap  # noqa: E402
+from app.scheduler.heap import DueEntry, DueHeap
 
 BASE = datetime(2026, 12, 2, tzinfo=timezone.utc)
 PAGE = 5_000  # the loader adds a page of rows at a time

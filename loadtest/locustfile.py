@@ -54,7 +54,7 @@ from locust import FastHttpUser, LoadTestShape, between, events, task
 from locust.runners import MasterRunner, WorkerRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import locust_report  # noqa: E402
+import locust_report
 
 log = logging.getLogger("kairos.locust")
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per set-up and report call otherwise

@@ -117,7 +117,7 @@ async def main() -> None:
                 first = datetime.now(timezone.utc) - timedelta(days=day)
                 times = [first + timedelta(microseconds=i) for i in range(args.rows)]
                 ids = await tf.insert_ready(db, [jobs[i % len(jobs)] for i in range(args.rows)], times)
-                await db.transaction(lambda tx: tx.statistics.analyze("executions"))
+                await db.transaction(lambda tx: tx.planner_statistics.analyze("executions"))
                 await drain(args, db, backends, queue, n, ids if by_id else None)
         finally:
             backends.close()

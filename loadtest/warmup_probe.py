@@ -73,7 +73,7 @@ async def main() -> None:
             rows = max(args.rows, 2 * args.rounds * args.pairs * args.batch)
             first = datetime.now(timezone.utc) - timedelta(days=1)
             await tf.insert_ready(seed, [job] * rows, [first + timedelta(microseconds=i) for i in range(rows)])
-            await seed.transaction(lambda tx: tx.statistics.analyze("executions"))
+            await seed.transaction(lambda tx: tx.planner_statistics.analyze("executions"))
         finally:
             await seed.close()
         backends = Backends(url)

@@ -9,12 +9,10 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
 
 import psycopg
 import pytest
@@ -28,7 +26,6 @@ TEMPLATE = "kairos_template"
 # start (they inherit it) seal and open tenants' signing secrets alike. Tests that start processes with a
 # cleaned environment pass it on themselves (or use an embedded KAIROS_HOME, whose key file is generated).
 os.environ.setdefault("KAIROS_SECRET_KEY", Fernet.generate_key().decode())
-T = TypeVar("T")
 
 
 def _admin_url(base: str) -> str:
@@ -96,31 +93,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-async def poll(condition: Callable[[], Awaitable[T]], *, timeout_s: float, interval_s: float = 0.1,
-               what: str = "condition") -> T:
-    """Await ``condition()`` until it is truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(interval_s)
-
-
-def wait_for(condition, *, timeout_s: float = 30.0, interval_s: float = 0.05, what: str = "condition"):
-    """Poll ``condition`` until it returns a truthy value; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval_s)
 
 
 @pytest.fixture

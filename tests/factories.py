@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.domain.queues import HTTP_QUEUE, pool_of_queue, shared_queue, tenant_queue
 from app.store import arrays
 from app.store.db import Database
+from app.store.jobs import NewJob
 from app.store.queries import NamedQuery, parse
 from app.store.tenants import signing_secrets_of
 
@@ -99,6 +100,23 @@ async def job(db: Database, tenant_id: UUID, *, queue: str, target_ref: str | No
 
     await raw(db, insert)
     return job_id
+
+
+def new_job(tenant_id: UUID, *, pool: str = "work", at: datetime | None = None, **fields: Any) -> NewJob:
+    """A valid one-off job of ``tenant_id`` for ``tx.jobs.insert_many``, due ``at`` (default now) in
+    ``pool``; ``fields`` override any column (a cron job: schedule_kind, cron, cron_resolved, tz)."""
+    at = at or datetime.now(timezone.utc)
+    row = {
+        "job_id": uuid.uuid4(), "tenant_id": tenant_id, "name": "job", "target_type": "queue", "target_ref": pool,
+        "queue": tenant_queue(tenant_id, pool), "payload": {"hello": "world"}, "schedule_kind": "once",
+        "run_at": at, "cron": None, "cron_resolved": None, "tz": None, "jitter_s": 0, "dst_gap": "shift",
+        "dst_repeat": "once", "max_attempts": 3, "backoff_s": 10.0, "max_backoff_s": 3600.0, "timeout_s": 300,
+        "concurrency": "allow", "misfire": "run_once", "next_nominal_at": at, "next_run_at": at,
+        "idempotency_key": None, "request_hash": None, "start_at": None, "end_at": None, "every_s": None,
+        "anchor_at": None, "labels": {}, "dry_run": False, "max_retry_duration_s": None, "http_method": "POST",
+        "http_headers": {}, "traceparent": None, "payload_ref": None,
+    }
+    return NewJob(**{**row, **fields})
 
 
 async def ready_executions(db: Database, job_id: UUID, count: int = 1, *,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, NotRequired, TypedDict, TypeVar
+from typing import Any, Generic, Literal, NotRequired, TypedDict, TypeVar, cast
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -35,6 +35,8 @@ T = TypeVar("T")
 class Target(TypedDict):
     type: str
     ref: str
+    method: NotRequired[str | None]
+    headers: NotRequired[dict[str, str] | None]
 
 
 class Dst(TypedDict, total=False):
@@ -45,6 +47,9 @@ class Dst(TypedDict, total=False):
 class Schedule(TypedDict, total=False):
     runAt: str | None
     cron: str | None
+    every: str | None
+    startAt: str | None
+    endAt: str | None
     tz: str | None
     jitterSeconds: int | None
     dst: Dst | None
@@ -282,7 +287,7 @@ class KairosClient:
              json: Any = None, headers: Mapping[str, str] | None = None) -> T:
         """One request whose JSON body must have the shape ``expect``."""
         _, body = self.request(method, path, params=params, json=json, headers=headers)
-        return self._checked(method, path, body, expect)
+        return cast(T, self._checked(method, path, body, expect))
 
     def page(self, path: str, *, expect: type[T], params: Mapping[str, Any] | None = None,
              items: Callable[[Any], Any] = lambda body: body) -> Page[T]:

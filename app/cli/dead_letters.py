@@ -56,7 +56,7 @@ def dead_letters() -> None:
 
 
 def _instant(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return datetime.fromisoformat(value)
 
 
 def show_dead(rows: list[DeadLetter]) -> None:
@@ -220,7 +220,8 @@ def _replay_bulk(api: KairosClient, *, job_id: str | None, after: datetime | Non
                 if problem.status != 429:
                     raise
                 if not wait:
-                    spent_until = when(utc_iso(_resets_at(problem))) if _resets_at(problem) else "later"
+                    resets_at = _resets_at(problem)
+                    spent_until = when(utc_iso(resets_at)) if resets_at else "later"
                     break
                 bar.update(task, description="waiting for the replay budget")
                 _sleep_until(_resets_at(problem))

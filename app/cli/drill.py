@@ -16,18 +16,22 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from app import observability
 from app.drill.cluster import PG_BIN_DEFAULT
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def _options(func: Callable[..., Any] | None = None, *, herd: int = 1000) -> Any:
+
+def _options(*, herd: int = 1000) -> Callable[[F], F]:
     """The options every drill takes; ``herd`` is the drill's default herd size."""
-    if func is None:
-        return lambda f: _options(f, herd=herd)
+    return lambda func: _with_options(func, herd)
+
+
+def _with_options(func: F, herd: int) -> F:
     for option in reversed([
         click.option("--timeout", "timeout_s", type=click.FloatRange(10, 3600), default=240.0, show_default=True,
                      help="Seconds the whole drill may take; it stops, cleans up and fails after that."),
@@ -91,7 +95,7 @@ def _run(name: str, verbose: bool, fail_on_loss: bool = False, **kwargs: Any) ->
     except asyncio.CancelledError:
         click.echo(f"drill: {name} interrupted; everything it started was stopped", err=True)
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - any failure is one line (the traceback with --verbose), exit 1
+    except Exception as exc:  # any failure is one line (the traceback with --verbose), exit 1
         if verbose:
             logging.getLogger("app.drill").exception("drill failed")
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -112,7 +116,7 @@ def _run(name: str, verbose: bool, fail_on_loss: bool = False, **kwargs: Any) ->
                    "three-member etcd once the leader key expires (patroni; needs the patroni and etcd commands).")
 @click.option("--patroni-ttl", "patroni_ttl_s", type=click.IntRange(3, 120), default=10, show_default=True,
               help="With --failover patroni: the leader key's TTL in etcd (Patroni's ttl; loop_wait is 1 s).")
-@_options
+@_options()
 def region_failover(asynchronous: bool, verbose: bool, failover: str, **kwargs: Any) -> None:
     """Two regions on two PostgreSQL servers (primary, streaming standby); kill the primary region."""
     if failover == "patroni":
@@ -130,14 +134,14 @@ def region_failover(asynchronous: bool, verbose: bool, failover: str, **kwargs: 
                    "the regions would: synchronous commits wait for it, --async ones are acknowledged and lost.")
 @click.option("--async", "asynchronous", is_flag=True,
               help="Replicate asynchronously and measure what is lost (default: synchronous, must lose nothing).")
-@_options
+@_options()
 def db_failover(asynchronous: bool, verbose: bool, **kwargs: Any) -> None:
     """One region on a PostgreSQL primary and streaming standby; kill the primary database only."""
     _run("db-failover", verbose, synchronous=not asynchronous, **kwargs)
 
 
 @drill.command("scheduler-kill")
-@_options
+@_options()
 def scheduler_kill(verbose: bool, **kwargs: Any) -> None:
     """Two schedulers; SIGKILL one and measure until the other owns every shard."""
     _run("scheduler-kill", verbose, **kwargs)

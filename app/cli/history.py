@@ -12,7 +12,8 @@ from typing import Any
 import click
 
 from app import errors
-from app.cli.runtime import fail, run_command
+from app.cli.runtime import run_command
+from app.cli.usage import fail
 from app.config import load
 from app.store import Database
 

@@ -77,7 +77,8 @@ def bounds_text(job: Job) -> str | None:
 
 
 def labels_text(job: Job) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted((job.get("labels") or {}).items()))
+    labels: dict[str, str] = job.get("labels") or {}
+    return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
 def target_text(job: Job) -> str:
@@ -96,15 +97,16 @@ def show_jobs(rows: Sequence[Job], *, title: str | None = None) -> None:
 
 def show_job(job: Job) -> None:
     retry = job["retry"]
+    headers: dict[str, str] = job["target"].get("headers") or {}
     pairs: list[tuple[str, Any]] = [
         ("id", job["jobId"]), ("name", job["name"]), ("state", job["state"]),
         ("schedule", schedule_text(job)), ("bounds", bounds_text(job)), ("target", target_text(job)),
         ("method", job["target"].get("method") if job["target"]["type"] == "http" else None),
-        ("headers", ", ".join(f"{k}: {v}" for k, v in (job["target"].get("headers") or {}).items()) or None),
+        ("headers", ", ".join(f"{k}: {v}" for k, v in headers.items()) or None),
         ("labels", labels_text(job) or None), ("next run", when(job["nextRunAt"])),
         ("paused at", when(job["pausedAt"]) if job["pausedAt"] else None),
-        ("retry", f"{retry['maxAttempts']} attempts, backoff {retry['backoffSeconds']:g}s "
-                  f"up to {retry['maxBackoffSeconds']:g}s"),
+        ("retry", (f"{retry['maxAttempts']} attempts, backoff {retry['backoffSeconds']:g}s "
+                  f"up to {retry['maxBackoffSeconds']:g}s")),
         ("timeout", f"{job['timeoutSeconds']}s"), ("concurrency", job["concurrency"]), ("misfire", job["misfire"]),
         ("payload", json.dumps(job["payload"])), ("created", when(job["createdAt"])),
         ("updated", when(job["updatedAt"])), ("version", job["version"]),
@@ -298,7 +300,7 @@ def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetim
 @click.option("--dst-repeat", type=click.Choice(["once", "twice"]), help="Cron: a time a fall-back repeats.")
 @json_option
 @pass_api
-def jobs_submit(api: KairosClient, file: str | None, idempotency_key: str | None, as_json: bool,
+def jobs_submit(api: KairosClient, /, file: str | None, idempotency_key: str | None, as_json: bool,
                 **flags: Any) -> None:
     """Submit a job: the whole body with --file, or the common cases with flags.
 

@@ -55,7 +55,7 @@ def api_group(name: str, **attrs: Any) -> Callable[[Callable[..., Any]], click.G
             click.get_current_context().meta[_META] = ApiOptions(api_url, api_key)
             return f(**kwargs)
 
-        return click.group(name, **attrs)(callback)
+        return click.group(name, cls=click.Group, **attrs)(callback)
 
     return decorate
 
@@ -129,7 +129,12 @@ def when(value: str | None) -> str:
 
 # -- argument types ------------------------------------------------------------------------------------
 
-class Identifier(click.ParamType):
+if TYPE_CHECKING:
+    ParamType = click.ParamType[Any, Any]
+else:
+    ParamType = click.ParamType  # not subscriptable at run time before click 8.3
+
+class Identifier(ParamType):
     """A job or execution id: a UUID, checked before any request."""
 
     def __init__(self, what: str) -> None:
@@ -159,7 +164,7 @@ def parse_duration(text: str) -> float:
     return sum(float(v) * _UNIT_S[k] for k, v in match.groupdict().items() if v)
 
 
-class Duration(click.ParamType):
+class Duration(ParamType):
     name = "duration"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
@@ -181,7 +186,7 @@ def parse_instant(text: str) -> datetime:
     return parse(text, "time")
 
 
-class Instant(click.ParamType):
+class Instant(ParamType):
     """An ISO 8601 instant with an offset, e.g. 2027-03-14T09:00:00Z."""
 
     name = "time"
@@ -221,7 +226,7 @@ def ago(seconds: float) -> datetime:
     return datetime.now(timezone.utc) - timedelta(seconds=seconds)
 
 
-class JsonValue(click.ParamType):
+class JsonValue(ParamType):
     """A JSON text (``@path`` reads it from a file), decoded before any request."""
 
     name = "json"

@@ -101,7 +101,7 @@ async def database_ready(db: Database | None) -> str | None:
         return "starting: the database is not open yet"
     try:
         await asyncio.wait_for(health.ping(db), READY_PING_TIMEOUT_S)
-    except Exception as exc:  # any failure to reach the database means not ready
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the database means not ready
         return f"database unreachable: {type(exc).__name__}: {exc}"[:300]
     return None
 

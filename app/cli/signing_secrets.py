@@ -14,7 +14,8 @@ import click
 
 from app import errors
 from app.cli.remote import DURATION
-from app.cli.runtime import fail, run_command
+from app.cli.runtime import run_command
+from app.cli.usage import fail
 from app.store import Database, Store
 from app.store.tenants import StoredSigningSecrets
 

@@ -91,7 +91,7 @@ class SupervisorConfig:
 class Child:
     name: str
     log_path: Path
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     backoff_s: float = 1.0
     started_at: float = field(default=0.0)
@@ -204,10 +204,8 @@ def installation_ports(settings: Settings, url: str) -> list[int]:
     from urllib.parse import urlsplit
 
     ports = {settings.api_port, settings.grpc_port, *metrics_ports(settings).values(), *settings.installation_ports}
-    try:
+    with contextlib.suppress(ValueError):
         ports.add(urlsplit(url).port or 0)
-    except ValueError:
-        pass
     return sorted(p for p in ports if 0 < p <= 65535)
 
 
@@ -264,15 +262,14 @@ class Supervisor:
     async def port_taken(self, child: Child) -> str | None:
         """For a child that exited: the port line if another process holds its port now."""
         assert child.proc is not None
-        try:  # its own leftovers first (the api's worker processes): the child led its process group
+        # Its own leftovers first (the api's worker processes): the child led its process group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         if child.name not in self.ports:
             return None
         deadline = time.monotonic() + 2.0  # killed leftovers release the port within milliseconds
-        while (problem := port_problem(*self.ports[child.name])) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        while (problem := port_problem(*self.ports[child.name])) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)  # a port held by another process wakes no event of ours
         return problem
 
     async def start_failure(self, child: Child) -> str:
@@ -405,7 +402,7 @@ class Supervisor:
                 log.error("embedded PostgreSQL is not running; restarting it", extra={"pgdata": str(pgdata)})
             try:
                 await asyncio.to_thread(embedded.restart, pgdata)
-            except Exception as exc:  # pg_ctl failed: an old backend may still hold its shared memory
+            except Exception as exc:  # noqa: BLE001 - pg_ctl failed: an old backend may still hold its shared memory
                 log.warning("embedded PostgreSQL did not start; retrying", extra={
                     "error": str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__, "in_s": delay})
                 await asyncio.sleep(delay)

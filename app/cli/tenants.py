@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 
 from app import errors
-from app.cli.remote import fields, table
+from app.cli.remote import ParamType, fields, table
 from app.cli.runtime import run_command
 from app.cli.signing_secrets import tenants_rotate_secret, tenants_show_secret
 from app.cli.usage import fail
@@ -53,7 +53,7 @@ def _show(t: Any) -> None:
     fields([(column.lower(), value) for column, value in zip(QUOTA_COLUMNS, _quota_row(t), strict=True)])
 
 
-class _QuotaOrNone(click.ParamType):
+class _QuotaOrNone(ParamType):
     """A submit quota: an integer in [1, high], or ``none`` to clear it (no limit)."""
 
     name = "N|none"

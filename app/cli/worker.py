@@ -10,6 +10,7 @@ import logging
 import os
 import shutil
 import sys
+from pathlib import Path
 
 import click
 
@@ -51,9 +52,9 @@ def command_problem(program: str) -> str | None:
     typo ends the worker with one line instead of spending every execution's attempts on it."""
     if os.sep not in program:  # looked up on PATH, as each execution will
         return None if shutil.which(program) else f"command {program!r} not found on PATH"
-    if not os.path.exists(program):
+    if not Path(program).exists():
         return f"command {program!r} not found"
-    if not os.path.isfile(program):
+    if not Path(program).is_file():
         return f"command {program!r} is not a file"
     if not os.access(program, os.X_OK):
         return f"command {program!r} is not executable (chmod +x {program})"

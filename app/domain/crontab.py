@@ -92,7 +92,7 @@ SHELL, MAILTO = "SHELL", "MAILTO"
 _ENV_LINE = re.compile(
     r"""^\s*(?:'(?P<qname1>[^'=]*)'|"(?P<qname2>[^"=]*)"|(?P<name>[^\s='"][^\s=]*))\s*=\s*
         (?:'(?P<qvalue1>[^']*)'\s*|"(?P<qvalue2>[^"]*)"\s*|(?P<value>(?:[^'"\s].*?)?)\s*)$""",
-    re.X,
+    re.VERBOSE,
 )
 _STEP_AFTER_NUMBER = re.compile(r"^[A-Za-z0-9]+/\d+$")
 

@@ -26,7 +26,7 @@ os.register_at_fork(after_in_child=_forget_pool)
 
 def random_uuid() -> UUID:
     """A version-4 UUID, as ``uuid.uuid4()`` makes one."""
-    global _pool, _offset
+    global _pool, _offset  # noqa: PLW0603 - a per-process pool of random bytes, the hot path of every id
     if _offset >= len(_pool):
         _pool, _offset = os.urandom(16 * _IDS_PER_READ), 0
     chunk = _pool[_offset:_offset + 16]

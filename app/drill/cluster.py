@@ -333,7 +333,7 @@ class Cluster:
         for node in list(self.nodes.values()):
             try:
                 self.stop(node)
-            except Exception:  # noqa: BLE001 - teardown must reach every node and the directory
+            except Exception:  # teardown must reach every node and the directory
                 log.warning("drill node did not stop", extra={"node": node.name}, exc_info=True)
         for handle in self._logs:
             handle.close()

@@ -15,7 +15,8 @@ app/drill/patroni_failover.py.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from app.drill._failovers import database_failover, region_failover
 from app.drill._harness import FAILOVERS, DrillOptions
@@ -25,7 +26,7 @@ from app.drill.measure import Report
 __all__ = ["DRILLS", "FAILOVERS", "DrillOptions", "database_failover", "region_failover", "scheduler_kill",
            "worker_stall"]
 
-DRILLS: dict[str, Callable[[DrillOptions], Awaitable[Report]]] = {
+DRILLS: dict[str, Callable[[DrillOptions], Coroutine[Any, Any, Report]]] = {
     "region-failover": region_failover,
     "db-failover": database_failover,
     "scheduler-kill": scheduler_kill,

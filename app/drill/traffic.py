@@ -58,7 +58,7 @@ def _iso(ts: float) -> str:
 
 
 def _instant(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(text).timestamp()
 
 
 def one_off(name: str, pool: str, due: float) -> dict[str, Any]:

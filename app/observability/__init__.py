@@ -173,7 +173,7 @@ _ROUTED = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi", "litest
 def setup_logging(level: str = "INFO", fmt: str = "json", process: str = "kairos") -> None:
     # Nothing reads the caller's file and line, thread or process name from a record: not computing
     # them halves what a record costs (the formatter writes the pid itself).
-    logging._srcfile = None  # type: ignore[attr-defined]
+    logging._srcfile = None
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
@@ -205,8 +205,9 @@ def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackTy
 
 def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
     if args.exc_value is not None:
-        logging.getLogger("kairos").critical("uncaught exception in a thread", exc_info=(
-            args.exc_type, args.exc_value, args.exc_traceback), extra={"thread": getattr(args.thread, "name", None)})
+        logging.getLogger("kairos").critical(
+            "uncaught exception in a thread", exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+            extra={"thread_name": getattr(args.thread, "name", None)})
 
 
 # -- metrics: the provider, Prometheus text, OTLP ----------------------------------------------------------
@@ -230,7 +231,7 @@ def setup_metrics(service: str, *, otlp_endpoint: str = "", otlp_interval_s: flo
     collector's base URL, ``http://collector:4318``) also a PeriodicExportingMetricReader pushing
     to ``<endpoint>/v1/metrics`` every ``otlp_interval_s`` seconds.
     """
-    global _provider, _registry
+    global _provider, _registry  # noqa: PLW0603 - one meter provider per process, installed once
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader

@@ -34,7 +34,7 @@ _provider: Any = None
 
 def setup_tracing(service: str, otlp_endpoint: str) -> bool:
     """Install a tracer provider exporting to ``otlp_endpoint`` (once); False (no tracing) without one."""
-    global _provider
+    global _provider  # noqa: PLW0603 - one tracer provider per process, installed once
     if _provider is not None or not otlp_endpoint:
         return _provider is not None
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter

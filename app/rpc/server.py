@@ -36,7 +36,7 @@ SUPERVISOR_TOKEN_SERVICE, SUPERVISOR_TOKEN_METHOD = "kairos.internal.Supervisor"
 
 
 def _supervisor_token_handler(token: str) -> grpc.GenericRpcHandler:
-    async def answer(_request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+    async def answer(_request: bytes, _context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         return token.encode()
 
     return grpc.method_handlers_generic_handler(
@@ -46,9 +46,11 @@ def _supervisor_token_handler(token: str) -> grpc.GenericRpcHandler:
 async def supervisor_token(addr: str, timeout_s: float) -> str | None:
     """The supervisor token the executor at ``addr`` answers; None when nothing there answers one."""
     async with grpc.aio.insecure_channel(addr) as channel:
-        call = channel.unary_unary(f"/{SUPERVISOR_TOKEN_SERVICE}/{SUPERVISOR_TOKEN_METHOD}")
+        call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+            f"/{SUPERVISOR_TOKEN_SERVICE}/{SUPERVISOR_TOKEN_METHOD}")
         try:
-            return (await call(b"", timeout=timeout_s)).decode()
+            answer: bytes = await call(b"", timeout=timeout_s)
+            return answer.decode()
         except grpc.aio.AioRpcError:
             return None
 

@@ -15,9 +15,10 @@ import logging
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar
 from uuid import UUID
 
 import grpc
@@ -36,6 +37,9 @@ from kairos_sdk._proto import worker_pb2 as pb
 from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+if TYPE_CHECKING:
+    Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 
@@ -74,13 +78,17 @@ class Credential:
         if ref.shared:
             raise PermissionError(f"{str(ref)!r} is a shared pool, served by its own worker keys (kairos pools "
                                   "issue-key); a tenant key serves the tenant's own pools")
+        assert p.tenant_id is not None  # a key without a pool is a tenant's
         return queues.tenant_queue(p.tenant_id, ref.name)
 
     @property
     def scope(self) -> str:
         """Which executions Heartbeat/Complete/Fail may touch (see ExecutionCompleteMany)."""
         p = self.principal
-        return queues.shared_queue(p.pool) if p.pool is not None else queues.tenant_scope(p.tenant_id)
+        if p.pool is not None:
+            return queues.shared_queue(p.pool)
+        assert p.tenant_id is not None  # a key without a pool is a tenant's
+        return queues.tenant_scope(p.tenant_id)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -156,7 +164,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         self._ready = asyncio.Event()
 
     # -- auth ---------------------------------------------------------------------------------
-    async def _credential(self, context: grpc.aio.ServicerContext) -> Credential:
+    async def _credential(self, context: Context) -> Credential:
         header = ""
         for key, value in context.invocation_metadata() or ():
             if key == "authorization":
@@ -182,7 +190,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         rate = limit / self.config.auth_failure_window_s
         return self._auth_failures.wait_s(client, limit, rate, time.monotonic())
 
-    async def _refuse(self, context: grpc.aio.ServicerContext, client: str, throttled: bool, message: str) -> None:
+    async def _refuse(self, context: Context, client: str, throttled: bool, message: str) -> NoReturn:
         """Abort a failed authentication: RESOURCE_EXHAUSTED with a retry hint (the message and a
         ``retry-after`` trailer, in seconds) while ``client`` is throttled, else UNAUTHENTICATED, counted."""
         if throttled:
@@ -201,7 +209,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                     "transport": "grpc"})
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-    async def _call(self, context: grpc.aio.ServicerContext, fn):
+    async def _call(self, context: Context, fn: Callable[[], Awaitable[T]]) -> T:
         try:
             return await fn()
         except errors.DatabaseUnavailable as exc:
@@ -216,7 +224,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             await context.abort(grpc.StatusCode.INTERNAL, exc.detail)
 
     @staticmethod
-    async def _execution_id(context: grpc.aio.ServicerContext, value: str) -> str:
+    async def _execution_id(context: Context, value: str) -> str:
         try:
             return _canonical_id(value)
         except ValueError:
@@ -224,13 +232,14 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             raise AssertionError("unreachable") from None
 
     @staticmethod
-    async def _error_texts(context: grpc.aio.ServicerContext, texts: Sequence[str]) -> list[str]:
+    async def _error_texts(context: Context, texts: Sequence[str]) -> list[str]:
         """Reported errors as stored: "failed" when empty; a NUL in any refuses the call (PostgreSQL cannot keep it)."""
         if any("\x00" in text for text in texts):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "error must not contain the NUL character")
         return [text or "failed" for text in texts]
 
-    async def _batch_ids(self, context: grpc.aio.ServicerContext, items) -> list[str]:
+    async def _batch_ids(self, context: Context,
+                         items: Sequence[pb.CompleteRequest | pb.FailRequest]) -> list[str]:
         """The items' execution ids as canonical text: at most max_batch, each a UUID, none twice."""
         if len(items) > self.config.max_batch:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
@@ -245,7 +254,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         return ids
 
     # -- RPCs ---------------------------------------------------------------------------------
-    async def Lease(self, request: pb.LeaseRequest, context: grpc.aio.ServicerContext) -> pb.LeaseResponse:
+    async def Lease(self, request: pb.LeaseRequest, context: Context) -> pb.LeaseResponse:
         cred = await self._credential(context)
         ref = queues.parse_pool_ref(request.pool)
         if ref is None:
@@ -299,7 +308,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                 scheduled_for=scheduled_for, lease_until=times(e.lease_until)[1])
         return response
 
-    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Context) -> pb.HeartbeatResponse:
         cred = await self._credential(context)
         eid = await self._execution_id(context, request.execution_id)
         lease_s = max(1.0, min(request.lease_seconds or self.config.default_lease_s, self.config.max_lease_s))
@@ -311,7 +320,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                 "attempt is not current: the execution was re-leased, cancelled, finished or timed out"))
         return pb.HeartbeatResponse(outcome=pb.OK, lease_until=_ts(until))
 
-    async def Complete(self, request: pb.CompleteRequest, context: grpc.aio.ServicerContext) -> pb.CompleteResponse:
+    async def Complete(self, request: pb.CompleteRequest, context: Context) -> pb.CompleteResponse:
         cred = await self._credential(context)
         eid = await self._execution_id(context, request.execution_id)
         result = None
@@ -327,7 +336,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                                        message="attempt is not current: its result was recorded as discarded")
         return pb.CompleteResponse(outcome=pb.OK)
 
-    async def Fail(self, request: pb.FailRequest, context: grpc.aio.ServicerContext) -> pb.FailResponse:
+    async def Fail(self, request: pb.FailRequest, context: Context) -> pb.FailResponse:
         cred = await self._credential(context)
         eid = await self._execution_id(context, request.execution_id)
         [error] = await self._error_texts(context, [request.error])
@@ -341,7 +350,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         return pb.FailResponse(outcome=pb.RETRY_SCHEDULED, retry_at=_ts(out.retry_at))
 
     async def CompleteMany(self, request: pb.CompleteManyRequest,
-                           context: grpc.aio.ServicerContext) -> pb.CompleteManyResponse:
+                           context: Context) -> pb.CompleteManyResponse:
         cred = await self._credential(context)
         ids = await self._batch_ids(context, request.items)
         done = []
@@ -363,7 +372,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             for item, ok in zip(request.items, oks, strict=True)
         ])
 
-    async def FailMany(self, request: pb.FailManyRequest, context: grpc.aio.ServicerContext) -> pb.FailManyResponse:
+    async def FailMany(self, request: pb.FailManyRequest, context: Context) -> pb.FailManyResponse:
         cred = await self._credential(context)
         ids = await self._batch_ids(context, request.items)
         texts = await self._error_texts(context, [item.error for item in request.items])
@@ -379,6 +388,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                 r.outcome, r.message = pb.DEAD, "no attempts left or not retryable: dead letter"
             else:
                 r.outcome = pb.RETRY_SCHEDULED
-                r.retry_at.FromDatetime(out.retry_at)
+                if out.retry_at is not None:  # always set on a retry
+                    r.retry_at.FromDatetime(out.retry_at)
             results.append(r)
         return pb.FailManyResponse(results=results)

@@ -72,7 +72,7 @@ class DueEntry:
 class TokenBucket:
     """``rate`` tokens per second, holding at most one second's worth."""
 
-    __slots__ = ("rate", "tokens", "at")
+    __slots__ = ("at", "rate", "tokens")
 
     def __init__(self, rate: float, now_ts: float) -> None:
         self.rate = float(rate)
@@ -113,7 +113,7 @@ def _micros_at_or_before(ts: float) -> int:
 class _Fifo:
     """Slots in arrival order; the consumed prefix is cut off once it is half the array."""
 
-    __slots__ = ("slots", "head")
+    __slots__ = ("head", "slots")
 
     def __init__(self) -> None:
         self.slots = array("i")

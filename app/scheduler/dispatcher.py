@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 from uuid import UUID
 
 from app import errors, observability
@@ -255,7 +256,7 @@ class Dispatcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.config
-        inflight: set[asyncio.Task] = set()
+        inflight: set[asyncio.Task[BatchResult]] = set()
         try:
             while not stop.is_set():
                 self.wake.clear()
@@ -274,7 +275,7 @@ class Dispatcher:
                     self.rate.popped(time.monotonic(), popped, backlog=backlog)
                 else:
                     self.rate.idle(time.monotonic())
-                waiters: set[asyncio.Future] = set(inflight)
+                waiters: set[asyncio.Future[Any]] = set(inflight)
                 timeout: float | None = None
                 if len(inflight) < self.inflight_limit:
                     wake_ts = self.heap.next_wake_ts(ahead_s)
@@ -286,7 +287,7 @@ class Dispatcher:
                     waiters.add(asyncio.ensure_future(self.wake.wait()))
                 stopper = asyncio.ensure_future(stop.wait())
                 waiters.add(stopper)
-                done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 for w in waiters:
                     if w not in inflight:
                         w.cancel()

@@ -231,8 +231,8 @@ class DueHeap(_Order):
                 starts.append(self._side[0][0])
             out.append((min(starts) / 1_000_000, head))
         until_us = _micros_at_or_before(until_ts)
-        for bucket in sorted(b for b in self._buckets if b * BUCKET_US <= until_us):
-            out.append((bucket * BUCKET_US / 1_000_000, len(self._buckets[bucket])))
+        out.extend((bucket * BUCKET_US / 1_000_000, len(self._buckets[bucket]))
+                   for bucket in sorted(b for b in self._buckets if b * BUCKET_US <= until_us))
         return out
 
     def requeue(self, entries: Iterable[DueEntry]) -> None:

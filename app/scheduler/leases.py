@@ -24,6 +24,7 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from app import errors, observability
 from app.config import Settings
@@ -46,6 +47,13 @@ Clock = Callable[[], datetime]
 
 
 REGION_TAKEOVER_GRACE_S_DEFAULT = 15.0
+
+
+class LeaseChanges(NamedTuple):
+    """What one leaser tick changed: the shards this process gained and the ones it lost."""
+
+    gained: set[int]
+    lost: set[int]
 
 
 @dataclass(frozen=True)
@@ -167,8 +175,8 @@ class ShardLeaser:
     def _now(self) -> datetime | None:
         return self.clock() if self.clock else None
 
-    async def run_once(self) -> tuple[set[int], set[int]]:
-        """One tick; returns (gained, lost) shards."""
+    async def run_once(self) -> LeaseChanges:
+        """One tick: the shards gained and lost."""
         now = self._now()
         cfg = self.config
         started = time.monotonic()
@@ -201,7 +209,7 @@ class ShardLeaser:
             log.info("shard ownership changed", extra={
                 "owner": self.owner, "held": len(held), "gained": len(gained), "lost": len(lost),
                 "region": cfg.region or None, "standby": cfg.standby})
-        return gained, lost
+        return LeaseChanges(gained, lost)
 
     def expire_if_stale(self) -> None:
         """No renewal within the TTL (database unreachable): stop acting on any shard."""
@@ -228,7 +236,7 @@ class ShardLeaser:
         log.info("shards released", extra={"owner": self.owner, "released": len(released)})
         return released
 
-    async def renew_in_time(self) -> tuple[set[int], set[int]]:
+    async def renew_in_time(self) -> LeaseChanges:
         """``run_once``, abandoned once the leases it would renew have run out: a database that does not
         answer cannot keep this process acting on shards past their TTL. The shards are dropped at the
         deadline itself (another scheduler may hold them a moment later), while the cancelled statement

@@ -184,7 +184,7 @@ def _every_step(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], d
     newest = [occurrence(c.nominal_at + step * k)
               for k in range(max(1, missed_total - MISFIRE_CAP + 1), missed_total + 1)]
     this = cron.Occurrence(c.nominal_at, c.next_run_at, c.nominal_at, False, None, None)
-    listed = ([this] + newest)[-MISFIRE_CAP:]
+    listed = [this, *newest][-MISFIRE_CAP:]
     decision = cron.plan_misfire(misfire, listed, missed_total + 1, cap=MISFIRE_CAP)
     run_ids = {occ.nominal_utc for occ in decision.run}
     note = f"missed while no scheduler ran; misfire policy {misfire}"
@@ -206,7 +206,7 @@ def _plan_misfire(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID],
     schedule = jobs.stored_schedule(c.cron_resolved, c.tz, c.jitter_s, c.dst_gap, c.dst_repeat)
     missed, total = cron.missed_occurrences(schedule, c.nominal_at, now, key, cap=MISFIRE_CAP)
     this = cron.Occurrence(c.nominal_at, c.next_run_at, c.nominal_at, False, None, None)
-    listed = ([this] + missed)[-MISFIRE_CAP:]
+    listed = [this, *missed][-MISFIRE_CAP:]
     decision = cron.plan_misfire(misfire, listed, total + 1, cap=MISFIRE_CAP)
     run_ids = {occ.nominal_utc for occ in decision.run}
     unlisted = total + 1 - len(listed)

@@ -10,12 +10,13 @@ cannot dispatch them (``DispatchProgress``) hands them back for a while, so anot
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from app.config import Settings
@@ -133,12 +134,13 @@ class Scheduler:
         log.info("scheduler starting", extra={"owner": self.owner, "region": config.region or None,
                                               "standby": config.standby})
         duties_stop = asyncio.Event()
+        duties: list[tuple[str, Callable[[asyncio.Event], Awaitable[None]]]] = [
+            ("leaser", lambda s: self.leaser.run(s, may_hold=self.progress.may_hold)),
+            ("loader", self.loader.run), ("dispatcher", self.dispatcher.run), ("statistics", self.statistics.run)]
         tasks = [
-            asyncio.create_task(supervise(name, lambda duty=duty: duty(duties_stop), duties_stop),
+            asyncio.create_task(supervise(name, functools.partial(duty, duties_stop), duties_stop),
                                 name=f"scheduler.{name}")
-            for name, duty in (("leaser", lambda s: self.leaser.run(s, may_hold=self.progress.may_hold)),
-                               ("loader", self.loader.run), ("dispatcher", self.dispatcher.run),
-                               ("statistics", self.statistics.run))
+            for name, duty in duties
         ]
         LIVENESS.watch("scheduler.leaser", self.leaser_silent)
         try:

@@ -18,13 +18,14 @@ PostgreSQL only: on CockroachDB the duty does nothing (its automatic statistics 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
 from dataclasses import dataclass
 
 from app.duties import run_every
-from app.store import Database
+from app.store import Database, Store
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +75,17 @@ class StatisticsKeeper:
     def enabled(self) -> bool:
         return self.db.dialect == "postgresql"
 
+    async def _analyze(self, table: str, tx: Store) -> None:
+        await tx.planner_statistics.analyze(table, target=self.config.target)
+
     async def run_once(self) -> StatisticsResult:
         cfg = self.config
         stale = await self.db.transaction(
-            lambda tx: tx.statistics.stale_tables(min_rows=cfg.min_rows, fraction=cfg.fraction))
+            lambda tx: tx.planner_statistics.stale_tables(min_rows=cfg.min_rows, fraction=cfg.fraction))
         now = time.monotonic()
         due = sorted(t for t in stale if now - self._analyzed_at.get(t, -math.inf) >= cfg.min_gap_s)
         for table in due:
-            await self.db.transaction(lambda tx, table=table: tx.statistics.analyze(table, target=cfg.target),
-                                      isolation="READ COMMITTED")
+            await self.db.transaction(functools.partial(self._analyze, table), isolation="READ COMMITTED")
             self._analyzed_at[table] = time.monotonic()
         if due:
             log.info("planner statistics refreshed", extra={"tables": due, "stale": sorted(stale)})

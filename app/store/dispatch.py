@@ -34,15 +34,23 @@ class DueRow:
 
 
 class ClaimKey(Protocol):
-    """One due_index row a dispatch batch asks for, with the shard revision it was loaded under."""
+    """One due_index row a dispatch batch asks for, with the shard revision it was loaded under
+    (read-only, so the heap's frozen entries are keys as they are)."""
 
-    shard_id: int
-    revision: int
-    due_minute: datetime
-    next_run_at: datetime
-    job_id: UUID
-    tenant_id: UUID
-    nominal_at: datetime
+    @property
+    def shard_id(self) -> int: ...
+    @property
+    def revision(self) -> int: ...
+    @property
+    def due_minute(self) -> datetime: ...
+    @property
+    def next_run_at(self) -> datetime: ...
+    @property
+    def job_id(self) -> UUID: ...
+    @property
+    def tenant_id(self) -> UUID: ...
+    @property
+    def nominal_at(self) -> datetime: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,7 +196,7 @@ class Executions(Table):
         seconds: float | None = rows.scalar_one()
         return seconds
 
-    async def heartbeat(self, execution_id: UUID, attempt: int, lease_s: float,
+    async def heartbeat(self, execution_id: ExecutionRef, attempt: int, lease_s: float,
                         *, scope: str | None = None, now: datetime | None = None) -> datetime | None:
         """The new lease_until, or None when the attempt is not current (or timed out, or out of scope)."""
         row = (await self._conn.execute(q("ExecutionHeartbeat"), {

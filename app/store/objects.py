@@ -72,7 +72,7 @@ class LocalObjectStore:
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
-            os.replace(tmp, path)
+            Path(tmp).replace(path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -128,7 +128,7 @@ class RemoteObjectStore:
         client = {"allow_http": True} if endpoint.startswith("http://") else None
         try:
             self._store = from_url(url, config=config or None, client_options=client)  # type: ignore[arg-type]
-        except Exception as exc:  # obstore raises its own types for a URL it cannot use
+        except Exception as exc:  # noqa: BLE001 - obstore raises its own types for a URL it cannot use
             raise ObjectStoreUnavailable(f"KAIROS_ARCHIVE_URL {url}: {exc}") from None
 
     async def put(self, key: str, data: bytes) -> None:

@@ -117,10 +117,9 @@ def render(plan: OverlayPlan) -> list[OverlayStatement]:
     for f in files():
         for s in parse(f.name, f.read_text()):
             if s.condition == "each-region":
-                for region in plan.regions:
-                    if region != plan.primary_region:
-                        out.append(OverlayStatement(s.source, s.condition,
-                                                    _render(s, {**base, "region": quote_identifier(region)})))
+                out.extend(OverlayStatement(s.source, s.condition,
+                                            _render(s, {**base, "region": quote_identifier(region)}))
+                           for region in plan.regions if region != plan.primary_region)
                 continue
             if ((s.condition == "if secondary" and not plan.secondary_region)
                     or (s.condition == "if retention" and plan.retention_days <= 0)

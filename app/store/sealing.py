@@ -21,6 +21,7 @@ executor when it starts (``Tenants.seal_plaintext_signing_secrets``); nothing wr
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -144,10 +145,8 @@ def _read_or_create_key_file(path: Path) -> str:
     try:
         with os.fdopen(fd, "w") as out:
             out.write(new_key() + "\n")
-        try:
+        with contextlib.suppress(FileExistsError):
             os.link(scratch, path)  # atomic, and refuses to replace a key another process wrote meanwhile
-        except FileExistsError:
-            pass
     finally:
         scratch.unlink(missing_ok=True)
     return path.read_text().strip()

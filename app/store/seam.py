@@ -21,11 +21,11 @@ from app.store.dispatch import Dispatch
 from app.store.durability import Durability
 from app.store.executions import Executions
 from app.store.jobs import Jobs
+from app.store.planner_statistics import PlannerStatistics
 from app.store.pools import Pools
 from app.store.retention import Retention
 from app.store.schema import Schema
 from app.store.shard_leases import ShardLeases
-from app.store.statistics import Statistics
 from app.store.stats import Stats
 from app.store.table import Table
 from app.store.tenants import Tenants
@@ -36,8 +36,21 @@ T = TypeVar("T", bound=Table)
 class Store:
     """Every statement one transaction may run, bound to its connection."""
 
-    __slots__ = ("_conn", "attempts", "dispatch", "durability", "executions", "jobs", "pools", "retention",
-                 "schema", "shard_leases", "statistics", "stats", "tenants")
+    __slots__ = (
+        "_conn",
+        "attempts",
+        "dispatch",
+        "durability",
+        "executions",
+        "jobs",
+        "planner_statistics",
+        "pools",
+        "retention",
+        "schema",
+        "shard_leases",
+        "stats",
+        "tenants",
+    )
 
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
@@ -50,7 +63,7 @@ class Store:
         self.retention = Retention(conn)
         self.schema = Schema(conn)
         self.shard_leases = ShardLeases(conn)
-        self.statistics = Statistics(conn)
+        self.planner_statistics = PlannerStatistics(conn)
         self.stats = Stats(conn)
         self.tenants = Tenants(conn)
 

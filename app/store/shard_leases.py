@@ -41,7 +41,7 @@ class Member:
 
 
 def _ms(seconds: float) -> int:
-    return int(round(seconds * 1000))
+    return round(seconds * 1000)
 
 
 class ShardLeases(Table):

@@ -17,7 +17,8 @@ import pytest
 
 from app.store.db import Database, create_engine
 from app.store.tenants import signing_secrets_of
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port
+from tests.support.polling import wait_for
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

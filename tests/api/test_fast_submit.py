@@ -19,7 +19,7 @@ from app.config import load
 from tests.api.conftest import ApiProcess, TenantKey, make_tenant, query, running_api
 from tests.api.test_jobs_api import PROBLEM, once_job
 from tests.api.test_quotas import set_quota
-from tests.conftest import wait_for
+from tests.support.polling import wait_for
 
 FAST, ROUTE = "/v1/jobs", "/v1/jobs?via=litestar"
 

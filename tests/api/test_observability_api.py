@@ -25,7 +25,8 @@ import psutil
 import pytest
 
 from tests.api.conftest import TenantKey, make_tenant
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 WORKERS = 3
@@ -92,7 +93,7 @@ def own_text(directory: str, pid: int) -> str:
     """One worker's own exposition, asked on its socket as the supervisor does."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(5)
-        s.connect(os.path.join(directory, f"{pid}.sock"))
+        s.connect(str(Path(directory) / f"{pid}.sock"))
         s.sendall(b"metrics\n")
         chunks = []
         while chunk := s.recv(65536):

@@ -11,6 +11,7 @@ workers' records: what was lost, what ran twice and why, and when work flowed ag
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -223,17 +224,6 @@ def db_now(url: str) -> datetime:
     return now
 
 
-def wait_until(condition, *, timeout_s: float, what: str, interval_s: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval_s)
-
-
 def ready(url: str) -> bool:
     try:
         return httpx.get(url, timeout=2.0).status_code == 200
@@ -254,10 +244,8 @@ def kill_tree(pid: int) -> int:
     except psutil.NoSuchProcess:
         return 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
     return len(procs)
 
 

@@ -46,9 +46,9 @@ from tests.chaos.flow import (
     ready,
     succeeded_since,
     tier_env,
-    wait_until,
 )
 from tests.e2e.conftest import kairos_up
+from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -76,7 +76,7 @@ class PrivateServer:
         pid = embedded.postmaster(self.pgdata)
         assert pid is not None, "the server is not running"
         killed = kill_tree(pid)
-        wait_until(lambda: embedded.postmaster(self.pgdata) is None, timeout_s=10, what="the postmaster to die")
+        wait_for(lambda: embedded.postmaster(self.pgdata) is None, timeout_s=10, what="the postmaster to die")
         return killed
 
     def restart(self) -> None:
@@ -100,15 +100,15 @@ def crash_and_measure(server: PrivateServer, url: str, up, tenant_id: str) -> di
     """Crash the server, start it again after OUTAGE_S, and time the way back."""
     killed = server.crash()
     crashed = time.monotonic()
-    wait_until(lambda: not all(ready(u) for u in readiness_urls(up)), timeout_s=15,
+    wait_for(lambda: not all(ready(u) for u in readiness_urls(up)), timeout_s=15,
                what="a tier's /readyz to notice the crash")
     time.sleep(OUTAGE_S)  # the outage itself (the injected fault), not a wait for anything
     server.restart()
     back = time.monotonic()
     back_db = db_now(url)
-    wait_until(lambda: all(ready(u) for u in readiness_urls(up)), timeout_s=30, what="every /readyz to be 200 again")
+    wait_for(lambda: all(ready(u) for u in readiness_urls(up)), timeout_s=30, what="every /readyz to be 200 again")
     ready_s = time.monotonic() - back
-    wait_until(lambda: succeeded_since(url, tenant_id, back_db) > 0, timeout_s=30,
+    wait_for(lambda: succeeded_since(url, tenant_id, back_db) > 0, timeout_s=30,
                what="an execution to complete after the restart")
     flowing_s = time.monotonic() - back
     return {"processes_killed": killed, "down_s": round(back - crashed, 2), "ready_after_s": round(ready_s, 2),
@@ -126,14 +126,14 @@ def run_fault(tmp_path: Path, server: PrivateServer, record_property, *, name: s
             submitter = Submitter(up.api, up.key)
             asyncio.run(submitter.batches([job_body(i, run_at=at) for i, at in enumerate(due)]))
             tiers = child_pids(up.text())
-            wait_until(lambda: crash_when(counts(url, tenant_id)), timeout_s=60, what="the moment to crash")
+            wait_for(lambda: crash_when(counts(url, tenant_id)), timeout_s=60, what="the moment to crash")
             at_crash = counts(url, tenant_id)
             recovery = crash_and_measure(server, url, up, tenant_id)
 
             def all_succeeded() -> bool:
                 return counts(url, tenant_id).get("succeeded", 0) >= len(submitter.accepted)
 
-            wait_until(all_succeeded, timeout_s=90, interval_s=0.5, what="every accepted job to succeed")
+            wait_for(all_succeeded, timeout_s=90, interval_s=0.5, what="every accepted job to succeed")
             result = outcome(url, submitter.accepted.values(), workers, tenant_id)
             assert child_pids(up.text()) == tiers, "a tier was restarted: it should have reconnected by itself"
             assert all(w.proc.poll() is None for w in workers), "a worker died"

@@ -7,6 +7,7 @@ twice, and nothing is left in due_index that should have run.
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from datetime import datetime, timedelta, timezone
@@ -18,7 +19,7 @@ from sqlalchemy import text
 from app.store.db import Database
 from tests import factories
 from tests.chaos.conftest import new_tenants, owners, query, seed_spread
-from tests.conftest import poll
+from tests.support.polling import poll
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +72,7 @@ async def assert_cron_chains_unbroken(db: Database, job_ids: list[UUID]) -> None
     for job_id in job_ids:
         times = by_job.get(job_id, [])
         assert times, "a cron job never ran"
-        steps = {(b - a) for a, b in zip(times, times[1:])}
+        steps = {(b - a) for a, b in itertools.pairwise(times)}
         assert steps <= {timedelta(minutes=1)}, f"gap or duplicate in a cron chain: {times}"
         assert due[job_id] == times[-1] + timedelta(minutes=1), "the chain's next occurrence is missing"
 

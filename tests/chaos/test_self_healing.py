@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -41,11 +42,10 @@ from tests.chaos.flow import (
     readiness_urls,
     ready,
     tier_env,
-    wait_until,
 )
 from tests.chaos.flow import query as sql
-from tests.conftest import poll
 from tests.e2e.conftest import kairos_up
+from tests.support.polling import poll, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -79,7 +79,7 @@ def flow_once(up, tmp_path: Path, url: str, n: int, label: str) -> float:
                            "AND state = 'succeeded'", ids=ids)
         return ok == n
 
-    wait_until(done, timeout_s=60, what=f"the {label} jobs to succeed")
+    wait_for(done, timeout_s=60, what=f"the {label} jobs to succeed")
     return time.monotonic() - started
 
 
@@ -95,12 +95,12 @@ def test_kairos_up_restarts_its_killed_database_and_every_tier_reconnects(tmp_pa
             assert postmaster is not None
             os.kill(postmaster, signal.SIGKILL)
             killed = time.monotonic()
-            wait_until(lambda: "embedded PostgreSQL is not running; restarting it" in up.text(), timeout_s=10,
+            wait_for(lambda: "embedded PostgreSQL is not running; restarting it" in up.text(), timeout_s=10,
                        what="the supervisor to notice")
-            wait_until(lambda: embedded.postmaster(pgdata) not in (None, postmaster), timeout_s=30,
+            wait_for(lambda: embedded.postmaster(pgdata) not in (None, postmaster), timeout_s=30,
                        what="a new postmaster")
             back_s = time.monotonic() - killed
-            wait_until(lambda: all(ready(u) for u in readiness_urls(up)), timeout_s=30,
+            wait_for(lambda: all(ready(u) for u in readiness_urls(up)), timeout_s=30,
                        what="every /readyz to be 200 again")
             ready_s = time.monotonic() - killed
             flow_s = flow_once(up, tmp_path, url, 50, "after")
@@ -127,22 +127,20 @@ def test_kairos_up_restarts_a_stopped_scheduler(tmp_path: Path, record_property)
         try:
             stopped = child_pids(up.text())["scheduler"]
             health = f"http://127.0.0.1:{metrics_port(up.env, 'scheduler')}/healthz"
-            wait_until(lambda: ready(health), timeout_s=30, what="the scheduler's /healthz")
+            wait_for(lambda: ready(health), timeout_s=30, what="the scheduler's /healthz")
             # kairos up's own /readyz: each child has answered its supervisor's health check.
-            wait_until(lambda: ready(f"http://127.0.0.1:{metrics_port(up.env, 'up')}/readyz"), timeout_s=30,
+            wait_for(lambda: ready(f"http://127.0.0.1:{metrics_port(up.env, 'up')}/readyz"), timeout_s=30,
                        what="the supervisor to have seen every child healthy")
             os.kill(stopped, signal.SIGSTOP)
             at = time.monotonic()
             try:
-                wait_until(lambda: child_pids(up.text())["scheduler"] != stopped, timeout_s=30,
+                wait_for(lambda: child_pids(up.text())["scheduler"] != stopped, timeout_s=30,
                            what="the supervisor to restart the stopped scheduler")
             finally:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(stopped, signal.SIGCONT)  # if it still exists, let it die
-                except ProcessLookupError:
-                    pass
             restarted_s = time.monotonic() - at
-            wait_until(lambda: not os.path.exists(f"/proc/{stopped}") or _zombie(stopped), timeout_s=10,
+            wait_for(lambda: not Path(f"/proc/{stopped}").exists() or _zombie(stopped), timeout_s=10,
                        what="the stopped scheduler to be gone")
             assert "child unresponsive; killing and restarting it" in up.text()
             assert restarts(up, "scheduler", "unresponsive") == 1
@@ -173,17 +171,15 @@ def test_kairos_up_restarts_a_stopped_scheduler_whatever_its_metrics_port(tmp_pa
             worker = WorkerProcess.start(tmp_path, "w", up.grpc_addr, up.key)
             try:
                 stopped = child_pids(up.text())["scheduler"]
-                wait_until(lambda: f"child healthy tier=scheduler pid={stopped}" in up.text(), timeout_s=30,
+                wait_for(lambda: f"child healthy tier=scheduler pid={stopped}" in up.text(), timeout_s=30,
                            what="the supervisor to have seen the scheduler alive")
                 os.kill(stopped, signal.SIGSTOP)
                 try:
-                    wait_until(lambda: child_pids(up.text())["scheduler"] != stopped, timeout_s=30,
+                    wait_for(lambda: child_pids(up.text())["scheduler"] != stopped, timeout_s=30,
                                what="the supervisor to restart the stopped scheduler")
                 finally:
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(stopped, signal.SIGCONT)
-                    except ProcessLookupError:
-                        pass
                 assert "child unresponsive; killing and restarting it" in up.text()
                 flow_once(up, tmp_path, url, 20, f"after-{port}")  # the new scheduler dispatches
             finally:

@@ -34,9 +34,9 @@ from tests.chaos.flow import (
     outcome,
     query,
     tier_env,
-    wait_until,
 )
 from tests.e2e.conftest import kairos_up
+from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -80,14 +80,14 @@ def test_sigkill_of_a_tier_under_load_loses_nothing(tmp_path: Path, database_url
                 def submit() -> None:
                     try:
                         asyncio.run(submitter.many(bodies, concurrency=8, deadline_s=90, pace_s=0.05))
-                    except BaseException as exc:  # reported by the main thread
+                    except BaseException as exc:  # noqa: BLE001 - reported by the main thread
                         failure.append(exc)
                     finally:
                         done.set()
 
                 thread = threading.Thread(target=submit, daemon=True)
                 thread.start()
-                wait_until(lambda: len(submitter.accepted) >= JOBS // 3 or done.is_set(), timeout_s=60,
+                wait_for(lambda: len(submitter.accepted) >= JOBS // 3 or done.is_set(), timeout_s=60,
                            what="a third of the submits")
                 report["in_flight"] = {"submits_accepted_before_kill": len(submitter.accepted),
                                        "submits_concurrent": 8}
@@ -97,7 +97,7 @@ def test_sigkill_of_a_tier_under_load_loses_nothing(tmp_path: Path, database_url
                     restarted = child_pids(up.text())["api"] != victim
                     return done.is_set() or (restarted and any(s > killed for s, _ in submitter.accepted_at))
 
-                wait_until(accepted_again, timeout_s=60, what="a submit to be accepted by the restarted API")
+                wait_for(accepted_again, timeout_s=60, what="a submit to be accepted by the restarted API")
                 # The first acceptance of a request sent after the kill: only the restarted API can give it.
                 report["recovery_s"] = round(min(a for s, a in submitter.accepted_at if s > killed) - killed, 2)
                 thread.join(timeout=90)
@@ -113,7 +113,7 @@ def test_sigkill_of_a_tier_under_load_loses_nothing(tmp_path: Path, database_url
                     first = due_in(4)
                     due = [first + timedelta(seconds=2.0 * i / JOBS) for i in range(JOBS)]
                 asyncio.run(submitter.batches([job_body(i, run_at=at) for i, at in enumerate(due)]))
-                wait_until(lambda: sum(counts(url, tenant_id).values()) >= JOBS // 4 if tier == "scheduler"
+                wait_for(lambda: sum(counts(url, tenant_id).values()) >= JOBS // 4 if tier == "scheduler"
                            else counts(url, tenant_id).get("succeeded", 0) >= JOBS // 6, timeout_s=60,
                            what="the flow to be under way")
                 report["in_flight"] = counts(url, tenant_id)
@@ -134,19 +134,19 @@ def test_sigkill_of_a_tier_under_load_loses_nothing(tmp_path: Path, database_url
                                                "ANY(%(ids)s::uuid[]) AND state <> 'succeeded'", ids=running)
                         return left == 0
 
-                    wait_until(its_jobs_done, timeout_s=60, what="the killed worker's jobs to run elsewhere")
+                    wait_for(its_jobs_done, timeout_s=60, what="the killed worker's jobs to run elsewhere")
                     report["recovery_s"] = round(time.monotonic() - killed, 2)
                 else:
                     victim_pid = child_pids(up.text())[tier]
                     _kill(victim_pid)
                     flowing = dispatched_since if tier == "scheduler" else finished_since
-                    wait_until(lambda: child_pids(up.text())[tier] != victim_pid, timeout_s=60,
+                    wait_for(lambda: child_pids(up.text())[tier] != victim_pid, timeout_s=60,
                                what=f"kairos up to restart the {tier}")
                     # Only the new process can have dispatched (completed) anything after the kill.
-                    wait_until(lambda: flowing(url, tenant_id, killed_db) > 0, timeout_s=60,
+                    wait_for(lambda: flowing(url, tenant_id, killed_db) > 0, timeout_s=60,
                                what=f"work to flow through the new {tier}")
                     report["recovery_s"] = round(time.monotonic() - killed, 2)
-            wait_until(lambda: all_succeeded(url, tenant_id, len(submitter.accepted)), timeout_s=90,
+            wait_for(lambda: all_succeeded(url, tenant_id, len(submitter.accepted)), timeout_s=90,
                        interval_s=0.5, what="every accepted job to succeed")
             result = outcome(url, submitter.accepted.values(), workers, tenant_id)
         finally:

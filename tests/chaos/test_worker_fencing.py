@@ -20,7 +20,8 @@ import pytest
 
 from app.store.db import Database, create_engine
 from tests import factories as tf
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,37 +8,13 @@ one-line errors are the real ones) with the environment a shell would give them;
 
 from __future__ import annotations
 
-import io
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
 from tests.api.conftest import ApiProcess, TenantKey, make_tenant, running_api
 from tests.conftest import free_port, fresh_database
-
-
-@dataclass(frozen=True)
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-    @property
-    def error_line(self) -> str:
-        lines = self.err.strip().splitlines()
-        assert len(lines) == 1, f"one line on stderr, got: {self.err!r}"
-        assert lines[0].startswith("error: "), lines[0]
-        return lines[0]
-
+from tests.support.cli import Result, child, run_kairos
 
 Kairos = Callable[..., Result]
 
@@ -68,24 +44,7 @@ def kairos(cli_api: ApiProcess, tenant: TenantKey, capsys: pytest.CaptureFixture
     monkeypatch.setenv("KAIROS_API_KEY", tenant.key)
 
     def run(*args: str, stdin: str | None = None, env: dict[str, str | None] | None = None) -> Result:
-        from app.cli import run as entry_point
-
-        capsys.readouterr()
-        with monkeypatch.context() as scoped:
-            scoped.setattr(sys, "argv", ["kairos", *args])
-            scoped.setattr(sys, "stdin", io.StringIO(stdin or ""))
-            for name, value in (env or {}).items():
-                if value is None:
-                    scoped.delenv(name, raising=False)
-                else:
-                    scoped.setenv(name, value)
-            try:
-                entry_point()
-                code = 0
-            except SystemExit as exit_:
-                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
+        return run_kairos(monkeypatch, capsys, *args, stdin=stdin, env=env)
 
     return run
 
@@ -93,13 +52,6 @@ def kairos(cli_api: ApiProcess, tenant: TenantKey, capsys: pytest.CaptureFixture
 def closed_url() -> str:
     """An address nothing listens on: a command that sent a request there would exit 1, not 2."""
     return f"http://127.0.0.1:{free_port()}"
-
-
-def child(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``python -m app.cli ARGS`` as its own process."""
-    full = {**{k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")}, **env}
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], env=full, capture_output=True, text=True,
-                          timeout=60)
 
 
 __all__ = ["Kairos", "Result", "TenantKey", "child", "closed_url"]

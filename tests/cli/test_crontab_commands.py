@@ -179,8 +179,8 @@ def test_compare_across_the_us_dst_changes(kairos: Kairos, crontab: Path) -> Non
     backup = lines[8]
     assert backup["identical"] and backup["classicRuns"] == backup["kairosRuns"] == 3
     assert [n["text"] for n in backup["notes"]] == [
-        "2027-03-14 02:30 America/New_York does not exist (clocks go from 02:00 to 03:00): classic cron runs it "
-        "at 03:00 EDT (time jump), Kairos shifts it to 03:00 EDT"]
+        ("2027-03-14 02:30 America/New_York does not exist (clocks go from 02:00 to 03:00): classic cron runs it "
+        "at 03:00 EDT (time jump), Kairos shifts it to 03:00 EDT")]
     twice = lines[15]
     assert not twice["identical"] and (twice["classicRuns"], twice["kairosRuns"]) == (6, 5)
     assert twice["notes"][0]["differs"] and twice["notes"][0]["text"].endswith(

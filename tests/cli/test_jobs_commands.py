@@ -181,7 +181,7 @@ def test_an_unreachable_api_exits_1_with_one_line_and_no_traceback(tenant: Tenan
 class _Failing(BaseHTTPRequestHandler):
     """A server whose database is gone: what a proxy or a failing API replica answers."""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         body = json.dumps({"type": "https://kairos.dev/problems/database-unavailable", "status": 503,
                            "title": "The database is unreachable.", "detail": "connection refused",
                            "instance": self.path}).encode()

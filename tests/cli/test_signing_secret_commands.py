@@ -7,11 +7,9 @@ is about what separate `kairos` processes share.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import stat
-import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -20,7 +18,7 @@ import psycopg
 import pytest
 from cryptography.fernet import Fernet
 
-from tests.cli.conftest import Result, child
+from tests.support.cli import Result, child, run_kairos
 
 Run = Callable[..., Result]
 
@@ -33,24 +31,7 @@ def kairos_db(database_url: str, capsys: pytest.CaptureFixture[str], monkeypatch
     monkeypatch.setenv("KAIROS_HOME", str(tmp_path / "home"))
 
     def run(*args: str, env: dict[str, str | None] | None = None) -> Result:
-        from app.cli import run as entry_point
-
-        capsys.readouterr()
-        with monkeypatch.context() as scoped:
-            scoped.setattr(sys, "argv", ["kairos", *args])
-            scoped.setattr(sys, "stdin", io.StringIO(""))
-            for name, value in (env or {}).items():
-                if value is None:
-                    scoped.delenv(name, raising=False)
-                else:
-                    scoped.setenv(name, value)
-            try:
-                entry_point()
-                code = 0
-            except SystemExit as exit_:
-                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
+        return run_kairos(monkeypatch, capsys, *args, env=env)
 
     yield run
 

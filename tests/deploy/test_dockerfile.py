@@ -8,7 +8,6 @@ container runtime here."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
@@ -165,7 +164,7 @@ def test_both_wheels_build_from_the_build_context(tmp_path: Path) -> None:
     for f in _context_files():
         (context / f).parent.mkdir(parents=True, exist_ok=True)
         if (ROOT / f).is_symlink():  # COPY keeps a symlink as it is (app/sql -> ../sql)
-            os.symlink(os.readlink(ROOT / f), context / f)
+            (context / f).symlink_to((ROOT / f).readlink())
         else:
             shutil.copy2(ROOT / f, context / f)
     wheels = tmp_path / "wheels"

@@ -212,7 +212,7 @@ def test_the_secret_holds_the_database_url_and_an_admin_token() -> None:
     given = by_kind(manifests(merge(DEFAULTS, {"secrets": {"adminToken": "t" * 40}})), "Secret")["kairos-secrets"]
     assert base64.b64decode(given["data"]["admin-token"]).decode() == "t" * 40
 
-    with pytest.raises(helm.HelmError, match="secrets.databaseUrl is required"):
+    with pytest.raises(helm.HelmError, match=r"secrets\.databaseUrl is required"):
         render(values_of())
 
 

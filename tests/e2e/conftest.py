@@ -98,7 +98,7 @@ def endpoint(status: Callable[[Request], int] = lambda _r: 200) -> Iterator[tupl
             self.send_response(status(request))
             self.end_headers()
 
-        do_GET = do_POST = do_PUT = do_PATCH = answer  # noqa: N815
+        do_GET = do_POST = do_PUT = do_PATCH = answer
 
         def log_message(self, *args: object) -> None:
             pass

@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import wait_for
 from tests.e2e.conftest import KairosUp, kairos_up
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -134,7 +134,7 @@ def test_the_dashboard_shows_real_figures_and_why_a_job_ran_twice(tmp_path: Path
             with httpx.Client(base_url=up.api, headers=up.headers, timeout=10) as api:
                 jobs = make_work(up, api)
                 asyncio.run(asyncio.wait_for(run_twice(up), timeout=60))
-                expected = {name: "succeeded" for name in jobs} | {"bounce": "dead", "flaky-sync": "dead"}
+                expected = dict.fromkeys(jobs, "succeeded") | {"bounce": "dead", "flaky-sync": "dead"}
                 wait_for(lambda: all(last_state(api, jobs[n]) == s for n, s in expected.items()), timeout_s=60,
                          interval_s=0.3, what="every job to finish")
             check_dashboard(browser, up, tmp_path)

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import wait_for
 from tests.e2e.conftest import kairos_up
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

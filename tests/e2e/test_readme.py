@@ -38,5 +38,5 @@ def test_the_readme_examples_run_as_pasted_against_a_started_stack(tmp_path: Pat
                "KAIROS_HOME": str(up.home), "KAIROS_API_URL": up.api, "KAIROS_GRPC_ADDR": up.grpc_addr}
         done = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=240)
-    assert done.returncode == 0, f"exit {done.returncode}\n--- stderr\n{done.stderr[-4000:]}\n--- stdout\n" \
-                                 f"{done.stdout[-3000:]}"
+    assert done.returncode == 0, (f"exit {done.returncode}\n--- stderr\n{done.stderr[-4000:]}\n--- stdout\n"
+                                  f"{done.stdout[-3000:]}")

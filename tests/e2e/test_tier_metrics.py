@@ -27,18 +27,17 @@ import psycopg
 import pytest
 
 from app.store import embedded
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port
 from tests.e2e.conftest import Request, endpoint, kairos_up
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 
 
 def series(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     """Every sample of ``name``: (labels, value)."""
-    out = []
-    for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, flags=re.MULTILINE):
-        out.append((dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or "")), float(m.group(2))))
-    return out
+    return [(dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or "")), float(m.group(2)))
+            for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, flags=re.MULTILINE)]
 
 
 def value(text: str, name: str, **labels: str) -> float:
@@ -132,7 +131,7 @@ def collector() -> Iterator[Collector]:
     state = Collector("")
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             state.exports.append((self.path, self.headers.get("Content-Type", ""), body))
             self.send_response(200)

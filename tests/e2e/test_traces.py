@@ -13,8 +13,8 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from tests.conftest import wait_for
 from tests.e2e.conftest import Request, endpoint, kairos_up
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

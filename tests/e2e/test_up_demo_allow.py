@@ -13,8 +13,9 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port
 from tests.e2e.conftest import endpoint, kairos_up
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from kairos_sdk import verify_signature
-from tests.conftest import wait_for
 from tests.e2e.conftest import Request, endpoint, kairos_up
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

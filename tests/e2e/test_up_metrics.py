@@ -8,8 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port
 from tests.e2e.conftest import kairos_up
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

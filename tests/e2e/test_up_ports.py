@@ -43,7 +43,7 @@ def impostor_api() -> Iterator[int]:
     """A port held by an HTTP server that answers 200 to everything, as another API would."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             body = json.dumps({"status": "ready"}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")

@@ -9,9 +9,7 @@ the server's answers faked, and refused, with exit 2 and one line, on PostgreSQL
 from __future__ import annotations
 
 import asyncio
-import io
 import re
-import sys
 from typing import Any
 
 import pglast
@@ -22,7 +20,7 @@ from app import errors
 from app.store import Database, migrate, overlay
 from app.store.db import create_engine
 from app.store.schema import Schema
-from tests.cli.conftest import Result
+from tests.support.cli import run_kairos
 
 PLAN = overlay.OverlayPlan(database="kairos", primary_region="us-east1",
                            regions=("europe-west1", "us-east1", "us-west1"), secondary_region="us-west1",
@@ -175,25 +173,6 @@ async def test_the_runner_applies_every_statement_in_order_outside_a_transaction
     assert [sql for sql, _ in ran] == applied and all(autocommit for _, autocommit in ran)
 
 
-def kairos(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], env: dict[str, str],
-           *args: str) -> Result:
-    from app.cli import run as entry_point
-
-    capsys.readouterr()
-    with monkeypatch.context() as scoped:
-        scoped.setattr(sys, "argv", ["kairos", *args])
-        scoped.setattr(sys, "stdin", io.StringIO(""))
-        for k, v in env.items():
-            scoped.setenv(k, v)
-        try:
-            entry_point()
-            code = 0
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    out, err = capsys.readouterr()
-    return Result(code, out, err)
-
-
 async def _schema_fingerprint(db: Database) -> Any:
     return await db.transaction(lambda tx: tx.schema.applied())
 
@@ -204,8 +183,8 @@ async def test_the_overlay_on_postgresql_exits_2_with_one_line_and_changes_nothi
         scheme: str) -> None:
     before = await _schema_fingerprint(db)
     url = database_url.replace("postgresql+psycopg://", scheme)
-    result = await asyncio.to_thread(kairos, monkeypatch, capsys, {"KAIROS_DATABASE_URL": url},
-                                     "db", "upgrade", "--cockroach-overlay", "--primary-region", "us-east1")
+    result = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "db", "upgrade", "--cockroach-overlay",
+                                     "--primary-region", "us-east1", env={"KAIROS_DATABASE_URL": url})
     assert result.code == 2, (result.out, result.err)
     assert "needs CockroachDB" in result.error_line and "PostgreSQL" in result.error_line
     assert result.out == ""
@@ -214,14 +193,14 @@ async def test_the_overlay_on_postgresql_exits_2_with_one_line_and_changes_nothi
 
 async def test_region_options_without_the_overlay_exit_2(database_url: str, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    result = await asyncio.to_thread(kairos, monkeypatch, capsys, {"KAIROS_DATABASE_URL": database_url},
-                                     "db", "upgrade", "--primary-region", "us-east1")
+    result = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "db", "upgrade", "--primary-region", "us-east1",
+                                     env={"KAIROS_DATABASE_URL": database_url})
     assert result.code == 2 and "--cockroach-overlay" in result.error_line
 
 
 async def test_plain_upgrade_still_only_migrates(database_url: str, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    result = await asyncio.to_thread(kairos, monkeypatch, capsys, {"KAIROS_DATABASE_URL": database_url},
-                                     "db", "upgrade")
+    result = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "db", "upgrade",
+                                     env={"KAIROS_DATABASE_URL": database_url})
     assert result.code == 0, result.err
     assert result.out.startswith("applied 0 migration(s)") and "overlay" not in result.out

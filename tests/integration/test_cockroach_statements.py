@@ -67,7 +67,7 @@ CONSTRUCTS = {
 }
 # What only PostgreSQL has: never in the text CockroachDB runs. Statements only PostgreSQL ever runs
 # (gated by dialect in app/) say so in their description, or belong to a PostgreSQL-only table class:
-# app/store/statistics.py (planner statistics) and the drills' Replication (app/drill/reads.py).
+# app/store/planner_statistics.py and the drills' Replication (app/drill/reads.py).
 POSTGRES_ONLY_TABLES = ("Statistics", "Replication")
 POSTGRES_ONLY = {
     r"\bpg_\w+": "PostgreSQL catalogue functions and views",
@@ -90,7 +90,8 @@ def cockroach_text(name: str) -> str:
 
 
 def modified_tables(sql: str) -> Counter[str]:
-    return Counter(m.lower() for m in re.findall(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)", sql, re.I))
+    return Counter(m.lower() for m in re.findall(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)", sql,
+                                                 re.IGNORECASE))
 
 
 def postgres_only(name: str) -> bool:
@@ -156,21 +157,22 @@ def test_cockroachs_text_modifies_each_table_once_per_statement(name: str) -> No
 @pytest.mark.parametrize("name", runs_on_cockroach())
 def test_cockroachs_text_has_no_correlated_limit(name: str) -> None:
     """LIMIT of a constant or a parameter: CockroachDB's documented forms never take a column."""
-    for limit in re.findall(r"(?<![:\w])LIMIT\s+([^\s)][^\n]*)", cockroach_text(name), re.I):
-        assert re.match(r"(:\w+|CAST\(:\w+ AS INT8?\)|\d+)(\s|\)|$)", limit.strip(), re.I), f"{name}: LIMIT {limit}"
+    for limit in re.findall(r"(?<![:\w])LIMIT\s+([^\s)][^\n]*)", cockroach_text(name), re.IGNORECASE):
+        assert re.match(r"(:\w+|CAST\(:\w+ AS INT8?\)|\d+)(\s|\)|$)", limit.strip(), re.IGNORECASE), \
+            f"{name}: LIMIT {limit}"
 
 
 @pytest.mark.parametrize("name", runs_on_cockroach())
 def test_cockroachs_text_uses_nothing_postgresql_only(name: str) -> None:
     for pattern, why in POSTGRES_ONLY.items():
-        assert not re.search(pattern, cockroach_text(name), re.I), f"{name}: {why}"
+        assert not re.search(pattern, cockroach_text(name), re.IGNORECASE), f"{name}: {why}"
 
 
 def test_every_construct_in_cockroachs_text_is_documented_with_its_page() -> None:
     doc = DOC.read_text()
-    table = {m.group(1).strip("` "): m.group(2) for m in re.finditer(r"^\| ([^|]+) \| ([^|]+) \|", doc, re.M)}
+    table = {m.group(1).strip("` "): m.group(2) for m in re.finditer(r"^\| ([^|]+) \| ([^|]+) \|", doc, re.MULTILINE)}
     used = {c for name in runs_on_cockroach() for c, p in CONSTRUCTS.items()
-            if re.search(p, cockroach_text(name), re.I | re.S)}
+            if re.search(p, cockroach_text(name), re.IGNORECASE | re.DOTALL)}
     assert used >= {"WITH ORDINALITY", "DELETE ... USING", "array casts", "SKIP LOCKED", "AS OF SYSTEM TIME"}
     for construct in sorted(used):
         assert construct in table, f"docs/cockroachdb.md has no row for {construct}"
@@ -182,16 +184,15 @@ def test_every_construct_in_cockroachs_text_is_documented_with_its_page() -> Non
 @pytest.mark.skipif(not cockroach_cluster.REAL, reason=cockroach_cluster.WHY_SKIPPED)
 async def test_every_statement_plans_on_cockroachdb() -> None:
     """EXPLAIN of each statement CockroachDB runs: it parses, binds and plans there."""
-    async with cockroach_cluster.fresh_database() as db:
-        async with db.engine.connect() as conn:
-            for name in runs_on_cockroach():
-                if name.startswith(("Transaction", "Overlay")):  # not explainable (SET, SHOW)
-                    continue
-                sql = drill_statements()[name] if name in drill_statements() else text_for(name, COCKROACH)
-                statement = text(sql) if name in drill_statements() else q(name)
-                params = dict.fromkeys(statement.compile(dialect=conn.dialect).binds)
-                explain = text("EXPLAIN " + sql)
-                await conn.execute(explain, params)
+    async with cockroach_cluster.fresh_database() as db, db.engine.connect() as conn:
+        for name in runs_on_cockroach():
+            if name.startswith(("Transaction", "Overlay")):  # not explainable (SET, SHOW)
+                continue
+            sql = drill_statements()[name] if name in drill_statements() else text_for(name, COCKROACH)
+            statement = text(sql) if name in drill_statements() else q(name)
+            params = dict.fromkeys(statement.compile(dialect=conn.dialect).binds)
+            explain = text("EXPLAIN " + sql)
+            await conn.execute(explain, params)
 
 
 # -- CockroachDB's texts on PostgreSQL (the rest: test_cockroach_execution_store.py) ---------------

@@ -5,9 +5,6 @@ committed with synchronous_commit = remote_apply against a real primary with a s
 from __future__ import annotations
 
 import asyncio
-import io
-import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -24,28 +21,10 @@ from app.drill.cluster import Cluster, Node, start_pair
 from app.store import Database, migrate
 from app.store.db import create_engine
 from tests import factories
-from tests.cli.conftest import Result
+from tests.support.cli import run_kairos
+from tests.support.polling import poll
 
 REMOTE_APPLY = "SET LOCAL synchronous_commit = remote_apply"
-
-
-def kairos(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], database_url: str,
-           *args: str) -> Result:
-    """The console entry point in this process, against ``database_url``."""
-    from app.cli import run as entry_point
-
-    capsys.readouterr()
-    with monkeypatch.context() as scoped:
-        scoped.setattr(sys, "argv", ["kairos", *args])
-        scoped.setattr(sys, "stdin", io.StringIO(""))
-        scoped.setenv("KAIROS_DATABASE_URL", database_url)
-        try:
-            entry_point()
-            code = 0
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    out, err = capsys.readouterr()
-    return Result(code, out, err)
 
 
 async def critical_flag(db: Database, tenant_id: uuid.UUID) -> bool:
@@ -65,11 +44,13 @@ async def test_set_critical_turns_the_flag_on_and_off(db: Database, database_url
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     t = await factories.tenant(db)
     assert not await critical_flag(db, t.tenant_id)  # migration 0013: off by default
-    on = await asyncio.to_thread(kairos, monkeypatch, capsys, database_url, "tenants", "set-critical", t.name, "on")
+    on = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "tenants", "set-critical", t.name, "on",
+                                 env={"KAIROS_DATABASE_URL": database_url})
     assert on.code == 0, on.err
     assert on.json() == {"name": t.name, "critical": True}
     assert await critical_flag(db, t.tenant_id)
-    off = await asyncio.to_thread(kairos, monkeypatch, capsys, database_url, "tenants", "set-critical", t.name, "off")
+    off = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "tenants", "set-critical", t.name, "off",
+                                 env={"KAIROS_DATABASE_URL": database_url})
     assert off.code == 0 and off.json()["critical"] is False
     assert not await critical_flag(db, t.tenant_id)
 
@@ -79,16 +60,16 @@ async def test_bad_input_exits_2_with_one_line_and_changes_nothing(
         db: Database, database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         args: tuple[str, ...]) -> None:
     t = await factories.tenant(db)
-    result = await asyncio.to_thread(kairos, monkeypatch, capsys, database_url, "tenants", "set-critical", t.name,
-                                     *args)
+    result = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "tenants", "set-critical", t.name, *args,
+                                     env={"KAIROS_DATABASE_URL": database_url})
     assert result.code == 2 and result.error_line and result.out == ""
     assert not await critical_flag(db, t.tenant_id)
 
 
 async def test_an_unknown_tenant_exits_2(database_url: str, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    result = await asyncio.to_thread(kairos, monkeypatch, capsys, database_url, "tenants", "set-critical",
-                                     "nobody-here", "on")
+    result = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "tenants", "set-critical", "nobody-here", "on",
+                                     env={"KAIROS_DATABASE_URL": database_url})
     assert result.code == 2 and "nobody-here" in result.error_line
 
 
@@ -130,17 +111,6 @@ def statements_of(db: Database) -> tuple[list[str], Callable[[], None]]:
 async def _replay(pair: SyncPair, *, pause: bool) -> None:
     fn = "pg_wal_replay_pause" if pause else "pg_wal_replay_resume"
     await factories.raw(pair.standby_db, lambda conn: conn.execute(text(f"SELECT {fn}()")))
-
-
-async def poll(condition: Callable[[], Any], *, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def test_a_critical_tenants_submit_returns_only_once_the_standby_applied_it(sync_pair: SyncPair) -> None:

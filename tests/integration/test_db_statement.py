@@ -16,6 +16,7 @@ from app.domain.states import ExecutionState
 from app.store.db import CONNECT_TIMEOUT_S, DIRECT_POOL_MIN, Database, RetryConfig, create_engine
 from app.store.executions import Success
 from tests import factories as tf
+from tests.support.polling import poll
 
 
 async def _backend_pids(db: Database) -> set[int]:
@@ -55,11 +56,12 @@ async def test_the_statement_pool_keeps_a_floor_of_open_connections(database_url
 
     try:
         assert await db.statement(lambda tx: tx.schema.ping()) is None
-        deadline = time.monotonic() + CONNECT_TIMEOUT_S
-        # The floor, plus the engine's own connection (the pool may open one more for a caller that came first).
-        while await db.transaction(named) < DIRECT_POOL_MIN + 1:
-            assert time.monotonic() < deadline, "the pool did not open its floor of connections"
-            await asyncio.sleep(0.02)  # polling the server's view until the background opens land
+        async def opened() -> bool:
+            # The floor, plus the engine's own connection (the pool may open one more for a caller that came first).
+            return await db.transaction(named) >= DIRECT_POOL_MIN + 1
+
+        # The server's view, until the pool's background opens land.
+        await poll(opened, timeout_s=CONNECT_TIMEOUT_S, interval_s=0.02, what="the pool's floor of connections")
     finally:
         await db.close()
 
@@ -111,7 +113,7 @@ async def test_the_client_abandons_a_statement_that_gets_no_answer(database_url:
     db = Database(create_engine(database_url), transaction_timeout_s=0.3)
     try:
         started = time.monotonic()
-        with pytest.raises(errors.DatabaseUnavailable, match="no answer from the database within 0.3 s"):
+        with pytest.raises(errors.DatabaseUnavailable, match=r"no answer from the database within 0\.3 s"):
             await db.statement(lambda tx: tx.schema._conn.execute(text("SELECT pg_sleep(5)")))
         assert time.monotonic() - started < 2
         assert await db.statement(lambda tx: tx.schema.ping()) is None

@@ -55,7 +55,7 @@ async def test_list_dead_letters_pages_and_is_tenant_scoped(db: Database, api: A
 
 async def test_replay_one_with_edited_payload_and_policy(db: Database, api: AsyncTestClient) -> None:
     t, other = await tf.tenant(db), await tf.tenant(db)
-    job, eid = await dead_execution(db, t, payload={"v": 1})
+    _job, eid = await dead_execution(db, t, payload={"v": 1})
     assert (await api.post(f"/v1/executions/{eid}:replay", headers=auth(other))).status_code == 404
     r = await api.post(f"/v1/executions/{eid}:replay", headers=auth(t),
                        json={"payload": {"v": 2}, "retry": {"maxAttempts": 2, "backoffSeconds": 5}})

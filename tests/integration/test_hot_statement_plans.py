@@ -78,7 +78,7 @@ async def test_the_lease_never_scans_executions_while_the_tenants_table_was_neve
     # keeper analyzes executions once a burst of executions lands. The generic plan then took the
     # picked rows for thousands and joined them to a scan of every ready execution.
     queue, _ = await _ready_queue(db, 5_000)
-    await db.transaction(lambda tx: tx.statistics.analyze("executions"))
+    await db.transaction(lambda tx: tx.planner_statistics.analyze("executions"))
 
     nodes = await _generic_plan(db, "ExecutionLeaseFair", {
         "queue": queue, "worker_id": "w", "limit": 128, "lease_s": 60.0, "now": None, "salt": "ab",
@@ -100,7 +100,7 @@ async def test_the_lease_counts_each_tenants_leased_rows_once(db: Database) -> N
 
 async def test_the_completion_joins_no_two_ctes_by_nested_loop(db: Database) -> None:
     # Quadratic in the batch: 261,632 rows compared in the final join of a 512-item call (34 ms, not 7).
-    queue, ids = await _ready_queue(db, 3)
+    _queue, ids = await _ready_queue(db, 3)
     array = "{" + ",".join(map(str, ids)) + "}"
     nodes = await _generic_plan(db, "ExecutionCompleteMany", {
         "execution_ids": array, "attempts": "{1,1,1}", "results": "{NULL,NULL,NULL}",
@@ -122,7 +122,7 @@ async def test_the_lease_finds_the_rows_it_updates_by_primary_key_whatever_the_s
     # row of the queue) and scanned the picked rows once per row: 13.9 ms for 128 of 60,000, not 4.8.
     queue, _ = await _ready_queue(db, 5_000)
     if analyzed:
-        await db.transaction(lambda tx: tx.statistics.analyze("executions", target=10))
+        await db.transaction(lambda tx: tx.planner_statistics.analyze("executions", target=10))
     nodes = await _generic_plan(db, "ExecutionLeaseFair", {
         "queue": queue, "worker_id": "w", "limit": 128, "lease_s": 60.0, "now": None, "salt": "ab",
         "skip_tenants": "{}"})
@@ -156,7 +156,7 @@ async def test_an_outcome_without_a_stale_attempt_reads_no_attempts_row_and_join
     # call at 31,000 rows). A call with no stale attempt must not read it at all. And the fail joined
     # input to failed twice by nested loop: 40 ms for 500 items, 9.6 ms without.
     queue, _ = await _ready_queue(db, 3)
-    await db.transaction(lambda tx: tx.statistics.analyze("attempts", target=10))
+    await db.transaction(lambda tx: tx.planner_statistics.analyze("attempts", target=10))
     leased = await db.statement(lambda tx: tx.executions.lease(queue, "w", 3, 60.0))
     assert len(leased) == 3
     nodes = await _generic_plan(db, name, _outcome_params(name, leased), analyze=True)

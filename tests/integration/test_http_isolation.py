@@ -11,7 +11,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -24,7 +24,7 @@ from app.executor.egress import EgressPolicy
 from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
 from app.store.db import Database
 from tests import factories as tf
-from tests.conftest import poll
+from tests.support.polling import poll
 
 LOCAL = EgressPolicy.from_allow_list(["127.0.0.1"])
 
@@ -53,7 +53,7 @@ def server(status: int = 200, *, open_gate: bool = True, delay_s: float = 0.0) -
         state.gate.set()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with state.lock:
                 state.received += 1
@@ -67,10 +67,8 @@ def server(status: int = 200, *, open_gate: bool = True, delay_s: float = 0.0) -
             self.send_response(state.status)
             self.send_header("Content-Length", "2")
             self.end_headers()
-            try:
+            with suppress(BrokenPipeError):
                 self.wfile.write(b"no")
-            except BrokenPipeError:
-                pass
 
         def log_message(self, *args: object) -> None:
             pass

@@ -18,8 +18,9 @@ from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
 from app.executor.reaper import LeaseReaper, LeaseReaperConfig
 from app.store.db import Database, create_engine
 from tests import factories as tf
-from tests.conftest import free_port, poll, wait_for
+from tests.conftest import free_port
 from tests.integration.test_http_isolation import LOCAL, rows, server
+from tests.support.polling import poll, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -21,6 +21,7 @@ from app.executor.http_send import Answer, Origin
 from app.store.db import Database
 from kairos_sdk.signature import verify
 from tests import factories as tf
+from tests.support.polling import poll
 
 LOCAL = EgressPolicy.from_allow_list(["127.0.0.1"])
 
@@ -45,7 +46,7 @@ def target() -> Iterator[Target]:
     state = Target()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with state.lock:
                 state.requests.append({"headers": dict(self.headers), "body": body, "method": self.command})
@@ -55,12 +56,10 @@ def target() -> Iterator[Target]:
             self.send_response(status)
             self.send_header("Content-Type", "text/plain")
             self.end_headers()
-            try:
+            with contextlib.suppress(BrokenPipeError):  # the client timed out first
                 self.wfile.write(b"answer %d" % status)
-            except BrokenPipeError:  # the client timed out first
-                pass
 
-        do_PUT = do_PATCH = do_GET = do_POST  # noqa: N815
+        do_PUT = do_PATCH = do_GET = do_POST
 
         def log_message(self, *args: object) -> None:
             pass
@@ -264,14 +263,12 @@ async def test_circuit_breaker_opens_defers_without_spending_attempts_then_close
         assert all(a.attempt != row.attempt for a in history)
         # The endpoint recovers; after the cool-down a probe closes the circuit and work flows.
         target.status = 200
-        deadline = time.monotonic() + 20
-        while True:
+        async def all_succeeded() -> list[str] | None:
             await pool.run_once()
             states = [(await execution(db, eid)).state for eid in ids]
-            if states.count("succeeded") == len(ids):
-                break
-            assert time.monotonic() < deadline, states
-            await asyncio.sleep(0.05)
+            return states if states.count("succeeded") == len(ids) else None
+
+        states = await poll(all_succeeded, timeout_s=20, interval_s=0.05, what="every execution to succeed")
         assert pool.breakers.state(circuit) == "closed"
         # No execution spent more than the failures it really had: none is dead.
         assert "dead" not in states

@@ -33,8 +33,9 @@ from kairos_sdk import Worker
 from kairos_sdk.signature import verify
 from tests import factories
 from tests.api.conftest import TenantKey, make_tenant, query
-from tests.conftest import free_port, poll, wait_for
+from tests.conftest import free_port
 from tests.e2e.conftest import endpoint
+from tests.support.polling import poll, wait_for
 
 MAX_BYTES = 2 * 1024 * 1024  # KAIROS_PAYLOAD_MAX_BYTES of these processes
 

@@ -3,7 +3,7 @@
 The primary region's schedulers split the shards; a standby region's hold nothing while the
 primary renews, take every shard once the leases have been over for the grace, and hand them
 back (when fail-back is on) once a primary-region scheduler has been back for the grace. Time is
-a FakeClock, the SQL ``:now`` included, so nothing sleeps.
+a ManualClock, the SQL ``:now`` included, so nothing sleeps.
 """
 
 from __future__ import annotations
@@ -13,20 +13,21 @@ from datetime import timedelta
 from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser, ShareTarget, share_target
 from app.store.db import Database
 from app.store.shard_leases import Member
-from tests.integration.test_scheduler_duties import T0, FakeClock, new_tenant, node, rows, seed
+from tests.integration.test_scheduler_duties import T0, new_tenant, node, rows, seed
+from tests.support.clocks import ManualClock
 
 TTL_S = 10.0
 GRACE_S = 15.0
 PRIMARY, STANDBY = "eu-west", "us-east"
 
 
-def leaser(db: Database, clock: FakeClock, owner: str, region: str, *, failback: bool = True) -> ShardLeaser:
+def leaser(db: Database, clock: ManualClock, owner: str, region: str, *, failback: bool = True) -> ShardLeaser:
     config = LeaserConfig(ttl_s=TTL_S, region=region, primary_region=PRIMARY, standby_grace_s=GRACE_S,
                           failback=failback)
-    return ShardLeaser(db, owner, Ownership(), config, clock)
+    return ShardLeaser(db, owner, Ownership(), config, clock.wall)
 
 
-async def run_for(clock: FakeClock, seconds: float, *leasers: ShardLeaser, step_s: float = 2.0) -> None:
+async def run_for(clock: ManualClock, seconds: float, *leasers: ShardLeaser, step_s: float = 2.0) -> None:
     """Advance time in steps, every leaser ticking at each: live processes renew as they would."""
     elapsed = 0.0
     while elapsed < seconds:
@@ -36,16 +37,16 @@ async def run_for(clock: FakeClock, seconds: float, *leasers: ShardLeaser, step_
             await one.run_once()
 
 
-async def regions_of_live_leases(db: Database, clock: FakeClock) -> dict[str | None, int]:
+async def regions_of_live_leases(db: Database, clock: ManualClock) -> dict[str | None, int]:
     leases = await db.transaction(lambda tx: tx.shard_leases.list_all())
     out: dict[str | None, int] = {}
     for lease in leases:
-        if lease.owner is not None and lease.lease_until is not None and lease.lease_until > clock():
+        if lease.owner is not None and lease.lease_until is not None and lease.lease_until > clock.wall():
             out[lease.region] = out.get(lease.region, 0) + 1
     return out
 
 
-async def primary_lost_to(db: Database, clock: FakeClock, standby: ShardLeaser) -> ShardLeaser:
+async def primary_lost_to(db: Database, clock: ManualClock, standby: ShardLeaser) -> ShardLeaser:
     """The primary region's only scheduler holds every shard, then dies; the standby has taken over."""
     primary = leaser(db, clock, "eu-1", PRIMARY)
     await primary.run_once()
@@ -82,7 +83,7 @@ def test_share_target_follows_the_region_rules() -> None:
 
 
 async def test_a_standby_holds_nothing_while_the_primary_region_renews(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     primary, standby = leaser(db, clock, "eu-1", PRIMARY), leaser(db, clock, "us-1", STANDBY)
     await primary.run_once()
     await run_for(clock, 3 * (TTL_S + GRACE_S), primary, standby)
@@ -92,7 +93,7 @@ async def test_a_standby_holds_nothing_while_the_primary_region_renews(db: Datab
 
 
 async def test_on_a_fresh_installation_the_standby_leaves_the_shards_to_the_primary_region(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     standby = leaser(db, clock, "us-1", STANDBY)
     await standby.run_once()  # first, with every shard never owned
     await run_for(clock, GRACE_S / 2, standby)
@@ -103,7 +104,7 @@ async def test_on_a_fresh_installation_the_standby_leaves_the_shards_to_the_prim
 
 
 async def test_a_lone_standby_takes_a_never_used_installation_after_the_grace(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     standby = leaser(db, clock, "us-1", STANDBY)
     await run_for(clock, GRACE_S - 2, standby)
     assert len(standby.ownership.held) == 0
@@ -112,7 +113,7 @@ async def test_a_lone_standby_takes_a_never_used_installation_after_the_grace(db
 
 
 async def test_the_standby_takes_over_only_after_the_ttl_and_the_grace_and_fences_the_old_owner(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     old = node(db, clock, "eu-1", ttl_s=TTL_S)  # a primary-region scheduler without regions set: primary
     standby = leaser(db, clock, "us-1", STANDBY)
@@ -135,7 +136,7 @@ async def test_the_standby_takes_over_only_after_the_ttl_and_the_grace_and_fence
 
 
 async def test_fail_back_once_the_primary_region_has_been_back_for_the_grace(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     standby = leaser(db, clock, "us-1", STANDBY)
     await primary_lost_to(db, clock, standby)
     returned = leaser(db, clock, "eu-2", PRIMARY)
@@ -149,7 +150,7 @@ async def test_fail_back_once_the_primary_region_has_been_back_for_the_grace(db:
 
 
 async def test_without_fail_back_the_standby_keeps_the_shards(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     standby = leaser(db, clock, "us-1", STANDBY, failback=False)
     await primary_lost_to(db, clock, standby)
     returned = leaser(db, clock, "eu-2", PRIMARY)
@@ -162,7 +163,7 @@ async def test_without_fail_back_the_standby_keeps_the_shards(db: Database) -> N
 
 
 async def test_standbys_rebalance_between_themselves_without_waiting_the_grace(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     first = leaser(db, clock, "us-1", STANDBY)
     await primary_lost_to(db, clock, first)
     second = leaser(db, clock, "us-2", STANDBY)

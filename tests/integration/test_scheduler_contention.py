@@ -8,11 +8,12 @@ from sqlalchemy import text
 
 from app.scheduler.dispatcher import CLEAN_BATCHES_TO_GROW, Dispatcher, DispatcherConfig
 from app.store.db import Database, RetryConfig
-from tests.integration.test_scheduler_duties import T0, FakeClock, new_tenant, node, rows, seed
+from tests.integration.test_scheduler_duties import T0, new_tenant, node, rows, seed
+from tests.support.clocks import ManualClock
 
 
 async def test_conflicting_batches_halve_the_batches_in_flight_and_are_requeued(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a = node(db, clock, "a")
     await a.leaser.run_once()
@@ -20,7 +21,7 @@ async def test_conflicting_batches_halve_the_batches_in_flight_and_are_requeued(
     await a.loader.run_once()
     # The same engine, but a transaction that conflicts once is given up at once (SERIALIZABLE).
     impatient = Database(db.engine, RetryConfig(attempts=1))
-    a.dispatcher = Dispatcher(impatient, "a", a.heap, DispatcherConfig(isolation=None), clock)
+    a.dispatcher = Dispatcher(impatient, "a", a.heap, DispatcherConfig(isolation=None), clock.wall)
     assert a.dispatcher.inflight_limit == 3
 
     async with db.engine.connect() as holder:
@@ -49,7 +50,7 @@ async def test_conflicting_batches_halve_the_batches_in_flight_and_are_requeued(
     more = await seed(db, tenant, CLEAN_BATCHES_TO_GROW, T0)
     await a.loader.run_once()
     for job_id in more[1:]:
-        entries = a.heap.pop_due(clock().timestamp(), 1)
+        entries = a.heap.pop_due(clock.wall().timestamp(), 1)
         assert entries, job_id
         await a.dispatcher.dispatch(entries)
     assert a.dispatcher.inflight_limit == 2

@@ -23,20 +23,13 @@ from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser
 from app.scheduler.loader import DueLoader, LoaderConfig
 from app.store.db import Database
 from tests import factories
+from tests.support.clocks import ManualClock
 
 NY = "America/New_York"
 
 
-class FakeClock:
-    def __init__(self, at: datetime) -> None:
-        self.at = at
-
-    def __call__(self) -> datetime:
-        return self.at
-
-
 def utc(s: str) -> datetime:
-    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+    return datetime.fromisoformat(s)
 
 
 async def seed_cron(db: Database, tenant_id: UUID, expr: str, tz: str, after: datetime, *, gap: str = "shift",
@@ -62,13 +55,13 @@ async def history(db: Database, job_id: UUID) -> list[tuple[str, str, str | None
 
 
 async def walk(db: Database, start: datetime, end: datetime, step: timedelta, after_step=None) -> None:
-    clock = FakeClock(start)
+    clock = ManualClock(start)
     owner = "cron-test"
     ownership, heap = Ownership(), DueHeap()
     # Leases far longer than the walk: one scheduler that never loses its shards.
-    leaser = ShardLeaser(db, owner, ownership, LeaserConfig(ttl_s=30 * 86400), clock)
-    loader = DueLoader(db, ownership, heap, LoaderConfig(window_interval_s=0), clock)
-    dispatcher = Dispatcher(db, owner, heap, DispatcherConfig(), clock)
+    leaser = ShardLeaser(db, owner, ownership, LeaserConfig(ttl_s=30 * 86400), clock.wall)
+    loader = DueLoader(db, ownership, heap, LoaderConfig(window_interval_s=0), clock.wall)
+    dispatcher = Dispatcher(db, owner, heap, DispatcherConfig(), clock.wall)
     await leaser.run_once()
     while clock.at < end:
         clock.at = min(end, clock.at + step)

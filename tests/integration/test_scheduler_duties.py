@@ -1,11 +1,12 @@
 """The scheduler's duties, one run_once at a time, against the embedded PostgreSQL.
 
-Time is injected (a FakeClock drives the leaser's, loader's and dispatcher's idea of now and
+Time is injected (a ManualClock drives the leaser's, loader's and dispatcher's idea of now and
 the SQL ``:now``), so leases expire and jobs fall due without sleeping.
 """
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -17,23 +18,13 @@ from sqlalchemy import text
 from app.domain.shards import shard_of
 from app.scheduler.dispatcher import Dispatcher, DispatcherConfig
 from app.scheduler.heap import DueHeap
-from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser, fair_share
+from app.scheduler.leases import LeaseChanges, LeaserConfig, Ownership, ShardLeaser, fair_share
 from app.scheduler.loader import DueLoader, LoaderConfig
 from app.store.db import Database
 from tests import factories
+from tests.support.clocks import ManualClock
 
 T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
-
-
-class FakeClock:
-    def __init__(self, at: datetime = T0) -> None:
-        self.at = at
-
-    def __call__(self) -> datetime:
-        return self.at
-
-    def advance(self, seconds: float) -> None:
-        self.at += timedelta(seconds=seconds)
 
 
 @dataclass
@@ -53,15 +44,15 @@ class Node:
         await self.dispatcher.run_once()
 
 
-def node(db: Database, clock: FakeClock, owner: str | None = None, *, ttl_s: float = 10.0,
+def node(db: Database, clock: ManualClock, owner: str | None = None, *, ttl_s: float = 10.0,
          loader: LoaderConfig | None = None, batch_size: int = 1000, ahead_s: float = 0.0,
          ahead_max_s: float = 30.0) -> Node:
     owner = owner or f"test:{uuid.uuid4().hex[:8]}"
     ownership, heap = Ownership(), DueHeap()
-    leaser = ShardLeaser(db, owner, ownership, LeaserConfig(ttl_s=ttl_s), clock)
-    load = DueLoader(db, ownership, heap, loader or LoaderConfig(window_interval_s=0), clock)
+    leaser = ShardLeaser(db, owner, ownership, LeaserConfig(ttl_s=ttl_s), clock.wall)
+    load = DueLoader(db, ownership, heap, loader or LoaderConfig(window_interval_s=0), clock.wall)
     disp = Dispatcher(db, owner, heap, DispatcherConfig(batch_size=batch_size, ahead_s=ahead_s,
-                                                         ahead_max_s=max(ahead_s, ahead_max_s)), clock)
+                                                         ahead_max_s=max(ahead_s, ahead_max_s)), clock.wall)
     return Node(owner, ownership, heap, leaser, load, disp)
 
 
@@ -108,15 +99,15 @@ def test_fair_share_is_an_exact_even_split() -> None:
 
 
 async def test_leaser_takes_every_shard_alone_then_splits_evenly_with_a_second(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     a, b = node(db, clock, "a"), node(db, clock, "b")
-    await a.leaser.run_once()
+    assert await a.leaser.run_once() == LeaseChanges(gained=set(range(256)), lost=set())
     assert len(a.ownership.held) == 256
     before = dict(a.ownership.held)
     await b.leaser.run_once()  # b counts itself in, but every shard is taken: nothing yet
     assert len(b.ownership.held) == 0
-    await a.leaser.run_once()  # a sees two members and hands back its excess
-    assert len(a.ownership.held) == 128
+    changes = await a.leaser.run_once()  # a sees two members and hands back its excess
+    assert len(a.ownership.held) == 128 and changes.gained == set() and len(changes.lost) == 128
     await b.leaser.run_once()
     assert len(b.ownership.held) == 128
     assert set(a.ownership.held).isdisjoint(b.ownership.held)
@@ -127,7 +118,7 @@ async def test_leaser_takes_every_shard_alone_then_splits_evenly_with_a_second(d
 
 
 async def test_expired_shards_are_taken_over_with_a_new_revision_and_fence_the_old_owner(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a, b = node(db, clock, "a", ttl_s=10), node(db, clock, "b", ttl_s=10)
     await a.leaser.run_once()
@@ -154,20 +145,20 @@ async def test_expired_shards_are_taken_over_with_a_new_revision_and_fence_the_o
 
 
 async def test_graceful_release_hands_every_shard_back(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     a = node(db, clock, "a")
     await a.leaser.run_once()
     assert len(await a.leaser.release_all()) == 256
     leases = await db.transaction(lambda tx: tx.shard_leases.list_all())
     assert all(lease.owner is None for lease in leases)
-    assert await db.transaction(lambda c: c.shard_leases.live_members(clock())) == []
+    assert await db.transaction(lambda c: c.shard_leases.live_members(clock.wall())) == []
 
 
 # --- DueLoader ----------------------------------------------------------------------------------
 
 
 async def test_loader_adds_each_row_once_and_drops_entries_of_lost_shards(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a = node(db, clock, "a")
     await a.leaser.run_once()
@@ -187,7 +178,7 @@ async def test_loader_adds_each_row_once_and_drops_entries_of_lost_shards(db: Da
 
 
 async def test_loader_reads_an_overdue_backlog_in_bounded_ticks(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a = node(db, clock, "a", loader=LoaderConfig(window_interval_s=0, page_rows=100, max_rows_per_tick=100,
                                                  near_limit=50))
@@ -205,7 +196,7 @@ async def test_loader_reads_an_overdue_backlog_in_bounded_ticks(db: Database) ->
 
 
 async def test_loader_ignores_rows_outside_the_window(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a = node(db, clock, "a")
     await a.leaser.run_once()
@@ -219,7 +210,7 @@ async def test_loader_ignores_rows_outside_the_window(db: Database) -> None:
 
 
 async def test_dispatch_turns_one_off_jobs_into_ready_executions_and_completes_them(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a = node(db, clock, "a", batch_size=7)
     await a.leaser.run_once()
@@ -235,7 +226,7 @@ async def test_dispatch_turns_one_off_jobs_into_ready_executions_and_completes_t
     assert sorted(r.job_id for r in got) == sorted(job_ids)
     for r in got:
         assert (r.state, r.ready_at, r.scheduled_for, r.max_attempts) == ("ready", due, due, 3)
-        assert r.queue == factories.tenant_queue(tenant, "work") and r.dispatched_at == clock()
+        assert r.queue == factories.tenant_queue(tenant, "work") and r.dispatched_at == clock.wall()
     jobs = await rows(db, "SELECT state, next_run_at, version FROM jobs")
     # The version is the tenant's: a dispatch is not a change the tenant made.
     assert {(j.state, j.next_run_at, j.version) for j in jobs} == {("completed", None, 1)}
@@ -243,13 +234,13 @@ async def test_dispatch_turns_one_off_jobs_into_ready_executions_and_completes_t
 
 
 async def test_dispatching_the_same_entries_again_changes_nothing(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a, b = node(db, clock, "a"), node(db, clock, "b")
     await a.leaser.run_once()
     await seed(db, tenant, 10, T0)
     await a.loader.run_once()
-    stale = a.heap.pop_due(clock().timestamp(), 100)
+    stale = a.heap.pop_due(clock.wall().timestamp(), 100)
     a.heap.requeue(stale)
     assert (await a.dispatcher.run_once()).ready == 10
     result = await a.dispatcher.dispatch(stale)  # e.g. a retry after an ambiguous commit
@@ -259,7 +250,7 @@ async def test_dispatching_the_same_entries_again_changes_nothing(db: Database) 
 
 
 async def test_cron_dispatch_materialises_the_next_occurrence_in_the_same_transaction(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a = node(db, clock, "a")
     await a.leaser.run_once()
@@ -275,7 +266,7 @@ async def test_cron_dispatch_materialises_the_next_occurrence_in_the_same_transa
 
 
 async def test_paused_and_cancelled_jobs_are_never_dispatched(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a = node(db, clock, "a")
     await a.leaser.run_once()
@@ -304,7 +295,7 @@ async def _previous_execution(db: Database, job_id: UUID, tenant: UUID, state: s
 
 @pytest.mark.parametrize("policy", ["allow", "forbid", "replace"])
 async def test_overlap_policies_apply_at_dispatch(db: Database, policy: str) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a = node(db, clock, "a")
     await a.leaser.run_once()
@@ -320,10 +311,10 @@ async def test_overlap_policies_apply_at_dispatch(db: Database, policy: str) -> 
         assert (old.state, new.state) == ("leased", "ready")
     elif policy == "forbid":
         assert (old.state, new.state, new.skip_reason) == ("leased", "skipped", "overlap")
-        assert new.finished_at == clock()
+        assert new.finished_at == clock.wall()
     else:
         assert (old.state, old.lease_owner, old.error) == ("cancelled", None, "replaced by 2026-06-01T12:00:00Z")
-        assert old.finished_at == clock() and new.state == "ready"
+        assert old.finished_at == clock.wall() and new.state == "ready"
         [attempt] = await rows(db, "SELECT outcome FROM attempts")
         assert attempt.outcome == "cancelled"
     # Whatever the policy, the chain goes on.
@@ -332,7 +323,7 @@ async def test_overlap_policies_apply_at_dispatch(db: Database, policy: str) -> 
 
 
 async def test_forbid_runs_when_the_previous_execution_has_finished(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a = node(db, clock, "a")
     await a.leaser.run_once()
@@ -347,7 +338,7 @@ async def test_forbid_runs_when_the_previous_execution_has_finished(db: Database
 @pytest.mark.parametrize("policy, ready, skipped", [("run_once", 1, 10), ("catch_up", 11, 0), ("skip", 0, 11)])
 async def test_misfire_policies(db: Database, policy: str, ready: int, skipped: int) -> None:
     """Kairos was down for ten minutes: eleven per-minute occurrences are due at once."""
-    clock = FakeClock(T0 + timedelta(minutes=10, seconds=30))
+    clock = ManualClock(T0 + timedelta(minutes=10, seconds=30))
     tenant = await new_tenant(db)
     a = node(db, clock, "a")
     await a.leaser.run_once()
@@ -362,14 +353,14 @@ async def test_misfire_policies(db: Database, policy: str, ready: int, skipped: 
         assert got[-1].state == "ready"  # the newest missed occurrence runs
     if policy == "catch_up":
         # Drained at a bounded per-tenant rate (10/s by default), not all at once.
-        spacing = [(b.ready_at - a_.ready_at).total_seconds() for a_, b in zip(got, got[1:])]
+        spacing = [(b.ready_at - a_.ready_at).total_seconds() for a_, b in itertools.pairwise(got)]
         assert all(s >= 0.099 for s in spacing)
     [due] = await rows(db, "SELECT nominal_at FROM due_index")
     assert due.nominal_at == T0 + timedelta(minutes=11)  # the schedule continues from now
 
 
 async def test_catch_up_is_capped_at_one_hundred(db: Database) -> None:
-    clock = FakeClock(T0 + timedelta(hours=5))
+    clock = ManualClock(T0 + timedelta(hours=5))
     tenant = await new_tenant(db)
     a = node(db, clock, "a")
     await a.leaser.run_once()
@@ -384,14 +375,14 @@ async def test_catch_up_is_capped_at_one_hundred(db: Database) -> None:
 
 
 async def test_entries_due_at_the_same_instant_are_interleaved_across_tenants(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     big, small = await new_tenant(db, "big"), await new_tenant(db, "small")
     a = node(db, clock, "a", batch_size=10)
     await a.leaser.run_once()
     await seed(db, big, 500, T0)
     small_jobs = await seed(db, small, 5, T0)
     await a.loader.run_once()
-    first = a.heap.pop_due(clock().timestamp(), 10)
+    first = a.heap.pop_due(clock.wall().timestamp(), 10)
     assert sorted(e.job_id for e in first if e.tenant_id == small) == sorted(small_jobs)
     # Round-robin: every consecutive pair holds one entry of each tenant.
     order = [e.tenant_id for e in first]
@@ -403,7 +394,7 @@ async def test_entries_due_at_the_same_instant_are_interleaved_across_tenants(db
 
 
 async def test_a_tenant_over_its_dispatch_quota_is_deferred_while_others_pass(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     greedy = await new_tenant(db, "greedy", max_dispatch_per_s=20)
     modest = await new_tenant(db, "modest")
     a = node(db, clock, "a")
@@ -432,7 +423,7 @@ async def test_a_tenant_over_its_dispatch_quota_is_deferred_while_others_pass(db
 
 
 async def test_occurrences_due_within_the_ahead_window_are_dispatched_ready_at_their_due_time(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a = node(db, clock, "a", ahead_s=2.0)
     await a.leaser.run_once()
@@ -450,7 +441,7 @@ async def test_occurrences_due_within_the_ahead_window_are_dispatched_ready_at_t
 
 
 async def test_a_herd_is_dispatched_as_early_as_its_size_needs_at_the_measured_rate(db: Database) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a = node(db, clock, "a", ahead_s=2.0, ahead_max_s=60.0, batch_size=100)
     a.dispatcher.rate.per_s = 100.0  # as if measured: 500 entries take 5 s, so they start 2 + 5 s ahead
@@ -470,7 +461,7 @@ async def test_a_herd_is_dispatched_as_early_as_its_size_needs_at_the_measured_r
 
 @pytest.mark.parametrize("policy", ["forbid", "replace"])
 async def test_overlap_policies_are_applied_at_the_due_time_not_ahead(db: Database, policy: str) -> None:
-    clock = FakeClock()
+    clock = ManualClock(T0)
     tenant = await new_tenant(db)
     a = node(db, clock, "a", ahead_s=2.0)
     await a.leaser.run_once()
@@ -495,7 +486,7 @@ async def test_pause_withdraws_an_occurrence_dispatched_ahead_and_resume_brings_
     from app.api import service
 
     now = datetime.now(timezone.utc)
-    clock = FakeClock(now)
+    clock = ManualClock(now)
     tenant = await new_tenant(db)
     a = node(db, clock, "a", ahead_s=60.0)
     await a.leaser.run_once()

@@ -16,7 +16,7 @@ from app.domain.shards import shard_of
 from app.scheduler.service import serve
 from app.store.db import Database
 from tests import factories
-from tests.conftest import poll
+from tests.support.polling import poll
 
 
 async def test_serve_dispatches_a_job_due_in_one_second_and_hands_shards_back_on_stop(db: Database) -> None:

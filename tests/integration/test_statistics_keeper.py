@@ -21,7 +21,8 @@ async def flush_stats(db: Database) -> None:
 async def analyzed_at(db: Database) -> datetime | None:
     async with db.engine.connect() as conn:
         row = (await conn.execute(text(
-            "SELECT greatest(last_analyze, last_autoanalyze) FROM pg_stat_user_tables WHERE relname = 'executions'"
+            "SELECT greatest(last_analyze, last_autoanalyze) FROM pg_stat_user_tables"
+            " WHERE relname = 'executions'"
         ))).first()
     return row[0] if row else None
 

@@ -18,16 +18,9 @@ from app.api import schemas, service
 from app.api.submit import ACTIVE_JOBS_RETRY_AFTER_S, Created, Submission, SubmitWriter, WriterConfig
 from app.config import Settings
 from app.store.db import Database
+from tests.support.clocks import ManualClock
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def sub(tenant_id: uuid.UUID, name: str = "j", key: str | None = None) -> Submission:
@@ -112,7 +105,7 @@ async def test_a_retried_submit_at_the_quota_is_answered_as_the_first_time(db: D
 
 async def test_the_submit_rate_admits_what_the_bucket_holds_and_refuses_a_call_when_it_is_empty(db: Database) -> None:
     tenant_id = await new_tenant(db, max_submit_per_s=4)
-    clock = Clock()
+    clock = ManualClock()
     writer = SubmitWriter(db, clock=clock)
     outcomes = await writer.submit([sub(tenant_id, f"a{i}") for i in range(6)])
     assert [isinstance(o, Created) for o in outcomes] == [True] * 4 + [False] * 2

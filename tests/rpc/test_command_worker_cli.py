@@ -18,7 +18,7 @@ import pytest
 from app.cli.worker import worker as worker_command
 from app.store.db import Database
 from tests import factories as tf
-from tests.conftest import poll
+from tests.support.polling import poll
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -18,7 +16,8 @@ from app.rpc.servicer import ServicerConfig
 from app.store.db import Database
 from kairos_sdk import NonRetryable, Worker, WorkerClient
 from tests import factories as tf
-from tests.conftest import poll
+from tests.support.cli import child
+from tests.support.polling import poll
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -145,12 +144,10 @@ async def test_one_lease_answer_beats_and_times_out_each_execution_on_its_own(db
 async def test_pools_cli_creates_a_shared_pool_whose_key_leases_granted_tenants_work(
         db: Database, database_url: str, addr: str, tmp_path: Path) -> None:
     a, b = await tf.tenant(db, "pool-a"), await tf.tenant(db, "pool-b")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")}
-    env.update({"KAIROS_DATABASE_URL": database_url, "KAIROS_HOME": str(tmp_path)})
+    env = {"KAIROS_DATABASE_URL": database_url, "KAIROS_HOME": str(tmp_path)}
 
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "app.cli", "pools", *args], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=60)
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return child("pools", *args, env=env)
 
     made = cli("create", "fleet", "--shared", "--allow", "pool-a", "--json")
     assert made.returncode == 0, made.stderr

@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from tests.api.conftest import TenantKey, make_tenant, running_api
-from tests.conftest import fresh_database, wait_for
+from tests.conftest import fresh_database
+from tests.support.polling import wait_for
 
 LIMIT = 5
 PROXY = "127.0.0.8"

@@ -4,6 +4,7 @@ reveal an internal address nor more than a short excerpt of an answer."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import threading
 from collections.abc import Iterator
@@ -36,7 +37,7 @@ EMBEDDING_LOOPBACK_OR_METADATA = [
 ]
 
 
-@pytest.mark.parametrize("address", EMBEDDING_LOOPBACK_OR_METADATA + ["fec0::1", "64:ff9b:1::a00:1", "fe80::1%eth0"])
+@pytest.mark.parametrize("address", [*EMBEDDING_LOOPBACK_OR_METADATA, "fec0::1", "64:ff9b:1::a00:1", "fe80::1%eth0"])
 async def test_ipv6_forms_embedding_a_refused_ipv4_address_are_refused(address: str) -> None:
     """Before: every one of these but Teredo passed (``ipaddress`` calls most of them global)."""
     with pytest.raises(EgressRefused) as refused:
@@ -44,7 +45,7 @@ async def test_ipv6_forms_embedding_a_refused_ipv4_address_are_refused(address: 
     assert "target refused by egress policy" in refused.value.detail
     # An allow list for the IPv4 range opens the mapped form (the kernel connects to that address) only.
     allowing = EgressPolicy.from_allow_list(["127.0.0.0/8", "10.0.0.0/8"])
-    if address in ("::ffff:127.0.0.1",):
+    if address == "::ffff:127.0.0.1":
         assert await resolve(allowing, address, 80) == ipaddress.ip_address(address)
     elif address != "fe80::1%eth0":
         with pytest.raises(EgressRefused):
@@ -145,16 +146,14 @@ class Answers:
         answers = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 answers.received += 1
                 self.send_response(answers.status)
                 self.send_header("Content-Length", str(len(answers.body)))
                 self.end_headers()
-                try:
+                with contextlib.suppress(BrokenPipeError):
                     self.wfile.write(answers.body)
-                except BrokenPipeError:
-                    pass
 
             def log_message(self, *args: object) -> None:
                 pass

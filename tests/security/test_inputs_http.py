@@ -4,6 +4,7 @@ Allow), and OPTIONS listing the methods a path does take. Every refusal is appli
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from urllib.parse import urlsplit
@@ -22,10 +23,9 @@ def exchange(api: ApiProcess, request: bytes) -> tuple[int, dict[str, str], byte
     """Send ``request`` on a fresh connection; the status, headers and body of the first answer."""
     url = urlsplit(api.url)
     with socket.create_connection((url.hostname, url.port), timeout=10) as conn:
-        try:
+        # The server may close while a large head is still being sent; its answer is read below.
+        with contextlib.suppress(OSError):
             conn.sendall(request)
-        except OSError:
-            pass  # the server may close while a large head is still being sent; its answer is read below
         answer = b""
         while b"\r\n\r\n" not in answer or len(answer) < answer.index(b"\r\n\r\n") + 4 + _length(answer):
             try:

@@ -295,7 +295,7 @@ def test_tenant_b_never_reads_or_changes_tenant_as_data(world: World, route: tup
     before = snapshot(world)
     answers: list[httpx.Response] = []
     with world.b_client() as client:
-        client.event_hooks["response"] = [lambda r: answers.append(r)]
+        client.event_hooks["response"] = [answers.append]
         COVERED[route](world, client)
     for resp in answers:
         resp.read()

@@ -55,7 +55,7 @@ async def dispatch_now(db: Database, job_id: str) -> None:
 
 
 async def test_a_shared_pool_never_captures_a_tenants_own_pool_of_the_same_name(db: Database, rest: AsyncTestClient,
-                                                                               addr: str) -> None:  # noqa: F811
+                                                                               addr: str) -> None:
     acme, beta = await tf.tenant(db), await tf.tenant(db)
     created = await pool_service.create(db, "emails", (acme.name,))
     assert created.name == "emails"
@@ -101,7 +101,7 @@ async def test_only_granted_tenants_target_a_shared_pool_and_a_missing_one_is_re
     assert listed["jobs"] == []
 
 
-async def test_pool_key_leases_its_pool_by_the_shared_name(db: Database, addr: str) -> None:  # noqa: F811
+async def test_pool_key_leases_its_pool_by_the_shared_name(db: Database, addr: str) -> None:
     a = await tf.tenant(db)
     created = await pool_service.create(db, "fleet", (a.name,))
     job = await tf.job(db, a.tenant_id, queue=tf.shared_queue("fleet"), target_ref="shared/fleet")

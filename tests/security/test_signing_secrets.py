@@ -37,7 +37,7 @@ async def stored_row(db: Database, tenant_id) -> str:
     return await tf.raw(db, read)
 
 
-async def deliver(db: Database, t: tf.TenantFixture, target: Target, payload: dict) -> tuple[str, bytes]:  # noqa: F811
+async def deliver(db: Database, t: tf.TenantFixture, target: Target, payload: dict) -> tuple[str, bytes]:
     """One delivery of a new job of ``t`` through the HTTP pool: the Kairos-Signature header and the body."""
     job = await tf.job(db, t.tenant_id, queue=HTTP_QUEUE, target_ref=target.url, payload=payload)
     await tf.ready_executions(db, job)
@@ -65,7 +65,7 @@ async def test_the_signing_secret_is_not_stored_in_plaintext(db: Database) -> No
 
 
 async def test_rotation_signs_with_both_secrets_for_the_overlap_then_with_the_new_one_only(
-        db: Database, target: Target) -> None:  # noqa: F811
+        db: Database, target: Target) -> None:
     t = await tf.tenant(db)
     old = t.signing_secret
     rotated = await db.transaction(lambda tx: tx.tenants.rotate_signing_secret(t.tenant_id, 86400))
@@ -97,7 +97,7 @@ async def test_rotation_without_overlap_and_show_secret(db: Database) -> None:
 
 
 async def test_plaintext_rows_from_before_0011_still_sign_and_are_sealed_when_the_executor_starts(
-        db: Database, target: Target) -> None:  # noqa: F811
+        db: Database, target: Target) -> None:
     t = await tf.tenant(db)
     legacy = "ab" * 32
 

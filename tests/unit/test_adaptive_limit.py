@@ -10,17 +10,10 @@ import pytest
 
 from app.executor.http_send import RETRY_AFTER_MAX_S, retry_after_s
 from app.executor.limits import AdaptiveLimit
+from tests.support.clocks import ManualClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def window(limit: AdaptiveLimit, clock: Clock, latency_s: float, *, in_flight: int | None = None) -> None:
+def window(limit: AdaptiveLimit, clock: ManualClock, latency_s: float, *, in_flight: int | None = None) -> None:
     """One window of answers at ``latency_s`` with ``in_flight`` requests out (default: the whole limit)."""
     limit.sending(limit.current if in_flight is None else in_flight)
     answers = max(4, math.ceil(limit.limit / 4))  # what closes a window
@@ -30,7 +23,7 @@ def window(limit: AdaptiveLimit, clock: Clock, latency_s: float, *, in_flight: i
 
 
 def test_a_healthy_origin_grows_from_its_start_to_the_ceiling_by_doubling() -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     limit = AdaptiveLimit(start=32, ceiling=256, clock=clock)
     seen = [limit.current]
     for _ in range(4):
@@ -40,7 +33,7 @@ def test_a_healthy_origin_grows_from_its_start_to_the_ceiling_by_doubling() -> N
 
 
 def test_an_origin_that_is_sent_little_keeps_its_limit() -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     limit = AdaptiveLimit(start=32, ceiling=256, clock=clock)
     for _ in range(5):
         window(limit, clock, 0.005, in_flight=3)
@@ -48,7 +41,7 @@ def test_an_origin_that_is_sent_little_keeps_its_limit() -> None:
 
 
 def test_congestion_halves_at_once_then_growth_is_additive() -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     limit = AdaptiveLimit(start=64, ceiling=256, clock=clock)
     limit.congested(0.01)
     assert limit.current == 32 and not limit.slow_start
@@ -61,7 +54,7 @@ def test_congestion_halves_at_once_then_growth_is_additive() -> None:
 
 
 def test_latency_far_over_the_baseline_shrinks_the_limit_and_floor_holds() -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     limit = AdaptiveLimit(start=100, ceiling=256, floor=4, clock=clock)
     window(limit, clock, 0.005, in_flight=10)  # baseline ~5 ms, not binding: no growth
     assert limit.current == 100
@@ -75,7 +68,7 @@ def test_latency_far_over_the_baseline_shrinks_the_limit_and_floor_holds() -> No
 
 
 def test_retry_after_pauses_the_origin() -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     limit = AdaptiveLimit(start=8, ceiling=8, clock=clock)
     assert limit.paused_for() is None
     limit.congested(0.01, retry_after_s=30)
@@ -99,7 +92,7 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
 
 
 def test_an_idle_origin_starts_a_new_slow_start_from_what_it_learned() -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     limit = AdaptiveLimit(start=32, ceiling=256, clock=clock)
     for _ in range(3):
         window(limit, clock, 0.005)

@@ -70,8 +70,8 @@ def test_values_are_parsed_and_normalised() -> None:
 
 
 @pytest.mark.parametrize(("variable", "value", "message"), [
-    ("KAIROS_TRUSTED_PROXIES", "10.0.0.0/8, proxy.local", "KAIROS_TRUSTED_PROXIES must be empty or a comma-separated "
-     "list of IP addresses or networks (CIDR), or *, got '10.0.0.0/8, proxy.local'"),
+    ("KAIROS_TRUSTED_PROXIES", "10.0.0.0/8, proxy.local", ("KAIROS_TRUSTED_PROXIES must be empty or a comma-separated "
+     "list of IP addresses or networks (CIDR), or *, got '10.0.0.0/8, proxy.local'")),
     ("KAIROS_API_PORT", "abc", "KAIROS_API_PORT must be an integer 1-65535, got 'abc'"),
     ("KAIROS_API_PORT", "0", "KAIROS_API_PORT must be an integer 1-65535, got '0'"),
     ("KAIROS_API_PORT", "70000", "KAIROS_API_PORT must be an integer 1-65535, got '70000'"),
@@ -80,10 +80,10 @@ def test_values_are_parsed_and_normalised() -> None:
     ("KAIROS_DB_POOL_SIZE", "1.5", "KAIROS_DB_POOL_SIZE must be an integer >= 1, got '1.5'"),
     ("KAIROS_DB_ISOLATION", "snapshot",
      "KAIROS_DB_ISOLATION must be one of SERIALIZABLE, REPEATABLE READ, READ COMMITTED, got 'snapshot'"),
-    ("KAIROS_DB_ISOLATION", "", "KAIROS_DB_ISOLATION must be one of SERIALIZABLE, REPEATABLE READ, "
-                                "READ COMMITTED, got ''"),
-    ("KAIROS_DISPATCH_ISOLATION", "AUTOCOMMIT", "KAIROS_DISPATCH_ISOLATION must be one of SERIALIZABLE, "
-                                                "REPEATABLE READ, READ COMMITTED or empty, got 'AUTOCOMMIT'"),
+    ("KAIROS_DB_ISOLATION", "", ("KAIROS_DB_ISOLATION must be one of SERIALIZABLE, REPEATABLE READ, "
+                                "READ COMMITTED, got ''")),
+    ("KAIROS_DISPATCH_ISOLATION", "AUTOCOMMIT", ("KAIROS_DISPATCH_ISOLATION must be one of SERIALIZABLE, "
+                                                "REPEATABLE READ, READ COMMITTED or empty, got 'AUTOCOMMIT'")),
     ("KAIROS_LEASE_TTL_S", "0", "KAIROS_LEASE_TTL_S must be a number > 0, got '0'"),
     ("KAIROS_LEASE_TTL_S", "nan", "KAIROS_LEASE_TTL_S must be a number > 0, got 'nan'"),
     ("KAIROS_DISPATCH_AHEAD_S", "-1", "KAIROS_DISPATCH_AHEAD_S must be a number >= 0, got '-1'"),
@@ -94,8 +94,8 @@ def test_values_are_parsed_and_normalised() -> None:
     ("KAIROS_LOG_FORMAT", "xml", "KAIROS_LOG_FORMAT must be one of json, text, got 'xml'"),
     ("KAIROS_HOME", "", "KAIROS_HOME must be a directory path, got ''"),
     ("KAIROS_API_HOST", " ", "KAIROS_API_HOST must be a non-empty string, got ' '"),
-    ("KAIROS_DATABASE_URL", "mysql://db/kairos", "KAIROS_DATABASE_URL must be empty or a postgresql://, "
-                                                 "postgres:// or cockroachdb:// URL, got 'mysql://db/kairos'"),
+    ("KAIROS_DATABASE_URL", "mysql://db/kairos", ("KAIROS_DATABASE_URL must be empty or a postgresql://, "
+                                                 "postgres:// or cockroachdb:// URL, got 'mysql://db/kairos'")),
 ])
 def test_a_bad_value_names_the_variable_and_what_is_allowed(variable: str, value: str, message: str) -> None:
     with pytest.raises(InvalidSetting) as raised:
@@ -166,8 +166,8 @@ def _environment_reads(source: str) -> list[int]:
     passed_on = {id(value) for node in ast.walk(tree) if isinstance(node, ast.Dict)
                  for key, value in zip(node.keys, node.values, strict=True) if key is None}
     return [node.lineno for node in ast.walk(tree)
-            if (isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
-                or isinstance(node, ast.Name) and node.id in ("environ", "getenv"))
+            if ((isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv"))
+                or (isinstance(node, ast.Name) and node.id in ("environ", "getenv")))
             and id(node) not in passed_on]
 
 

@@ -206,8 +206,8 @@ def test_the_differences_across_a_us_dst_change_are_explained() -> None:
     assert not skip.identical and "Kairos skips it" in skip.differences[0].text
     wildcard = notes("30 * * * *", SPRING)
     assert [n.text.split(": ", 1)[1] for n in wildcard.differences] == [
-        "classic cron does not run it (a job with * in its minute or hour field follows the new local time), "
-        "Kairos shifts it to 03:00 EDT; at 03:00 EDT classic cron runs not at all, Kairos once"]
+        ("classic cron does not run it (a job with * in its minute or hour field follows the new local time), "
+        "Kairos shifts it to 03:00 EDT; at 03:00 EDT classic cron runs not at all, Kairos once")]
     merged = notes("0,30 2 * * *", SPRING).differences[0]
     assert merged.text.endswith("at 03:00 EDT classic cron runs twice, Kairos once")
     assert (len(merged.classic), len(merged.kairos)) == (2, 1)

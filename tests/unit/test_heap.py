@@ -99,7 +99,7 @@ def test_dropping_a_shard_forgets_its_entries_everywhere() -> None:
     heap = DueHeap()
     mine, lost = entry(shard=1), entry(shard=2)
     deferred_lost = [entry(B, shard=2, quota=1) for _ in range(3)]
-    heap.add([mine, lost] + deferred_lost)
+    heap.add([mine, lost, *deferred_lost])
     heap.pop_due(TS0, 100)
     heap.requeue([mine, lost])
     assert heap.drop_shards([2]) == 4
@@ -217,7 +217,7 @@ def test_requeued_entries_go_before_the_rest_of_their_instant() -> None:
     heap = DueHeap()
     now = [entry(A, at=10) for _ in range(3)] + [entry(B, at=10) for _ in range(3)]
     later = entry(C, at=11)
-    heap.add(now + [later])
+    heap.add([*now, later])
     first = heap.pop_due(TS0 + 10, 3)  # A's first, B's first, A's second
     heap.requeue(first[2:])
     again = heap.pop_due(TS0 + 20, 100)
@@ -232,7 +232,7 @@ def test_held_entries_wait_until_due_and_then_go_before_work_of_that_instant() -
     popped = heap.pop_due(TS0 + 5, 10, ahead_s=5.0)  # popped 5 s ahead
     heap.hold(popped)
     soon, same_instant = entry(B, at=12), [entry(B, at=10) for _ in range(2)]
-    heap.add([soon] + same_instant)
+    heap.add([soon, *same_instant])
     assert heap.pop_due(TS0 + 5, 10, ahead_s=5.0) == same_instant  # due at 10 too, but not held
     assert heap.pop_due(TS0 + 9.9, 10, ahead_s=30.0) == [soon]  # however far ahead the pop reaches
     assert heap.next_wake_ts(ahead_s=30.0) == TS0 + 10 and heap.next_wake_ts() == TS0 + 10

@@ -254,9 +254,9 @@ def module_imports(root: Path) -> dict[str, set[str]]:
 
 def import_cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     """The groups of modules that reach each other through imports (strongly connected, two or more)."""
-    reach = {m: set() for m in graph}
-    for start in graph:
-        todo = list(graph[start])
+    reach: dict[str, set[str]] = {m: set() for m in graph}
+    for start, imported in graph.items():
+        todo = list(imported)
         while todo:
             m = todo.pop()
             if m not in reach[start]:

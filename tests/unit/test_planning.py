@@ -148,7 +148,7 @@ def test_catch_up_under_forbid_runs_one_missed_occurrence_at_a_time() -> None:
     # That next occurrence, dispatched while the first still runs, is recorded as an overlap skip.
     again = planning.plan_claim(replace(c, nominal_at=at(1), next_run_at=plan.next_due.next_run_at,
                                         overlapping=True), at(6), lambda _t: at(6))
-    assert [s for s in states(again) if s[2] == "overlap"][0][0] == at(1)
+    assert next(s for s in states(again) if s[2] == "overlap")[0] == at(1)
     assert all(s[1] != "ready" for s in states(again))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta, timezone
-from itertools import islice, takewhile
+from itertools import islice, pairwise, takewhile
 
 import pytest
 from croniter import croniter
@@ -95,8 +95,8 @@ TRANSITION_CASES = [
     ("*/30 * * * *", "America/New_York", SHIFT_ONCE, "2026-11-01 04:00",
      ["2026-11-01 04:30", "2026-11-01 05:00", "2026-11-01 05:30", "2026-11-01 06:00", "2026-11-01 06:30",
       "2026-11-01 07:00"],
-     [None, "01:00 occurs twice on 2026-11-01 (fall back); a wildcard hour follows elapsed time and runs at "
-      "both (EDT, then EST)", "01:30 occurs twice", "01:00 occurs twice", "01:30 occurs twice", None]),
+     [None, ("01:00 occurs twice on 2026-11-01 (fall back); a wildcard hour follows elapsed time and runs at "
+      "both (EDT, then EST)"), "01:30 occurs twice", "01:00 occurs twice", "01:30 occurs twice", None]),
     ("*/15 2 * * *", "America/New_York", SHIFT_ONCE, "2026-11-01 06:50",
      ["2026-11-01 07:00", "2026-11-01 07:15"], [None, None]),
     # --- America/New_York 2027: spring forward 03-14, fall back 11-07
@@ -220,14 +220,14 @@ def test_skip_policy_notes_are_exact() -> None:
 
 def test_tokyo_fires_every_24_hours_for_two_years() -> None:
     found = fires("30 2 * * *", "Asia/Tokyo", "2026-01-01 00:00", 730)
-    gaps = {b.nominal_utc - a.nominal_utc for a, b in zip(found, found[1:])}
+    gaps = {b.nominal_utc - a.nominal_utc for a, b in pairwise(found)}
     assert gaps == {timedelta(hours=24)}
     assert all(o.dst_note is None and o.local.strftime("%H:%M") == "02:30" for o in found)
 
 
 def test_utc_zone_per_minute_is_every_minute() -> None:
     found = fires("* * * * *", "UTC", "2026-03-29 00:00", 180)
-    assert {b.nominal_utc - a.nominal_utc for a, b in zip(found, found[1:])} == {timedelta(minutes=1)}
+    assert {b.nominal_utc - a.nominal_utc for a, b in pairwise(found)} == {timedelta(minutes=1)}
 
 
 def test_after_is_exclusive_and_order_is_strict() -> None:
@@ -267,7 +267,7 @@ def test_jitter_offsets_run_at_and_never_the_nominal_sequence() -> None:
     found = list(islice(occurrences_after(schedule, utc("2026-05-01 00:00"), "job-7"), 5))
     assert instants(found)[0] == "2026-05-01 00:10"
     assert {o.run_at - o.nominal_utc for o in found} == {offset}
-    assert {b.nominal_utc - a.nominal_utc for a, b in zip(found, found[1:])} == {timedelta(minutes=10)}
+    assert {b.nominal_utc - a.nominal_utc for a, b in pairwise(found)} == {timedelta(minutes=10)}
     again = next_occurrence(schedule, found[0].nominal_utc, "job-7")
     assert again == found[1]
 
@@ -343,7 +343,7 @@ def test_h_with_range_and_step(key: str) -> None:
     assert values == [start, start + 10, start + 20]  # three slots inside 0-29, never past it
     quarter = fields_of("H/15 * * * *", key)[0]
     slots = sorted({moment.minute for moment in hourly_walk(quarter, 8)})
-    assert len(slots) == 4 and slots[0] < 15 and {b - a for a, b in zip(slots, slots[1:])} == {15}
+    assert len(slots) == 4 and slots[0] < 15 and {b - a for a, b in pairwise(slots)} == {15}
 
 
 def test_h_step_wider_than_its_range_is_one_value() -> None:

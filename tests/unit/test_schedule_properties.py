@@ -12,7 +12,7 @@ import functools
 import zoneinfo
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
-from itertools import islice, takewhile
+from itertools import islice, pairwise, takewhile
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -154,7 +154,7 @@ def is_transition_instant(instant: datetime, zone: ZoneInfo) -> bool:
 def check_well_formed(found: list[Occurrence], schedule: CronSchedule, job_key: str, resolved: str) -> None:
     zone = ZoneInfo(schedule.tz)
     jitter = timedelta(seconds=jitter_offset_s(job_key, schedule.jitter_s))
-    for earlier, later in zip(found, found[1:]):
+    for earlier, later in pairwise(found):
         assert earlier.nominal_utc < later.nominal_utc, (earlier, later)
     for occ in found:
         assert occ.nominal_utc.utcoffset() == timedelta(0)
@@ -268,7 +268,7 @@ def test_fixed_time_fires_once_per_local_date_under_repeat_once(
     assert inner <= set(dates)
     # And real time between consecutive runs never shrinks below a day less the clock change.
     runs = [o.nominal_utc for o in found if not o.skipped]
-    for a, b in zip(runs, runs[1:]):
+    for a, b in pairwise(runs):
         assert b - a >= timedelta(hours=24) - transition.size
 
 
@@ -339,7 +339,7 @@ def test_every_transition_with_wildcard_and_fixed_expressions(gap: str) -> None:
         # as long as the offsets are whole half hours.
         half_hour = timedelta(minutes=30)
         if transition.before % half_hour == timedelta(0) == transition.after % half_hour:
-            steps = {b.nominal_utc - a.nominal_utc for a, b in zip(found, found[1:])}
+            steps = {b.nominal_utc - a.nominal_utc for a, b in pairwise(found)}
             assert steps == {timedelta(minutes=30)}, transition
 
         # A fixed time at the first affected wall time: shifted/skipped into the transition

@@ -23,6 +23,7 @@ from __future__ import annotations
 import calendar
 import functools
 import hashlib
+import itertools
 import re
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping
@@ -84,7 +85,7 @@ _ITEM = re.compile(
       | (?P<star>[*?])
       | (?P<lo>[A-Z0-9]+)(?:-(?P<hi>[A-Z0-9]+))?
     )(?:/(?P<step>[0-9]+))?$""",
-    re.X,
+    re.VERBOSE,
 )
 _QUARTZ_ONLY = re.compile(r"^(?:\d*L|L-?\d*|\d+W|LW|.*#.*)$")
 
@@ -276,7 +277,7 @@ def _compress(values: set[int]) -> str:
 
 
 # An item that starts with H, the only place the job key enters (THU and names never start with H).
-_HASH_ITEM = re.compile(r"(?:^|[\s,])H", re.I)
+_HASH_ITEM = re.compile(r"(?:^|[\s,])H", re.IGNORECASE)
 
 
 def compile_cron(expr: str, job_key: str) -> CompiledCron:
@@ -333,11 +334,9 @@ def _compile_cron(expr: str, job_key: str) -> CompiledCron:
     rendered[2] = _compress(days) if days_restricted else "*"
     rendered[4] = _compress(weekdays) if weekdays_restricted else "*"
 
-    if days_restricted and not weekdays_restricted:
-        if not any(day <= _MAX_DAYS[month] for day in days for month in months):
-            raise _invalid(
-                f"day-of-month {_compress(days)} never occurs in month {_compress(months)}, so it never fires"
-            )
+    if days_restricted and not weekdays_restricted and not any(
+            day <= _MAX_DAYS[month] for day in days for month in months):
+        raise _invalid(f"day-of-month {_compress(days)} never occurs in month {_compress(months)}, so it never fires")
 
     sorted_minutes, sorted_hours = tuple(sorted(minutes)), tuple(sorted(hours))
     times = [(hour, minute) for hour in sorted_hours for minute in sorted_minutes]  # already in order
@@ -373,11 +372,10 @@ def min_interval_s(expr: str, job_key: str) -> int:
     """
     compiled = compile_cron(expr, job_key)
     minutes = [hour * 60 + minute for hour, minute in compiled.times_of_day]
-    gaps = [later - earlier for earlier, later in zip(minutes, minutes[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(minutes)]
     overnight = _MINUTES_A_DAY - minutes[-1] + minutes[0]
-    if not gaps or overnight < min(gaps):
-        if _consecutive_days_match(compiled):
-            gaps.append(overnight)
+    if (not gaps or overnight < min(gaps)) and _consecutive_days_match(compiled):
+        gaps.append(overnight)
     if not gaps:  # one time a day, never on two days running: the gap is at least a day and more
         gaps.append(overnight + _MINUTES_A_DAY)
     return min(gaps) * 60

@@ -118,9 +118,8 @@ class Timeline:
                     slot.real = True
             elif placement.kind == "repeat":
                 self._place_repeat(wall, placement, at)
-            else:
-                if slot := at(gap_end(self.zone, placement)):
-                    slot.gap_walls.append(wall)
+            elif slot := at(gap_end(self.zone, placement)):
+                slot.gap_walls.append(wall)
             horizon = min(placement.first, placement.second)
             while order and order[0] <= horizon:
                 yield self._finish(pending.pop(heapq.heappop(order)))

@@ -110,7 +110,7 @@ def load_zone(tz: str) -> ZoneInfo:
         raise InvalidSchedule(TZ_FIELD, "is empty; use an IANA zone name such as Europe/London or UTC")
     if len(tz) > MAX_TZ_LENGTH:
         raise InvalidSchedule(TZ_FIELD, f"is {len(tz)} characters long; an IANA zone name has at most {MAX_TZ_LENGTH}")
-    if tz.startswith("/") or tz.startswith("."):
+    if tz.startswith(("/", ".")):
         raise InvalidSchedule(TZ_FIELD, f"'{tz}' is a file path, not an IANA zone name such as Europe/London")
     if tz == "localtime":
         raise InvalidSchedule(

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from kairos_sdk._proto import worker_pb2 as pb
 from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
@@ -49,7 +50,7 @@ _OUTCOMES = {pb.OK: "ok", pb.LEASE_LOST: "lease_lost", pb.RETRY_SCHEDULED: "retr
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def _dt(ts) -> datetime | None:
+def _dt(ts: Timestamp | None) -> datetime | None:
     """A Timestamp as an aware UTC datetime (to the microsecond, as ToDatetime, at a third of its cost)."""
     if ts is None or (ts.seconds == 0 and ts.nanos == 0):
         return None
@@ -64,18 +65,22 @@ def _payload(raw: bytes) -> Any:
 
 
 class _Times:
-    """_dt with a memo for one answer: a herd's executions share their due time, one Lease its lease end."""
+    """_dt with a memo for one answer: a herd's executions share their due time, one Lease its lease end.
+    A leased execution always has both times: an unset one is a broken answer (ValueError)."""
 
     __slots__ = ("_seen",)
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[int, int], datetime | None] = {}
+        self._seen: dict[tuple[int, int], datetime] = {}
 
-    def __call__(self, ts) -> datetime | None:
+    def __call__(self, ts: Timestamp) -> datetime:
         key = (ts.seconds, ts.nanos)
         found = self._seen.get(key)
-        if found is None:  # new, or the unset Timestamp (None again, at once)
-            found = self._seen[key] = _dt(ts)
+        if found is None:
+            found = _dt(ts)
+            if found is None:
+                raise ValueError("a leased execution came without its scheduled or lease time")
+            self._seen[key] = found
         return found
 
 
@@ -108,7 +113,7 @@ class WorkerClient:
             Execution(
                 execution_id=e.execution_id, job_id=e.job_id, attempt=e.attempt,
                 payload=_payload(e.payload),
-                scheduled_for=times(e.scheduled_for), lease_until=times(e.lease_until),  # type: ignore[arg-type]
+                scheduled_for=times(e.scheduled_for), lease_until=times(e.lease_until),
                 idempotency_key=e.idempotency_key, max_attempts=e.max_attempts,
                 timeout_seconds=e.timeout_seconds,
             )

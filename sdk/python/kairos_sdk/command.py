@@ -21,12 +21,13 @@ milliseconds the worker's own spawning cost is what bounds its rate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
 import signal
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from kairos_sdk.client import Execution
@@ -84,8 +85,13 @@ def _pidfds_work() -> bool:
 async def _exited(pidfd: int) -> None:
     """Wait on the event loop until the process behind ``pidfd`` has exited."""
     loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    loop.add_reader(pidfd, lambda: done.done() or done.set_result(None))
+    done: asyncio.Future[None] = loop.create_future()
+
+    def exited() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(pidfd, exited)
     try:
         await done
     finally:
@@ -94,16 +100,15 @@ async def _exited(pidfd: int) -> None:
 
 def _kill_group(pid: int) -> None:
     """SIGKILL the process group a command leads (it runs in a session of its own)."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 async def _run_spawned(argv: list[str], env: dict[str, str], stdio: tuple[int, int, int]) -> int:
     """posix_spawn ``argv`` in a session of its own with ``stdio`` as 0, 1 and 2; its exit code
     (negative: killed by that signal). Cancelled, it kills the process group and reaps the process."""
     actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)]
+    # posix_spawn returns once the child exists (vfork): not a wait, so not a blocking call in the loop.
     pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True,
                           setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
     pidfd = os.pidfd_open(pid)
@@ -115,7 +120,7 @@ async def _run_spawned(argv: list[str], env: dict[str, str], stdio: tuple[int, i
         raise
     finally:
         os.close(pidfd)
-        _, status = os.waitpid(pid, 0)  # at once: the process has exited
+        _, status = os.waitpid(pid, 0)  # returns at once: the process has exited
     return os.waitstatus_to_exitcode(status)
 
 
@@ -132,7 +137,7 @@ async def _run_asyncio(argv: list[str], env: dict[str, str], stdio: tuple[int, i
         raise
 
 
-def command_handler(argv: Sequence[str]):
+def command_handler(argv: Sequence[str]) -> Callable[[Execution], Awaitable[Any]]:
     """The handler that runs ``argv`` per execution, in the environment of this process as it is now
     (without KAIROS_API_KEY) plus the execution's variables."""
     argv = list(argv)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import grpc
@@ -20,12 +20,15 @@ from kairos_sdk.client import Answer, WorkerClient
 
 log = logging.getLogger("kairos.worker")
 
-Item = TypeVar("Item", bound=tuple)
+Item = TypeVar("Item", bound=tuple[Any, ...])
 
 # A call that failed with one of these may succeed if sent again (reports are idempotent per attempt).
 TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                        grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED})
 RETRY_FIRST_S, RETRY_MOST_S = 0.1, 2.0
+
+# One call for a batch of outcomes: an answer per item, or the exception that item raised.
+_Sender = Callable[[list[Any]], Awaitable[Sequence[Answer | BaseException]]]
 
 
 class _Batch(Generic[Item]):
@@ -76,7 +79,7 @@ class OutcomeReporter:
         while self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
 
-    def _add(self, kind: str, item: tuple) -> asyncio.Future[Answer]:
+    def _add(self, kind: str, item: tuple[Any, ...]) -> asyncio.Future[Answer]:
         if item[0] in (self._completes if kind == "complete" else self._fails).ids:
             self.flush()  # one call carries an execution once (it was re-leased to this worker)
         batch = self._completes if kind == "complete" else self._fails
@@ -101,7 +104,7 @@ class OutcomeReporter:
                 task.add_done_callback(self._sending.discard)
         self._completes, self._fails = _Batch(), _Batch()
 
-    async def _send_completes(self, items: list) -> list[Answer]:
+    async def _send_completes(self, items: list[Any]) -> Sequence[Answer | BaseException]:
         if self.batched:
             try:
                 return await self.client.complete_many(items)
@@ -111,7 +114,7 @@ class OutcomeReporter:
                 self._unbatched()
         return list(await asyncio.gather(*(self.client.complete(*i) for i in items), return_exceptions=True))
 
-    async def _send_fails(self, items: list) -> list[Answer]:
+    async def _send_fails(self, items: list[Any]) -> Sequence[Answer | BaseException]:
         if self.batched:
             try:
                 return await self.client.fail_many(items)
@@ -126,7 +129,7 @@ class OutcomeReporter:
             self.batched = False
             log.info("the executor has no batched outcome calls; reporting one call per execution")
 
-    async def _send(self, batch: _Batch, send: Callable[[list], Awaitable[list]]) -> None:
+    async def _send(self, batch: _Batch[Any], send: _Sender) -> None:
         try:
             answers = await self._sent(batch, send)
         except BaseException as exc:  # the call failed as a whole: every item's reporter sees why
@@ -144,7 +147,7 @@ class OutcomeReporter:
             else:
                 fut.set_result(answer)
 
-    async def _sent(self, batch: _Batch, send: Callable[[list], Awaitable[list]]) -> list:
+    async def _sent(self, batch: _Batch[Any], send: _Sender) -> Sequence[Answer | BaseException]:
         """``send``'s answers for the batch, sending it again after a transient failure until ``retry_s``."""
         loop = asyncio.get_running_loop()
         give_up_at, delay = loop.time() + self.retry_s, RETRY_FIRST_S

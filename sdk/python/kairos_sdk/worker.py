@@ -358,7 +358,7 @@ class Worker:
                     error, retryable = "worker stopped before the handler finished", True
             except NonRetryable as exc:
                 error, retryable = _describe(exc), False
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever the handler raised is its failure, retried
                 error, retryable = _describe(exc), True
         finally:
             group.finished(eid)
@@ -366,12 +366,14 @@ class Worker:
             self._stopped_late.discard(task)
             self._busy -= 1
             self._slot_freed.set()
+        reporter = self._reporter
+        assert reporter is not None  # set before the first lease and kept until the worker has stopped
         try:
             if error is None:
-                answer = await self._reporter.complete(eid, attempt, result)
+                answer = await reporter.complete(eid, attempt, result)
                 self.stats["completed" if not answer.lease_lost else "lease_lost"] += 1
             else:
-                answer = await self._reporter.fail(eid, attempt, error, retryable)
+                answer = await reporter.fail(eid, attempt, error, retryable)
                 self.stats["failed" if not answer.lease_lost else "lease_lost"] += 1
             if answer.lease_lost:
                 log.warning("lease lost; outcome discarded", extra={"execution_id": eid, "attempt": attempt})

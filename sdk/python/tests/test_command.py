@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -91,15 +92,15 @@ async def test_a_large_payload_and_output_pass_whole_and_the_result_is_the_tail_
 
 
 async def test_the_error_is_the_last_lines_of_stderr_and_no_descriptor_is_left_open() -> None:
-    import os
 
-    before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    fds = Path("/proc/self/fd")
+    before = len(list(fds.iterdir())) if fds.is_dir() else None
     code = "import sys; [print(f'line {i}', file=sys.stderr) for i in range(5000)]; sys.exit(4)"
     with pytest.raises(CommandFailed) as failed:
         await command_handler(_python(code))(_execution(None))
     assert str(failed.value).splitlines() == ["exit status 4: line 4980"] + [f"line {i}" for i in range(4981, 5000)]
     if before is not None:
-        assert len(os.listdir("/proc/self/fd")) == before
+        assert len(list(fds.iterdir())) == before
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the child through /proc")
@@ -118,12 +119,12 @@ async def test_a_cancelled_command_is_killed_and_reaped(spawned: bool, monkeypat
     children: list[str] = []
     while not children and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.02)
-        children = [p for p in os.listdir("/proc") if p.isdigit() and _parent(p) == os.getpid()]
+        children = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p.name) == os.getpid()]
     assert children
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not any(os.path.exists(f"/proc/{pid}") and _parent(pid) == os.getpid() for pid in children)
+    assert not any(Path(f"/proc/{pid}").exists() and _parent(pid) == os.getpid() for pid in children)
 
 
 def _parent(pid: str) -> int | None:

@@ -1,4 +1,5 @@
-"""Planner statistics of the hot tables (PostgreSQL; CockroachDB keeps its own up to date)."""
+"""Planner statistics of the hot tables (PostgreSQL; CockroachDB keeps its own up to date): what ANALYZE
+last measured, not the figures the dashboard shows (those are ``app.store.stats``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ _ANALYZE = {"jobs": "StatisticsAnalyzeJobs", "due_index": "StatisticsAnalyzeDueI
 HOT_TABLES = tuple(_ANALYZE)
 
 
-class Statistics(Table):
-    """The statistics statements of one transaction."""
+class PlannerStatistics(Table):
+    """The planner statistics statements of one transaction."""
 
     async def stale_tables(self, *, min_rows: int, fraction: float) -> list[str]:
         rows = await self._conn.execute(q("StatisticsStaleTables"), {"min_rows": min_rows, "fraction": fraction})
