@@ -56,7 +56,7 @@ async def worker(dsn: str, out: Path, batch: int, total: int) -> None:
     lines: list[str] = []
 
     @qm.entrypoint(ENTRYPOINT)
-    async def handle(job) -> None:  # noqa: ANN001 - pgqueuer's Job
+    async def handle(job) -> None:
         lines.append(f"{time.time():.6f} {job.payload.decode() if job.payload else '-'}\n")
 
     async def watch() -> None:

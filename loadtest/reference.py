@@ -58,7 +58,8 @@ async def pgqueuer_herd(run: Run, name: str, groups: list[tuple[str, int]]) -> d
     out.mkdir(parents=True, exist_ok=True)
     env = {"PATH": "/usr/bin:/bin"}
     try:
-        subprocess.run([str(exe), script, "install", dsn], check=True, env=env, capture_output=True, timeout=120)
+        await asyncio.to_thread(subprocess.run, [str(exe), script, "install", dsn], check=True, env=env,
+                                capture_output=True, timeout=120)
         workers = [run.procs.start(f"{name}-pgqueuer-worker{i + 1}",
                                    [str(exe), script, "worker", dsn, str(out / f"starts-{i + 1}.txt"),
                                     str(PGQUEUER_BATCH), str(total)], env)
@@ -66,8 +67,8 @@ async def pgqueuer_herd(run: Run, name: str, groups: list[tuple[str, int]]) -> d
         # Enqueue first, then T: pgqueuer's bulk enqueue is fast (a few seconds for 100,000).
         t_due = math.ceil(time.time() + run.args.lead_min + total / 20_000)
         began = time.time()
-        subprocess.run([str(exe), script, "enqueue", dsn, str(t_due), json.dumps(groups)], check=True, env=env,
-                       capture_output=True, timeout=600)
+        await asyncio.to_thread(subprocess.run, [str(exe), script, "enqueue", dsn, str(t_due), json.dumps(groups)],
+                                check=True, env=env, capture_output=True, timeout=600)
         enqueued_s = time.time() - began
         if time.time() >= t_due:
             raise h.ScenarioFailed(f"pgqueuer: enqueue of {total} ended after T")
