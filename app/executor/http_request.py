@@ -13,6 +13,7 @@ import msgspec
 
 from app.domain.egress import IPAddress
 from app.executor.breaker import Key
+from app.executor.oidc import authorize
 from app.executor.signing import sign
 from app.store import executions as ex
 
@@ -103,4 +104,6 @@ def delivery_headers(item: ex.Leased, target: Target, body: bytes) -> dict[str, 
         "Kairos-Scheduled-For": scheduled,
         "Kairos-Signature": sign(item.signing_secret, body),
     })
+    if item.http_auth is not None:  # its identity token, the only Authorization sent (app.executor.oidc)
+        authorize(headers, item)
     return headers

@@ -21,6 +21,7 @@ from app.store.dispatch import Dispatch
 from app.store.durability import Durability
 from app.store.executions import Executions
 from app.store.jobs import Jobs
+from app.store.oidc_keys import OidcKeys
 from app.store.pools import Pools
 from app.store.retention import Retention
 from app.store.schema import Schema
@@ -36,7 +37,7 @@ T = TypeVar("T", bound=Table)
 class Store:
     """Every statement one transaction may run, bound to its connection."""
 
-    __slots__ = ("_conn", "attempts", "dispatch", "durability", "executions", "jobs", "pools", "retention",
+    __slots__ = ("_conn", "attempts", "dispatch", "durability", "executions", "jobs", "oidc_keys", "pools", "retention",
                  "schema", "shard_leases", "statistics", "stats", "tenants")
 
     def __init__(self, conn: AsyncConnection) -> None:
@@ -46,6 +47,7 @@ class Store:
         self.durability = Durability(conn)
         self.executions = Executions(conn)
         self.jobs = Jobs(conn)
+        self.oidc_keys = OidcKeys(conn)
         self.pools = Pools(conn)
         self.retention = Retention(conn)
         self.schema = Schema(conn)

@@ -125,7 +125,16 @@ SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS j
        t.signing_secret, j.http_method, j.http_headers, l.traceparent,
        -- A job payload kept in the object store (NULL above): the lease's caller reads it (app.store.payloads).
        CASE WHEN l.payload IS NULL THEN j.payload_ref END AS payload_ref,
-       l.trigger  -- schedule, manual or backfill: only scheduled occurrences count in start lag
+       l.trigger,  -- schedule, manual or backfill: only scheduled occurrences count in start lag
+       j.http_auth,  -- an HTTP target's auth object: the identity token it asks for (docs/http-delivery.md)
+       -- The key that signs that token now: its id and sealed private half (app/store/oidc_keys.py; the
+       -- latest signs_from not in the future: a rotation's new key is published before it signs).
+       CASE WHEN j.http_auth IS NOT NULL THEN (
+           SELECT k.key_id FROM oidc_keys AS k WHERE k.signs_from <= coalesce(CAST(:now AS TIMESTAMPTZ), now())
+           ORDER BY k.signs_from DESC, k.key_id LIMIT 1) END AS oidc_key_id,
+       CASE WHEN j.http_auth IS NOT NULL THEN (
+           SELECT k.private_key FROM oidc_keys AS k WHERE k.signs_from <= coalesce(CAST(:now AS TIMESTAMPTZ), now())
+           ORDER BY k.signs_from DESC, k.key_id LIMIT 1) END AS oidc_key
 FROM leased AS l
 JOIN jobs AS j ON j.job_id = l.job_id
 JOIN tenants AS t ON t.tenant_id = l.tenant_id;
