@@ -38,6 +38,22 @@ async def ensure_key(db: Database) -> str | None:
     return await db.transaction(work)
 
 
+async def reseal_keys(db: Database) -> int:
+    """Re-seal every identity-token key not sealed under the first key of KAIROS_SECRET_KEY; how many were."""
+    from app.store import sealing
+
+    keyring = sealing.current()
+
+    async def work(tx: Store) -> int:
+        moved = 0
+        for key_id, stored in await tx.oidc_keys.sealed_list():
+            if not keyring.sealed_by_primary(stored):
+                moved += await tx.oidc_keys.reseal(key_id, stored, keyring.seal_bytes(keyring.open_bytes(stored)))
+        return moved
+
+    return await db.transaction(work)
+
+
 def _key_json(key: Any) -> dict[str, Any]:
     return {"keyId": key.key_id, "algorithm": key.algorithm, "createdAt": key.created_at.isoformat(),
             "signsFrom": key.signs_from.isoformat(),
