@@ -5,11 +5,13 @@ after a key rotation (the retired key stays published, so its tokens still verif
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -178,3 +180,33 @@ async def test_a_token_for_another_audience_is_refused_by_the_receiver(api: ApiP
         assert verifier.seen == [] and "InvalidAudienceError" in verifier.refused[0]
     finally:
         await db.close()
+
+
+def docs_example() -> str:
+    """The receiver's verification example in docs/http-delivery.md, as written."""
+    doc = (Path(__file__).parents[2] / "docs" / "http-delivery.md").read_text()
+    section = doc[doc.index("## Identity tokens"):]
+    return section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
+
+
+async def test_the_docs_verification_example_verifies_a_delivered_token(api: ApiProcess, verifier: Verifier) -> None:
+    db = Database(create_engine(api.database_url, pool_size=2))
+    try:
+        await db.transaction(lambda tx: tx.oidc_keys.ensure("ES256", sealing.current()))
+        t = await tf.tenant(db)
+        job_id = await oidc_job(db, t.tenant_id, verifier.url, {"type": "oidc", "audience": "https://hooks.example"})
+        await deliver(db, job_id)  # the receiver refuses it (another audience); the token is what we want
+        [token] = [value for (_, _, job, _), (value, _) in oidc._tokens.items() if job == str(job_id)]
+    finally:
+        await db.close()
+    code = docs_example()
+    # Point the example at this Kairos (its ISSUER and AUDIENCE lines are the reader's to fill in).
+    code = re.sub(r'(?m)^ISSUER = ".*?"', f'ISSUER = "{verifier.issuer}"', code)
+    code = re.sub(r'(?m)^AUDIENCE = ".*?"', 'AUDIENCE = "https://hooks.example"', code)
+    namespace: dict[str, Any] = {"request_headers": {"Authorization": token}}
+    exec(compile(code, "docs/http-delivery.md", "exec"), namespace)  # noqa: S102
+    assert namespace["job_id"] == str(job_id) and namespace["tenant_id"] == str(t.tenant_id)
+    with pytest.raises(jwt.InvalidTokenError):
+        namespace["verify_identity_token"]("Bearer " + token.removeprefix("Bearer ")[:-4] + "AAAA")
+    with pytest.raises(jwt.InvalidTokenError):
+        namespace["verify_identity_token"]("Basic eDp5")
