@@ -116,7 +116,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
       -- planner cannot read these rows from the partial indexes on state = 'ready' instead.
       AND e.state = (SELECT 'ready') AND e.attempt = p.attempt
     RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
-              e.lease_until, e.payload, e.traceparent, e.trigger
+              e.lease_until, e.payload, e.traceparent, e.trigger, e.ready_at
 )
 -- The ids as text: what the executor hands on (gRPC, HTTP headers, log lines) and keys its leases by.
 SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS job_id,
@@ -137,7 +137,10 @@ SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS j
            ORDER BY k.signs_from DESC, k.key_id LIMIT 1) END AS oidc_key
 FROM leased AS l
 JOIN jobs AS j ON j.job_id = l.job_id
-JOIN tenants AS t ON t.tenant_id = l.tenant_id;
+JOIN tenants AS t ON t.tenant_id = l.tenant_id
+-- The batch in queue order, a job's occurrences in scheduled order (a backfill's several due at one lease
+-- are handed out oldest first); the UPDATE returns them in whatever order its plan visited them.
+ORDER BY l.ready_at, l.scheduled_for;
 
 -- name: ExecutionNextReadyIn
 -- Seconds until the earliest ready execution of a queue falls due (<= 0: due now), NULL when none is ready (one probe of executions_ready_at).
