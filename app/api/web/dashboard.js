@@ -1,7 +1,7 @@
 // The Kairos dashboard: reads /v1/status, /v1/stats/*, /v1/jobs and the history routes with the key
 // the person pasted (kept in sessionStorage, sent as a Bearer token). Every value from the API is
-// written with textContent, never as HTML. Charts are plotly.js, served by the API from the
-// installed plotly package.
+// written with textContent, never as HTML. Charts are plotly.js's basic bundle, served by the API
+// from its package data (plotly-basic.min.js).
 "use strict";
 
 const TOKEN_KEY = "kairos.token";
