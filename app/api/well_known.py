@@ -8,6 +8,7 @@ holds the current signing key and the keys retired by a rotation until their ove
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from litestar import Controller, get
@@ -22,6 +23,9 @@ CONFIGURATION_PATH = "/.well-known/openid-configuration"
 # an unknown kid should fetch again rather than wait (PyJWKClient does).
 JWKS_MAX_AGE_S = 300
 CONFIGURATION_MAX_AGE_S = 3600
+# The key set read from the database at most this often per process: the route needs no key, so a flood
+# of requests costs one read per interval rather than one each (a rotation shows within it).
+JWKS_READ_EVERY_S = 1.0
 
 
 class WellKnownController(Controller):
@@ -31,12 +35,18 @@ class WellKnownController(Controller):
     @get(JWKS_PATH, operation_id="JwksGet", cache_control=CacheControlHeader(max_age=JWKS_MAX_AGE_S, public=True),
          summary="The public keys that verify the identity tokens HTTP targets receive (a JWK Set).")
     async def jwks(self, state: State) -> dict[str, Any]:
+        kept: tuple[float, dict[str, Any]] | None = state.get("jwks")
+        now = time.monotonic()
+        if kept is not None and now < kept[0]:
+            return kept[1]
         db: Database = state.db
 
         async def read(tx: Store) -> list[dict[str, Any]]:
             return [k.public_jwk for k in await tx.oidc_keys.published()]
 
-        return {"keys": await db.transaction(read)}
+        document = {"keys": await db.transaction(read)}
+        state.jwks = (now + JWKS_READ_EVERY_S, document)
+        return document
 
     @get(CONFIGURATION_PATH, operation_id="OpenidConfigurationGet",
          cache_control=CacheControlHeader(max_age=CONFIGURATION_MAX_AGE_S, public=True),

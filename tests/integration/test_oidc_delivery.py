@@ -31,7 +31,7 @@ from tests.conftest import poll
 from tests.integration.test_http_delivery_path import run_pool
 from tests.integration.test_http_isolation import LOCAL
 
-AHEAD_S = 2.0
+AHEAD_S = 6.0
 
 
 async def _passed(instant: datetime) -> bool:
@@ -155,11 +155,19 @@ async def test_a_receiver_verifies_the_token_against_the_jwks_across_a_rotation(
         assert rotated.retired == [first.key_id]
         published = httpx.get(verifier.jwks_url, timeout=5)
         assert published.headers["cache-control"] == "max-age=300, public"
-        assert [k["kid"] for k in published.json()["keys"]] == [rotated.newest.key_id, first.key_id]
+
+        async def both_published() -> bool:  # the API reads the key set at most once a second
+            keys = httpx.get(verifier.jwks_url, timeout=5).json()["keys"]
+            return [k["kid"] for k in keys] == [rotated.newest.key_id, first.key_id]
+
+        await poll(both_published, timeout_s=5, what="the new key in the key set")
         assert await deliver(db, job_id) == ["succeeded"], verifier.refused
         assert verifier.seen[-1]["kid"] == first.key_id  # not yet the new key's turn
 
-        verifier.refresh()  # the receiver's cached key set expires: it now holds the new key too
+        async def receiver_has_it() -> bool:  # the receiver's cached key set expires: it fetches the new key
+            return rotated.newest.key_id in [k.key_id for k in verifier.refresh().keys]
+
+        await poll(receiver_has_it, timeout_s=5, what="the receiver's key set holds the new key")
         await poll(lambda: _passed(rotated.newest.signs_from), timeout_s=AHEAD_S + 5, what="the new key signs")
         assert await deliver(db, job_id) == ["succeeded"], verifier.refused
         assert verifier.seen[-1]["kid"] == rotated.newest.key_id  # new tokens: the new key (RS256)
