@@ -125,7 +125,8 @@ class TargetOut(Wire):
     ref: str
     method: str | None = None
     headers: dict[str, str] | None = None
-    auth: TargetAuth | None = None
+    # Absent (not null) when the target asks for no token, so a target reads as it was submitted.
+    auth: TargetAuth | msgspec.UnsetType = msgspec.UNSET
 
 
 class ScheduleOut(Wire):

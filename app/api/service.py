@@ -118,7 +118,8 @@ def job_out(job: store.Job, counts: store.ExecutionCounts | None = None) -> sche
         job_id=str(job.job_id), name=job.name, state=job.reported_state,
         target=schemas.TargetOut(job.target_type, job.target_ref, method=job.http_method if http else None,
                                  headers=job.http_headers if http else None,
-                                 auth=msgspec.convert(job.http_auth, schemas.TargetAuth) if job.http_auth else None),
+                                 auth=msgspec.convert(job.http_auth, schemas.TargetAuth) if job.http_auth
+                                 else msgspec.UNSET),
         schedule=schemas.ScheduleOut(run_at=job.run_at, cron=job.cron, cron_resolved=job.cron_resolved, tz=job.tz,
                                      jitter_seconds=job.jitter_s if job.schedule_kind != "once" else None, dst=dst,
                                      start_at=job.start_at, end_at=job.end_at,

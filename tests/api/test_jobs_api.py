@@ -40,8 +40,7 @@ def test_create_then_get_one_off_job_writes_job_and_due_row(api: ApiProcess, cli
     assert datetime.fromisoformat(created["nextRunAt"]) == datetime.fromisoformat(body["schedule"]["runAt"])
     job = client.get(f"/v1/jobs/{created['jobId']}").json()
     assert job["state"] == "active" and job["name"] == "nightly-report"
-    assert job["target"] == {"type": "http", "ref": "https://example.com/hook", "method": "POST", "headers": {},
-                             "auth": None}
+    assert job["target"] == {"type": "http", "ref": "https://example.com/hook", "method": "POST", "headers": {}}
     assert job["payload"] == {"report": "sales"}
     rows = query(api.database_url, "SELECT next_run_at, due_minute FROM due_index WHERE job_id = %s",
                  (created["jobId"],))
