@@ -388,6 +388,28 @@ class Settings:
         "KAIROS_SIGNING_SECRET_OVERLAP_S", 86400.0, number(), shown="`86400` (24 h)",
         doc="how long `kairos tenants rotate-secret` keeps signing with the previous secret as well (its "
             "`--overlap` wins)")
+    # Identity tokens for HTTP targets (app.executor.oidc, app.store.oidc_keys, docs/http-delivery.md).
+    oidc_issuer: str = setting(
+        "KAIROS_OIDC_ISSUER", "", text(required=False), shown="empty: the API's URL (`http://KAIROS_API_HOST:"
+        "KAIROS_API_PORT`)",
+        doc="the `iss` of the identity tokens HTTP targets receive: the public URL under which the API serves "
+            "`/.well-known/openid-configuration` (set it to the URL receivers reach in production)")
+    oidc_token_ttl_s: int = setting(
+        "KAIROS_OIDC_TOKEN_TTL_S", 900, integer(60, 3600), shown="`900` (15 min)",
+        doc="how long an identity token is valid (`exp - iat`, 60-3600); a token is reused for deliveries of the "
+            "same job and audience until a third of that is left")
+    oidc_key_algorithm: str = setting(
+        "KAIROS_OIDC_KEY_ALGORITHM", "ES256", choice(("ES256", "RS256"), upper=True),
+        doc="`ES256` or `RS256`: the algorithm of keys made from now on (the first key, and each "
+            "`kairos db rotate-oidc-key` without `--algorithm`)")
+    oidc_key_publish_ahead_s: float = setting(
+        "KAIROS_OIDC_KEY_PUBLISH_AHEAD_S", 900.0, number(), shown="`900` (15 min)",
+        doc="how long a key made by `kairos db rotate-oidc-key` is published before it signs (its `--publish-ahead` "
+            "wins), so receivers that cache the key set (`/.well-known/jwks.json` says max-age 300) have it first")
+    oidc_key_overlap_s: float = setting(
+        "KAIROS_OIDC_KEY_OVERLAP_S", 86400.0, number(), shown="`86400` (24 h)",
+        doc="how long `kairos db rotate-oidc-key` keeps the replaced key published (its `--overlap` wins; at least "
+            "`KAIROS_OIDC_TOKEN_TTL_S`)")
     log_level: str = setting("KAIROS_LOG_LEVEL", "INFO", choice(LOG_LEVELS, upper=True), "log level")
     log_format: str = setting(
         "KAIROS_LOG_FORMAT", "json", choice(LOG_FORMATS, upper=False),
@@ -459,6 +481,11 @@ class Settings:
     @property
     def api_url(self) -> str:
         return f"http://{self.api_host}:{self.api_port}"
+
+    @property
+    def issuer(self) -> str:
+        """The identity tokens' ``iss``: KAIROS_OIDC_ISSUER, else the API's URL (no trailing slash)."""
+        return (self.oidc_issuer or self.api_url).rstrip("/")
 
     @property
     def grpc_addr(self) -> str:

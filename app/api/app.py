@@ -19,6 +19,7 @@ from app.api.openapi_ui import LocalSwaggerUI
 from app.api.schedules import ScheduleController
 from app.api.stats import StatsController, StatusController
 from app.api.submit import SubmitWriter, WriterConfig
+from app.api.well_known import WellKnownController
 from app.config import Settings
 from app.store import Database, tenants
 from app.store.payloads import PayloadStore
@@ -27,7 +28,7 @@ from app.store.payloads import PayloadStore
 def controllers(settings: Settings) -> list[type]:
     found: list = [HealthController, JobController, create_jobs, ScheduleController, DeadLetterController]
     found.append(MetricsController)
-    found += [StatsController, StatusController, DashboardController]
+    found += [StatsController, StatusController, DashboardController, WellKnownController]
     if settings.demo:
         found.append(DemoController)
     return found

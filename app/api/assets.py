@@ -1,12 +1,16 @@
 """Static files the API serves from installed packages: its own (``app/api/web``, package data) and
-the browser libraries of declared dependencies, read where pip put them, never copied into this
-repository and never fetched from a CDN.
+the browser libraries of declared dependencies, read where pip put them; never fetched from a CDN.
 
-* plotly.js, the dashboard's charts: ``plotly/package_data/plotly.min.js`` of the ``plotly`` package.
+* plotly.js, the dashboard's charts: ``app/api/web/plotly-basic.min.js``, the minified basic bundle
+  (scatter, bar and pie traces: what the dashboard draws) of the npm package ``plotly.js-basic-dist-min``
+  (4.1.2), with its MIT licence beside it (``plotly-basic.LICENSE.txt``). Shipped as our package data:
+  the ``plotly`` Python package carried the full bundle in 64 MB of Python the API never imports. To
+  update it: ``npm pack plotly.js-basic-dist-min@VERSION``, then copy ``plotly-basic.min.js`` and
+  ``LICENSE`` from the tarball.
 * Swagger UI, the OpenAPI page at ``/schema``: ``swagger_ui/static/`` of the ``swagger-ui-py`` package.
 
 A dependency is located with ``importlib.util.find_spec``, which finds a package without importing
-it (importing plotly would load its whole Python side for one JavaScript file).
+it (importing swagger_ui would run its Python side for a few static files).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ DASHBOARD = {a.name: a for a in (
     own("dashboard.js", JS),
     own("dashboard.css", CSS),
     own("favicon.svg", "image/svg+xml"),
-    Asset("plotly", ("package_data", "plotly.min.js"), JS, LONG),
+    own("plotly-basic.min.js", JS),
 )}
 SWAGGER_UI = {a.name: a for a in (
     Asset("swagger_ui", ("static", "swagger-ui-bundle.js"), JS, LONG),

@@ -2,8 +2,8 @@
 
 The page asks for a tenant's API key or the operator's admin token, keeps it in the tab's
 sessionStorage and sends it as a Bearer token to /v1/status, /v1/stats/*, /v1/jobs and the history
-routes; the server keeps nothing about the session. Its scripts are ours and plotly.js from the
-installed ``plotly`` package (app.api.assets), so the Content-Security-Policy allows this origin
+routes; the server keeps nothing about the session. Its scripts are ours and plotly.js's basic bundle,
+shipped beside them as package data (app.api.assets), so the Content-Security-Policy allows this origin
 only: nothing is loaded from elsewhere, and no inline script runs.
 """
 

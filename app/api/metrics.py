@@ -191,12 +191,17 @@ class TierMetrics:
             self._thread.join(timeout=2.0)
 
 
+# Litestar appends "; charset=utf-8" to a text/* media type itself: given the whole Content-Type, it
+# would say charset twice.
+EXPOSITION_MEDIA_TYPE = observability.EXPOSITION_CONTENT_TYPE.removesuffix("; charset=utf-8")
+
+
 class MetricsController(Controller):
     """``GET /metrics`` on the API port: the tier's text (the supervisor's merge), or this process's own."""
 
     include_in_schema = False
 
-    @get("/metrics", media_type=observability.EXPOSITION_CONTENT_TYPE)
+    @get("/metrics", media_type=EXPOSITION_MEDIA_TYPE)
     async def metrics(self, request: Request, state: State) -> Response[bytes]:
         if not scrape_allowed(request.headers.get("authorization", ""), state.settings.metrics_token):
             return Response(b"/metrics needs Authorization: Bearer <KAIROS_METRICS_TOKEN>\n", status_code=401,
@@ -210,7 +215,7 @@ class MetricsController(Controller):
             if answer is None:
                 return Response(b"the api supervisor did not answer\n", status_code=503, media_type="text/plain")
             text = answer
-        return Response(without_tenant_series(text).encode(), media_type=observability.EXPOSITION_CONTENT_TYPE)
+        return Response(without_tenant_series(text).encode(), media_type=EXPOSITION_MEDIA_TYPE)
 
 
 def without_tenant_series(text: str) -> str:

@@ -181,6 +181,8 @@ FIELD_RULES: dict[str, dict[str, dict[str, Any]]] = {
                     "additionalProperties": {"type": "string", "maxLength": spec.MAX_HEADER_VALUE_LEN,
                                              "pattern": f"^{spec.HEADER_VALUE.pattern}$"}},
     },
+    "TargetAuth": {"audience": {"minLength": 1, "maxLength": spec.MAX_AUDIENCE_LEN,
+                                "pattern": f"^{spec.AUDIENCE.pattern}$"}},
     "ScheduleIn": {
         "delaySeconds": _range(0, spec.MAX_DELAY_S),
         "cron": {"minLength": 1, "maxLength": cron.MAX_CRON_LENGTH, "pattern": NO_NUL},
@@ -312,7 +314,11 @@ def _batch_body(known: dict[str, Any]) -> dict[str, Any]:
 _TARGET = {"type": "http (an URL) or queue (a worker pool)",
            "ref": "the URL of an http target; the pool of a queue target: NAME (the tenant's own) or shared/NAME",
            "method": "http only: POST (default), PUT, PATCH or GET",
-           "headers": "http only: headers sent with each delivery (Kairos's own, such as Kairos-Signature, win)"}
+           "headers": "http only: headers sent with each delivery (Kairos's own, such as Kairos-Signature, win)",
+           "auth": "http only: {\"type\": \"oidc\"} sends each delivery with Authorization: Bearer <JWT>, an "
+                   "identity token Kairos signs (keys at /.well-known/jwks.json); null: none"}
+_TARGET_AUTH = {"type": "oidc: a short-lived JWT (iss, aud, sub = tenants/<tenant>/jobs/<job>, iat, exp)",
+                "audience": "the token's aud; absent: the target's URL"}
 _SCHEDULE = {
     "runAt": "one-off: the instant to run at (ISO 8601 with an offset)",
     "delaySeconds": "one-off: run this many seconds after the submit",
@@ -354,7 +360,8 @@ _JOB = {
     "executions": "GET /v1/jobs/{jobId} only: how the job's executions ended so far, and how many are pending",
     "payloadRef": "where a large payload is kept (the payload field then holds it whole on GET of the job)"}
 FIELD_DESCRIPTIONS: dict[str, dict[str, str]] = {
-    "JobIn": _JOB, "JobOut": _JOB, "TargetIn": _TARGET, "TargetOut": _TARGET, "ScheduleIn": _SCHEDULE,
+    "JobIn": _JOB, "JobOut": _JOB, "TargetIn": _TARGET, "TargetOut": _TARGET, "TargetAuth": _TARGET_AUTH,
+    "ScheduleIn": _SCHEDULE,
     "ScheduleOut": _SCHEDULE, "RetryIn": _RETRY, "RetryOut": _RETRY,
     "DstIn": {"gap": "a fire time a spring-forward skips: shift (run at the first valid instant after it) or skip",
               "repeat": "a fixed-hour fire time a fall-back repeats: once (the first instance) or twice"},

@@ -23,11 +23,19 @@ def decode_body(raw: bytes, type_: type[W]) -> W:
     return bodies.decode(raw, type_, empty=type_)
 
 
+class TargetAuth(Wire, omit_defaults=True):
+    """An HTTP target's signed identity token (docs/http-delivery.md, "Identity tokens")."""
+
+    type: Literal["oidc"]
+    audience: str | None = None
+
+
 class TargetIn(Wire):
     type: str
     ref: str
     method: str | None = None
     headers: dict[str, str] | None = None
+    auth: TargetAuth | None = None
 
 
 class DstIn(Wire):
@@ -117,6 +125,8 @@ class TargetOut(Wire):
     ref: str
     method: str | None = None
     headers: dict[str, str] | None = None
+    # Absent (not null) when the target asks for no token, so a target reads as it was submitted.
+    auth: TargetAuth | msgspec.UnsetType = msgspec.UNSET
 
 
 class ScheduleOut(Wire):

@@ -52,12 +52,15 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     retry = spec.validate_retry(r.max_attempts, r.backoff_seconds, r.max_backoff_seconds)
     timeout_s = spec.validate_timeout(body.timeout_seconds)
     method, headers = spec.validate_http(target, body.target.method, body.target.headers)
+    auth = body.target.auth
+    http_auth = spec.validate_auth(target, auth.type if auth else None, auth.audience if auth else None, headers)
     start_at, end_at = spec.validate_bounds(body.schedule.start_at, body.schedule.end_at)
     if start_at is not None:
         spec.within_horizon(start_at, now, settings.max_schedule_horizon_days, "schedule.startAt")
     options = spec.Options(labels=spec.validate_labels(body.labels), start_at=start_at, end_at=end_at,
                            dry_run=body.dry_run, max_retry_duration_s=spec.validate_retry_duration(
-                               r.max_retry_duration_seconds), http_method=method, http_headers=headers)
+                               r.max_retry_duration_seconds), http_method=method, http_headers=headers,
+                           http_auth=http_auth)
     s = body.schedule
     given = [k for k, v in (("runAt", s.run_at), ("delaySeconds", s.delay_seconds), ("cron", s.cron),
                             ("every", s.every)) if v is not None]
@@ -114,7 +117,9 @@ def job_out(job: store.Job, counts: store.ExecutionCounts | None = None) -> sche
     return schemas.JobOut(
         job_id=str(job.job_id), name=job.name, state=job.reported_state,
         target=schemas.TargetOut(job.target_type, job.target_ref, method=job.http_method if http else None,
-                                 headers=job.http_headers if http else None),
+                                 headers=job.http_headers if http else None,
+                                 auth=msgspec.convert(job.http_auth, schemas.TargetAuth) if job.http_auth
+                                 else msgspec.UNSET),
         schedule=schemas.ScheduleOut(run_at=job.run_at, cron=job.cron, cron_resolved=job.cron_resolved, tz=job.tz,
                                      jitter_seconds=job.jitter_s if job.schedule_kind != "once" else None, dst=dst,
                                      start_at=job.start_at, end_at=job.end_at,
@@ -335,6 +340,8 @@ def job_as_body(job: store.Job) -> dict[str, Any]:
     target: dict[str, Any] = {"type": job.target_type, "ref": job.target_ref}
     if job.target_type == "http":
         target |= {"method": job.http_method, "headers": job.http_headers}
+        if job.http_auth:
+            target["auth"] = job.http_auth
     schedule: dict[str, Any]
     if job.schedule_kind == "once":
         assert job.run_at is not None

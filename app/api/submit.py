@@ -96,7 +96,7 @@ def new_job_row(s: Submission, queue: str) -> store.NewJob:
         every_s=every.every_s if every else None, anchor_at=every.anchor if every else None,
         labels=job.options.labels, dry_run=job.options.dry_run,
         max_retry_duration_s=job.options.max_retry_duration_s, http_method=job.options.http_method,
-        http_headers=job.options.http_headers, traceparent=s.traceparent,
+        http_headers=job.options.http_headers, traceparent=s.traceparent, http_auth=job.options.http_auth,
         payload_ref=s.payload_ref, payload_json=job.payload_json,
     )
 

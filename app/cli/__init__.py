@@ -107,7 +107,9 @@ def up(demo: bool) -> None:
 # -- database ------------------------------------------------------------------------------------------
 
 @main.group(cls=LazyGroup, lazy={"reseal-secrets": "app.cli.signing_secrets:db_reseal_secrets",
-                                 "new-secret-key": "app.cli.signing_secrets:db_new_secret_key"})
+                                 "new-secret-key": "app.cli.signing_secrets:db_new_secret_key",
+                                 "rotate-oidc-key": "app.cli.oidc_keys:db_rotate_oidc_key",
+                                 "oidc-keys": "app.cli.oidc_keys:db_oidc_keys"})
 def db() -> None:
     """Database administration."""
 
@@ -122,6 +124,7 @@ def db() -> None:
                                                            "leaseholders when the primary is lost (the standby's).")
 def db_upgrade(cockroach_overlay: bool, primary_region: str | None, secondary_region: str | None) -> None:
     """Apply pending migrations (idempotent; safe from several processes at once)."""
+    from app.cli.oidc_keys import ensure_key
     from app.cli.runtime import database_url, run_command
     from app.cli.usage import fail
     from app.config import load
@@ -136,6 +139,7 @@ def db_upgrade(cockroach_overlay: bool, primary_region: str | None, secondary_re
         d = Database.from_settings(settings, database_url(settings), name="db-upgrade", bounded=False)
         try:
             applied = await migrate.upgrade(d)
+            await ensure_key(d)  # the identity tokens' first signing key, when the secret key is here
             if not cockroach_overlay:
                 return applied, []
             return applied, await overlay.apply(d, primary_region=primary_region or settings.primary_region,

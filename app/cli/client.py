@@ -37,6 +37,7 @@ class Target(TypedDict):
     ref: str
     method: NotRequired[str | None]
     headers: NotRequired[dict[str, str] | None]
+    auth: NotRequired[dict[str, Any] | None]
 
 
 class Dst(TypedDict, total=False):

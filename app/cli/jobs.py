@@ -95,6 +95,12 @@ def show_jobs(rows: Sequence[Job], *, title: str | None = None) -> None:
             target_text(j), labels_text(j), when(j["nextRunAt"])) for j in rows], title=title)
 
 
+def _auth_text(auth: dict[str, Any] | None) -> str | None:
+    if not auth:
+        return None
+    return f"{auth['type']} token, audience {auth.get('audience') or 'the URL'}"
+
+
 def show_job(job: Job) -> None:
     retry = job["retry"]
     headers: dict[str, str] = job["target"].get("headers") or {}
@@ -103,6 +109,7 @@ def show_job(job: Job) -> None:
         ("schedule", schedule_text(job)), ("bounds", bounds_text(job)), ("target", target_text(job)),
         ("method", job["target"].get("method") if job["target"]["type"] == "http" else None),
         ("headers", ", ".join(f"{k}: {v}" for k, v in headers.items()) or None),
+        ("auth", _auth_text(job["target"].get("auth"))),
         ("labels", labels_text(job) or None), ("next run", when(job["nextRunAt"])),
         ("paused at", when(job["pausedAt"]) if job["pausedAt"] else None),
         ("retry", (f"{retry['maxAttempts']} attempts, backoff {retry['backoffSeconds']:g}s "
@@ -188,7 +195,8 @@ def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetim
               dst_gap: str | None, dst_repeat: str | None, every: str | None = None,
               labels: Sequence[str] = (), start_at: datetime | None = None, end_at: datetime | None = None,
               dry_run: bool = False, method: str | None = None, headers: Sequence[str] = (),
-              max_retry_duration: float | None = None) -> dict[str, Any]:
+              max_retry_duration: float | None = None, oidc: bool = False,
+              oidc_audience: str | None = None) -> dict[str, Any]:
     """The POST /v1/jobs body the flags describe; one line and exit 2 for flags that do not fit."""
     if not name or not name.strip():
         fail("--name is required (or give the whole job with --file)")
@@ -240,9 +248,12 @@ def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetim
             target["method"] = method
         if headers:
             target["headers"] = _headers(headers)
+        if oidc or oidc_audience is not None:
+            target["auth"] = {"type": "oidc"} | ({"audience": oidc_audience} if oidc_audience is not None else {})
     else:
         assert pool is not None
-        http_only = [flag for flag, value in (("--method", method), ("--header", headers)) if value]
+        http_only = [flag for flag, value in (("--method", method), ("--header", headers), ("--oidc", oidc),
+                                              ("--oidc-audience", oidc_audience)) if value]
         if http_only:
             fail(f"{', '.join(http_only)} only apply to --url targets")
         target = {"type": "queue", "ref": check_pool_ref(pool)}
@@ -282,6 +293,10 @@ def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetim
 @click.option("--method", type=click.Choice(["POST", "PUT", "PATCH", "GET"]), help="HTTP method of --url.")
 @click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'",
               help="A header sent with each --url delivery (repeatable).")
+@click.option("--oidc", is_flag=True, default=False,
+              help="Send each delivery of --url with Authorization: Bearer <JWT>, an identity token Kairos signs "
+                   "(audience: the URL).")
+@click.option("--oidc-audience", metavar="AUDIENCE", help="Like --oidc, with this audience (the token's aud).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="A label (repeatable); filter with "
                                                                              "jobs ls --label KEY:VALUE.")
 @click.option("--dry-run", is_flag=True, default=False,

@@ -81,12 +81,15 @@ def tenants_show_secret(name: str, as_json: bool) -> None:
 
 @click.command("reseal-secrets")
 def db_reseal_secrets() -> None:
-    """Seal every signing secret under the first key of KAIROS_SECRET_KEY (plaintext rows from before
-    migration 0011 included). Run it after putting a new key first; then the old key may go."""
+    """Seal every signing secret and identity-token key under the first key of KAIROS_SECRET_KEY (plaintext
+    secrets from before migration 0011 included). Run it after putting a new key first; then the old key may go."""
+    from app.cli.oidc_keys import reseal_keys
     from app.executor import signing
 
     result = run_command(signing.reseal_all)
     click.echo(f"sealed {result.sealed} plaintext secret(s), re-sealed {result.resealed} under the first key")
+    keys = run_command(reseal_keys)
+    click.echo(f"re-sealed {keys} identity-token key(s) under the first key")
 
 
 @click.command("new-secret-key")

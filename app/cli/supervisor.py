@@ -50,6 +50,7 @@ import httpx
 from rich.console import Console
 
 from app import observability
+from app.cli.oidc_keys import ensure_key
 from app.cli.runtime import database_url
 from app.config import Settings
 from app.duties import supervise
@@ -529,6 +530,7 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
         db = Database.from_settings(settings, url, name="up", bounded=False)  # migrations: no statement timeout
         try:
             await migrate.upgrade(db)
+            await ensure_key(db)  # the identity tokens' first signing key (app.cli.oidc_keys)
             return await ensure_demo_tenant(db, settings.home)
         finally:
             await db.close()

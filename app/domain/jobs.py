@@ -155,6 +155,7 @@ class Options:
     max_retry_duration_s: float | None = None
     http_method: HttpMethod = "POST"
     http_headers: dict[str, str] = field(default_factory=dict)
+    http_auth: dict[str, str] | None = None  # validate_auth's: {"type": "oidc"[, "audience": ...]}
 
 
 @dataclass(frozen=True)
@@ -441,6 +442,36 @@ def validate_http(target: Target, method: str | None,
     if len(out) > MAX_HEADERS:
         raise InvalidInput("target.headers", f"at most {MAX_HEADERS} headers")
     return chosen, out
+
+
+AUTH_TYPES = ("oidc",)
+MAX_AUDIENCE_LEN = 2048
+# An audience is a string or URI (RFC 7519 4.1.3): visible ASCII, no spaces.
+AUDIENCE = re.compile(rf"[\x21-\x7e]{{1,{MAX_AUDIENCE_LEN}}}", re.ASCII)
+
+
+def validate_auth(target: Target, auth_type: str | None, audience: str | None,
+                  headers: dict[str, str]) -> dict[str, str] | None:
+    """An HTTP target's auth object as stored ({"type": "oidc"} and the audience when given; without one the
+    token's ``aud`` is the target's URL, as Cloud Scheduler does); None without auth."""
+    if auth_type is None:
+        if audience is not None:
+            raise InvalidInput("target.auth.type", "is required")
+        return None
+    if target.type != "http":
+        raise InvalidInput("target.auth", "applies to http targets only")
+    if auth_type not in AUTH_TYPES:
+        raise InvalidInput("target.auth.type", f"must be one of {', '.join(AUTH_TYPES)}")
+    for name in headers:
+        if name.lower() == "authorization":
+            raise InvalidInput(_header_pointer(name), "cannot be set with target.auth: the identity token is the "
+                                                      "Authorization header")
+    if audience is None:
+        return {"type": auth_type}
+    if not isinstance(audience, str) or not AUDIENCE.fullmatch(audience):
+        raise InvalidInput("target.auth.audience", f"an audience is 1-{MAX_AUDIENCE_LEN} visible ASCII characters "
+                                                   "without spaces (a URL or another string the receiver expects)")
+    return {"type": auth_type, "audience": audience}
 
 
 def _header_pointer(name: str) -> str:

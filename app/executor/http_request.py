@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from app.executor.breaker import Key
+from app.executor.oidc import authorize
 from app.executor.signing import sign
 from app.store import executions as ex
 
@@ -97,4 +98,6 @@ def delivery_headers(item: ex.Leased, target: Target, body: bytes) -> dict[str, 
         "Kairos-Scheduled-For": scheduled,
         "Kairos-Signature": sign(item.signing_secret, body),
     })
+    if item.http_auth is not None:  # its identity token, the only Authorization sent (app.executor.oidc)
+        authorize(headers, item)
     return headers

@@ -51,6 +51,9 @@ class Leased:
     traceparent: str | None = None  # the occurrence's trace (app.observability.tracing)
     payload_ref: str | None = None  # the payload is in the object store (app.store.payloads.PayloadStore.resolve)
     trigger: str = "schedule"  # schedule, manual or backfill: start lag counts scheduled occurrences only
+    http_auth: dict[str, Any] | None = None  # the target's auth object ({"type": "oidc", ...}); None: none
+    oidc_key_id: str | None = None  # the key that signs its identity token: its id (the token's kid)
+    oidc_key: str | None = None  # and its sealed private half (app.store.oidc_keys)
 
     @property
     def idempotency_key(self) -> str:

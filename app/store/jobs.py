@@ -69,6 +69,8 @@ class NewJob:
     payload_ref: str | None
     # The inline payload's compact JSON when the submit has it (validation wrote it); else encoded here.
     payload_json: str | None = field(default=None, kw_only=True)
+    # An HTTP target's auth object ({"type": "oidc", "audience": ...}, docs/http-delivery.md); None: none.
+    http_auth: dict[str, Any] | None = field(default=None, kw_only=True)
 
 
 @dataclass(slots=True)
@@ -176,6 +178,7 @@ class Jobs(Table):
         "http_methods": texts([j.http_method for j in jobs]),
         "http_headerss": texts([compact_json(j.http_headers) for j in jobs]),
         "traceparents": texts([j.traceparent for j in jobs]),
+        "http_auths": texts([compact_json(j.http_auth) if j.http_auth else None for j in jobs]),
             "shard_ids": plain([shard_of(j.job_id) for j in jobs]),
             "due_minutes": plain([due_minute(j.next_run_at) for j in jobs]),
         })
@@ -256,6 +259,7 @@ class Jobs(Table):
             "labels": compact_json(new.labels), "dry_run": new.dry_run,
             "max_retry_duration_s": new.max_retry_duration_s, "http_method": new.http_method,
             "http_headers": compact_json(new.http_headers),
+            "http_auth": compact_json(new.http_auth) if new.http_auth else None,
             "next_nominal_at": new.next_nominal_at, "next_run_at": new.next_run_at,
         })).first()
         return _job(row) if row else None

@@ -122,6 +122,19 @@ class Keyring:
             raise InvalidSetting(SECRET_KEY_VARIABLE, "a list holding the key the signing secrets were sealed with",
                                  f"{self.size} key(s), none of which opens them") from None
 
+    def seal_bytes(self, data: bytes) -> str:
+        """``data`` sealed under the first key (``fernet:<token>``): other secrets at rest, e.g. the identity
+        tokens' private keys (app.store.oidc_keys)."""
+        return SEALED_PREFIX + self._primary.encrypt(data).decode()
+
+    def open_bytes(self, stored: str) -> bytes:
+        """What ``seal_bytes`` sealed, under any key."""
+        try:
+            return self._all.decrypt(stored.removeprefix(SEALED_PREFIX).encode())
+        except InvalidToken:
+            raise InvalidSetting(SECRET_KEY_VARIABLE, "a list holding the key the secrets were sealed with",
+                                 f"{self.size} key(s), none of which opens them") from None
+
     def sealed_by_primary(self, stored: str) -> bool:
         """Whether ``stored`` is sealed with the first key (False: plaintext, or an older key)."""
         if not is_sealed(stored):

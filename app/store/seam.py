@@ -21,6 +21,7 @@ from app.store.dispatch import Dispatch
 from app.store.durability import Durability
 from app.store.executions import Executions
 from app.store.jobs import Jobs
+from app.store.oidc_keys import OidcKeys
 from app.store.planner_statistics import PlannerStatistics
 from app.store.pools import Pools
 from app.store.retention import Retention
@@ -43,6 +44,7 @@ class Store:
         "durability",
         "executions",
         "jobs",
+        "oidc_keys",
         "planner_statistics",
         "pools",
         "retention",
@@ -59,6 +61,7 @@ class Store:
         self.durability = Durability(conn)
         self.executions = Executions(conn)
         self.jobs = Jobs(conn)
+        self.oidc_keys = OidcKeys(conn)
         self.pools = Pools(conn)
         self.retention = Retention(conn)
         self.schema = Schema(conn)

@@ -4,12 +4,15 @@
 -- GLOBAL: read in every region at local latency (non-blocking transactions), written rarely and
 -- slowly (a write waits out the clock uncertainty, some hundreds of ms). Every API and executor
 -- reads these on each request or lease: tenants and their quotas, API keys, shared pools and their
--- grants, the migrations ledger (read by every process at start).
+-- grants, the identity tokens' signing keys (read with each lease of a job that asks for a token, and
+-- by /.well-known/jwks.json; written by a rotation), the migrations ledger (read by every process at
+-- start).
 -- https://www.cockroachlabs.com/docs/stable/global-tables
 ALTER TABLE tenants SET LOCALITY GLOBAL;
 ALTER TABLE api_keys SET LOCALITY GLOBAL;
 ALTER TABLE pools SET LOCALITY GLOBAL;
 ALTER TABLE pool_grants SET LOCALITY GLOBAL;
+ALTER TABLE oidc_keys SET LOCALITY GLOBAL;
 ALTER TABLE schema_migrations SET LOCALITY GLOBAL;
 
 -- REGIONAL BY TABLE IN PRIMARY REGION for the hot tables. Kairos is active-passive: the schedulers

@@ -116,7 +116,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
       -- planner cannot read these rows from the partial indexes on state = 'ready' instead.
       AND e.state = (SELECT 'ready') AND e.attempt = p.attempt
     RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
-              e.lease_until, e.payload, e.traceparent, e.trigger
+              e.lease_until, e.payload, e.traceparent, e.trigger, e.ready_at
 )
 -- The ids as text: what the executor hands on (gRPC, HTTP headers, log lines) and keys its leases by.
 SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS job_id,
@@ -125,10 +125,22 @@ SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS j
        t.signing_secret, j.http_method, j.http_headers, l.traceparent,
        -- A job payload kept in the object store (NULL above): the lease's caller reads it (app.store.payloads).
        CASE WHEN l.payload IS NULL THEN j.payload_ref END AS payload_ref,
-       l.trigger  -- schedule, manual or backfill: only scheduled occurrences count in start lag
+       l.trigger,  -- schedule, manual or backfill: only scheduled occurrences count in start lag
+       j.http_auth,  -- an HTTP target's auth object: the identity token it asks for (docs/http-delivery.md)
+       -- The key that signs that token now: its id and sealed private half (app/store/oidc_keys.py; the
+       -- latest signs_from not in the future: a rotation's new key is published before it signs).
+       CASE WHEN j.http_auth IS NOT NULL THEN (
+           SELECT k.key_id FROM oidc_keys AS k WHERE k.signs_from <= coalesce(CAST(:now AS TIMESTAMPTZ), now())
+           ORDER BY k.signs_from DESC, k.key_id LIMIT 1) END AS oidc_key_id,
+       CASE WHEN j.http_auth IS NOT NULL THEN (
+           SELECT k.private_key FROM oidc_keys AS k WHERE k.signs_from <= coalesce(CAST(:now AS TIMESTAMPTZ), now())
+           ORDER BY k.signs_from DESC, k.key_id LIMIT 1) END AS oidc_key
 FROM leased AS l
 JOIN jobs AS j ON j.job_id = l.job_id
-JOIN tenants AS t ON t.tenant_id = l.tenant_id;
+JOIN tenants AS t ON t.tenant_id = l.tenant_id
+-- The batch in queue order, a job's occurrences in scheduled order (a backfill's several due at one lease
+-- are handed out oldest first); the UPDATE returns them in whatever order its plan visited them.
+ORDER BY l.ready_at, l.scheduled_for;
 
 -- name: ExecutionNextReadyIn
 -- Seconds until the earliest ready execution of a queue falls due (<= 0: due now), NULL when none is ready (one probe of executions_ready_at).

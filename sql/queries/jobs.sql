@@ -110,25 +110,27 @@ WITH input AS (
                 CAST(:start_ats AS TIMESTAMPTZ[]), CAST(:end_ats AS TIMESTAMPTZ[]), CAST(:every_ss AS INT[]),
                 CAST(:anchor_ats AS TIMESTAMPTZ[]), CAST(:labelss AS TEXT[]), CAST(:dry_runs AS BOOL[]),
                 CAST(:max_retry_duration_ss AS FLOAT8[]), CAST(:http_methods AS TEXT[]),
-                CAST(:http_headerss AS TEXT[]), CAST(:traceparents AS TEXT[]), CAST(:payload_refs AS TEXT[]))
+                CAST(:http_headerss AS TEXT[]), CAST(:traceparents AS TEXT[]), CAST(:payload_refs AS TEXT[]),
+                CAST(:http_auths AS TEXT[]))
         AS i (job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
               cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
               timeout_s, concurrency, misfire, next_nominal_at, next_run_at, idempotency_key, request_hash,
               shard_id, due_minute, start_at, end_at, every_s, anchor_at, labels, dry_run,
-              max_retry_duration_s, http_method, http_headers, traceparent, payload_ref)
+              max_retry_duration_s, http_method, http_headers, traceparent, payload_ref, http_auth)
 ), inserted AS (
     INSERT INTO jobs (
         job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
         cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
         timeout_s, concurrency, misfire, state, next_nominal_at, next_run_at, first_run_at,
         idempotency_key, request_hash, start_at, end_at, every_s, anchor_at, labels, dry_run,
-        max_retry_duration_s, http_method, http_headers, traceparent, payload_ref
+        max_retry_duration_s, http_method, http_headers, traceparent, payload_ref, http_auth
     )
     SELECT job_id, tenant_id, name, target_type, target_ref, queue, CAST(payload AS JSONB), schedule_kind, run_at,
            cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
            timeout_s, concurrency, misfire, 'active', next_nominal_at, next_run_at, next_run_at,
            idempotency_key, request_hash, start_at, end_at, every_s, anchor_at, CAST(labels AS JSONB), dry_run,
-           max_retry_duration_s, http_method, CAST(http_headers AS JSONB), traceparent, payload_ref
+           max_retry_duration_s, http_method, CAST(http_headers AS JSONB), traceparent, payload_ref,
+           CAST(http_auth AS JSONB)
     FROM input
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING job_id
@@ -168,7 +170,7 @@ UPDATE jobs SET
     end_at = CAST(:end_at AS TIMESTAMPTZ), every_s = CAST(:every_s AS INT), anchor_at = CAST(:anchor_at AS TIMESTAMPTZ),
     labels = CAST(:labels AS JSONB), dry_run = :dry_run,
     max_retry_duration_s = CAST(:max_retry_duration_s AS FLOAT8), http_method = :http_method,
-    http_headers = CAST(:http_headers AS JSONB),
+    http_headers = CAST(:http_headers AS JSONB), http_auth = CAST(:http_auth AS JSONB),
     next_nominal_at = CAST(:next_nominal_at AS TIMESTAMPTZ), next_run_at = CAST(:next_run_at AS TIMESTAMPTZ),
     version = version + 1, updated_at = now()
 WHERE tenant_id = :tenant_id AND job_id = :job_id AND version = :version

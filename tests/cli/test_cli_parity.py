@@ -32,11 +32,25 @@ def test_submit_takes_every_label_bounds_dry_run_method_and_headers(kairos: Kair
     assert "every 15m" in listed and "at -" not in listed and "env=prod, team=payments" in listed, listed
 
 
+def test_submit_asks_for_an_identity_token(kairos: Kairos) -> None:
+    made = kairos("jobs", "submit", "--name", "hook", "--in", "5m", "--url", "https://example.com/hook",
+                  "--oidc-audience", "https://example.com", "--json")
+    assert made.code == 0, made.err
+    job = kairos("jobs", "show", made.json()["jobId"], "--json").json()
+    assert job["target"]["auth"] == {"type": "oidc", "audience": "https://example.com"}
+    assert "oidc token, audience https://example.com" in kairos("jobs", "show", job["jobId"]).out
+    plain = kairos("jobs", "submit", "--name", "hook", "--in", "5m", "--url", "https://example.com/hook", "--oidc",
+                   "--json")
+    assert kairos("jobs", "show", plain.json()["jobId"], "--json").json()["target"]["auth"] == {"type": "oidc"}
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("--every", "15m", "--cron", "* * * * *", "--tz", "UTC", "--pool", "p"), "not --cron and --every"),
     (("--every", "15m", "--pool", "p", "--method", "PUT"), "--method"),
     (("--every", "15m", "--pool", "p", "--header", "X: y"), "--header"),
     (("--every", "15m", "--url", "https://example.com/h", "--header", "no-colon"), "NAME: VALUE"),
+    (("--every", "15m", "--pool", "p", "--oidc"), "--oidc"),
+    (("--every", "15m", "--pool", "p", "--oidc-audience", "x"), "--oidc-audience"),
     (("--every", "15m", "--pool", "p", "--label", "team"), "KEY=VALUE"),
     (("--every", "soon", "--pool", "p"), "--every"),
     (("--in", "5m", "--pool", "p", "--start-at", "2030-01-01T00:00:00Z"), "--start-at"),

@@ -119,7 +119,7 @@ def test_every_table_has_a_locality() -> None:
     missing = _tables_created_by_migrations() - set(localities)
     assert not missing, f"tables without a locality in sql/cockroach/0002_localities.sql: {sorted(missing)}"
     assert {t for t, loc in localities.items() if loc == "GLOBAL"} == {
-        "tenants", "api_keys", "pools", "pool_grants", "schema_migrations"}
+        "tenants", "api_keys", "pools", "pool_grants", "oidc_keys", "schema_migrations"}
 
 
 def test_an_unknown_directive_or_an_unterminated_statement_is_refused() -> None:

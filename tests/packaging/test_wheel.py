@@ -56,9 +56,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # The drills' own statements ship with the drills; the development scripts (make proto) do not.
     assert {"app/sql/drill/drill.sql", "app/sql/drill/replication.sql"} <= set(shipped)
     assert [n for n in shipped if n.startswith("scripts/") or n.endswith("codegen.py")] == []
-    # The dashboard's own files are package data; plotly.js and Swagger UI come from their packages, not ours.
-    assert {f"app/api/web/{n}" for n in ("index.html", "dashboard.js", "dashboard.css", "favicon.svg")} <= set(shipped)
-    assert [n for n in shipped if n.endswith(("plotly.min.js", "swagger-ui-bundle.js"))] == []
+    # The dashboard's files are package data, plotly.js's basic bundle with its licence among them; Swagger UI
+    # comes from its package, not ours.
+    assert {f"app/api/web/{n}" for n in ("index.html", "dashboard.js", "dashboard.css", "favicon.svg",
+                                         "plotly-basic.min.js", "plotly-basic.LICENSE.txt")} <= set(shipped)
+    assert [n for n in shipped if n.endswith("swagger-ui-bundle.js")] == []
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
     # This interpreter's pip installs into the new environment (no pip bootstrap there); the
@@ -110,9 +112,9 @@ def test_installed_wheel_migrates_and_accepts_a_job(installed: Path, home: dict[
         resp = httpx.post(f"{url}/v1/jobs", json=job, headers={"Authorization": f"Bearer {tenant['apiKey']}"},
                           timeout=10)
         assert resp.status_code == 201, resp.text
-        # The web pages, with the browser libraries read from the installed plotly and swagger-ui-py packages.
-        assert "/dashboard/assets/plotly.min.js" in httpx.get(f"{url}/dashboard", timeout=10).text
-        for asset in ("/dashboard/assets/plotly.min.js", "/dashboard/assets/dashboard.js",
+        # The web pages: plotly.js's bundle from our package data, Swagger UI from the installed swagger-ui-py.
+        assert "/dashboard/assets/plotly-basic.min.js" in httpx.get(f"{url}/dashboard", timeout=10).text
+        for asset in ("/dashboard/assets/plotly-basic.min.js", "/dashboard/assets/dashboard.js",
                       "/schema/assets/swagger-ui-bundle.js", "/schema/assets/swagger-ui.css"):
             served = httpx.get(f"{url}{asset}", timeout=10)
             assert served.status_code == 200 and len(served.content) > 10_000, asset

@@ -47,6 +47,8 @@ PUBLIC = {
     ("GET", "/schema/oauth2-redirect.html"): "Swagger UI's static page",
     ("GET", "/schema/{path}"): "the OpenAPI plugin's other renderings",
     ("GET", "/schema/assets/{name}"): "Swagger UI's static files",
+    ("GET", "/.well-known/jwks.json"): "the public keys of the identity tokens HTTP targets receive",
+    ("GET", "/.well-known/openid-configuration"): "the identity tokens' issuer metadata",
 }
 
 

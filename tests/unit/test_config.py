@@ -176,3 +176,12 @@ def test_only_app_config_reads_the_environment() -> None:
              for path in sorted((ROOT / "app").rglob("*.py")) if path.name != "config.py" or path.parent.name != "app"
              for line in _environment_reads(path.read_text())]
     assert found == []
+
+
+def test_every_listening_port_binds_loopback_by_default() -> None:
+    """One rule for the API, the worker protocol and the metrics ports (docs/observability.md)."""
+    hosts = {f.metadata["variable"]: f.default for f in fields(Settings) if f.name.endswith("_host")}
+    assert hosts == {"KAIROS_API_HOST": "127.0.0.1", "KAIROS_GRPC_HOST": "127.0.0.1",
+                     "KAIROS_METRICS_HOST": "127.0.0.1"}
+    rule = (Path(__file__).parents[2] / "docs" / "observability.md").read_text()
+    assert all(variable in rule for variable in hosts)

@@ -1,7 +1,7 @@
 // The Kairos dashboard: reads /v1/status, /v1/stats/*, /v1/jobs and the history routes with the key
 // the person pasted (kept in sessionStorage, sent as a Bearer token). Every value from the API is
-// written with textContent, never as HTML. Charts are plotly.js, served by the API from the
-// installed plotly package.
+// written with textContent, never as HTML. Charts are plotly.js's basic bundle, served by the API
+// from its package data (plotly-basic.min.js).
 "use strict";
 
 const TOKEN_KEY = "kairos.token";
@@ -350,6 +350,11 @@ function renderQueues(queues) {
     // At least four rows' worth of height, centred, so one pool is a bar rather than a wall.
     yaxis: { automargin: true, gridcolor: "rgba(0,0,0,0)", range: [-0.5 - pad, rows.length - 0.5 + pad] },
   });
+  if (!rows.length) {  // no pool to show: the sentence alone, without the axes of a chart of nothing
+    layout.xaxis.visible = false;
+    layout.yaxis.visible = false;
+    layout.showlegend = false;
+  }
   chart("chart-queues", "empty-queues", traces, layout, rows.length > 0);
 }
 
@@ -385,7 +390,13 @@ function renderDue(due) {
 function scheduleText(job) {
   const s = job.schedule;
   if (s.cron) return `${s.cron} (${s.tz})${s.jitterSeconds ? ` ±${s.jitterSeconds}s` : ""}`;
+  if (s.every) return `every ${s.every}${s.jitterSeconds ? ` ±${s.jitterSeconds}s` : ""}`;
   return s.runAt ? `once at ${clock(s.runAt)}` : "–";
+}
+
+// A URL says it is an HTTP target; a pool's name needs the word.
+function targetText(target) {
+  return target.type === "http" ? target.ref : `pool ${target.ref}`;
 }
 
 async function loadJobs(reset) {
@@ -407,7 +418,7 @@ async function loadJobs(reset) {
   for (const job of page.jobs) {
     const row = el("tr", { "data-job-id": job.jobId },
       el("td", { title: job.name }, job.name), el("td", {}, pill(job.state)), el("td", {}, scheduleText(job)),
-      el("td", { title: job.target.ref }, `${job.target.type}: ${job.target.ref}`), el("td", {}, clock(job.nextRunAt)));
+      el("td", { title: job.target.ref }, targetText(job.target)), el("td", {}, clock(job.nextRunAt)));
     row.addEventListener("click", () => selectJob(job, row));
     body.append(row);
   }
