@@ -28,7 +28,7 @@ from app.executor.egress import policy_for
 from app.executor.http_pool import HttpPool, HttpPoolConfig
 from app.executor.reaper import LeaseReaper
 from app.executor.retention import RetentionConfig, RetentionPruner, objects_for
-from app.store import Database
+from app.store import Database, oidc_keys, sealing
 from app.store.payloads import PayloadStore
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,9 @@ class WorkerTransport(Protocol):
 
 async def serve(settings: Settings, db: Database, stop: asyncio.Event, transport: WorkerTransport) -> None:
     await signing.prepare(settings, db)  # HTTP deliveries are signed: the secret key must be there
+    # Identity tokens (target.auth) need a signing key: the first is made here if no process made it yet.
+    keyring = sealing.keyring_for(settings)
+    await db.transaction(lambda tx: tx.oidc_keys.ensure(oidc_keys.algorithm_of(settings.oidc_key_algorithm), keyring))
     outcomes = Outcomes(db)
     addr = await transport.start(db, outcomes)
     pool = HttpPool(db, outcomes, HttpPoolConfig(concurrency=settings.http_concurrency, lease_s=settings.http_lease_s,
