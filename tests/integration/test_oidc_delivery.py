@@ -28,9 +28,9 @@ from app.store import sealing
 from app.store.db import Database, create_engine
 from tests import factories as tf
 from tests.api.conftest import ApiProcess, running_api
-from tests.conftest import poll
 from tests.integration.test_http_delivery_path import run_pool
 from tests.integration.test_http_isolation import LOCAL
+from tests.support.polling import poll
 
 AHEAD_S = 6.0
 
