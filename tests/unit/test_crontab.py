@@ -1,4 +1,4 @@
-"""app/domain/crontab.py: reading crontab files, classic cron's clock, and the comparison with Kairos.
+"""app/domain/crontab/: reading crontab files, classic cron's clock, and the comparison with Kairos.
 
 The simulation of cronie's loop is checked three ways: hand-worked DST cases in US, Lord Howe and
 Samoa zones; a property test against an independent minute-by-minute oracle (its own field sets,
