@@ -44,7 +44,7 @@ from app.executor.http_request import (
     excerpt,
     origin,
 )
-from app.executor.http_send import Answer, Origin, Sender, SendFailed, retry_after_s
+from app.executor.http_send import Origin, Sender, SendFailed, retry_after_s
 from app.executor.limits import AdaptiveLimit
 from app.executor.payloads import resolve_leased
 from app.observability import tracing
@@ -158,6 +158,7 @@ class HttpPool:
             self._want_room = True
             return []
         limit = min(room, self.config.batch)
+        # One deadline for the whole exchange, connecting to the last byte read (the sender keeps it).
         began = self.clock()
         got = await self.db.statement(
             lambda tx: tx.executions.lease(HTTP_QUEUE, self.config.worker_id, limit,
@@ -551,10 +552,10 @@ class HttpPool:
                         "kairos.attempt": item.attempt, "http.request.method": method}) as traceparent:
                     # The occurrence's trace goes to the target: its own spans join it.
                     headers["traceparent"] = traceparent or tracing.child_of(item.traceparent)
-                    answer = await self._exchange(method, to, target.path, body, headers, timeout)
+                    answer = await self.send(method, to, target.path, body, headers, timeout)
             else:
                 headers["traceparent"] = tracing.child_of(item.traceparent)
-                answer = await self._exchange(method, to, target.path, body, headers, timeout)
+                answer = await self.send(method, to, target.path, body, headers, timeout)
         except TimeoutError:
             return self._failed(circuit, self.clock() - began, Verdict("retry", f"timed out after {timeout:.3g}s"),
                                 congested=True)
@@ -593,10 +594,3 @@ class HttpPool:
         if left is not None and not opened:
             return Verdict("deferred", f"{max(left, retry_after or 0.0):.3f}")
         return verdict
-
-    async def _exchange(self, method: str, to: Origin, path: str, body: bytes, headers: dict[str, str],
-                        timeout: float) -> Answer:
-        # One deadline for the whole exchange, from connecting to the last byte read (the sender keeps it), so
-        # a target that trickles its answer cannot stretch it.
-        return await self.send(method, to, path, body, headers, timeout)
-
