@@ -25,6 +25,12 @@ class InvalidInput(KairosError):
         self.detail = detail
 
 
+def refuse_nul(value: str, field: str) -> None:
+    """InvalidInput when ``value`` holds NUL, which PostgreSQL text cannot store."""
+    if "\x00" in value:
+        raise InvalidInput(field, "must not contain the NUL character (U+0000)")
+
+
 class InvalidSchedule(InvalidInput):
     """The schedule is invalid."""
 

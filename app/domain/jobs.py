@@ -6,7 +6,6 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
@@ -17,8 +16,16 @@ from app.domain import queues
 from app.domain import schedule as cron
 from app.domain.egress import EgressPolicy
 from app.domain.jsontext import compact_json
+
+# Re-exported: a job's labels are validated with the rest of it.
+from app.domain.labels import LABEL_KEY as LABEL_KEY  # noqa: PLC0414
+from app.domain.labels import MAX_LABEL_VALUE_LEN as MAX_LABEL_VALUE_LEN  # noqa: PLC0414
+from app.domain.labels import MAX_LABELS as MAX_LABELS  # noqa: PLC0414
+from app.domain.labels import LabelSelector as LabelSelector  # noqa: PLC0414
+from app.domain.labels import parse_label_selectors as parse_label_selectors  # noqa: PLC0414
+from app.domain.labels import validate_labels as validate_labels  # noqa: PLC0414
 from app.domain.queues import HTTP_QUEUE
-from app.errors import InvalidInput, InvalidSchedule
+from app.errors import InvalidInput, InvalidSchedule, refuse_nul
 
 MAX_NAME_LEN = 200
 MAX_URL_LEN = 2048
@@ -42,9 +49,6 @@ DstGap = Literal["shift", "skip"]
 DstRepeat = Literal["once", "twice"]
 HttpMethod = Literal["POST", "PUT", "PATCH", "GET"]
 HTTP_METHODS: tuple[HttpMethod, ...] = ("POST", "PUT", "PATCH", "GET")
-MAX_LABELS = 32
-LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$")
-MAX_LABEL_VALUE_LEN = 128
 MAX_HEADERS = 32
 MAX_HEADER_VALUE_LEN = 4096
 # RFC 9110 5.1: a field name is a token (tchar); ASCII only.
@@ -249,15 +253,10 @@ def json_depth(value: Any, limit: int) -> int:
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
-def _no_nul(value: str, field_name: str) -> None:
-    if "\x00" in value:
-        raise InvalidInput(field_name, "must not contain the NUL character (U+0000)")
-
-
 def validate_name(name: str) -> str:
     if not name or not name.strip():
         raise InvalidInput("name", "must not be empty")
-    _no_nul(name, "name")
+    refuse_nul(name, "name")
     if len(name) > MAX_NAME_LEN:
         raise InvalidInput("name", f"at most {MAX_NAME_LEN} characters")
     return name
@@ -266,7 +265,7 @@ def validate_name(name: str) -> str:
 def validate_target(kind: str, ref: str, egress: EgressPolicy | None = None) -> Target:
     """``egress``: the server's policy, which refuses a URL whose host is a private, loopback, link-local or
     metadata address (or Kairos's own port) at submit; names are checked when a delivery resolves them."""
-    _no_nul(ref, "target.ref")
+    refuse_nul(ref, "target.ref")
     if kind == "http":
         if len(ref) > MAX_URL_LEN:
             raise InvalidInput("target.ref", f"URL longer than {MAX_URL_LEN} characters")
@@ -324,95 +323,6 @@ def validate_retry(max_attempts: int | None, backoff_s: float | None, max_backof
     if policy.max_backoff_s is not None and not policy.backoff_s <= policy.max_backoff_s <= MAX_BACKOFF_S:
         raise InvalidInput("retry.maxBackoffSeconds", f"must be between backoffSeconds and {MAX_BACKOFF_S}")
     return policy
-
-
-def validate_labels(labels: dict[str, str] | None) -> dict[str, str]:
-    """Kubernetes-style keys (lower case, digits, . _ / -), string values; filterable with ?label=k:v."""
-    if not labels:
-        return {}
-    if len(labels) > MAX_LABELS:
-        raise InvalidInput("labels", f"at most {MAX_LABELS} labels")
-    for key, value in labels.items():
-        if not LABEL_KEY.match(key):
-            raise InvalidInput(f"labels.{key}", "a label key is 1-63 of a-z 0-9 . _ / - starting and ending "
-                                                "with a letter or digit")
-        if not isinstance(value, str) or len(value) > MAX_LABEL_VALUE_LEN:
-            raise InvalidInput(f"labels.{key}", f"a label value is a string of at most {MAX_LABEL_VALUE_LEN} "
-                                                "characters")
-        _no_nul(value, f"labels.{key}")
-    return dict(labels)
-
-
-@dataclass(frozen=True)
-class LabelSelector:
-    """One set-based requirement of a ?label= selector (Kubernetes' grammar): ``in`` and ``notin`` a set of
-    values (``notin`` also matches a job without the key, as ``!=`` does), ``exists`` and ``absent``."""
-
-    key: str
-    op: Literal["in", "notin", "exists", "absent"]
-    values: tuple[str, ...] = ()
-
-
-_SET_REQUIREMENT = re.compile(r"^(?P<key>[^\s!=:()]+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)$")
-_LABEL_SELECTOR_HELP = ("a label selector is key:value, key=value, key!=value, 'key in (a,b)', 'key notin (a,b)', "
-                        "key (has it) or !key (has not), several joined by commas")
-
-
-def _requirements(text: str) -> list[str]:
-    """``text`` split at the commas outside parentheses."""
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth < 0:
-                raise InvalidInput("label", _LABEL_SELECTOR_HELP)
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    if depth:
-        raise InvalidInput("label", _LABEL_SELECTOR_HELP)
-    return [*parts, current]
-
-
-def _label_key(key: str) -> str:
-    if not LABEL_KEY.match(key):
-        raise InvalidInput("label", f"{key!r} is not a label key; " + _LABEL_SELECTOR_HELP)
-    return key
-
-
-def parse_label_selectors(values: Sequence[str]) -> tuple[dict[str, str], list[LabelSelector]]:
-    """Each ?label= value (repeat to require all): the equalities (``key:value``, ``key=value``) and the
-    set-based requirements; InvalidInput("label", ...) for one that does not parse."""
-    equal: dict[str, str] = {}
-    selectors: list[LabelSelector] = []
-    for value in values:
-        for raw in _requirements(value):
-            text = raw.strip()
-            if not text:
-                raise InvalidInput("label", _LABEL_SELECTOR_HELP)
-            if found := _SET_REQUIREMENT.match(text):
-                wanted = tuple(v.strip() for v in found["values"].split(","))
-                if not all(wanted):
-                    raise InvalidInput("label", _LABEL_SELECTOR_HELP)
-                selectors.append(LabelSelector(_label_key(found["key"]), found["op"], wanted))  # type: ignore[arg-type]
-            elif "!=" in text:
-                key, _, wanted_one = text.partition("!=")
-                selectors.append(LabelSelector(_label_key(key.strip()), "notin", (wanted_one.strip(),)))
-            elif "=" in text or ":" in text:
-                sep = "==" if "==" in text else "=" if "=" in text else ":"
-                key, _, wanted_one = text.partition(sep)
-                if any(ch in wanted_one for ch in "=()"):
-                    raise InvalidInput("label", _LABEL_SELECTOR_HELP)
-                equal[_label_key(key.strip())] = wanted_one.strip() if sep != ":" else wanted_one
-            elif text.startswith("!"):
-                selectors.append(LabelSelector(_label_key(text[1:].strip()), "absent"))
-            else:
-                selectors.append(LabelSelector(_label_key(text), "exists"))
-    return equal, selectors
 
 
 def validate_http(target: Target, method: str | None,
