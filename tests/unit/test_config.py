@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app import config
+from app import config, config_docs
 from app.config import InvalidSetting, Settings, WorkerSettings, load, load_worker
 from app.domain.shards import SHARD_COUNT
 from app.scheduler.dispatcher import DispatcherConfig
@@ -148,16 +148,16 @@ def test_the_shard_count_is_fixed_not_a_setting() -> None:
 
 def test_docs_configuration_tables_are_the_settings() -> None:
     document = (ROOT / "docs" / "configuration.md").read_text()
-    assert config.render_docs(document) == document, (
-        "docs/configuration.md is stale: run python -m app.config --write docs/configuration.md")
+    assert config_docs.render_docs(document) == document, (
+        "docs/configuration.md is stale: run python -m app.config_docs --write docs/configuration.md")
 
 
 def test_render_docs_replaces_a_stale_table() -> None:
     stale = "".join(f"<!-- settings:{s} -->\n| old |\n<!-- /settings:{s} -->\n" for s in config.SECTIONS)
-    rendered = config.render_docs(stale)
+    rendered = config_docs.render_docs(stale)
     assert "| old |" not in rendered and "`KAIROS_DISPATCH_AHEAD_S` | `5` |" in rendered
     with pytest.raises(ValueError, match="settings:server"):
-        config.render_docs("no tables here")
+        config_docs.render_docs("no tables here")
 
 
 def _environment_reads(source: str) -> list[int]:
