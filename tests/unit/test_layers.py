@@ -28,6 +28,7 @@ LAYER_OF = {
     "domain": "domain",
     "drill": "drill",
     "config": "foundation",
+    "config_docs": "foundation",  # python -m app.config_docs: the settings tables of docs/configuration.md
     "errors": "errors",
     "observability": "foundation",
     "duties": "foundation",
