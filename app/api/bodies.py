@@ -42,6 +42,7 @@ _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[([^\]]*)\]")
 _MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]*)`$")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`$")
 _ENUM = re.compile(r"^Invalid enum value (?P<value>.*)$")
+_RANGE = re.compile(r"^Expected `(?:int|float)` (?:>=|>|<=|<) \S+$")
 
 
 def pointer(steps: Iterable[str | int]) -> str:
@@ -114,6 +115,31 @@ def _fields(t: msgspec.inspect.Type | None) -> list[str]:
     return []
 
 
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _range(t: msgspec.inspect.Type | None) -> str | None:
+    """A numeric field's range as a refusal words it ("must be between 1 and 100"), from its declared
+    bounds (app.api.schemas); None when ``t`` declares none."""
+    low_name = None
+    for member in [t] if t is not None else []:
+        while isinstance(member, msgspec.inspect.Metadata):
+            low_name = (member.extra or {}).get("low_name", low_name)
+            member = member.type
+        candidates = member.types if isinstance(member, msgspec.inspect.UnionType) else (member,)
+        for candidate in candidates:
+            if isinstance(candidate, msgspec.inspect.Metadata):
+                low_name = (candidate.extra or {}).get("low_name", low_name)
+                candidate = candidate.type
+            if isinstance(candidate, (msgspec.inspect.IntType, msgspec.inspect.FloatType)) \
+                    and candidate.le is not None and (candidate.ge is not None or candidate.gt is not None):
+                low = low_name or _number(candidate.gt if candidate.gt is not None else candidate.ge)
+                exclusive = " (exclusive)" if candidate.gt is not None else ""
+                return f"must be between {low}{exclusive} and {_number(candidate.le)}"
+    return None
+
+
 def _quoted(values: Iterable[Any]) -> str:
     return ", ".join(f"'{v}'" if isinstance(v, str) else str(v) for v in values)
 
@@ -130,6 +156,8 @@ def describe(what: str, steps: list[str | int], type_: Any | None) -> tuple[str,
         allowed = _allowed(_type_at(type_, steps)) if type_ is not None else []
         if allowed:
             return pointer(steps), f"must be one of {_quoted(allowed)} (got {found['value']})"
+    if _RANGE.match(what) and type_ is not None and (bounds := _range(_type_at(type_, steps))) is not None:
+        return pointer(steps), bounds
     return pointer(steps), what
 
 

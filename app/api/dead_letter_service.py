@@ -28,7 +28,7 @@ from app.store import Database, Store
 from app.store import attempts as attempts_store
 from app.store import executions as store
 
-BULK_REPLAY_MAX = 1000
+BULK_REPLAY_MAX = schemas.BULK_REPLAY_MAX
 
 
 def parse_uuid(value: str | None, field: str, *, parameter: bool = False) -> UUID | None:

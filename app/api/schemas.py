@@ -1,4 +1,13 @@
-"""Request and response bodies (camelCase on the wire)."""
+"""Request and response bodies (camelCase on the wire), with the bounds they are validated against.
+
+A field's bounds are declared here once, on its type, and give both the validation and the
+OpenAPI document (app.api.openapi copies them into the schemas Litestar derives). Numeric ranges
+are ``msgspec.Meta`` constraints: msgspec refuses a value outside them while decoding, and
+app.api.bodies words the refusal as "must be between LOW and HIGH". Bounds whose refusal the
+domain words more precisely (a name's NUL character, a label key's grammar, a header's value, a
+method written in lower case) are validated by app.domain.jobs and declared here as document
+only (``extra_json_schema``), from the same constants.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +17,9 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 
 from app.api import bodies
+from app.domain import jobs as job_rules
+from app.domain import schedule as schedules
+from app.domain.schedule.zone import MAX_TZ_LENGTH
 
 
 class Wire(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=False):
@@ -23,16 +35,54 @@ def decode_body(raw: bytes, type_: type[W]) -> W:
     return bodies.decode(raw, type_, empty=type_)
 
 
+NO_NUL = "^[^\\u0000]*$"  # PostgreSQL refuses NUL in text
+
+
+Name = Annotated[str, msgspec.Meta(extra_json_schema={
+    "minLength": 1, "maxLength": job_rules.MAX_NAME_LEN, "pattern": "^[^\\u0000]*\\S[^\\u0000]*$"})]
+TargetType = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["http", "queue"]})]
+TargetRef = Annotated[str, msgspec.Meta(extra_json_schema={
+    "minLength": 1, "maxLength": job_rules.MAX_URL_LEN, "pattern": NO_NUL})]
+HttpMethod = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(job_rules.HTTP_METHODS)})]
+HeaderValue = Annotated[str, msgspec.Meta(extra_json_schema={
+    "maxLength": job_rules.MAX_HEADER_VALUE_LEN, "pattern": f"^{job_rules.HEADER_VALUE.pattern}$"})]
+Headers = Annotated[dict[str, HeaderValue], msgspec.Meta(extra_json_schema={
+    "maxProperties": job_rules.MAX_HEADERS, "propertyNames": {"pattern": f"^{job_rules.HEADER_NAME.pattern}$"}})]
+LabelValue = Annotated[str, msgspec.Meta(extra_json_schema={"maxLength": job_rules.MAX_LABEL_VALUE_LEN,
+                                                            "pattern": NO_NUL})]
+Labels = Annotated[dict[str, LabelValue], msgspec.Meta(extra_json_schema={
+    "maxProperties": job_rules.MAX_LABELS, "propertyNames": {"pattern": job_rules.LABEL_KEY.pattern}})]
+DstGap = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["shift", "skip"]})]
+DstRepeat = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["once", "twice"]})]
+Cron = Annotated[str, msgspec.Meta(extra_json_schema={
+    "minLength": 1, "maxLength": schedules.MAX_CRON_LENGTH, "pattern": NO_NUL})]
+Every = Annotated[str, msgspec.Meta(extra_json_schema={"pattern": "^[0-9dhms]{1,40}$"})]
+TimeZone = Annotated[str, msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": MAX_TZ_LENGTH,
+                                                          "pattern": NO_NUL})]
+Uuid = Annotated[str, msgspec.Meta(extra_json_schema={"format": "uuid"})]
+
+# Validated while decoding; app.api.bodies words a refusal "must be between LOW and HIGH" (``low_name``
+# in ``extra``: the field named as the low end instead of a number).
+MaxAttempts = Annotated[int, msgspec.Meta(ge=1, le=job_rules.MAX_ATTEMPTS)]
+BackoffSeconds = Annotated[float, msgspec.Meta(ge=0, le=job_rules.MAX_BACKOFF_S)]
+MaxBackoffSeconds = Annotated[float, msgspec.Meta(ge=0, le=job_rules.MAX_BACKOFF_S,
+                                                  extra={"low_name": "backoffSeconds"})]
+MaxRetryDurationSeconds = Annotated[float, msgspec.Meta(gt=0, le=job_rules.MAX_RETRY_DURATION_S)]
+TimeoutSeconds = Annotated[int, msgspec.Meta(ge=1, le=job_rules.MAX_TIMEOUT_S)]
+DelaySeconds = Annotated[float, msgspec.Meta(ge=0, le=job_rules.MAX_DELAY_S)]
+JitterSeconds = Annotated[int, msgspec.Meta(ge=0, le=job_rules.MAX_JITTER_S)]
+
+
 class TargetIn(Wire):
-    type: str
-    ref: str
-    method: str | None = None
-    headers: dict[str, str] | None = None
+    type: TargetType
+    ref: TargetRef
+    method: HttpMethod | None = None
+    headers: Headers | None = None
 
 
 class DstIn(Wire):
-    gap: str | None = None
-    repeat: str | None = None
+    gap: DstGap | None = None
+    repeat: DstRepeat | None = None
 
 
 # An ISO 8601 instant with an offset (2026-10-16T09:00:00Z), parsed by app.domain.jobs.parse_instant.
@@ -41,34 +91,34 @@ Instant = Annotated[str, msgspec.Meta(extra_json_schema={"format": "date-time"},
 
 class ScheduleIn(Wire):
     run_at: Instant | None = None
-    delay_seconds: float | None = None
-    cron: str | None = None
+    delay_seconds: DelaySeconds | None = None
+    cron: Cron | None = None
     # An interval, anchored (EventBridge's rate()): "90s", "15m", "1h30m", "1d".
-    every: str | None = None
-    tz: str | None = None
-    jitter_seconds: int | None = None
+    every: Every | None = None
+    tz: TimeZone | None = None
+    jitter_seconds: JitterSeconds | None = None
     dst: DstIn | None = None
     start_at: Instant | None = None
     end_at: Instant | None = None
 
 
 class RetryIn(Wire):
-    max_attempts: int | None = None
-    backoff_seconds: float | None = None
-    max_backoff_seconds: float | None = None
-    max_retry_duration_seconds: float | None = None
+    max_attempts: MaxAttempts | None = None
+    backoff_seconds: BackoffSeconds | None = None
+    max_backoff_seconds: MaxBackoffSeconds | None = None
+    max_retry_duration_seconds: MaxRetryDurationSeconds | None = None
 
 
 class JobIn(Wire):
-    name: str
+    name: Name
     target: TargetIn
     schedule: ScheduleIn
     payload: Any = None
     retry: RetryIn | None = None
-    timeout_seconds: int | None = None
+    timeout_seconds: TimeoutSeconds | None = None
     concurrency: Literal["allow", "forbid", "replace"] | None = None
     misfire: Literal["run_once", "catch_up", "skip"] | None = None
-    labels: dict[str, str] | None = None
+    labels: Labels | None = None
     dry_run: bool = False
 
 
@@ -262,12 +312,12 @@ class PreviewOut(Wire):
 class RetryOverride(Wire):
     """Replay with a different retry policy; a field left out keeps the job's."""
 
-    max_attempts: Annotated[int | None, msgspec.Meta(description=(
+    max_attempts: Annotated[MaxAttempts | None, msgspec.Meta(description=(
         "How many attempts the replay grants, counted from the replay: 3 means up to three more attempts, "
         "whatever the execution spent before (attempt numbers keep counting up). Left out: the job's "
         "maxAttempts."))] = None
-    backoff_seconds: float | None = None
-    max_backoff_seconds: float | None = None
+    backoff_seconds: BackoffSeconds | None = None
+    max_backoff_seconds: BackoffSeconds | None = None
 
 
 class ReplayIn(Wire):
@@ -281,13 +331,17 @@ class ReplayIn(Wire):
 AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 
 
+# How many dead executions one bulk replay takes at most.
+BULK_REPLAY_MAX = 1000
+
+
 class BulkReplayIn(Wire):
     """Replay up to ``limit`` dead executions of a job or finished in a window (all optional)."""
 
-    job_id: str | None = None
+    job_id: Uuid | None = None
     finished_after: AwareDatetime | None = None
     finished_before: AwareDatetime | None = None
-    limit: int = 100
+    limit: Annotated[int, msgspec.Meta(ge=1, le=BULK_REPLAY_MAX)] = 100
 
 
 class DeadLetterOut(Wire):
