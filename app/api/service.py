@@ -18,7 +18,7 @@ from app.api.dead_letter_service import attempt_out
 from app.api.pagination import decode_cursor, page_limit, split_page
 from app.api.submit import Submission, new_job_row, not_granted
 from app.config import Settings
-from app.domain import jobs as spec
+from app.domain import jobs as job_rules
 from app.domain import schedule as cron
 from app.domain.ids import random_uuid
 from app.domain.states import REPORTED_JOB_STATES, JobState
@@ -39,24 +39,24 @@ def utcnow() -> datetime:
 
 
 def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: UUID | None = None,
-               every_anchor: datetime | None = None) -> spec.JobSpec:
+               every_anchor: datetime | None = None) -> job_rules.JobSpec:
     """Validate everything that needs no database; raises InvalidInput naming the field.
 
     ``job_id``: an existing job's (an update keeps its id, so H tokens resolve the same).
     ``every_anchor``: an existing every job's grid, kept when the body names no startAt."""
     job_id = job_id or random_uuid()
-    name = spec.validate_name(body.name)
-    target = spec.validate_target(body.target.type, body.target.ref, egress_policy(settings))
-    payload_text = spec.payload_json(body.payload, settings.payload_max_bytes)
+    name = job_rules.validate_name(body.name)
+    target = job_rules.validate_target(body.target.type, body.target.ref, egress_policy(settings))
+    payload_text = job_rules.payload_json(body.payload, settings.payload_max_bytes)
     r = body.retry or schemas.RetryIn()
-    retry = spec.validate_retry(r.max_attempts, r.backoff_seconds, r.max_backoff_seconds)
-    timeout_s = spec.validate_timeout(body.timeout_seconds)
-    method, headers = spec.validate_http(target, body.target.method, body.target.headers)
-    start_at, end_at = spec.validate_bounds(body.schedule.start_at, body.schedule.end_at)
+    retry = job_rules.validate_retry(r.max_attempts, r.backoff_seconds, r.max_backoff_seconds)
+    timeout_s = job_rules.validate_timeout(body.timeout_seconds)
+    method, headers = job_rules.validate_http(target, body.target.method, body.target.headers)
+    start_at, end_at = job_rules.validate_bounds(body.schedule.start_at, body.schedule.end_at)
     if start_at is not None:
-        spec.within_horizon(start_at, now, settings.max_schedule_horizon_days, "schedule.startAt")
-    options = spec.Options(labels=spec.validate_labels(body.labels), start_at=start_at, end_at=end_at,
-                           dry_run=body.dry_run, max_retry_duration_s=spec.validate_retry_duration(
+        job_rules.within_horizon(start_at, now, settings.max_schedule_horizon_days, "schedule.startAt")
+    options = job_rules.Options(labels=job_rules.validate_labels(body.labels), start_at=start_at, end_at=end_at,
+                           dry_run=body.dry_run, max_retry_duration_s=job_rules.validate_retry_duration(
                                r.max_retry_duration_seconds), http_method=method, http_headers=headers)
     s = body.schedule
     given = [k for k, v in (("runAt", s.run_at), ("delaySeconds", s.delay_seconds), ("cron", s.cron),
@@ -70,30 +70,30 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     if s.every is not None:
         if s.tz is not None or s.dst is not None:
             raise errors.InvalidInput("schedule", "an every schedule runs in UTC: tz and dst apply to cron only")
-        every = spec.every_schedule(s.every, s.jitter_seconds, start_at or every_anchor, now,
+        every = job_rules.every_schedule(s.every, s.jitter_seconds, start_at or every_anchor, now,
                                     settings.min_fire_interval_s)
         if end_at is not None and (every.first or every.anchor) > end_at:
             raise errors.InvalidInput("schedule.endAt", "no occurrence falls before endAt")
-        return spec.JobSpec(schedule=every, **common)
+        return job_rules.JobSpec(schedule=every, **common)
     if s.cron is None:
         if s.tz is not None or s.jitter_seconds is not None or s.dst is not None:
             raise errors.InvalidInput("schedule", "tz, jitterSeconds and dst apply to cron schedules only")
         if start_at is not None or end_at is not None:
             raise errors.InvalidInput("schedule", "startAt and endAt bound recurring schedules only")
-        once = spec.once_schedule(s.run_at, s.delay_seconds, now, settings.max_schedule_horizon_days)
-        return spec.JobSpec(schedule=once, **common)
+        once = job_rules.once_schedule(s.run_at, s.delay_seconds, now, settings.max_schedule_horizon_days)
+        return job_rules.JobSpec(schedule=once, **common)
     dst = s.dst or schemas.DstIn()
-    schedule, resolved = spec.cron_schedule(s.cron, s.tz, s.jitter_seconds, dst.gap, dst.repeat, str(job_id),
+    schedule, resolved = job_rules.cron_schedule(s.cron, s.tz, s.jitter_seconds, dst.gap, dst.repeat, str(job_id),
                                             min_interval_s=settings.min_fire_interval_s)
     # The first occurrence at or after startAt (a schedule that starts later waits for it).
     after = max(now, start_at - _EPSILON) if start_at is not None else now
-    first, skipped = spec.first_occurrence(schedule, resolved, after, str(job_id),
+    first, skipped = job_rules.first_occurrence(schedule, resolved, after, str(job_id),
                                            settings.max_schedule_horizon_days
                                            + max(0, (after - now).days))
     if end_at is not None and first.nominal_utc > end_at:
         raise errors.InvalidInput("schedule.endAt", f"no occurrence falls before endAt (the first is "
                                                     f"{first.nominal_utc.isoformat()})")
-    return spec.JobSpec(schedule=schedule, cron_resolved=resolved, first=first, skipped_before_first=skipped,
+    return job_rules.JobSpec(schedule=schedule, cron_resolved=resolved, first=first, skipped_before_first=skipped,
                         **common)
 
 
@@ -108,27 +108,122 @@ def submission(body: schemas.JobIn, settings: Settings, tenant_id: UUID, idem_ke
 
 # -- reading -------------------------------------------------------------------------------------------
 
+class JobView:
+    """A stored job read by the wire's field names, for ``msgspec.convert(..., from_attributes=True)``.
+
+    The row's columns pass through by name (``getattr`` falls through to the row); the properties
+    below are the only fields the wire names, nests or computes differently. The nested objects
+    (target, schedule, dst, retry) read the same view. ``instants``: how the schedule's instants are
+    given: as datetimes (an answer) or ISO text (a submit body)."""
+
+    __slots__ = ("job", "counts", "_text")
+
+    def __init__(self, job: store.Job, counts: store.ExecutionCounts | None = None, *, text: bool = False) -> None:
+        self.job = job
+        self.counts = counts
+        self._text = text
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.job, name)
+
+    def _instant(self, at: datetime | None) -> datetime | str | None:
+        return at.isoformat() if self._text and at is not None else at
+
+    # JobOut / JobIn
+    @property
+    def job_id(self) -> str:
+        return str(self.job.job_id)
+
+    @property
+    def state(self) -> str:
+        return self.job.reported_state
+
+    @property
+    def target(self) -> JobView:
+        return self
+
+    @property
+    def schedule(self) -> JobView:
+        return self
+
+    @property
+    def retry(self) -> JobView:
+        return self
+
+    @property
+    def timeout_seconds(self) -> int:
+        return self.job.timeout_s
+
+    @property
+    def executions(self) -> store.ExecutionCounts | None:
+        return self.counts
+
+    # TargetOut / TargetIn
+    @property
+    def type(self) -> str:
+        return self.job.target_type
+
+    @property
+    def ref(self) -> str:
+        return self.job.target_ref
+
+    @property
+    def method(self) -> str | None:
+        return self.job.http_method if self.job.target_type == "http" else None
+
+    @property
+    def headers(self) -> dict[str, str] | None:
+        return self.job.http_headers if self.job.target_type == "http" else None
+
+    # ScheduleOut / ScheduleIn
+    @property
+    def run_at(self) -> datetime | str | None:
+        return self._instant(self.job.run_at)
+
+    @property
+    def start_at(self) -> datetime | str | None:
+        return self._instant(self.job.start_at)
+
+    @property
+    def end_at(self) -> datetime | str | None:
+        return self._instant(self.job.end_at)
+
+    @property
+    def every(self) -> str | None:
+        return job_rules.format_every(self.job.every_s) if self.job.every_s else None
+
+    @property
+    def jitter_seconds(self) -> int | None:
+        return self.job.jitter_s if self.job.schedule_kind != "once" else None
+
+    @property
+    def dst(self) -> JobView | None:
+        return self if self.job.schedule_kind == "cron" else None
+
+    @property
+    def gap(self) -> str:
+        return self.job.dst_gap
+
+    @property
+    def repeat(self) -> str:
+        return self.job.dst_repeat
+
+    # RetryOut / RetryIn
+    @property
+    def backoff_seconds(self) -> float:
+        return self.job.backoff_s
+
+    @property
+    def max_backoff_seconds(self) -> float:
+        return self.job.max_backoff_s
+
+    @property
+    def max_retry_duration_seconds(self) -> float | None:
+        return self.job.max_retry_duration_s
+
+
 def job_out(job: store.Job, counts: store.ExecutionCounts | None = None) -> schemas.JobOut:
-    dst = schemas.DstIn(gap=job.dst_gap, repeat=job.dst_repeat) if job.schedule_kind == "cron" else None
-    http = job.target_type == "http"
-    return schemas.JobOut(
-        job_id=str(job.job_id), name=job.name, state=job.reported_state,
-        target=schemas.TargetOut(job.target_type, job.target_ref, method=job.http_method if http else None,
-                                 headers=job.http_headers if http else None),
-        schedule=schemas.ScheduleOut(run_at=job.run_at, cron=job.cron, cron_resolved=job.cron_resolved, tz=job.tz,
-                                     jitter_seconds=job.jitter_s if job.schedule_kind != "once" else None, dst=dst,
-                                     start_at=job.start_at, end_at=job.end_at,
-                                     every=spec.format_every(job.every_s) if job.every_s else None,
-                                     anchor_at=job.anchor_at),
-        payload=job.payload, payload_ref=job.payload_ref,
-        retry=schemas.RetryOut(job.max_attempts, job.backoff_s, job.max_backoff_s, job.max_retry_duration_s),
-        timeout_seconds=job.timeout_s, concurrency=job.concurrency, misfire=job.misfire,
-        next_run_at=job.next_run_at, paused_at=job.paused_at, created_at=job.created_at,
-        updated_at=job.updated_at, version=job.version, labels=job.labels, dry_run=job.dry_run,
-        last_outcome=job.last_outcome, last_finished_at=job.last_finished_at,
-        executions=schemas.ExecutionCounts(counts.succeeded, counts.dead, counts.cancelled, counts.skipped,
-                                           counts.pending) if counts else None,
-    )
+    return msgspec.convert(JobView(job, counts), schemas.JobOut, from_attributes=True)
 
 
 async def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
@@ -154,7 +249,7 @@ async def list_jobs(db: Database, tenant_id: UUID, *, state: str | None, name: s
                     labels: list[str] | None = None) -> tuple[list[store.Job], str | None]:
     if state is not None and state not in REPORTED_JOB_STATES:
         raise errors.InvalidInput("state", f"must be one of {', '.join(REPORTED_JOB_STATES)}")
-    wanted, selectors = spec.parse_label_selectors(labels or [])
+    wanted, selectors = job_rules.parse_label_selectors(labels or [])
     n = page_limit(limit)
     after = decode_cursor(cursor)
     rows = await db.transaction(lambda tx: tx.jobs.list_page(
@@ -202,14 +297,14 @@ def execution_out(job: store.Job, e: store.ExecutionSummary, attempts: list[Atte
 
 # -- state changes -------------------------------------------------------------------------------------
 
-def _every_of(job: store.Job) -> spec.EverySchedule:
+def _every_of(job: store.Job) -> job_rules.EverySchedule:
     assert job.every_s is not None and job.anchor_at is not None
-    return spec.EverySchedule(job.every_s, job.anchor_at, job.jitter_s)
+    return job_rules.EverySchedule(job.every_s, job.anchor_at, job.jitter_s)
 
 
 def _cron_of(job: store.Job) -> cron.CronSchedule:
     assert job.cron_resolved is not None and job.tz is not None
-    return spec.stored_schedule(job.cron_resolved, job.tz, job.jitter_s, job.dst_gap, job.dst_repeat)
+    return job_rules.stored_schedule(job.cron_resolved, job.tz, job.jitter_s, job.dst_gap, job.dst_repeat)
 
 
 async def _locked(tx: Store, tenant_id: UUID, job_id: UUID) -> store.Job:
@@ -331,34 +426,14 @@ async def cancel(db: Database, tenant_id: UUID, job_id: UUID) -> None:
 # -- update, run now, backfill ------------------------------------------------------------------------
 
 def job_as_body(job: store.Job) -> dict[str, Any]:
-    """A stored job as the JobIn body that would create it (what a PATCH is merged into)."""
-    target: dict[str, Any] = {"type": job.target_type, "ref": job.target_ref}
-    if job.target_type == "http":
-        target |= {"method": job.http_method, "headers": job.http_headers}
-    schedule: dict[str, Any]
-    if job.schedule_kind == "once":
-        assert job.run_at is not None
-        schedule = {"runAt": job.run_at.isoformat()}
-    elif job.schedule_kind == "every":
-        assert job.every_s is not None and job.anchor_at is not None
-        # An update keeps the job's grid (its anchor, passed apart) unless it names a new startAt.
-        schedule = {"every": spec.format_every(job.every_s), "jitterSeconds": job.jitter_s}
-        for key, value in (("startAt", job.start_at), ("endAt", job.end_at)):
-            if value is not None:
-                schedule[key] = value.isoformat()
-    else:
-        schedule = {"cron": job.cron, "tz": job.tz, "jitterSeconds": job.jitter_s,
-                    "dst": {"gap": job.dst_gap, "repeat": job.dst_repeat}}
-        for key, value in (("startAt", job.start_at), ("endAt", job.end_at)):
-            if value is not None:
-                schedule[key] = value.isoformat()
-    retry: dict[str, Any] = {"maxAttempts": job.max_attempts, "backoffSeconds": job.backoff_s,
-                             "maxBackoffSeconds": job.max_backoff_s}
-    if job.max_retry_duration_s is not None:
-        retry["maxRetryDurationSeconds"] = job.max_retry_duration_s
-    return {"name": job.name, "target": target, "schedule": schedule, "payload": job.payload, "retry": retry,
-            "timeoutSeconds": job.timeout_s, "concurrency": job.concurrency, "misfire": job.misfire,
-            "labels": job.labels, "dryRun": job.dry_run}
+    """A stored job as the JobIn body that would create it (what a PATCH is merged into): the fields
+    a submit of its kind leaves out are absent. An every job's grid (its anchor) is passed apart: an
+    update keeps it unless the patch names a new startAt."""
+    body = msgspec.to_builtins(msgspec.convert(JobView(job, text=True), schemas.JobIn, from_attributes=True))
+    for part in (body, body["target"], body["schedule"], body["retry"]):
+        for key in [k for k, v in part.items() if v is None and k != "payload"]:
+            del part[key]
+    return body  # type: ignore[no-any-return]
 
 
 def merge_patch(base: Any, patch: Any) -> Any:
@@ -418,11 +493,11 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
             job = await large_payloads.whole(payloads, job)  # the merge patch merges into the whole payload
         new = build_spec(patched_body(job, patch), settings, now, job_id=job.job_id,
                          every_anchor=job.anchor_at if job.schedule_kind == "every" else None)
-        shared = spec.shared_pool_of(new.target)
+        shared = job_rules.shared_pool_of(new.target)
         if shared is not None and not (await tx.jobs.shared_pool_access_many([(tenant_id, shared)])).get(
                 (tenant_id, shared)):
             raise not_granted(new.target.ref)
-        row = new_job_row(Submission(new, tenant_id, None, None), spec.queue_for(new.target, tenant_id))
+        row = new_job_row(Submission(new, tenant_id, None, None), job_rules.queue_for(new.target, tenant_id))
         if (ref := kept or await payloads.keep(tenant_id, row.payload)) is not None:
             row = replace(row, payload=None, payload_ref=ref)
         active = job.state == JobState.ACTIVE
@@ -521,8 +596,8 @@ async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UU
     Returns (created, already there, where to continue when the range held more than ``limit`` (at most
     MAX_BACKFILL: the tenant's manual-run quotas may admit fewer), why the range holds no occurrence when
     it holds none)."""
-    start = spec.parse_instant(from_, "from")
-    end = spec.parse_instant(to, "to")
+    start = job_rules.parse_instant(from_, "from")
+    end = job_rules.parse_instant(to, "to")
     now = utcnow()
     if not start < end:
         raise errors.InvalidInput("to", "must be after from")
