@@ -1,4 +1,4 @@
-"""The REST API (Litestar): thin controllers over ``app.api.service``.
+"""The REST API (Litestar): thin controllers over a service per resource.
 
 Every /v1 route authenticates a tenant from ``Authorization: Bearer <key>`` (``auth``), runs
 one transaction through the retry helper, and scopes every query by tenant: another tenant's

@@ -10,15 +10,15 @@ from litestar.openapi import OpenAPIConfig
 from app.api import bodies, guards, openapi, problems
 from app.api.auth import AuthThrottle, provide_db, provide_tenant
 from app.api.dashboard import DashboardController
-from app.api.dead_letters import DeadLetterController
-from app.api.fast_submit import FastCreateJob
+from app.api.dead_letters.controller import DeadLetterController
 from app.api.health import DemoController, HealthController
-from app.api.jobs import JobController, create_jobs
+from app.api.jobs.controller import JobController, create_jobs
+from app.api.jobs.fast_submit import FastCreateJob
+from app.api.jobs.submit import SubmitWriter, WriterConfig
 from app.api.metrics import MetricsController
 from app.api.openapi_ui import LocalSwaggerUI
-from app.api.schedules import ScheduleController
-from app.api.stats import StatsController, StatusController
-from app.api.submit import SubmitWriter, WriterConfig
+from app.api.schedules.controller import ScheduleController
+from app.api.stats.controller import StatsController, StatusController
 from app.config import Settings
 from app.store import Database, tenants
 from app.store.payloads import PayloadStore
@@ -39,7 +39,7 @@ def max_body_bytes(settings: Settings) -> int:
 
 
 def served_app(settings: Settings, db: Database) -> FastCreateJob:
-    """What the API serves: the Litestar app, behind the single submit's own path (app.api.fast_submit)."""
+    """What the API serves: the Litestar app, behind the single submit's own path (app.api.jobs.fast_submit)."""
     app = create_app(settings, db)
     return FastCreateJob(app, settings, db, key_cache=app.state.key_cache, throttle=app.state.auth_throttle,
                          writer=app.state.submit_writer, payloads=app.state.payloads,
@@ -69,6 +69,6 @@ def create_app(settings: Settings, db: Database) -> Litestar:
         # A job's payload may be KAIROS_PAYLOAD_MAX_BYTES (docs/retention.md), plus the rest of its body.
         request_max_body_size=max_body_bytes(settings),
     )
-    app.state.payloads = PayloadStore.from_settings(settings)  # large payloads (app.api.payloads)
+    app.state.payloads = PayloadStore.from_settings(settings)  # large payloads (app.api.jobs.large_payloads)
     openapi.document(app)
     return app

@@ -121,7 +121,7 @@ def _number(value: float) -> str:
 
 def _range(t: msgspec.inspect.Type | None) -> str | None:
     """A numeric field's range as a refusal words it ("must be between 1 and 100"), from its declared
-    bounds (app.api.schemas); None when ``t`` declares none."""
+    bounds (app.api.wire); None when ``t`` declares none."""
     low_name = None
     for member in [t] if t is not None else []:
         while isinstance(member, msgspec.inspect.Metadata):

@@ -17,13 +17,15 @@ import msgspec
 from litestar import Litestar
 from litestar.openapi.spec import Components, OpenAPI, OpenAPIType, Schema, SecurityScheme
 
-from app.api import schemas
-from app.api.jobs import BATCH_MAX
+from app.api import wire
+from app.api.dead_letters import schemas as dead_letter_schemas
+from app.api.jobs import schemas
+from app.api.jobs.controller import BATCH_MAX
 from app.api.pagination import PAGE_MAX
-from app.api.schedule_service import PREVIEW_MAX
-from app.api.stats_service import MAX_HORIZON_HOURS, MAX_WINDOW_MINUTES
-from app.domain import jobs as spec
-from app.domain import schedule as cron
+from app.api.schedules.service import PREVIEW_MAX
+from app.api.stats.service import MAX_HORIZON_HOURS, MAX_WINDOW_MINUTES
+from app.domain import jobs as job_rules
+from app.domain import schedule as schedule_rules
 from app.domain.schedule.zone import MAX_TZ_LENGTH
 from app.domain.states import REPORTED_JOB_STATES
 
@@ -158,7 +160,7 @@ UPDATE_BODY = {"required": True, "description": "A JSON Merge Patch (RFC 7396) o
 # bounds, so theirs are listed here. tests/security/test_schemathesis.py checks that data inside the
 # bounds is accepted and data outside them refused.
 
-NO_NUL = schemas.NO_NUL
+NO_NUL = wire.NO_NUL
 # The keywords that bound a value (those copied from msgspec's schema of a field).
 BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern",
           "minProperties", "maxProperties", "propertyNames", "additionalProperties", "enum", "format")
@@ -168,10 +170,10 @@ def _range(low: float, high: float) -> dict[str, Any]:
     return {"minimum": low, "maximum": high}
 
 
-def wire_types() -> list[type[schemas.Wire]]:
-    """Every body type of the API (the subclasses of schemas.Wire, nested ones included)."""
-    found: list[type[schemas.Wire]] = []
-    todo = list(schemas.Wire.__subclasses__())
+def wire_types() -> list[type[wire.Wire]]:
+    """Every body type of the API (the subclasses of wire.Wire, nested ones included)."""
+    found: list[type[wire.Wire]] = []
+    todo = list(wire.Wire.__subclasses__())
     while todo:
         kind = todo.pop()
         if kind not in found:
@@ -184,13 +186,13 @@ def wire_types() -> list[type[schemas.Wire]]:
 PARAMETER_RULES: dict[str, dict[str, Any]] = {
     "limit": _range(1, PAGE_MAX),
     "count": _range(1, PREVIEW_MAX),
-    "jitterSeconds": _range(0, spec.MAX_JITTER_S),
+    "jitterSeconds": _range(0, job_rules.MAX_JITTER_S),
     "minutes": _range(1, MAX_WINDOW_MINUTES),
     "hours": _range(1, MAX_HORIZON_HOURS),
     "state": {"enum": list(REPORTED_JOB_STATES)},
     "gap": {"enum": ["shift", "skip"]},
     "repeat": {"enum": ["once", "twice"]},
-    "cron": {"minLength": 1, "maxLength": cron.MAX_CRON_LENGTH, "pattern": NO_NUL},
+    "cron": {"minLength": 1, "maxLength": schedule_rules.MAX_CRON_LENGTH, "pattern": NO_NUL},
     "tz": {"minLength": 1, "maxLength": MAX_TZ_LENGTH, "pattern": NO_NUL},
     "from": {"format": "date-time"},
     "startAt": {"format": "date-time"},
@@ -386,8 +388,9 @@ def document(app: Litestar) -> None:
         "/v1/stats and /v1/status, the operator's KAIROS_ADMIN_TOKEN.")}
     api.security = [{"bearer": []}]
     _, extra = msgspec.json.schema_components(
-        [schemas.ResumeIn, schemas.RunIn, schemas.RunOut, schemas.BackfillIn, schemas.BackfillOut, schemas.ReplayIn,
-         schemas.ReplayedOut, schemas.JobOut], ref_template="#/components/schemas/{name}")
+        [schemas.ResumeIn, schemas.RunIn, schemas.RunOut, schemas.BackfillIn, schemas.BackfillOut,
+         dead_letter_schemas.ReplayIn,
+         dead_letter_schemas.ReplayedOut, schemas.JobOut], ref_template="#/components/schemas/{name}")
     known = dict(components.schemas or {})
     for name, schema in extra.items():
         known.setdefault(name, schema)

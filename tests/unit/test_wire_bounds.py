@@ -6,8 +6,9 @@ import msgspec
 import pytest
 
 from app import errors
-from app.api import bodies, schemas
+from app.api import bodies
 from app.api.app import create_app
+from app.api.jobs import schemas
 from app.config import load
 from app.domain import jobs as job_rules
 

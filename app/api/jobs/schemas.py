@@ -1,76 +1,34 @@
-"""Request and response bodies (camelCase on the wire), with the bounds they are validated against.
-
-A field's bounds are declared here once, on its type, and give both the validation and the
-OpenAPI document (app.api.openapi copies them into the schemas Litestar derives). Numeric ranges
-are ``msgspec.Meta`` constraints: msgspec refuses a value outside them while decoding, and
-app.api.bodies words the refusal as "must be between LOW and HIGH". Bounds whose refusal the
-domain words more precisely (a name's NUL character, a label key's grammar, a header's value, a
-method written in lower case) are validated by app.domain.jobs and declared here as document
-only (``extra_json_schema``), from the same constants.
-"""
+"""The bodies of /v1/jobs (camelCase on the wire; field types and their bounds from app.api.wire)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 import msgspec
 
-from app.api import bodies
-from app.domain import jobs as job_rules
-from app.domain import schedule as schedules
-from app.domain.schedule.zone import MAX_TZ_LENGTH
-
-
-class Wire(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=False):
-    pass
-
-
-W = TypeVar("W", bound=Wire)
-
-
-def decode_body(raw: bytes, type_: type[W]) -> W:
-    """An optional JSON body (empty means all defaults), decoded strictly: bad JSON is MalformedBody,
-    JSON that breaks the schema InvalidInput naming the field (app.api.bodies)."""
-    return bodies.decode(raw, type_, empty=type_)
-
-
-NO_NUL = "^[^\\u0000]*$"  # PostgreSQL refuses NUL in text
-
-
-Name = Annotated[str, msgspec.Meta(extra_json_schema={
-    "minLength": 1, "maxLength": job_rules.MAX_NAME_LEN, "pattern": "^[^\\u0000]*\\S[^\\u0000]*$"})]
-TargetType = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["http", "queue"]})]
-TargetRef = Annotated[str, msgspec.Meta(extra_json_schema={
-    "minLength": 1, "maxLength": job_rules.MAX_URL_LEN, "pattern": NO_NUL})]
-HttpMethod = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(job_rules.HTTP_METHODS)})]
-HeaderValue = Annotated[str, msgspec.Meta(extra_json_schema={
-    "maxLength": job_rules.MAX_HEADER_VALUE_LEN, "pattern": f"^{job_rules.HEADER_VALUE.pattern}$"})]
-Headers = Annotated[dict[str, HeaderValue], msgspec.Meta(extra_json_schema={
-    "maxProperties": job_rules.MAX_HEADERS, "propertyNames": {"pattern": f"^{job_rules.HEADER_NAME.pattern}$"}})]
-LabelValue = Annotated[str, msgspec.Meta(extra_json_schema={"maxLength": job_rules.MAX_LABEL_VALUE_LEN,
-                                                            "pattern": NO_NUL})]
-Labels = Annotated[dict[str, LabelValue], msgspec.Meta(extra_json_schema={
-    "maxProperties": job_rules.MAX_LABELS, "propertyNames": {"pattern": job_rules.LABEL_KEY.pattern}})]
-DstGap = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["shift", "skip"]})]
-DstRepeat = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["once", "twice"]})]
-Cron = Annotated[str, msgspec.Meta(extra_json_schema={
-    "minLength": 1, "maxLength": schedules.MAX_CRON_LENGTH, "pattern": NO_NUL})]
-Every = Annotated[str, msgspec.Meta(extra_json_schema={"pattern": "^[0-9dhms]{1,40}$"})]
-TimeZone = Annotated[str, msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": MAX_TZ_LENGTH,
-                                                          "pattern": NO_NUL})]
-Uuid = Annotated[str, msgspec.Meta(extra_json_schema={"format": "uuid"})]
-
-# Validated while decoding; app.api.bodies words a refusal "must be between LOW and HIGH" (``low_name``
-# in ``extra``: the field named as the low end instead of a number).
-MaxAttempts = Annotated[int, msgspec.Meta(ge=1, le=job_rules.MAX_ATTEMPTS)]
-BackoffSeconds = Annotated[float, msgspec.Meta(ge=0, le=job_rules.MAX_BACKOFF_S)]
-MaxBackoffSeconds = Annotated[float, msgspec.Meta(ge=0, le=job_rules.MAX_BACKOFF_S,
-                                                  extra={"low_name": "backoffSeconds"})]
-MaxRetryDurationSeconds = Annotated[float, msgspec.Meta(gt=0, le=job_rules.MAX_RETRY_DURATION_S)]
-TimeoutSeconds = Annotated[int, msgspec.Meta(ge=1, le=job_rules.MAX_TIMEOUT_S)]
-DelaySeconds = Annotated[float, msgspec.Meta(ge=0, le=job_rules.MAX_DELAY_S)]
-JitterSeconds = Annotated[int, msgspec.Meta(ge=0, le=job_rules.MAX_JITTER_S)]
+from app.api.wire import (
+    BackoffSeconds,
+    Cron,
+    DelaySeconds,
+    DstGap,
+    DstRepeat,
+    Every,
+    Headers,
+    HttpMethod,
+    Instant,
+    JitterSeconds,
+    Labels,
+    MaxAttempts,
+    MaxBackoffSeconds,
+    MaxRetryDurationSeconds,
+    Name,
+    TargetRef,
+    TargetType,
+    TimeoutSeconds,
+    TimeZone,
+    Wire,
+)
 
 
 class TargetIn(Wire):
@@ -83,10 +41,6 @@ class TargetIn(Wire):
 class DstIn(Wire):
     gap: DstGap | None = None
     repeat: DstRepeat | None = None
-
-
-# An ISO 8601 instant with an offset (2026-10-16T09:00:00Z), parsed by app.domain.jobs.parse_instant.
-Instant = Annotated[str, msgspec.Meta(extra_json_schema={"format": "date-time"}, examples=["2026-10-16T09:00:00Z"])]
 
 
 class ScheduleIn(Wire):
@@ -287,93 +241,6 @@ class ExecutionOut(Wire):
     trace_id: str | None = None
     # Every attempt, oldest first, discarded late results included ("this ran twice, here is why").
     attempts: list[AttemptOut] = msgspec.field(default_factory=list)
-
-
-class FireTimeOut(Wire):
-    # When it runs: the nominal time plus the jitter offset, in UTC and as wall time in the zone.
-    utc: datetime
-    local: str
-    dst_note: str | None
-    skipped: bool
-    nominal_utc: datetime
-
-
-class PreviewOut(Wire):
-    fire_times: list[FireTimeOut]
-    # What was evaluated: the expression as given (or stored) and resolved, zone, DST policy, jitter.
-    schedule: ScheduleOut
-    # The key's slot in the jitter window: the job's own with jobId, a placeholder's without.
-    jitter_offset_seconds: int
-    job_id: str | None = None
-
-
-# -- dead letters ----------------------------------------------------------------------------------
-
-class RetryOverride(Wire):
-    """Replay with a different retry policy; a field left out keeps the job's."""
-
-    max_attempts: Annotated[MaxAttempts | None, msgspec.Meta(description=(
-        "How many attempts the replay grants, counted from the replay: 3 means up to three more attempts, "
-        "whatever the execution spent before (attempt numbers keep counting up). Left out: the job's "
-        "maxAttempts."))] = None
-    backoff_seconds: BackoffSeconds | None = None
-    max_backoff_seconds: BackoffSeconds | None = None
-
-
-class ReplayIn(Wire):
-    """Replay one dead execution; ``payload`` left out keeps the job's payload."""
-
-    payload: Any = msgspec.UNSET
-    retry: RetryOverride | None = None
-
-
-# An instant with its offset; a naive one is ambiguous and refused (msgspec's tz=True).
-AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
-
-
-# How many dead executions one bulk replay takes at most.
-BULK_REPLAY_MAX = 1000
-
-
-class BulkReplayIn(Wire):
-    """Replay up to ``limit`` dead executions of a job or finished in a window (all optional)."""
-
-    job_id: Uuid | None = None
-    finished_after: AwareDatetime | None = None
-    finished_before: AwareDatetime | None = None
-    limit: Annotated[int, msgspec.Meta(ge=1, le=BULK_REPLAY_MAX)] = 100
-
-
-class DeadLetterOut(Wire):
-    execution_id: str
-    job_id: str
-    scheduled_for: datetime
-    attempt: int
-    max_attempts: int
-    finished_at: datetime
-    error: str | None
-
-
-class ReplayedOut(Wire):
-    execution_id: str
-    job_id: str
-    state: str
-    attempt: Annotated[int, msgspec.Meta(description=(
-        "Attempts the execution made before the replay; the next one is attempt + 1."))]
-    max_attempts: Annotated[int, msgspec.Meta(description=(
-        "Attempts the replay grants, counted from the replay: retry.maxAttempts of the request, or the "
-        "job's maxAttempts."))]
-    ready_at: datetime
-    last_attempt: Annotated[int, msgspec.Meta(description=(
-        "The attempt number after which the execution is dead again if every attempt fails: "
-        "attempt + maxAttempts."))]
-
-
-class BulkReplayedOut(Wire):
-    replayed: int
-    execution_ids: list[str]
-    budget_left: int
-    budget_resets_at: datetime
 
 
 class AttemptOut(Wire):

@@ -14,10 +14,11 @@ from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Refe
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
 from app import errors
-from app.api import bodies, pagination, payloads, problems, schemas, service
+from app.api import bodies, pagination, problems, wire
 from app.api.auth import DB, Tenant
-from app.api.submit import Created, Submission, SubmitWriter
-from app.domain import jobs as spec
+from app.api.jobs import large_payloads, schemas, service
+from app.api.jobs.submit import Created, Submission, SubmitWriter
+from app.domain import jobs as job_rules
 from app.observability import tracing
 
 BATCH_MAX = 1000
@@ -75,13 +76,13 @@ class JobController(Controller):
     async def create_job(self, request: Request, data: JSONBody[schemas.JobIn], tenant: Tenant, state: State,
                          idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
                          ) -> Response[schemas.JobCreated]:
-        fingerprint = spec.request_fingerprint(await request.body()) if idempotency_key else None
+        fingerprint = job_rules.request_fingerprint(await request.body()) if idempotency_key else None
         with tracing.span("kairos.submit", parent=request.headers.get("traceparent"),
                           attributes={"kairos.tenant_id": str(tenant.tenant_id)}) as traceparent:
             sub = service.submission(data, state.settings, tenant.tenant_id, idempotency_key, fingerprint,
                                      service.utcnow(), traceparent)
             writer: SubmitWriter = state.submit_writer
-            [outcome] = await writer.submit(await payloads.keep_large(state.payloads, [sub]))
+            [outcome] = await writer.submit(await large_payloads.keep_large(state.payloads, [sub]))
         if isinstance(outcome, errors.KairosError):
             raise outcome
         body = schemas.JobCreated(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
@@ -114,7 +115,7 @@ class JobController(Controller):
                       state: State) -> Response[schemas.JobOut]:
         job_id, _ = parse_job_ref(job_ref, action=False)
         job, counts = await service.get_job_with_counts(db, tenant.tenant_id, job_id)
-        out = service.job_out(await payloads.whole(state.payloads, job), counts)
+        out = service.job_out(await large_payloads.whole(state.payloads, job), counts)
         return Response(out, headers={"ETag": etag(job.version)})
 
     @delete("/{job_ref:str}", operation_id="CancelJob", status_code=204,
@@ -137,7 +138,8 @@ class JobController(Controller):
         body = bodies.decode(raw, Any, shape=schemas.JobIn) if raw.strip() else None
         versions = if_match_versions(if_match)
         job = await service.update(db, state.settings, tenant.tenant_id, job_id, body, versions, state.payloads)
-        return Response(service.job_out(await payloads.whole(state.payloads, job)), headers={"ETag": etag(job.version)})
+        out = service.job_out(await large_payloads.whole(state.payloads, job))
+        return Response(out, headers={"ETag": etag(job.version)})
 
     @post("/{job_ref:str}", operation_id="JobAction", status_code=200,
           summary="POST /v1/jobs/{jobId}:pause | :resume {missed} | :run {overlap} | :backfill {from, to, overlap}.")
@@ -148,11 +150,11 @@ class JobController(Controller):
         if verb == "pause":
             return Response(service.job_out(await service.pause(db, tenant.tenant_id, job_id)))
         if verb == "resume":
-            body = schemas.decode_body(raw, schemas.ResumeIn)
+            body = wire.decode_body(raw, schemas.ResumeIn)
             return Response(service.job_out(await service.resume(db, tenant.tenant_id, job_id, body.missed)))
         manual = state.submit_writer.manual
         if verb == "run":
-            run = schemas.decode_body(raw, schemas.RunIn)
+            run = wire.decode_body(raw, schemas.RunIn)
             await manual.admit(tenant.tenant_id, 1)
             try:
                 job, execution_id = await service.run_now(db, tenant.tenant_id, job_id, run.overlap)
@@ -163,7 +165,7 @@ class JobController(Controller):
             return Response(out, status_code=202, headers={"Location": f"/v1/jobs/{job_id}/executions"})
         if not raw.strip():
             raise errors.MalformedBody("", "is empty; :backfill needs {\"from\": ..., \"to\": ...}")
-        fill = schemas.decode_body(raw, schemas.BackfillIn)
+        fill = wire.decode_body(raw, schemas.BackfillIn)
         # At most what the tenant's manual-run quotas admit now; nextFrom says where to go on.
         admitted = await manual.admit(tenant.tenant_id, service.MAX_BACKFILL)
         created = 0
@@ -197,7 +199,7 @@ def _decode_item(raw: msgspec.Raw) -> tuple[schemas.BatchItemIn, str | None]:
         return item, None
     decoded: dict[str, Any] = msgspec.json.decode(raw)
     decoded.pop("idempotencyKey")
-    return item, spec.value_fingerprint(decoded)
+    return item, job_rules.value_fingerprint(decoded)
 
 
 @dataclass
@@ -242,7 +244,7 @@ async def _create_batch(batch: schemas.BatchIn, tenant: Tenant, state: State, no
         except errors.InvalidInput as exc:
             results[index] = _item_error(exc, index)
     writer: SubmitWriter = state.submit_writer
-    for index, outcome in zip(where, await writer.submit(await payloads.keep_large(state.payloads, subs)),
+    for index, outcome in zip(where, await writer.submit(await large_payloads.keep_large(state.payloads, subs)),
                               strict=True):
         results[index] = (schemas.BatchItemOut(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
                                                warnings=list(outcome.warnings) or None)

@@ -12,21 +12,21 @@ from uuid import UUID
 import msgspec
 
 from app import errors
-from app.api import bodies, schemas
-from app.api import payloads as large_payloads
-from app.api.dead_letter_service import attempt_out
+from app.api import bodies
+from app.api.dead_letters.service import attempt_out
+from app.api.jobs import large_payloads, schemas
+from app.api.jobs.submit import Submission, new_job_row, not_granted
 from app.api.pagination import decode_cursor, page_limit, split_page
-from app.api.submit import Submission, new_job_row, not_granted
 from app.config import Settings
 from app.domain import jobs as job_rules
-from app.domain import schedule as cron
+from app.domain import schedule as schedule_rules
 from app.domain.ids import random_uuid
 from app.domain.states import REPORTED_JOB_STATES, JobState
 from app.executor.egress import policy_for as egress_policy
 from app.observability import tracing
 from app.store import Database, Store
 from app.store import dispatch as dispatch_store
-from app.store import jobs as store
+from app.store import jobs as jobs_store
 from app.store.attempts import Attempt
 from app.store.payloads import PayloadStore
 
@@ -118,7 +118,8 @@ class JobView:
 
     __slots__ = ("job", "counts", "_text")
 
-    def __init__(self, job: store.Job, counts: store.ExecutionCounts | None = None, *, text: bool = False) -> None:
+    def __init__(self, job: jobs_store.Job, counts: jobs_store.ExecutionCounts | None = None, *,
+                 text: bool = False) -> None:
         self.job = job
         self.counts = counts
         self._text = text
@@ -155,7 +156,7 @@ class JobView:
         return self.job.timeout_s
 
     @property
-    def executions(self) -> store.ExecutionCounts | None:
+    def executions(self) -> jobs_store.ExecutionCounts | None:
         return self.counts
 
     # TargetOut / TargetIn
@@ -222,11 +223,11 @@ class JobView:
         return self.job.max_retry_duration_s
 
 
-def job_out(job: store.Job, counts: store.ExecutionCounts | None = None) -> schemas.JobOut:
+def job_out(job: jobs_store.Job, counts: jobs_store.ExecutionCounts | None = None) -> schemas.JobOut:
     return msgspec.convert(JobView(job, counts), schemas.JobOut, from_attributes=True)
 
 
-async def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
+async def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
     job = await db.transaction(lambda tx: tx.jobs.get(tenant_id, job_id))
     if job is None:
         raise errors.JobNotFound()
@@ -234,8 +235,8 @@ async def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
 
 
 async def get_job_with_counts(db: Database, tenant_id: UUID, job_id: UUID,
-                              ) -> tuple[store.Job, store.ExecutionCounts]:
-    async def work(tx: Store) -> tuple[store.Job, store.ExecutionCounts]:
+                              ) -> tuple[jobs_store.Job, jobs_store.ExecutionCounts]:
+    async def work(tx: Store) -> tuple[jobs_store.Job, jobs_store.ExecutionCounts]:
         job = await tx.jobs.get(tenant_id, job_id)
         if job is None:
             raise errors.JobNotFound()
@@ -246,7 +247,7 @@ async def get_job_with_counts(db: Database, tenant_id: UUID, job_id: UUID,
 
 async def list_jobs(db: Database, tenant_id: UUID, *, state: str | None, name: str | None, cursor: str | None,
                     limit: int | None, name_prefix: str | None = None,
-                    labels: list[str] | None = None) -> tuple[list[store.Job], str | None]:
+                    labels: list[str] | None = None) -> tuple[list[jobs_store.Job], str | None]:
     if state is not None and state not in REPORTED_JOB_STATES:
         raise errors.InvalidInput("state", f"must be one of {', '.join(REPORTED_JOB_STATES)}")
     wanted, selectors = job_rules.parse_label_selectors(labels or [])
@@ -260,12 +261,13 @@ async def list_jobs(db: Database, tenant_id: UUID, *, state: str | None, name: s
 
 
 async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | None, limit: int | None,
-                     ) -> tuple[store.Job, list[store.ExecutionSummary], dict[UUID, list[Attempt]], str | None]:
+                     ) -> tuple[jobs_store.Job, list[jobs_store.ExecutionSummary], dict[UUID, list[Attempt]],
+                                str | None]:
     """A page of the job's executions, newest first, with every attempt of each."""
     n = page_limit(limit)
     before = decode_cursor(cursor)
 
-    async def work(tx: Store) -> tuple[store.Job, list[store.ExecutionSummary], dict[UUID, list[Attempt]]]:
+    async def work(tx: Store) -> tuple[jobs_store.Job, list[jobs_store.ExecutionSummary], dict[UUID, list[Attempt]]]:
         job = await tx.jobs.get(tenant_id, job_id)
         if job is None:
             raise errors.JobNotFound()
@@ -278,13 +280,14 @@ async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | 
     return job, page, attempts, nxt
 
 
-def execution_out(job: store.Job, e: store.ExecutionSummary, attempts: list[Attempt] | None = None,
+def execution_out(job: jobs_store.Job, e: jobs_store.ExecutionSummary, attempts: list[Attempt] | None = None,
                   ) -> schemas.ExecutionOut:
     """One execution with its start lag: due at the nominal time plus the job's jitter offset (manual
     runs and backfills carry no jitter), started when its first attempt was leased."""
     error = e.error if e.error is not None else (f"skipped: {e.skip_reason}" if e.skip_reason else None)
     jitter = job.jitter_s if job.schedule_kind != "once" and e.trigger == "schedule" else 0
-    due_at = e.scheduled_for + timedelta(seconds=cron.jitter_offset_s(str(job.job_id), jitter)) if jitter else \
+    offset_s = schedule_rules.jitter_offset_s(str(job.job_id), jitter) if jitter else 0
+    due_at = e.scheduled_for + timedelta(seconds=offset_s) if jitter else \
         e.scheduled_for
     lag_ms = (None if e.first_started_at is None
               else max(0, round((e.first_started_at - due_at).total_seconds() * 1000)))
@@ -297,33 +300,33 @@ def execution_out(job: store.Job, e: store.ExecutionSummary, attempts: list[Atte
 
 # -- state changes -------------------------------------------------------------------------------------
 
-def _every_of(job: store.Job) -> job_rules.EverySchedule:
+def _every_of(job: jobs_store.Job) -> job_rules.EverySchedule:
     assert job.every_s is not None and job.anchor_at is not None
     return job_rules.EverySchedule(job.every_s, job.anchor_at, job.jitter_s)
 
 
-def _cron_of(job: store.Job) -> cron.CronSchedule:
+def _cron_of(job: jobs_store.Job) -> schedule_rules.CronSchedule:
     assert job.cron_resolved is not None and job.tz is not None
     return job_rules.stored_schedule(job.cron_resolved, job.tz, job.jitter_s, job.dst_gap, job.dst_repeat)
 
 
-async def _locked(tx: Store, tenant_id: UUID, job_id: UUID) -> store.Job:
+async def _locked(tx: Store, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
     job = await tx.jobs.get(tenant_id, job_id, for_update=True)
     if job is None:
         raise errors.JobNotFound()
     return job
 
 
-async def _moved(tx: Store, job: store.Job, to: JobState, nominal: datetime | None,
-                 run_at: datetime | None) -> store.Job:
+async def _moved(tx: Store, job: jobs_store.Job, to: JobState, nominal: datetime | None,
+                 run_at: datetime | None) -> jobs_store.Job:
     updated = await tx.jobs.set_state(job, to, next_nominal_at=nominal, next_run_at=run_at)
     if updated is None:
         raise errors.InvalidStateTransition("the job changed concurrently; retry")
     return updated
 
 
-async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
-    async def work(tx: Store) -> store.Job:
+async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
+    async def work(tx: Store) -> jobs_store.Job:
         job = await _locked(tx, tenant_id, job_id)
         if job.state == JobState.PAUSED:
             return job
@@ -340,8 +343,8 @@ async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
     return await db.transaction(work)
 
 
-async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> store.Job:
-    async def work(tx: Store) -> store.Job:
+async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> jobs_store.Job:
+    async def work(tx: Store) -> jobs_store.Job:
         job = await _locked(tx, tenant_id, job_id)
         if job.state == JobState.ACTIVE:
             return job
@@ -365,7 +368,7 @@ async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> st
 MAX_SKIPPED_RECORDS = 100
 
 
-def _skipped_while_paused(job: store.Job, now: datetime, resumed_at: datetime | None) -> list[datetime]:
+def _skipped_while_paused(job: jobs_store.Job, now: datetime, resumed_at: datetime | None) -> list[datetime]:
     """Nominal times that fell inside the pause and will not run: history records them as skipped."""
     first = job.next_nominal_at
     if first is None or first > now:
@@ -380,12 +383,12 @@ def _skipped_while_paused(job: store.Job, now: datetime, resumed_at: datetime | 
             times.append(at)
             at = grid.next_after(at)
         return [t for t in times[-MAX_SKIPPED_RECORDS:] if t != resumed_at]
-    newest, _total = cron.missed_occurrences(_cron_of(job), first - _EPSILON, now, str(job.job_id),
+    newest, _total = schedule_rules.missed_occurrences(_cron_of(job), first - _EPSILON, now, str(job.job_id),
                                              cap=MAX_SKIPPED_RECORDS)
     return [o.nominal_utc for o in newest if o.nominal_utc != resumed_at]
 
 
-def _resume_point(job: store.Job, now: datetime, missed: str) -> tuple[datetime | None, datetime]:
+def _resume_point(job: jobs_store.Job, now: datetime, missed: str) -> tuple[datetime | None, datetime]:
     """(nominal, run_at) of the occurrence to schedule on resume; nominal None: nothing left to run."""
     if job.schedule_kind == "once":
         assert job.run_at is not None
@@ -394,7 +397,7 @@ def _resume_point(job: store.Job, now: datetime, missed: str) -> tuple[datetime 
         return (job.run_at, now) if missed == "run_once" else (None, now)
     if job.schedule_kind == "every":
         grid = _every_of(job)
-        jitter = timedelta(seconds=cron.jitter_offset_s(str(job.job_id), job.jitter_s))
+        jitter = timedelta(seconds=schedule_rules.jitter_offset_s(str(job.job_id), job.jitter_s))
         if missed == "run_once" and job.next_nominal_at is not None and job.next_nominal_at <= now:
             newest = grid.next_after(now) - timedelta(seconds=grid.every_s)
             return max(newest, job.next_nominal_at), now
@@ -404,10 +407,10 @@ def _resume_point(job: store.Job, now: datetime, missed: str) -> tuple[datetime 
     key = str(job.job_id)
     if missed == "run_once" and job.next_nominal_at is not None and job.next_nominal_at <= now:
         # The newest occurrence that fell inside the pause runs now (its own nominal time keeps it unique).
-        newest, _total = cron.missed_occurrences(schedule, job.next_nominal_at - _EPSILON, now, key, cap=1)
+        newest, _total = schedule_rules.missed_occurrences(schedule, job.next_nominal_at - _EPSILON, now, key, cap=1)
         if newest:
             return newest[-1].nominal_utc, now
-    nxt = cron.next_occurrence(schedule, now, key)
+    nxt = schedule_rules.next_occurrence(schedule, now, key)
     return nxt.nominal_utc, nxt.run_at
 
 
@@ -425,7 +428,7 @@ async def cancel(db: Database, tenant_id: UUID, job_id: UUID) -> None:
 
 # -- update, run now, backfill ------------------------------------------------------------------------
 
-def job_as_body(job: store.Job) -> dict[str, Any]:
+def job_as_body(job: jobs_store.Job) -> dict[str, Any]:
     """A stored job as the JobIn body that would create it (what a PATCH is merged into): the fields
     a submit of its kind leaves out are absent. An every job's grid (its anchor) is passed apart: an
     update keeps it unless the patch names a new startAt."""
@@ -453,7 +456,7 @@ def merge_patch(base: Any, patch: Any) -> Any:
 _SCHEDULE_KINDS = ({"runAt", "delaySeconds"}, {"cron", "tz", "dst"}, {"every"})
 
 
-def patched_body(job: store.Job, patch: dict[str, Any]) -> schemas.JobIn:
+def patched_body(job: jobs_store.Job, patch: dict[str, Any]) -> schemas.JobIn:
     base = job_as_body(job)
     new_schedule = patch.get("schedule")
     if isinstance(new_schedule, dict):
@@ -470,7 +473,7 @@ def patched_body(job: store.Job, patch: dict[str, Any]) -> schemas.JobIn:
 
 
 async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, patch: Any,
-                 if_versions: frozenset[int] | None, payloads: PayloadStore | None = None) -> store.Job:
+                 if_versions: frozenset[int] | None, payloads: PayloadStore | None = None) -> jobs_store.Job:
     """PATCH /v1/jobs/{jobId}: merge, validate as a new submit would, store, move the next occurrence.
     ``if_versions``: the versions If-Match names (None: no precondition, or ``*``)."""
     payloads = payloads or PayloadStore.from_settings(settings)
@@ -479,7 +482,7 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
     if "idempotencyKey" in patch:
         raise errors.InvalidInput("idempotencyKey", "belongs to the submit, not to the job")
 
-    async def work(tx: Store) -> store.Job:
+    async def work(tx: Store) -> jobs_store.Job:
         job = await _locked(tx, tenant_id, job_id)
         if if_versions is not None and job.version not in if_versions:
             named = ", ".join(str(v) for v in if_versions) or "none"
@@ -519,7 +522,7 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
     return await db.transaction(work)
 
 
-def _paused_row(row: store.NewJob) -> store.NewJob:
+def _paused_row(row: jobs_store.NewJob) -> jobs_store.NewJob:
     """A paused job keeps no next run; resume computes it (from next_nominal_at, the first it may miss)."""
     return replace(row, next_run_at=None)  # type: ignore[arg-type]
 
@@ -527,7 +530,7 @@ def _paused_row(row: store.NewJob) -> store.NewJob:
 RUN_OVERLAPS = ("allow", "forbid", "replace")
 
 
-def _trace(job: store.Job, nominal: datetime, trigger: str) -> str | None:
+def _trace(job: jobs_store.Job, nominal: datetime, trigger: str) -> str | None:
     """The trace of an occurrence the tenant asked for (a dry run records, so it has none)."""
     if job.dry_run:
         return None
@@ -536,12 +539,12 @@ def _trace(job: store.Job, nominal: datetime, trigger: str) -> str | None:
         "kairos.scheduled_for": nominal.isoformat(), "kairos.trigger": trigger})
 
 
-async def run_now(db: Database, tenant_id: UUID, job_id: UUID, overlap: str | None) -> tuple[store.Job, UUID]:
+async def run_now(db: Database, tenant_id: UUID, job_id: UUID, overlap: str | None) -> tuple[jobs_store.Job, UUID]:
     """POST /v1/jobs/{jobId}:run: one occurrence now, outside the schedule (the schedule is unchanged)."""
     if overlap is not None and overlap not in RUN_OVERLAPS:
         raise errors.InvalidInput("overlap", f"must be one of {', '.join(RUN_OVERLAPS)}")
 
-    async def work(tx: Store) -> tuple[store.Job, UUID]:
+    async def work(tx: Store) -> tuple[jobs_store.Job, UUID]:
         job = await _locked(tx, tenant_id, job_id)
         if job.state == JobState.CANCELLED:
             raise errors.InvalidStateTransition("a cancelled job cannot run")
@@ -566,19 +569,19 @@ async def run_now(db: Database, tenant_id: UUID, job_id: UUID, overlap: str | No
 MAX_BACKFILL = 1000
 
 
-def _occurrences_from(job: store.Job, start: datetime) -> Iterator[cron.Occurrence]:
+def _occurrences_from(job: jobs_store.Job, start: datetime) -> Iterator[schedule_rules.Occurrence]:
     """The job's schedule from ``start`` on (inclusive), cron or interval."""
     if job.schedule_kind != "every":
-        yield from cron.occurrences_after(_cron_of(job), start - _EPSILON, str(job.job_id))
+        yield from schedule_rules.occurrences_after(_cron_of(job), start - _EPSILON, str(job.job_id))
         return
     grid = _every_of(job)
     at = grid.next_after(start - _EPSILON)
     while True:
-        yield cron.Occurrence(at, at, at, False, None, None)
+        yield schedule_rules.Occurrence(at, at, at, False, None, None)
         at = grid.next_after(at)
 
 
-def _no_occurrence_note(job: store.Job, start: datetime) -> str:
+def _no_occurrence_note(job: jobs_store.Job, start: datetime) -> str:
     """Why a backfill range held no occurrence of ``job``'s schedule."""
     if job.schedule_kind == "every" and job.anchor_at is not None and start < job.anchor_at:
         return (f"no occurrence in the range: an every schedule runs from its anchor, "

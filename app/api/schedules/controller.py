@@ -1,4 +1,4 @@
-"""/v1/schedules: the controller; what it does is app.api.schedule_service."""
+"""/v1/schedules: the controller; what it does is app.api.schedules.service."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from litestar import Controller, get
 from litestar.datastructures import State
 from litestar.params import QueryParameter
 
-from app.api import schedule_service as service
-from app.api import schemas
 from app.api.auth import DB, Tenant
-from app.api.service import utcnow
+from app.api.jobs.schemas import DstIn, ScheduleOut
+from app.api.jobs.service import utcnow
+from app.api.schedules import schemas, service
 from app.domain.jobs import EverySchedule
 
 
@@ -57,11 +57,11 @@ class ScheduleController(Controller):
                   "end_at": found.job.end_at if found.job else None}
         if isinstance(s, EverySchedule):
             zone = ZoneInfo("UTC")
-            schedule = schemas.ScheduleOut(every=found.expr, anchor_at=s.anchor, jitter_seconds=s.jitter_s, **bounds)
+            schedule = ScheduleOut(every=found.expr, anchor_at=s.anchor, jitter_seconds=s.jitter_s, **bounds)
         else:
             zone = ZoneInfo(s.tz)
-            schedule = schemas.ScheduleOut(cron=found.expr, cron_resolved=s.expr, tz=s.tz, jitter_seconds=s.jitter_s,
-                                           dst=schemas.DstIn(gap=s.dst.gap, repeat=s.dst.repeat), **bounds)
+            schedule = ScheduleOut(cron=found.expr, cron_resolved=s.expr, tz=s.tz, jitter_seconds=s.jitter_s,
+                                           dst=DstIn(gap=s.dst.gap, repeat=s.dst.repeat), **bounds)
         return schemas.PreviewOut(
             fire_times=[schemas.FireTimeOut(utc=o.run_at, local=o.run_at.astimezone(zone).isoformat(),
                                             dst_note=o.dst_note, skipped=o.skipped, nominal_utc=o.nominal_utc)

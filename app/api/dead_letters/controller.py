@@ -1,7 +1,7 @@
 """/v1/dead-letters and /v1/executions/{executionId}:replay: the controller.
 
-Bodies are the Structs of app.api.schemas, decoded by Litestar (so /schema documents them); what
-each route does is app.api.dead_letter_service, pagination is app.api.pagination.
+Bodies are the Structs of app.api.dead_letters.schemas, decoded by Litestar (so /schema documents them); what
+each route does is app.api.dead_letters.service, pagination is app.api.pagination.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from litestar.openapi.spec import Operation, RequestBody
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from app import errors
-from app.api import dead_letter_service as service
-from app.api import schemas
 from app.api.auth import DB, Tenant
+from app.api.dead_letters import schemas, service
+from app.api.jobs.schemas import AttemptOut
 from app.api.pagination import next_link
 
 # Bulk replay budget per tenant, shared by every API replica: at most this many executions per window.
@@ -63,7 +63,8 @@ class DeadLetterController(Controller):
 
     @post("/dead-letters:replay", operation_id="ReplayDeadLetters", status_code=200,
           operation_class=OptionalBodyOperation,
-          summary="Replay up to `limit` dead executions matching a filter (jobId, finished window); budgeted per tenant.")
+          summary="Replay up to `limit` dead executions matching a filter (jobId, finished window); budgeted per "
+                  "tenant.")
     async def replay_many(self, db: DB, tenant: Tenant,
                           data: JSONBody[schemas.BulkReplayIn | None] = None) -> schemas.BulkReplayedOut:
         return await service.replay_many(db, tenant.tenant_id, data or schemas.BulkReplayIn(),
@@ -82,6 +83,6 @@ class DeadLetterController(Controller):
 
     @get("/executions/{execution_ref:str}/attempts", operation_id="ListExecutionAttempts",
          summary="Every attempt of an execution, oldest first, including late results discarded after LEASE_LOST.")
-    async def attempts(self, execution_ref: FromPath[str], db: DB, tenant: Tenant) -> list[schemas.AttemptOut]:
+    async def attempts(self, execution_ref: FromPath[str], db: DB, tenant: Tenant) -> list[AttemptOut]:
         execution_id = _execution_ref(execution_ref, action=None)
         return [service.attempt_out(a) for a in await service.attempts(db, tenant.tenant_id, execution_id)]

@@ -25,12 +25,13 @@ from uuid import UUID
 import msgspec
 
 from app import errors
-from app.api import bodies, payloads, problems, schemas, service
+from app.api import bodies, problems
 from app.api.auth import AuthThrottle
-from app.api.submit import SubmitWriter
+from app.api.jobs import large_payloads, schemas, service
+from app.api.jobs.submit import SubmitWriter
 from app.api.telemetry import TENANT_STATE_KEY
 from app.config import Settings
-from app.domain import jobs as spec
+from app.domain import jobs as job_rules
 from app.observability import tracing
 from app.store import Database, tenants
 from app.store.payloads import PayloadStore
@@ -125,9 +126,9 @@ class FastCreateJob:
             with tracing.span("kairos.submit", parent=traceparent,
                               attributes={"kairos.tenant_id": str(tenant_id)}) as context:
                 sub = service.submission(job, self.settings, tenant_id, idempotency_key,
-                                         spec.request_fingerprint(raw) if idempotency_key else None,
+                                         job_rules.request_fingerprint(raw) if idempotency_key else None,
                                          service.utcnow(), context)
-                [outcome] = await self.writer.submit(await payloads.keep_large(self.payloads, [sub]))
+                [outcome] = await self.writer.submit(await large_payloads.keep_large(self.payloads, [sub]))
         except errors.KairosError as exc:
             return await self._problem(send, scope, exc)
         except Exception:
