@@ -121,22 +121,22 @@ def _number(value: float) -> str:
 
 def _range(t: msgspec.inspect.Type | None) -> str | None:
     """A numeric field's range as a refusal words it ("must be between 1 and 100"), from its declared
-    bounds (app.api.wire); None when ``t`` declares none."""
-    low_name = None
-    for member in [t] if t is not None else []:
-        while isinstance(member, msgspec.inspect.Metadata):
+    bounds (app.api.wire); None when ``t`` declares none. A ``low_name`` in the field's Meta ``extra``
+    names the low end instead of its number."""
+    low_name: str | None = None
+    members = [t] if t is not None else []
+    while members:
+        member = members.pop(0)
+        if isinstance(member, msgspec.inspect.Metadata):
             low_name = (member.extra or {}).get("low_name", low_name)
-            member = member.type
-        candidates = member.types if isinstance(member, msgspec.inspect.UnionType) else (member,)
-        for candidate in candidates:
-            if isinstance(candidate, msgspec.inspect.Metadata):
-                low_name = (candidate.extra or {}).get("low_name", low_name)
-                candidate = candidate.type
-            if isinstance(candidate, (msgspec.inspect.IntType, msgspec.inspect.FloatType)) \
-                    and candidate.le is not None and (candidate.ge is not None or candidate.gt is not None):
-                low = low_name or _number(candidate.gt if candidate.gt is not None else candidate.ge)
-                exclusive = " (exclusive)" if candidate.gt is not None else ""
-                return f"must be between {low}{exclusive} and {_number(candidate.le)}"
+            members.insert(0, member.type)
+        elif isinstance(member, msgspec.inspect.UnionType):
+            members[:0] = member.types
+        elif isinstance(member, (msgspec.inspect.IntType, msgspec.inspect.FloatType)):
+            low = member.gt if member.gt is not None else member.ge
+            if low is not None and member.le is not None:
+                exclusive = " (exclusive)" if member.gt is not None else ""
+                return f"must be between {low_name or _number(low)}{exclusive} and {_number(member.le)}"
     return None
 
 
@@ -276,7 +276,7 @@ def decode(raw: bytes, type_: type[T] | Any, *, empty: Callable[[], T] | None = 
     if empty is not None and not raw.strip():
         return empty()
     try:
-        return msgspec.json.decode(raw, type=type_, strict=True)  # type: ignore[no-any-return]
+        return msgspec.json.decode(raw, type=type_, strict=True)
     except msgspec.ValidationError as exc:
         # Decoding stops at the first value that breaks the schema, which may come before the text
         # stops being JSON ('{"nmae": 1' is an unknown field first): JSON or not decides 400 or 422.

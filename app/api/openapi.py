@@ -391,7 +391,7 @@ def document(app: Litestar) -> None:
         [schemas.ResumeIn, schemas.RunIn, schemas.RunOut, schemas.BackfillIn, schemas.BackfillOut,
          dead_letter_schemas.ReplayIn,
          dead_letter_schemas.ReplayedOut, schemas.JobOut], ref_template="#/components/schemas/{name}")
-    known = dict(components.schemas or {})
+    known: dict[str, Any] = dict(components.schemas or {})
     for name, schema in extra.items():
         known.setdefault(name, schema)
     known["Problem"] = PROBLEM_SCHEMA

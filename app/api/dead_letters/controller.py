@@ -11,13 +11,13 @@ from typing import Annotated
 from uuid import UUID
 
 from litestar import Controller, Response, get, post
-from litestar.datastructures import State
 from litestar.openapi.spec import Operation, RequestBody
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from app import errors
 from app.api.auth import DB, Tenant
 from app.api.dead_letters import schemas, service
+from app.api.injected import SettingsDep
 from app.api.jobs.schemas import AttemptOut
 from app.api.pagination import next_link
 
@@ -74,11 +74,11 @@ class DeadLetterController(Controller):
           operation_class=OptionalBodyOperation,
           summary="POST /v1/executions/{executionId}:replay: make a dead execution ready again "
                   "(fresh attempt budget; optional body {payload, retry})")
-    async def replay(self, execution_ref: FromPath[str], db: DB, tenant: Tenant, state: State,
+    async def replay(self, execution_ref: FromPath[str], db: DB, tenant: Tenant, settings: SettingsDep,
                      data: JSONBody[schemas.ReplayIn | None] = None) -> schemas.ReplayedOut:
         execution_id = _execution_ref(execution_ref, action="replay")
         done = await service.replay(db, tenant.tenant_id, execution_id, data or schemas.ReplayIn(),
-                                    state.settings.max_payload_bytes)
+                                    settings.max_payload_bytes)
         return service.replayed_out(done)
 
     @get("/executions/{execution_ref:str}/attempts", operation_id="ListExecutionAttempts",

@@ -133,6 +133,6 @@ def replayed_out(done: executions_store.Replayed) -> schemas.ReplayedOut:
 
 
 def attempt_out(a: attempts_store.Attempt) -> AttemptOut:
-    return AttemptOut(a.attempt, a.worker_id, a.leased_at, a.lease_until, a.finished_at, a.outcome, a.error,
+    return AttemptOut(a.attempt, a.worker_id, a.leased_at, a.lease_until, a.finished_at, a.outcome.value, a.error,
                               a.result, a.sent_at)
 

@@ -12,10 +12,9 @@ from uuid import UUID
 import msgspec
 
 from app import errors
-from app.api import bodies
-from app.api.dead_letters.service import attempt_out
-from app.api.jobs import large_payloads, schemas
-from app.api.jobs.submit import Submission, new_job_row, not_granted
+from app.api import bodies, problems
+from app.api.jobs import large_payloads, schemas, views
+from app.api.jobs.submit import Created, Submission, SubmitWriter, new_job_row, not_granted
 from app.api.pagination import decode_cursor, page_limit, split_page
 from app.config import Settings
 from app.domain import jobs as job_rules
@@ -106,126 +105,73 @@ def submission(body: schemas.JobIn, settings: Settings, tenant_id: UUID, idem_ke
                       traceparent)
 
 
+class JobSubmitter:
+    """The one implementation of a submit: POST /v1/jobs (the route and its fast path,
+    app.api.jobs.fast_submit) and each item of POST /v1/jobs:batch. Validates, keeps a large payload
+    in the object store, and hands the jobs to the process's group-committing writer."""
+
+    def __init__(self, settings: Settings, writer: SubmitWriter, payload_store: PayloadStore) -> None:
+        self.settings = settings
+        self.writer = writer
+        self.payload_store = payload_store
+
+    async def create(self, tenant_id: UUID, body: schemas.JobIn, raw: bytes, idempotency_key: str | None,
+                     traceparent: str | None) -> schemas.JobCreated:
+        """One job; raises the KairosError that refuses it."""
+        fingerprint = job_rules.request_fingerprint(raw) if idempotency_key else None
+        with tracing.span("kairos.submit", parent=traceparent,
+                          attributes={"kairos.tenant_id": str(tenant_id)}) as context:
+            sub = submission(body, self.settings, tenant_id, idempotency_key, fingerprint, utcnow(), context)
+            [outcome] = await self.writer.submit(await large_payloads.keep_large(self.payload_store, [sub]))
+        if isinstance(outcome, errors.KairosError):
+            raise outcome
+        return schemas.JobCreated(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
+                                  warnings=list(outcome.warnings) or None)
+
+    async def create_batch(self, tenant_id: UUID, batch: schemas.BatchIn,
+                           traceparent: str | None) -> schemas.BatchOut:
+        """Each item validated on its own; the valid ones stored together. Results in request order."""
+        with tracing.span("kairos.submit_batch", parent=traceparent,
+                          attributes={"kairos.tenant_id": str(tenant_id), "kairos.jobs": len(batch.jobs)}) as context:
+            return await self._create_batch(tenant_id, batch, utcnow(), context)
+
+    async def _create_batch(self, tenant_id: UUID, batch: schemas.BatchIn, now: datetime,
+                            traceparent: str | None) -> schemas.BatchOut:
+        results: list[schemas.BatchItemOut | None] = [None] * len(batch.jobs)
+        subs: list[Submission] = []
+        where: list[int] = []
+        for index, raw_item in enumerate(batch.jobs):
+            try:
+                item, fingerprint = _decode_item(raw_item)
+                subs.append(submission(item, self.settings, tenant_id, item.idempotency_key, fingerprint, now,
+                                       traceparent))
+                where.append(index)
+            except errors.InvalidInput as exc:
+                results[index] = _item_error(exc, index)
+        outcomes = await self.writer.submit(await large_payloads.keep_large(self.payload_store, subs))
+        for index, outcome in zip(where, outcomes, strict=True):
+            results[index] = (schemas.BatchItemOut(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
+                                                   warnings=list(outcome.warnings) or None)
+                              if isinstance(outcome, Created) else _item_error(outcome, index))
+        return schemas.BatchOut(results=[r for r in results if r is not None])
+
+
+def _item_error(exc: errors.KairosError, index: int) -> schemas.BatchItemOut:
+    return schemas.BatchItemOut(error=problems.error_body(exc, f"/v1/jobs:batch#/jobs/{index}",
+                                                          within=f"/jobs/{index}"), index=index)
+
+
+def _decode_item(raw: msgspec.Raw) -> tuple[schemas.BatchItemIn, str | None]:
+    """The item and, when it carries an idempotencyKey, the fingerprint of the rest of it."""
+    item: schemas.BatchItemIn = bodies.decode(raw, schemas.BatchItemIn)  # a problem's field points into the item
+    if item.idempotency_key is None:
+        return item, None
+    decoded: dict[str, Any] = msgspec.json.decode(raw)
+    decoded.pop("idempotencyKey")
+    return item, job_rules.value_fingerprint(decoded)
+
+
 # -- reading -------------------------------------------------------------------------------------------
-
-class JobView:
-    """A stored job read by the wire's field names, for ``msgspec.convert(..., from_attributes=True)``.
-
-    The row's columns pass through by name (``getattr`` falls through to the row); the properties
-    below are the only fields the wire names, nests or computes differently. The nested objects
-    (target, schedule, dst, retry) read the same view. ``instants``: how the schedule's instants are
-    given: as datetimes (an answer) or ISO text (a submit body)."""
-
-    __slots__ = ("job", "counts", "_text")
-
-    def __init__(self, job: jobs_store.Job, counts: jobs_store.ExecutionCounts | None = None, *,
-                 text: bool = False) -> None:
-        self.job = job
-        self.counts = counts
-        self._text = text
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.job, name)
-
-    def _instant(self, at: datetime | None) -> datetime | str | None:
-        return at.isoformat() if self._text and at is not None else at
-
-    # JobOut / JobIn
-    @property
-    def job_id(self) -> str:
-        return str(self.job.job_id)
-
-    @property
-    def state(self) -> str:
-        return self.job.reported_state
-
-    @property
-    def target(self) -> JobView:
-        return self
-
-    @property
-    def schedule(self) -> JobView:
-        return self
-
-    @property
-    def retry(self) -> JobView:
-        return self
-
-    @property
-    def timeout_seconds(self) -> int:
-        return self.job.timeout_s
-
-    @property
-    def executions(self) -> jobs_store.ExecutionCounts | None:
-        return self.counts
-
-    # TargetOut / TargetIn
-    @property
-    def type(self) -> str:
-        return self.job.target_type
-
-    @property
-    def ref(self) -> str:
-        return self.job.target_ref
-
-    @property
-    def method(self) -> str | None:
-        return self.job.http_method if self.job.target_type == "http" else None
-
-    @property
-    def headers(self) -> dict[str, str] | None:
-        return self.job.http_headers if self.job.target_type == "http" else None
-
-    # ScheduleOut / ScheduleIn
-    @property
-    def run_at(self) -> datetime | str | None:
-        return self._instant(self.job.run_at)
-
-    @property
-    def start_at(self) -> datetime | str | None:
-        return self._instant(self.job.start_at)
-
-    @property
-    def end_at(self) -> datetime | str | None:
-        return self._instant(self.job.end_at)
-
-    @property
-    def every(self) -> str | None:
-        return job_rules.format_every(self.job.every_s) if self.job.every_s else None
-
-    @property
-    def jitter_seconds(self) -> int | None:
-        return self.job.jitter_s if self.job.schedule_kind != "once" else None
-
-    @property
-    def dst(self) -> JobView | None:
-        return self if self.job.schedule_kind == "cron" else None
-
-    @property
-    def gap(self) -> str:
-        return self.job.dst_gap
-
-    @property
-    def repeat(self) -> str:
-        return self.job.dst_repeat
-
-    # RetryOut / RetryIn
-    @property
-    def backoff_seconds(self) -> float:
-        return self.job.backoff_s
-
-    @property
-    def max_backoff_seconds(self) -> float:
-        return self.job.max_backoff_s
-
-    @property
-    def max_retry_duration_seconds(self) -> float | None:
-        return self.job.max_retry_duration_s
-
-
-def job_out(job: jobs_store.Job, counts: jobs_store.ExecutionCounts | None = None) -> schemas.JobOut:
-    return msgspec.convert(JobView(job, counts), schemas.JobOut, from_attributes=True)
-
 
 async def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
     job = await db.transaction(lambda tx: tx.jobs.get(tenant_id, job_id))
@@ -254,7 +200,7 @@ async def list_jobs(db: Database, tenant_id: UUID, *, state: str | None, name: s
     n = page_limit(limit)
     after = decode_cursor(cursor)
     rows = await db.transaction(lambda tx: tx.jobs.list_page(
-        tenant_id, state=state, name=name, after=after, limit=n + 1,  # type: ignore[arg-type]
+        tenant_id, state=state, name=name, after=after, limit=n + 1,
         name_prefix=name_prefix or None, labels=wanted or None,
         selectors=[(s.key, s.op, s.values) for s in selectors]))
     return split_page(rows, n, lambda j: (j.created_at, j.job_id))
@@ -278,24 +224,6 @@ async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | 
     job, rows, attempts = await db.read(work, fresh_if=(errors.JobNotFound,))  # the read replica, if any
     page, nxt = split_page(rows, n, lambda e: (e.scheduled_for, e.execution_id))
     return job, page, attempts, nxt
-
-
-def execution_out(job: jobs_store.Job, e: jobs_store.ExecutionSummary, attempts: list[Attempt] | None = None,
-                  ) -> schemas.ExecutionOut:
-    """One execution with its start lag: due at the nominal time plus the job's jitter offset (manual
-    runs and backfills carry no jitter), started when its first attempt was leased."""
-    error = e.error if e.error is not None else (f"skipped: {e.skip_reason}" if e.skip_reason else None)
-    jitter = job.jitter_s if job.schedule_kind != "once" and e.trigger == "schedule" else 0
-    offset_s = schedule_rules.jitter_offset_s(str(job.job_id), jitter) if jitter else 0
-    due_at = e.scheduled_for + timedelta(seconds=offset_s) if jitter else \
-        e.scheduled_for
-    lag_ms = (None if e.first_started_at is None
-              else max(0, round((e.first_started_at - due_at).total_seconds() * 1000)))
-    return schemas.ExecutionOut(str(e.execution_id), e.scheduled_for, e.attempt, e.state, e.started_at,
-                                e.finished_at, error, skip_reason=e.skip_reason, trigger=e.trigger, due_at=due_at,
-                                dispatched_at=e.dispatched_at, first_started_at=e.first_started_at,
-                                start_lag_ms=lag_ms, trace_id=e.traceparent.split("-")[1] if e.traceparent else None,
-                                attempts=[attempt_out(a) for a in attempts or ()])
 
 
 # -- state changes -------------------------------------------------------------------------------------
@@ -407,11 +335,12 @@ def _resume_point(job: jobs_store.Job, now: datetime, missed: str) -> tuple[date
     key = str(job.job_id)
     if missed == "run_once" and job.next_nominal_at is not None and job.next_nominal_at <= now:
         # The newest occurrence that fell inside the pause runs now (its own nominal time keeps it unique).
-        newest, _total = schedule_rules.missed_occurrences(schedule, job.next_nominal_at - _EPSILON, now, key, cap=1)
-        if newest:
-            return newest[-1].nominal_utc, now
-    nxt = schedule_rules.next_occurrence(schedule, now, key)
-    return nxt.nominal_utc, nxt.run_at
+        missed_newest, _total = schedule_rules.missed_occurrences(schedule, job.next_nominal_at - _EPSILON, now,
+                                                                  key, cap=1)
+        if missed_newest:
+            return missed_newest[-1].nominal_utc, now
+    upcoming = schedule_rules.next_occurrence(schedule, now, key)
+    return upcoming.nominal_utc, upcoming.run_at
 
 
 async def cancel(db: Database, tenant_id: UUID, job_id: UUID) -> None:
@@ -427,17 +356,6 @@ async def cancel(db: Database, tenant_id: UUID, job_id: UUID) -> None:
 
 
 # -- update, run now, backfill ------------------------------------------------------------------------
-
-def job_as_body(job: jobs_store.Job) -> dict[str, Any]:
-    """A stored job as the JobIn body that would create it (what a PATCH is merged into): the fields
-    a submit of its kind leaves out are absent. An every job's grid (its anchor) is passed apart: an
-    update keeps it unless the patch names a new startAt."""
-    body = msgspec.to_builtins(msgspec.convert(JobView(job, text=True), schemas.JobIn, from_attributes=True))
-    for part in (body, body["target"], body["schedule"], body["retry"]):
-        for key in [k for k, v in part.items() if v is None and k != "payload"]:
-            del part[key]
-    return body  # type: ignore[no-any-return]
-
 
 def merge_patch(base: Any, patch: Any) -> Any:
     """RFC 7396 JSON Merge Patch: objects merge key by key, null removes a key, anything else replaces."""
@@ -457,7 +375,7 @@ _SCHEDULE_KINDS = ({"runAt", "delaySeconds"}, {"cron", "tz", "dst"}, {"every"})
 
 
 def patched_body(job: jobs_store.Job, patch: dict[str, Any]) -> schemas.JobIn:
-    base = job_as_body(job)
+    base = views.job_as_body(job)
     new_schedule = patch.get("schedule")
     if isinstance(new_schedule, dict):
         for kind in _SCHEDULE_KINDS:

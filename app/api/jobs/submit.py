@@ -84,7 +84,7 @@ def new_job_row(s: Submission, queue: str) -> jobs_store.NewJob:
         job_id=job.job_id, tenant_id=s.tenant_id, name=job.name, target_type=job.target.type,
         target_ref=job.target.ref, queue=queue, payload=job.payload,
         schedule_kind="once" if once else "every" if every else "cron",
-        run_at=job.schedule.run_at if once else None,
+        run_at=job.schedule.run_at if isinstance(job.schedule, job_rules.OnceSchedule) else None,
         cron=c.expr if c else None, cron_resolved=job.cron_resolved, tz=c.tz if c else None,
         jitter_s=c.jitter_s if c else every.jitter_s if every else 0, dst_gap=c.dst.gap if c else "shift",
         dst_repeat=c.dst.repeat if c else "once", max_attempts=job.retry.max_attempts,
@@ -382,7 +382,8 @@ class SubmitWriter:
 
     def _start_flushes(self) -> None:
         while self._waiting and len(self._flushes) < self.config.in_flight:
-            group, rows = [], 0
+            group: list[_Request] = []
+            rows = 0
             while self._waiting and (not group or rows + len(self._waiting[0].subs) <= self.config.max_rows):
                 request = self._next_waiting(critical=group[0].critical if group else None)
                 if request is None:
@@ -425,7 +426,8 @@ class SubmitWriter:
             return
         stored = iter(outcomes)
         for r, v in zip(group, verdicts, strict=True):
-            _settle(r, [next(stored) if v is None or v[i] is None else v[i] for i in range(len(r.subs))])
+            _settle(r, [next(stored) if v is None or (refused := v[i]) is None else refused
+                        for i in range(len(r.subs))])
         created = sum(1 for o in outcomes if isinstance(o, Created) and not o.replayed)
         if created:
             observability.jobs_submitted.add(created)

@@ -6,10 +6,10 @@ from typing import Annotated
 from zoneinfo import ZoneInfo
 
 from litestar import Controller, get
-from litestar.datastructures import State
 from litestar.params import QueryParameter
 
 from app.api.auth import DB, Tenant
+from app.api.injected import SettingsDep
 from app.api.jobs.schemas import DstIn, ScheduleOut
 from app.api.jobs.service import utcnow
 from app.api.schedules import schemas, service
@@ -24,7 +24,7 @@ class ScheduleController(Controller):
          summary="The next N fire times of a cron expression in a zone, of an every interval, or of an existing "
                  "job, with DST notes.")
     async def preview(
-        self, db: DB, tenant: Tenant, state: State,
+        self, db: DB, tenant: Tenant, settings: SettingsDep,
         cron: Annotated[str | None, QueryParameter(
             description="5-field cron expression; required without jobId, replaces the job's with it")] = None,
         tz: Annotated[str | None, QueryParameter(
@@ -50,18 +50,19 @@ class ScheduleController(Controller):
     ) -> schemas.PreviewOut:
         query = service.PreviewQuery(cron=cron, tz=tz, count=count, from_=from_, gap=gap, repeat=repeat,
                                      jitter_s=jitter_seconds, job_id=job_id, every=every, start_at=start_at)
-        limits = service.PreviewLimits(state.settings.max_schedule_horizon_days, state.settings.min_fire_interval_s)
+        limits = service.PreviewLimits(settings.max_schedule_horizon_days, settings.min_fire_interval_s)
         found = await service.preview(db, tenant.tenant_id, query, utcnow(), limits)
         s = found.schedule
-        bounds = {"start_at": found.job.start_at if found.job else None,
-                  "end_at": found.job.end_at if found.job else None}
+        start_at_, end_at_ = (found.job.start_at, found.job.end_at) if found.job else (None, None)
         if isinstance(s, EverySchedule):
             zone = ZoneInfo("UTC")
-            schedule = ScheduleOut(every=found.expr, anchor_at=s.anchor, jitter_seconds=s.jitter_s, **bounds)
+            schedule = ScheduleOut(every=found.expr, anchor_at=s.anchor, jitter_seconds=s.jitter_s,
+                                   start_at=start_at_, end_at=end_at_)
         else:
             zone = ZoneInfo(s.tz)
             schedule = ScheduleOut(cron=found.expr, cron_resolved=s.expr, tz=s.tz, jitter_seconds=s.jitter_s,
-                                           dst=DstIn(gap=s.dst.gap, repeat=s.dst.repeat), **bounds)
+                                           dst=DstIn(gap=s.dst.gap, repeat=s.dst.repeat), start_at=start_at_,
+                                   end_at=end_at_)
         return schemas.PreviewOut(
             fire_times=[schemas.FireTimeOut(utc=o.run_at, local=o.run_at.astimezone(zone).isoformat(),
                                             dst_note=o.dst_note, skipped=o.skipped, nominal_utc=o.nominal_utc)
