@@ -154,7 +154,7 @@ UPDATE_BODY = {"required": True, "description": "A JSON Merge Patch (RFC 7396) o
 
 
 # -- the bounds the API enforces, written into the document ----------------------------------------------
-# A body field's bounds are declared on its type in app.api.schemas; Litestar's component schemas lose
+# A body field's bounds are declared on its type in app.api.wire; Litestar's component schemas lose
 # some of them (document-only keywords, the value branch of an optional field), so they are copied from
 # the schemas msgspec writes for the same types. Query and header parameters are not typed with their
 # bounds, so theirs are listed here. tests/security/test_schemathesis.py checks that data inside the
