@@ -40,8 +40,9 @@ def stored(kind: str, target: dict[str, object]) -> jobs_store.Job:
                           first_run_at=row.next_run_at, paused_at=None, version=1, created_at=NOW, updated_at=NOW)
 
 
-TARGETS: list[dict[str, object]] = [{"type": "http", "ref": "https://example.com/hook", "method": "PUT", "headers": {"X-A": "b"}},
-           {"type": "queue", "ref": "emails"}]
+TARGETS: list[dict[str, object]] = [
+    {"type": "http", "ref": "https://example.com/hook", "method": "PUT", "headers": {"X-A": "b"}},
+    {"type": "queue", "ref": "emails"}]
 
 
 @pytest.mark.parametrize("kind", sorted(BODIES))
