@@ -21,13 +21,6 @@ from app.api import wire
 from app.api.dead_letters import schemas as dead_letter_schemas
 from app.api.jobs import schemas
 from app.api.jobs.controller import BATCH_MAX
-from app.api.pagination import PAGE_MAX
-from app.api.schedules.service import PREVIEW_MAX
-from app.api.stats.service import MAX_HORIZON_HOURS, MAX_WINDOW_MINUTES
-from app.domain import jobs as job_rules
-from app.domain import schedule as schedule_rules
-from app.domain.schedule.zone import MAX_TZ_LENGTH
-from app.domain.states import REPORTED_JOB_STATES
 
 PROBLEM_MEDIA = "application/problem+json"
 PUBLIC = ("/healthz", "/readyz", "/metrics", "/demo/echo")
@@ -156,18 +149,14 @@ UPDATE_BODY = {"required": True, "description": "A JSON Merge Patch (RFC 7396) o
 # -- the bounds the API enforces, written into the document ----------------------------------------------
 # A body field's bounds are declared on its type in app.api.wire; Litestar's component schemas lose
 # some of them (document-only keywords, the value branch of an optional field), so they are copied from
-# the schemas msgspec writes for the same types. Query and header parameters are not typed with their
-# bounds, so theirs are listed here. tests/security/test_schemathesis.py checks that data inside the
-# bounds is accepted and data outside them refused.
+# the schemas msgspec writes for the same types. A query or header parameter's bounds are declared on
+# the handler's parameter (``schema_extra``) and moved here onto its value's schema. The services check
+# them and word the refusals. tests/security/test_schemathesis.py checks that data inside the bounds is
+# accepted and data outside them refused.
 
-NO_NUL = wire.NO_NUL
 # The keywords that bound a value (those copied from msgspec's schema of a field).
 BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern",
           "minProperties", "maxProperties", "propertyNames", "additionalProperties", "enum", "format")
-
-
-def _range(low: float, high: float) -> dict[str, Any]:
-    return {"minimum": low, "maximum": high}
 
 
 def wire_types() -> list[type[wire.Wire]]:
@@ -180,31 +169,6 @@ def wire_types() -> list[type[wire.Wire]]:
             found.append(kind)
             todo.extend(kind.__subclasses__())
     return found
-
-
-# Query and header parameters, by name, wherever they appear.
-PARAMETER_RULES: dict[str, dict[str, Any]] = {
-    "limit": _range(1, PAGE_MAX),
-    "count": _range(1, PREVIEW_MAX),
-    "jitterSeconds": _range(0, job_rules.MAX_JITTER_S),
-    "minutes": _range(1, MAX_WINDOW_MINUTES),
-    "hours": _range(1, MAX_HORIZON_HOURS),
-    "state": {"enum": list(REPORTED_JOB_STATES)},
-    "gap": {"enum": ["shift", "skip"]},
-    "repeat": {"enum": ["once", "twice"]},
-    "cron": {"minLength": 1, "maxLength": schedule_rules.MAX_CRON_LENGTH, "pattern": NO_NUL},
-    "tz": {"minLength": 1, "maxLength": MAX_TZ_LENGTH, "pattern": NO_NUL},
-    "from": {"format": "date-time"},
-    "startAt": {"format": "date-time"},
-    "every": {"minLength": 2, "pattern": "^([0-9]{1,9}d)?([0-9]{1,9}h)?([0-9]{1,9}m)?([0-9]{1,9}s)?$"},
-    "jobId": {"format": "uuid"},
-    # A label selector (key:value, key!=value, 'key in (a,b)', !key, ...): its grammar is in the description.
-    "label": {"minLength": 1, "pattern": NO_NUL},
-    "name": {"pattern": NO_NUL},
-    "namePrefix": {"pattern": NO_NUL},
-    "Idempotency-Key": {"minLength": 1, "maxLength": 255},
-    "If-Match": {"pattern": '^(W/)?"?[0-9]{1,18}"?$'},
-}
 
 
 def _snake(key: str) -> str:
@@ -272,16 +236,24 @@ def _bounds(known: dict[str, Any]) -> None:
 
 
 def _parameter_bounds(op: Any) -> None:
-    """An optional parameter is one left out, never one sent as ``null``: its schema is its value's."""
+    """An optional parameter is one left out, never one sent as ``null``: its schema is its value's. The
+    bounds a handler declares for it (``schema_extra``, beside Litestar's oneOf) go onto that value, or
+    onto each value of a repeated parameter (an array)."""
     for param in op.parameters or ():
         if getattr(param, "param_in", "path") == "path":
             continue
-        param.schema = _value_branch(param.schema)
-        rules = PARAMETER_RULES.get(param.name)
-        if rules is not None:
-            # A repeated parameter (an array): the rules are each value's.
+        outer = param.schema
+        rules = {key: value for key in BOUNDS if (value := _keyword(outer, key)) is not None}
+        param.schema = _value_branch(outer)
+        if rules and param.schema is not outer:
             items = getattr(param.schema, "items", None)
             _constrain(items if items is not None else param.schema, rules)
+        elif rules:
+            items = getattr(param.schema, "items", None)
+            if items is not None:
+                for key in rules:
+                    setattr(param.schema, _snake(key), None)
+                _constrain(items, rules)
 
 
 def _batch_body(known: dict[str, Any]) -> dict[str, Any]:

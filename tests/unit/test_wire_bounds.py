@@ -40,3 +40,21 @@ def test_the_document_carries_each_declared_bound() -> None:
                        shown[field])
             for key in ("minimum", "maximum", "exclusiveMinimum", "maxLength", "pattern", "maxProperties"):
                 assert got.get(key) == want.get(key), (name, field, key)
+
+
+def test_a_parameters_documented_bounds_are_those_its_handler_declares() -> None:
+    app = create_app(load(), None)  # type: ignore[arg-type]
+    document = app.openapi_schema.to_schema()
+    declared = 0
+    for path, item in document["paths"].items():
+        for op in item.values():
+            for param in op.get("parameters", []) if isinstance(op, dict) else []:
+                schema = param["schema"]
+                assert "oneOf" not in schema, (path, param["name"])  # left out, never null
+                bounds = schema.get("items", schema)
+                declared += any(k in bounds for k in ("minimum", "maxLength", "pattern", "format", "enum"))
+    limit = next(p for p in document["paths"]["/v1/jobs"]["get"]["parameters"] if p["name"] == "limit")
+    assert (limit["schema"]["minimum"], limit["schema"]["maximum"]) == (1, 500)
+    label = next(p for p in document["paths"]["/v1/jobs"]["get"]["parameters"] if p["name"] == "label")
+    assert label["schema"]["items"]["minLength"] == 1 and "minLength" not in label["schema"]
+    assert declared >= 20

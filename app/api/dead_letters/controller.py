@@ -19,7 +19,7 @@ from app.api.auth import DB, Tenant
 from app.api.dead_letters import schemas, service
 from app.api.injected import SettingsDep
 from app.api.jobs.schemas import AttemptOut
-from app.api.pagination import next_link
+from app.api.pagination import PageLimit, next_link
 
 # Bulk replay budget per tenant, shared by every API replica: at most this many executions per window.
 REPLAY_PER_WINDOW = 1000
@@ -54,8 +54,9 @@ class DeadLetterController(Controller):
     @get("/dead-letters", operation_id="ListDeadLetters",
          summary="A tenant's dead executions with their last error, newest first; next page in the Link header.")
     async def list_dead(self, db: DB, tenant: Tenant, cursor: FromQuery[str | None] = None,
-                        limit: FromQuery[int | None] = None,
-                        job_id: Annotated[str | None, QueryParameter(name="jobId")] = None,
+                        limit: PageLimit = None,
+                        job_id: Annotated[str | None, QueryParameter(name="jobId", schema_extra={"format": "uuid"})]
+                        = None,
                         ) -> Response[list[schemas.DeadLetterOut]]:
         rows, nxt = await service.list_dead(db, tenant.tenant_id, job_id=job_id, cursor=cursor, limit=limit)
         headers = {"Link": next_link("/v1/dead-letters", nxt, limit=limit, jobId=job_id)} if nxt else None

@@ -15,6 +15,8 @@ from app.api import bodies, pagination, wire
 from app.api.auth import DB, Tenant
 from app.api.injected import PayloadStoreDep, SettingsDep, SubmitterDep, SubmitWriterDep
 from app.api.jobs import large_payloads, schemas, service, views
+from app.api.wire import NO_NUL
+from app.domain.states import REPORTED_JOB_STATES
 
 BATCH_MAX = 1000
 BATCH_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -70,7 +72,8 @@ class JobController(Controller):
           summary="Submit a one-off or cron job; Idempotency-Key makes retries safe.")
     async def create_job(self, request: Request[Any, Any, Any], data: JSONBody[schemas.JobIn], tenant: Tenant,
                          submitter: SubmitterDep,
-                         idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
+                         idempotency_key: Annotated[str | None, HeaderParameter(
+                             name="Idempotency-Key", schema_extra={"min_length": 1, "max_length": 255})] = None,
                          ) -> Response[schemas.JobCreated]:
         """The fast path (app.api.jobs.fast_submit) answers the ordinary request before it gets here; both
         answer through ``JobSubmitter.create``."""
@@ -82,15 +85,18 @@ class JobController(Controller):
          summary="A tenant's jobs, newest first, filtered by state, name, name prefix and labels.")
     async def list_jobs(self, db: DB, tenant: Tenant,
                         job_state: Annotated[str | None, QueryParameter(
-                            name="state", description="active, paused, completed, failed or cancelled")] = None,
-                        name: FromQuery[str | None] = None,
-                        name_prefix: Annotated[str | None, QueryParameter(name="namePrefix")] = None,
+                            name="state", description="active, paused, completed, failed or cancelled",
+                            schema_extra={"enum": list(REPORTED_JOB_STATES)})] = None,
+                        name: Annotated[str | None, QueryParameter(schema_extra={"pattern": NO_NUL})] = None,
+                        name_prefix: Annotated[str | None, QueryParameter(
+                            name="namePrefix", schema_extra={"pattern": NO_NUL})] = None,
                         label: Annotated[list[str] | None, QueryParameter(
+                            schema_extra={"min_length": 1, "pattern": NO_NUL},
                             name="label", description="a label selector: key:value (or key=value), key!=value, "
                                                       "'key in (a,b)', 'key notin (a,b)', key (has it), !key "
                                                       "(has not); comma-separated or repeated, all must hold")] = None,
                         cursor: FromQuery[str | None] = None,
-                        limit: FromQuery[int | None] = None) -> Response[schemas.JobPage]:
+                        limit: pagination.PageLimit = None) -> Response[schemas.JobPage]:
         rows, nxt = await service.list_jobs(db, tenant.tenant_id, state=job_state, name=name, cursor=cursor,
                                             limit=limit, name_prefix=name_prefix, labels=label)
         page = schemas.JobPage(jobs=[views.job_out(j) for j in rows], next_cursor=nxt)
@@ -119,7 +125,8 @@ class JobController(Controller):
     async def update_job(self, request: Request[Any, Any, Any], job_ref: FromPath[str], db: DB, tenant: Tenant,
                          settings: SettingsDep, payload_store: PayloadStoreDep,
                          if_match: Annotated[str | None, HeaderParameter(
-                             name="If-Match", description="the job's ETag (its version, quoted); a job at another "
+                             name="If-Match", schema_extra={"pattern": '^(W/)?"?[0-9]{1,18}"?$'},
+                             description="the job's ETag (its version, quoted); a job at another "
                                                           "version answers 412 and is not changed")] = None,
                          ) -> Response[schemas.JobOut]:
         job_id, _ = parse_job_ref(job_ref, action=False)
@@ -170,7 +177,7 @@ class JobController(Controller):
     @get("/{job_ref:str}/executions", operation_id="ListJobExecutions",
          summary="A job's executions, newest first; next page in the Link header.")
     async def job_executions(self, job_ref: FromPath[str], db: DB, tenant: Tenant, cursor: FromQuery[str | None] = None,
-                         limit: FromQuery[int | None] = None) -> Response[list[schemas.ExecutionOut]]:
+                         limit: pagination.PageLimit = None) -> Response[list[schemas.ExecutionOut]]:
         job_id, _ = parse_job_ref(job_ref, action=False)
         job, rows, attempts, nxt = await service.executions(db, tenant.tenant_id, job_id, cursor, limit)
         headers = {"Link": pagination.next_link(f"/v1/jobs/{job_id}/executions", nxt, limit=limit)} if nxt else None

@@ -7,9 +7,11 @@ What each route computes is app.api.stats.service; the bodies are app.api.stats.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from litestar import Controller, get
 from litestar.di import Provide
-from litestar.params import FromQuery
+from litestar.params import QueryParameter
 
 from app.api.auth import DB
 from app.api.stats import schemas, service
@@ -17,6 +19,12 @@ from app.api.viewer import ViewerDep, provide_viewer
 
 VIEWER = {"viewer": Provide(provide_viewer)}
 
+
+# Checked by the service, which words the refusal; documented here.
+WindowMinutes = Annotated[int | None, QueryParameter(schema_extra={"minimum": 1,
+                                                                  "maximum": service.MAX_WINDOW_MINUTES})]
+HorizonHours = Annotated[int | None, QueryParameter(schema_extra={"minimum": 1,
+                                                                 "maximum": service.MAX_HORIZON_HOURS})]
 
 class StatsController(Controller):
     path = "/v1/stats"
@@ -26,13 +34,13 @@ class StatsController(Controller):
     @get("/lag", operation_id="GetStartLag",
          summary="Start lag (first attempt's lease - scheduledFor) and dispatch lag p50/p99 per minute of the "
                  "last `minutes` (default 60, at most 1440).")
-    async def lag(self, db: DB, viewer: ViewerDep, minutes: FromQuery[int | None] = None) -> schemas.LagOut:
+    async def lag(self, db: DB, viewer: ViewerDep, minutes: WindowMinutes = None) -> schemas.LagOut:
         return await service.start_lag(db, viewer, minutes)
 
     @get("/outcomes", operation_id="GetOutcomes",
          summary="Per minute of scheduledFor: occurrences succeeded, dead, retried (failed or lost, then tried "
                  "again), leases lost, and the failure rate (dead + retried) / (succeeded + dead + retried).")
-    async def outcomes(self, db: DB, viewer: ViewerDep, minutes: FromQuery[int | None] = None) -> schemas.OutcomesOut:
+    async def outcomes(self, db: DB, viewer: ViewerDep, minutes: WindowMinutes = None) -> schemas.OutcomesOut:
         return await service.outcomes(db, viewer, minutes)
 
     @get("/queues", operation_id="GetQueueDepths",
@@ -43,7 +51,7 @@ class StatsController(Controller):
     @get("/due", operation_id="GetDueHistogram",
          summary="Occurrences due per minute over the next `hours` (default 6, at most 24): due_index rows plus "
                  "executions already dispatched ahead or waiting for a retry.")
-    async def due(self, db: DB, viewer: ViewerDep, hours: FromQuery[int | None] = None) -> schemas.DueOut:
+    async def due(self, db: DB, viewer: ViewerDep, hours: HorizonHours = None) -> schemas.DueOut:
         return await service.due(db, viewer, hours)
 
     @get("/tenants", operation_id="ListStatsTenants",
