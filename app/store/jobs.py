@@ -159,14 +159,14 @@ def _array_bind(column: str, kind: Any) -> Callable[[Sequence[NewJob]], str]:
         return lambda jobs: texts([_payload_json(j) for j in jobs])
     get = attrgetter(column)
     if column in JSON_COLUMNS:
-        return lambda jobs: texts([compact_json(get(j)) for j in jobs])
+        return lambda jobs: texts(list(map(compact_json, map(get, jobs))))
     if str in (get_args(kind) or (kind,)):
-        return lambda jobs: texts([get(j) for j in jobs])
-    return lambda jobs: plain([get(j) for j in jobs])
+        return lambda jobs: texts(list(map(get, jobs)))
+    return lambda jobs: plain(list(map(get, jobs)))
 
 
 _ARRAY_BINDS: dict[str, Callable[[Sequence[NewJob]], str]] = {
-    column: _array_bind(column, _NEW_JOB_TYPES[column]) for column in NEW_JOB_COLUMNS}
+    column: _array_bind(column, _NEW_JOB_TYPES[column]) for column in NEW_JOB_COLUMNS if column != "tenant_id"}
 
 
 def _job(row: Row[Any]) -> Job:
@@ -186,6 +186,9 @@ class Jobs(Table):
         if not jobs:
             return set()
         binds = {column: encode(jobs) for column, encode in _ARRAY_BINDS.items()}
+        # A request's jobs are one tenant's: its id printed once, not once a job.
+        tenant_text = {t: str(t) for t in {j.tenant_id for j in jobs}}
+        binds["tenant_id"] = "{" + ",".join([tenant_text[j.tenant_id] for j in jobs]) + "}"
         binds["shard_id"] = plain([shard_of(j.job_id) for j in jobs])
         binds["due_minute"] = plain([due_minute(j.next_run_at) for j in jobs])
         rows = await self._conn.execute(q("JobInsertMany"), binds)
