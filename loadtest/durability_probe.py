@@ -10,7 +10,7 @@ names the standby), migrates the primary, and makes two tenants: `critical` (kai
 set-critical critical on) and `normal`. The Kairos role's transactions commit locally by default
 (ALTER ROLE ... SET synchronous_commit = local, the per-tenant deployment of docs/durability.md), so
 `normal` is a local commit and `critical` waits until the standby has applied it. For each tenant,
-one submit at a time through app.api.submit.SubmitWriter (the API's own write path: one
+one submit at a time through app.api.jobs.submit.SubmitWriter (the API's own write path: one
 transaction per submit at this rate), it prints p50/p99/max in milliseconds; a third line is
 `synchronous_commit = on` for every tenant (the whole installation waiting for the standby's flush),
 for comparison. Both servers share this machine's disk and CPU, so the gap is the round trip to the
@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import text  # noqa: E402
 
-from app.api import schemas, service  # noqa: E402
-from app.api.submit import Created, SubmitWriter  # noqa: E402
+from app.api.jobs import schemas, service  # noqa: E402
+from app.api.jobs.submit import Created, SubmitWriter  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.drill.cluster import PG_BIN_DEFAULT, start_pair  # noqa: E402
 from app.store import Database, migrate  # noqa: E402

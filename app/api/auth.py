@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 from uuid import UUID
 
 from litestar import Request
@@ -71,17 +71,18 @@ class AuthThrottle:
                 "retry_after_s": math.ceil((1 - left) / self.rate_per_s)})
 
 
-def client_address(request: Request) -> str:
+def client_address(request: Request[Any, Any, Any]) -> str:
     """The peer's address (uvicorn puts the X-Forwarded-For of a proxy in KAIROS_TRUSTED_PROXIES there,
     and only of those; see docs/quotas.md)."""
     return request.client.host if request.client else ""
 
 
 async def provide_db(state: State) -> Database:
-    return state.db
+    db: Database = state.db
+    return db
 
 
-def refuse_if_throttled(request: Request, state: State) -> str:
+def refuse_if_throttled(request: Request[Any, Any, Any], state: State) -> str:
     """The client's address; AuthenticationThrottled (429) while it is throttled. For a credential that
     can be guessed and costs nothing to check (the viewer's operator token): call it first."""
     throttle: AuthThrottle = state.auth_throttle
@@ -102,7 +103,7 @@ def _refused(throttle: AuthThrottle, client: str, was_throttled: bool, refusal: 
     raise refusal
 
 
-async def provide_tenant(request: Request, state: State) -> TenantContext:
+async def provide_tenant(request: Request[Any, Any, Any], state: State) -> TenantContext:
     throttle: AuthThrottle = state.auth_throttle
     client = client_address(request)
     throttled = throttle.wait_s(client) > 0

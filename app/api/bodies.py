@@ -42,6 +42,7 @@ _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[([^\]]*)\]")
 _MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]*)`$")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`$")
 _ENUM = re.compile(r"^Invalid enum value (?P<value>.*)$")
+_RANGE = re.compile(r"^Expected `(?:int|float)` (?:>=|>|<=|<) \S+$")
 
 
 def pointer(steps: Iterable[str | int]) -> str:
@@ -114,6 +115,31 @@ def _fields(t: msgspec.inspect.Type | None) -> list[str]:
     return []
 
 
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _range(t: msgspec.inspect.Type | None) -> str | None:
+    """A numeric field's range as a refusal words it ("must be between 1 and 100"), from its declared
+    bounds (app.api.wire); None when ``t`` declares none. A ``low_name`` in the field's Meta ``extra``
+    names the low end instead of its number."""
+    low_name: str | None = None
+    members = [t] if t is not None else []
+    while members:
+        member = members.pop(0)
+        if isinstance(member, msgspec.inspect.Metadata):
+            low_name = (member.extra or {}).get("low_name", low_name)
+            members.insert(0, member.type)
+        elif isinstance(member, msgspec.inspect.UnionType):
+            members[:0] = member.types
+        elif isinstance(member, (msgspec.inspect.IntType, msgspec.inspect.FloatType)):
+            low = member.gt if member.gt is not None else member.ge
+            if low is not None and member.le is not None:
+                exclusive = " (exclusive)" if member.gt is not None else ""
+                return f"must be between {low_name or _number(low)}{exclusive} and {_number(member.le)}"
+    return None
+
+
 def _quoted(values: Iterable[Any]) -> str:
     return ", ".join(f"'{v}'" if isinstance(v, str) else str(v) for v in values)
 
@@ -130,6 +156,8 @@ def describe(what: str, steps: list[str | int], type_: Any | None) -> tuple[str,
         allowed = _allowed(_type_at(type_, steps)) if type_ is not None else []
         if allowed:
             return pointer(steps), f"must be one of {_quoted(allowed)} (got {found['value']})"
+    if _RANGE.match(what) and type_ is not None and (bounds := _range(_type_at(type_, steps))) is not None:
+        return pointer(steps), bounds
     return pointer(steps), what
 
 
@@ -248,7 +276,7 @@ def decode(raw: bytes, type_: type[T] | Any, *, empty: Callable[[], T] | None = 
     if empty is not None and not raw.strip():
         return empty()
     try:
-        return msgspec.json.decode(raw, type=type_, strict=True)  # type: ignore[no-any-return]
+        return msgspec.json.decode(raw, type=type_, strict=True)
     except msgspec.ValidationError as exc:
         # Decoding stops at the first value that breaks the schema, which may come before the text
         # stops being JSON ('{"nmae": 1' is an unknown field first): JSON or not decides 400 or 422.

@@ -57,7 +57,7 @@ def is_action_path(path: str) -> bool:
     return False
 
 
-def route_methods(request: Request) -> frozenset[str]:
+def route_methods(request: Request[Any, Any, Any]) -> frozenset[str]:
     """The methods of the route ``request`` matched (read once per app from its route table)."""
     state = request.app.state
     table: dict[str, frozenset[str]] | None = state.get(_TABLE_KEY)
@@ -72,7 +72,7 @@ _QUERY_KEY = "guards_query_parameters"
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
-def query_parameters(request: Request) -> dict[str, dict[str, Any]]:
+def query_parameters(request: Request[Any, Any, Any]) -> dict[str, dict[str, Any]]:
     """The query parameters the operation of ``request`` documents (name -> schema), read once per app from
     its OpenAPI document, by operationId."""
     state = request.app.state
@@ -91,7 +91,7 @@ def query_parameters(request: Request) -> dict[str, dict[str, Any]]:
     return table.get(operation_id, {}) if isinstance(operation_id, str) else {}
 
 
-def check_query(request: Request) -> None:
+def check_query(request: Request[Any, Any, Any]) -> None:
     """Refuse (InvalidParameter) a documented query parameter given twice though it is no array, or an
     integer one that is not digits."""
     documented = query_parameters(request)
@@ -109,7 +109,7 @@ def check_query(request: Request) -> None:
                                                 "optional parameter out rather than sending null")
 
 
-async def before_request(request: Request) -> Response[None] | None:
+async def before_request(request: Request[Any, Any, Any]) -> Response[None] | None:
     allowed = allowed_methods(request.url.path, route_methods(request),
                               action_route=request.scope.get("path_template") in ACTION_ROUTES)
     allow = ", ".join(allowed)

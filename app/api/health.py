@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from litestar import Controller, Request, Response, get, post
-from litestar.datastructures import State
 
+from app.api.injected import DatabaseDep, SettingsDep
 from app.store import health, migrate
 
 log = logging.getLogger(__name__)
@@ -17,16 +18,16 @@ class HealthController(Controller):
     tags = ["health"]
 
     @get("/healthz", operation_id="Healthz", summary="The process is alive.")
-    async def healthz(self, state: State) -> dict[str, str]:
+    async def healthz(self, settings: SettingsDep) -> dict[str, str]:
         # Under `kairos up`, the run's token tells its supervisor this port is served by its own API.
-        token = state.settings.supervisor_token
+        token = settings.supervisor_token
         return {"status": "ok", "supervisorToken": token} if token else {"status": "ok"}
 
     @get("/readyz", operation_id="Readyz", summary="The database is reachable and migrations are current.")
-    async def readyz(self, state: State) -> Response[dict[str, object]]:
+    async def readyz(self, db: DatabaseDep) -> Response[dict[str, object]]:
         try:
-            await health.ping(state.db)
-            pending = await migrate.pending(state.db)
+            await health.ping(db)
+            pending = await migrate.pending(db)
         except Exception as exc:  # any failure to reach the database means not ready
             return Response({"status": "unavailable", "database": str(exc)[:200]}, status_code=503)
         if pending:
@@ -40,7 +41,7 @@ class DemoController(Controller):
     include_in_schema = False
 
     @post("/demo/echo", status_code=200)
-    async def echo(self, request: Request) -> dict[str, object]:
+    async def echo(self, request: Request[Any, Any, Any]) -> dict[str, object]:
         body = await request.body()
         log.info("demo job delivered", extra={"attempt": request.headers.get("kairos-attempt"),
                                               "job_id": request.headers.get("kairos-job-id"), "bytes": len(body)})

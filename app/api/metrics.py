@@ -35,11 +35,12 @@ import os
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from litestar import Controller, Request, Response, get
-from litestar.datastructures import State
 
 from app import observability
+from app.api.injected import SettingsDep
 from app.observability.probes import scrape_allowed, serve_probes
 from app.observability.prometheus import TierView
 from app.store import Database, health
@@ -202,11 +203,11 @@ class MetricsController(Controller):
     include_in_schema = False
 
     @get("/metrics", media_type=EXPOSITION_MEDIA_TYPE)
-    async def metrics(self, request: Request, state: State) -> Response[bytes]:
-        if not scrape_allowed(request.headers.get("authorization", ""), state.settings.metrics_token):
+    async def metrics(self, request: Request[Any, Any, Any], settings: SettingsDep) -> Response[bytes]:
+        if not scrape_allowed(request.headers.get("authorization", ""), settings.metrics_token):
             return Response(b"/metrics needs Authorization: Bearer <KAIROS_METRICS_TOKEN>\n", status_code=401,
                             media_type="text/plain", headers={"WWW-Authenticate": "Bearer"})
-        directory = state.settings.api_metrics_dir
+        directory = settings.api_metrics_dir
         if not directory:
             text = observability.exposition().decode()
         else:

@@ -17,16 +17,10 @@ import msgspec
 from litestar import Litestar
 from litestar.openapi.spec import Components, OpenAPI, OpenAPIType, Schema, SecurityScheme
 
-from app.api import schemas
-from app.api.dead_letter_service import BULK_REPLAY_MAX
-from app.api.jobs import BATCH_MAX
-from app.api.pagination import PAGE_MAX
-from app.api.schedule_service import PREVIEW_MAX
-from app.api.stats_service import MAX_HORIZON_HOURS, MAX_WINDOW_MINUTES
-from app.domain import jobs as spec
-from app.domain import schedule as cron
-from app.domain.schedule.zone import MAX_TZ_LENGTH
-from app.domain.states import REPORTED_JOB_STATES
+from app.api import wire
+from app.api.dead_letters import schemas as dead_letter_schemas
+from app.api.jobs import schemas
+from app.api.jobs.controller import BATCH_MAX
 
 PROBLEM_MEDIA = "application/problem+json"
 PUBLIC = ("/healthz", "/readyz", "/metrics", "/demo/echo")
@@ -153,87 +147,28 @@ UPDATE_BODY = {"required": True, "description": "A JSON Merge Patch (RFC 7396) o
 
 
 # -- the bounds the API enforces, written into the document ----------------------------------------------
-# The request types are decoded by msgspec without bounds; the limits live in app.domain (one source),
-# so they are copied here into the schemas a client generates from, and tests/security/test_schemathesis.py
-# checks that data inside them is accepted and data outside them refused.
+# A body field's bounds are declared on its type in app.api.wire; Litestar's component schemas lose
+# some of them (document-only keywords, the value branch of an optional field), so they are copied from
+# the schemas msgspec writes for the same types. A query or header parameter's bounds are declared on
+# the handler's parameter (``schema_extra``) and moved here onto its value's schema. The services check
+# them and word the refusals. tests/security/test_schemathesis.py checks that data inside the bounds is
+# accepted and data outside them refused.
 
-NO_NUL = "^[^\\u0000]*$"  # PostgreSQL refuses NUL in text
-ONE_LINE = "^[^\\u0000\\r\\n]*$"
+# The keywords that bound a value (those copied from msgspec's schema of a field).
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern",
+          "minProperties", "maxProperties", "propertyNames", "additionalProperties", "enum", "format")
 
 
-def _range(low: float, high: float) -> dict[str, Any]:
-    return {"minimum": low, "maximum": high}
-
-
-FIELD_RULES: dict[str, dict[str, dict[str, Any]]] = {
-    "JobIn": {
-        "name": {"minLength": 1, "maxLength": spec.MAX_NAME_LEN, "pattern": "^[^\\u0000]*\\S[^\\u0000]*$"},
-        "timeoutSeconds": _range(1, spec.MAX_TIMEOUT_S),
-        "labels": {"maxProperties": spec.MAX_LABELS, "propertyNames": {"pattern": spec.LABEL_KEY.pattern},
-                   "additionalProperties": {"type": "string", "maxLength": spec.MAX_LABEL_VALUE_LEN,
-                                            "pattern": NO_NUL}},
-    },
-    "TargetIn": {
-        "type": {"enum": ["http", "queue"]},
-        "ref": {"minLength": 1, "maxLength": spec.MAX_URL_LEN, "pattern": NO_NUL},
-        "method": {"enum": list(spec.HTTP_METHODS)},
-        "headers": {"maxProperties": spec.MAX_HEADERS, "propertyNames": {"pattern": f"^{spec.HEADER_NAME.pattern}$"},
-                    "additionalProperties": {"type": "string", "maxLength": spec.MAX_HEADER_VALUE_LEN,
-                                             "pattern": f"^{spec.HEADER_VALUE.pattern}$"}},
-    },
-    "TargetAuth": {"audience": {"minLength": 1, "maxLength": spec.MAX_AUDIENCE_LEN,
-                                "pattern": f"^{spec.AUDIENCE.pattern}$"}},
-    "ScheduleIn": {
-        "delaySeconds": _range(0, spec.MAX_DELAY_S),
-        "cron": {"minLength": 1, "maxLength": cron.MAX_CRON_LENGTH, "pattern": NO_NUL},
-        "every": {"pattern": "^[0-9dhms]{1,40}$"},
-        "tz": {"minLength": 1, "maxLength": MAX_TZ_LENGTH, "pattern": NO_NUL},
-        "jitterSeconds": _range(0, spec.MAX_JITTER_S),
-    },
-    "DstIn": {"gap": {"enum": ["shift", "skip"]}, "repeat": {"enum": ["once", "twice"]}},
-    "RetryIn": {
-        "maxAttempts": _range(1, spec.MAX_ATTEMPTS),
-        "backoffSeconds": _range(0, spec.MAX_BACKOFF_S),
-        "maxBackoffSeconds": _range(0, spec.MAX_BACKOFF_S),
-        "maxRetryDurationSeconds": {"exclusiveMinimum": 0, "maximum": spec.MAX_RETRY_DURATION_S},
-    },
-    "RetryOverride": {
-        "maxAttempts": _range(1, spec.MAX_ATTEMPTS),
-        "backoffSeconds": _range(0, spec.MAX_BACKOFF_S),
-        "maxBackoffSeconds": _range(0, spec.MAX_BACKOFF_S),
-    },
-    "BulkReplayIn": {
-        "jobId": {"format": "uuid"},
-        "finishedAfter": {"format": "date-time"},
-        "finishedBefore": {"format": "date-time"},
-        "limit": _range(1, BULK_REPLAY_MAX),
-    },
-    "BackfillIn": {"from": {"format": "date-time"}, "to": {"format": "date-time"}},
-}
-
-# Query and header parameters, by name, wherever they appear.
-PARAMETER_RULES: dict[str, dict[str, Any]] = {
-    "limit": _range(1, PAGE_MAX),
-    "count": _range(1, PREVIEW_MAX),
-    "jitterSeconds": _range(0, spec.MAX_JITTER_S),
-    "minutes": _range(1, MAX_WINDOW_MINUTES),
-    "hours": _range(1, MAX_HORIZON_HOURS),
-    "state": {"enum": list(REPORTED_JOB_STATES)},
-    "gap": {"enum": ["shift", "skip"]},
-    "repeat": {"enum": ["once", "twice"]},
-    "cron": {"minLength": 1, "maxLength": cron.MAX_CRON_LENGTH, "pattern": NO_NUL},
-    "tz": {"minLength": 1, "maxLength": MAX_TZ_LENGTH, "pattern": NO_NUL},
-    "from": {"format": "date-time"},
-    "startAt": {"format": "date-time"},
-    "every": {"minLength": 2, "pattern": "^([0-9]{1,9}d)?([0-9]{1,9}h)?([0-9]{1,9}m)?([0-9]{1,9}s)?$"},
-    "jobId": {"format": "uuid"},
-    # A label selector (key:value, key!=value, 'key in (a,b)', !key, ...): its grammar is in the description.
-    "label": {"minLength": 1, "pattern": NO_NUL},
-    "name": {"pattern": NO_NUL},
-    "namePrefix": {"pattern": NO_NUL},
-    "Idempotency-Key": {"minLength": 1, "maxLength": 255},
-    "If-Match": {"pattern": '^(W/)?"?[0-9]{1,18}"?$'},
-}
+def wire_types() -> list[type[wire.Wire]]:
+    """Every body type of the API (the subclasses of wire.Wire, nested ones included)."""
+    found: list[type[wire.Wire]] = []
+    todo = list(wire.Wire.__subclasses__())
+    while todo:
+        kind = todo.pop()
+        if kind not in found:
+            found.append(kind)
+            todo.extend(kind.__subclasses__())
+    return found
 
 
 def _snake(key: str) -> str:
@@ -257,9 +192,9 @@ def _constrain(target: Any, rules: dict[str, Any]) -> None:
 def _value_branch(prop: Any) -> Any:
     """The schema of a property's value: the non-null branch of an optional one."""
     branches = (prop.get("anyOf") or prop.get("oneOf")) if isinstance(prop, dict) else (
-        prop.one_of or prop.any_of)
+        getattr(prop, "one_of", None) or getattr(prop, "any_of", None))
     for branch in branches or ():
-        kind = branch.get("type") if isinstance(branch, dict) else branch.type
+        kind = branch.get("type") if isinstance(branch, dict) else getattr(branch, "type", None)
         if kind not in ("null", OpenAPIType.NULL):
             return branch
     return prop
@@ -269,11 +204,30 @@ def _properties(schema: Any) -> dict[str, Any]:
     return (schema.get("properties") if isinstance(schema, dict) else schema.properties) or {}
 
 
+def _keyword(schema: Any, key: str) -> Any:
+    return schema.get(key) if isinstance(schema, dict) else getattr(schema, _snake(key), None)
+
+
 def _bounds(known: dict[str, Any]) -> None:
-    for name, fields in FIELD_RULES.items():
-        props = _properties(known[name])
-        for field, rules in fields.items():
-            _constrain(_value_branch(props[field]), rules)
+    _, declared = msgspec.json.schema_components(wire_types(), ref_template="#/components/schemas/{name}")
+    for name, schema in declared.items():
+        ours = known.get(name)
+        if ours is None or isinstance(ours, dict):  # absent, or msgspec's own already
+            continue
+        props = _properties(ours)
+        for field, prop in _properties(schema).items():
+            if field not in props:
+                continue
+            target = props[field]
+            branch = _value_branch(target)
+            # Litestar's enum of a Literal keeps its order (and null); msgspec's is sorted.
+            rules = {k: v for k, v in _value_branch(prop).items()
+                     if k in BOUNDS and not (k == "enum" and _keyword(branch, k) is not None)}
+            if rules:
+                if branch is not target:  # Litestar puts an optional field's bounds beside oneOf
+                    for key in rules:
+                        setattr(target, _snake(key), None)
+                _constrain(branch, rules)
     for name, schema in known.items():
         # Bodies are decoded with forbid_unknown_fields, answers carry their fields only. A problem is
         # open (RFC 9457 lets it grow members).
@@ -282,16 +236,24 @@ def _bounds(known: dict[str, Any]) -> None:
 
 
 def _parameter_bounds(op: Any) -> None:
-    """An optional parameter is one left out, never one sent as ``null``: its schema is its value's."""
+    """An optional parameter is one left out, never one sent as ``null``: its schema is its value's. The
+    bounds a handler declares for it (``schema_extra``, beside Litestar's oneOf) go onto that value, or
+    onto each value of a repeated parameter (an array)."""
     for param in op.parameters or ():
         if getattr(param, "param_in", "path") == "path":
             continue
-        param.schema = _value_branch(param.schema)
-        rules = PARAMETER_RULES.get(param.name)
-        if rules is not None:
-            # A repeated parameter (an array): the rules are each value's.
+        outer = param.schema
+        rules = {key: value for key in BOUNDS if (value := _keyword(outer, key)) is not None}
+        param.schema = _value_branch(outer)
+        if rules and param.schema is not outer:
             items = getattr(param.schema, "items", None)
             _constrain(items if items is not None else param.schema, rules)
+        elif rules:
+            items = getattr(param.schema, "items", None)
+            if items is not None:
+                for key in rules:
+                    setattr(param.schema, _snake(key), None)
+                _constrain(items, rules)
 
 
 def _batch_body(known: dict[str, Any]) -> dict[str, Any]:
@@ -403,9 +365,10 @@ def document(app: Litestar) -> None:
         "/v1/stats and /v1/status, the operator's KAIROS_ADMIN_TOKEN.")}
     api.security = [{"bearer": []}]
     _, extra = msgspec.json.schema_components(
-        [schemas.ResumeIn, schemas.RunIn, schemas.RunOut, schemas.BackfillIn, schemas.BackfillOut, schemas.ReplayIn,
-         schemas.ReplayedOut, schemas.JobOut], ref_template="#/components/schemas/{name}")
-    known = dict(components.schemas or {})
+        [schemas.ResumeIn, schemas.RunIn, schemas.RunOut, schemas.BackfillIn, schemas.BackfillOut,
+         dead_letter_schemas.ReplayIn,
+         dead_letter_schemas.ReplayedOut, schemas.JobOut], ref_template="#/components/schemas/{name}")
+    known: dict[str, Any] = dict(components.schemas or {})
     for name, schema in extra.items():
         known.setdefault(name, schema)
     known["Problem"] = PROBLEM_SCHEMA
@@ -416,7 +379,6 @@ def document(app: Litestar) -> None:
                               "delaySeconds, cron with tz, or every), what (payload) and how to retry.")
     components.schemas = known
     _describe_fields(known)
-    _instants(known)
     _bounds(known)
     batch = _batch_body(known)
     paths = dict(api.paths or {})
@@ -437,20 +399,6 @@ def document(app: Litestar) -> None:
                 op.request_body = batch
     renamed.update(ACTIONS)
     api.paths = renamed
-
-
-INSTANT_FIELDS = {"ScheduleIn": ("runAt", "startAt", "endAt")}
-
-
-def _instants(known: dict[str, Any]) -> None:
-    """Optional instants lose their date-time format in Litestar's oneOf [string, null]: put it back."""
-    for name, fields in INSTANT_FIELDS.items():
-        schema = known.get(name)
-        for field in fields:
-            prop = (getattr(schema, "properties", None) or {}).get(field)
-            for branch in getattr(prop, "one_of", None) or ():
-                if getattr(branch, "type", None) == OpenAPIType.STRING:
-                    branch.format = "date-time"
 
 
 def _operations(item: Any) -> list[Any]:

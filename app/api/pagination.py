@@ -11,13 +11,18 @@ import base64
 import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import Annotated, TypeVar
 from urllib.parse import urlencode
 from uuid import UUID
+
+from litestar.params import QueryParameter
 
 from app import errors
 
 PAGE_MAX = 500
+# ?limit= of a list route: its bounds are documented here and checked by page_limit (whose refusal the
+# API words itself; Litestar's own check would word it differently).
+PageLimit = Annotated[int | None, QueryParameter(schema_extra={"minimum": 1, "maximum": PAGE_MAX})]
 PAGE_DEFAULT = 50
 
 Row = TypeVar("Row")

@@ -82,7 +82,7 @@ def error_body(exc: errors.KairosError, instance: str, *, within: str = "",
     ``within`` is then the item's pointer, ``/jobs/3``)."""
     for cls in type(exc).__mro__:
         if cls in _STATUS:
-            status, slug = _STATUS[cls]  # type: ignore[index]
+            status, slug = _STATUS[cls]
             break
     else:
         status, slug = 500, "internal"
@@ -96,7 +96,7 @@ def error_body(exc: errors.KairosError, instance: str, *, within: str = "",
     return problem_body(status, slug, title, exc.detail, instance, **extra)
 
 
-def _parameters(request: Request) -> frozenset[str]:
+def _parameters(request: Request[Any, Any, Any]) -> frozenset[str]:
     """The names of the parameters a request carries: query, headers, and its path."""
     return frozenset({"path", *(k.lower() for k in request.query_params), *request.headers.keys()})
 
@@ -113,17 +113,17 @@ def error_answer(exc: errors.KairosError, path: str, parameters: frozenset[str],
     return body, headers
 
 
-def kairos_error(request: Request, exc: errors.KairosError) -> Response[dict[str, Any]]:
+def kairos_error(request: Request[Any, Any, Any], exc: errors.KairosError) -> Response[dict[str, Any]]:
     body, headers = error_answer(exc, request.url.path, _parameters(request))
     return Response(body, status_code=body["status"], media_type=PROBLEM, headers=headers)
 
 
-def validation_error(request: Request, exc: ValidationException) -> Response[dict[str, Any]]:
+def validation_error(request: Request[Any, Any, Any], exc: ValidationException) -> Response[dict[str, Any]]:
     """Litestar's own validation (parameters, and any body it decoded itself): our InvalidInput."""
     return kairos_error(request, bodies.from_validation_exception(exc))
 
 
-def http_error(request: Request, exc: HTTPException) -> Response[dict[str, Any]]:
+def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
     if exc.status_code == 405:
         # Raised by routing (the route's methods) or by app.api.guards (already the path's own).
         given = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow") or ""
@@ -133,7 +133,7 @@ def http_error(request: Request, exc: HTTPException) -> Response[dict[str, Any]]
                        f"{request.method} is not one of {allow}", request.url.path, headers={"Allow": allow})
     if exc.status_code == 413:
         try:
-            limit = request.route_handler.resolve_request_max_body_size()  # type: ignore[attr-defined]
+            limit = request.route_handler.resolve_request_max_body_size()
         except AttributeError:
             limit = None
         if limit:
@@ -149,7 +149,7 @@ def internal_body(path: str) -> dict[str, Any]:
     return problem_body(500, "internal", "Internal error.", "The server failed to handle the request.", path)
 
 
-def internal_error(request: Request, exc: Exception) -> Response[dict[str, Any]]:
+def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     return Response(internal_body(request.url.path), status_code=500, media_type=PROBLEM)
 
 

@@ -196,8 +196,11 @@ def _supervise(settings: Settings, metrics_dir: str, tier: TierMetrics) -> int:
            "KAIROS_INSTALLATION_PORTS": ",".join(map(str, known))}
     stopping = False
 
-    def start() -> tuple[subprocess.Popen, float]:
+    def start() -> tuple[subprocess.Popen[bytes], float]:
         return subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=env), time.monotonic()
+
+    def stop_requested() -> bool:  # read afresh: a signal handler may set it between two checks
+        return stopping
 
     def on_signal(signum: int, _frame: object) -> None:
         nonlocal stopping
@@ -222,11 +225,11 @@ def _supervise(settings: Settings, metrics_dir: str, tier: TierMetrics) -> int:
                 break
             log.warning("api worker died; restarting", extra={"pid": proc.pid, "exit_code": code})
             time.sleep(RESTART_BACKOFF_S)
-            if stopping:  # the stop came during the back-off: nothing to restart, and none to wait for
+            if stop_requested():  # the stop came during the back-off: nothing to restart, and none to wait for
                 del workers[i]
                 break
             workers[i] = start()
-            if stopping:  # ... or as the new worker started: it gets the signal too
+            if stop_requested():  # ... or as the new worker started: it gets the signal too
                 workers[i][0].send_signal(signal.SIGTERM)
         if stopping:
             codes = [proc.wait() for proc, _ in workers]

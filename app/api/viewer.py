@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 from uuid import UUID
 
 from litestar import Request
@@ -42,12 +42,12 @@ def is_admin_token(presented: str, admin_token: str) -> bool:
     return bool(admin_token) and hmac.compare_digest(_digest(presented), _digest(admin_token))
 
 
-def bearer(request: Request) -> str:
+def bearer(request: Request[Any, Any, Any]) -> str:
     scheme, _, key = request.headers.get("authorization", "").partition(" ")
     return key.strip() if scheme.lower() == "bearer" else ""
 
 
-async def provide_viewer(request: Request, state: State, chosen: Annotated[str | None, QueryParameter(
+async def provide_viewer(request: Request[Any, Any, Any], state: State, chosen: Annotated[str | None, QueryParameter(
         name="tenant", description="the operator's admin token only: one tenant's figures (by name)")] = None,
                          ) -> Viewer:
     if is_admin_token(bearer(request), state.settings.admin_token):

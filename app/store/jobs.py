@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from operator import attrgetter
+from typing import Any, get_args, get_origin, get_type_hints
 from uuid import UUID
 
 from sqlalchemy import Row
@@ -135,6 +136,52 @@ def _payload_json(job: NewJob) -> str | None:
     return job.payload_json if job.payload_json is not None else compact_json(job.payload)
 
 
+# The columns a NewJob fills, in the order of its fields; JobInsertMany binds each (an array named
+# after its column), JobUpdate all but those a job keeps for life.
+NEW_JOB_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(NewJob) if f.name != "payload_json")
+UPDATE_KEEPS = frozenset({"job_id", "tenant_id", "idempotency_key", "request_hash", "traceparent"})
+UPDATED_COLUMNS: tuple[str, ...] = tuple(c for c in NEW_JOB_COLUMNS if c not in UPDATE_KEEPS)
+_NEW_JOB_TYPES = get_type_hints(NewJob)
+
+
+def _is_dict(kind: Any) -> bool:
+    return get_origin(kind) is dict or any(get_origin(k) is dict for k in get_args(kind))
+
+
+# The JSONB columns besides the payload: the fields declared as dicts (or None), bound as their compact JSON
+# text (None: SQL NULL).
+JSON_COLUMNS = frozenset(c for c in NEW_JOB_COLUMNS if _is_dict(_NEW_JOB_TYPES[c]))
+
+
+def _json_text(value: Any) -> str | None:
+    return None if value is None else compact_json(value)
+
+
+def _column_value(job: NewJob, column: str) -> Any:
+    """``job``'s value of ``column`` as a statement binds it."""
+    if column == "payload":
+        return _payload_json(job)
+    value = getattr(job, column)
+    return _json_text(value) if column in JSON_COLUMNS else value
+
+
+def _array_bind(column: str, kind: Any) -> Callable[[Sequence[NewJob]], str]:
+    """How JobInsertMany binds ``column`` of many jobs: an array literal of text (quoted) or of values
+    that print as they are (ids, instants, numbers, flags), by the field's declared type."""
+    if column == "payload":
+        return lambda jobs: texts([_payload_json(j) for j in jobs])
+    get = attrgetter(column)
+    if column in JSON_COLUMNS:
+        return lambda jobs: texts(list(map(_json_text, map(get, jobs))))
+    if str in (get_args(kind) or (kind,)):
+        return lambda jobs: texts(list(map(get, jobs)))
+    return lambda jobs: plain(list(map(get, jobs)))
+
+
+_ARRAY_BINDS: dict[str, Callable[[Sequence[NewJob]], str]] = {
+    column: _array_bind(column, _NEW_JOB_TYPES[column]) for column in NEW_JOB_COLUMNS if column != "tenant_id"}
+
+
 def _job(row: Row[Any]) -> Job:
     m = {k: v for k, v in row._mapping.items() if k != "reported_state"}  # JobList's filter column
     last = m.get("last_outcome")
@@ -151,37 +198,13 @@ class Jobs(Table):
         idempotency key is already taken, by an earlier request or earlier in ``jobs``, is not)."""
         if not jobs:
             return set()
-        tenant_text = {t: str(t) for t in {j.tenant_id for j in jobs}}  # a batch is one tenant's
-        rows = await self._conn.execute(q("JobInsertMany"), {
-            "job_ids": plain([j.job_id for j in jobs]),
-            "tenant_ids": "{" + ",".join([tenant_text[j.tenant_id] for j in jobs]) + "}",
-            "names": texts([j.name for j in jobs]), "target_types": texts([j.target_type for j in jobs]),
-            "target_refs": texts([j.target_ref for j in jobs]), "queues": texts([j.queue for j in jobs]),
-            "payloads": texts([_payload_json(j) for j in jobs]),
-            "payload_refs": texts([j.payload_ref for j in jobs]),
-            "schedule_kinds": texts([j.schedule_kind for j in jobs]), "run_ats": plain([j.run_at for j in jobs]),
-            "crons": texts([j.cron for j in jobs]), "cron_resolveds": texts([j.cron_resolved for j in jobs]),
-            "tzs": texts([j.tz for j in jobs]), "jitter_ss": plain([j.jitter_s for j in jobs]),
-            "dst_gaps": texts([j.dst_gap for j in jobs]), "dst_repeats": texts([j.dst_repeat for j in jobs]),
-            "max_attemptss": plain([j.max_attempts for j in jobs]), "backoff_ss": plain([j.backoff_s for j in jobs]),
-            "max_backoff_ss": plain([j.max_backoff_s for j in jobs]), "timeout_ss": plain([j.timeout_s for j in jobs]),
-            "concurrencies": texts([j.concurrency for j in jobs]), "misfires": texts([j.misfire for j in jobs]),
-            "next_nominal_ats": plain([j.next_nominal_at for j in jobs]),
-            "next_run_ats": plain([j.next_run_at for j in jobs]),
-            "idempotency_keys": texts([j.idempotency_key for j in jobs]),
-            "request_hashes": texts([j.request_hash for j in jobs]),
-        "start_ats": plain([j.start_at for j in jobs]), "end_ats": plain([j.end_at for j in jobs]),
-        "every_ss": plain([j.every_s for j in jobs]), "anchor_ats": plain([j.anchor_at for j in jobs]),
-        "labelss": texts([compact_json(j.labels) for j in jobs]),
-        "dry_runs": plain([j.dry_run for j in jobs]),
-        "max_retry_duration_ss": plain([j.max_retry_duration_s for j in jobs]),
-        "http_methods": texts([j.http_method for j in jobs]),
-        "http_headerss": texts([compact_json(j.http_headers) for j in jobs]),
-        "traceparents": texts([j.traceparent for j in jobs]),
-        "http_auths": texts([compact_json(j.http_auth) if j.http_auth else None for j in jobs]),
-            "shard_ids": plain([shard_of(j.job_id) for j in jobs]),
-            "due_minutes": plain([due_minute(j.next_run_at) for j in jobs]),
-        })
+        binds = {column: encode(jobs) for column, encode in _ARRAY_BINDS.items()}
+        # A request's jobs are one tenant's: its id printed once, not once a job.
+        tenant_text = {t: str(t) for t in {j.tenant_id for j in jobs}}
+        binds["tenant_id"] = "{" + ",".join([tenant_text[j.tenant_id] for j in jobs]) + "}"
+        binds["shard_id"] = plain([shard_of(j.job_id) for j in jobs])
+        binds["due_minute"] = plain([due_minute(j.next_run_at) for j in jobs])
+        rows = await self._conn.execute(q("JobInsertMany"), binds)
         # The statement answers with the ids it did NOT insert (almost always none): parsing a
         # thousand returned UUIDs was a sixth of the insert's CPU in the API.
         left_out = {r[0] for r in rows}
@@ -247,21 +270,10 @@ class Jobs(Table):
 
     async def update(self, job: Job, new: NewJob) -> Job | None:
         """Replace ``job``'s definition with ``new`` (same id and tenant); None when its version moved."""
-        row = (await self._conn.execute(q("JobUpdate"), {
-            "tenant_id": job.tenant_id, "job_id": job.job_id, "version": job.version, "updated_at": job.updated_at,
-            "name": new.name, "target_type": new.target_type, "target_ref": new.target_ref, "queue": new.queue,
-            "payload": _payload_json(new), "payload_ref": new.payload_ref, "schedule_kind": new.schedule_kind,
-            "run_at": new.run_at, "cron": new.cron, "cron_resolved": new.cron_resolved, "tz": new.tz,
-            "jitter_s": new.jitter_s, "dst_gap": new.dst_gap, "dst_repeat": new.dst_repeat,
-            "max_attempts": new.max_attempts, "backoff_s": new.backoff_s, "max_backoff_s": new.max_backoff_s,
-            "timeout_s": new.timeout_s, "concurrency": new.concurrency, "misfire": new.misfire,
-            "start_at": new.start_at, "end_at": new.end_at, "every_s": new.every_s, "anchor_at": new.anchor_at,
-            "labels": compact_json(new.labels), "dry_run": new.dry_run,
-            "max_retry_duration_s": new.max_retry_duration_s, "http_method": new.http_method,
-            "http_headers": compact_json(new.http_headers),
-            "http_auth": compact_json(new.http_auth) if new.http_auth else None,
-            "next_nominal_at": new.next_nominal_at, "next_run_at": new.next_run_at,
-        })).first()
+        binds: dict[str, Any] = {column: _column_value(new, column) for column in UPDATED_COLUMNS}
+        binds |= {"tenant_id": job.tenant_id, "job_id": job.job_id, "version": job.version,
+                  "updated_at": job.updated_at}
+        row = (await self._conn.execute(q("JobUpdate"), binds)).first()
         return _job(row) if row else None
 
     async def insert_executions(self, job: Job, scheduled_for: Sequence[datetime], ready_at: Sequence[datetime], *,

@@ -94,24 +94,24 @@ FROM unnest(CAST(:scheduled_fors AS TIMESTAMPTZ[])) AS s (scheduled_for)
 ON CONFLICT (job_id, scheduled_for) DO NOTHING;
 
 -- name: JobInsertMany
--- Store many new jobs and their due_index rows in one statement (the submit path, single or batched); a job whose (tenant, Idempotency-Key) is already taken, earlier or earlier in the same batch, gets no row. A payload kept in the object store comes as NULL with its payload_ref. Answers with the ids it did not insert.
+-- Store many new jobs and their due_index rows in one statement (the submit path, single or batched); a job whose (tenant, Idempotency-Key) is already taken, earlier or earlier in the same batch, gets no row. A payload kept in the object store comes as NULL with its payload_ref. Answers with the ids it did not insert. Each bind is an array named after its column (app.store.jobs builds them from NewJob's fields).
 WITH input AS (
     SELECT *
-    FROM unnest(CAST(:job_ids AS UUID[]), CAST(:tenant_ids AS UUID[]), CAST(:names AS TEXT[]),
-                CAST(:target_types AS TEXT[]), CAST(:target_refs AS TEXT[]), CAST(:queues AS TEXT[]),
-                CAST(:payloads AS TEXT[]), CAST(:schedule_kinds AS TEXT[]), CAST(:run_ats AS TIMESTAMPTZ[]),
-                CAST(:crons AS TEXT[]), CAST(:cron_resolveds AS TEXT[]), CAST(:tzs AS TEXT[]),
-                CAST(:jitter_ss AS INT[]), CAST(:dst_gaps AS TEXT[]), CAST(:dst_repeats AS TEXT[]),
-                CAST(:max_attemptss AS INT[]), CAST(:backoff_ss AS FLOAT8[]), CAST(:max_backoff_ss AS FLOAT8[]),
-                CAST(:timeout_ss AS INT[]), CAST(:concurrencies AS TEXT[]), CAST(:misfires AS TEXT[]),
-                CAST(:next_nominal_ats AS TIMESTAMPTZ[]), CAST(:next_run_ats AS TIMESTAMPTZ[]),
-                CAST(:idempotency_keys AS TEXT[]), CAST(:request_hashes AS TEXT[]),
-                CAST(:shard_ids AS INT[]), CAST(:due_minutes AS TIMESTAMPTZ[]),
-                CAST(:start_ats AS TIMESTAMPTZ[]), CAST(:end_ats AS TIMESTAMPTZ[]), CAST(:every_ss AS INT[]),
-                CAST(:anchor_ats AS TIMESTAMPTZ[]), CAST(:labelss AS TEXT[]), CAST(:dry_runs AS BOOL[]),
-                CAST(:max_retry_duration_ss AS FLOAT8[]), CAST(:http_methods AS TEXT[]),
-                CAST(:http_headerss AS TEXT[]), CAST(:traceparents AS TEXT[]), CAST(:payload_refs AS TEXT[]),
-                CAST(:http_auths AS TEXT[]))
+    FROM unnest(CAST(:job_id AS UUID[]), CAST(:tenant_id AS UUID[]), CAST(:name AS TEXT[]),
+                CAST(:target_type AS TEXT[]), CAST(:target_ref AS TEXT[]), CAST(:queue AS TEXT[]),
+                CAST(:payload AS TEXT[]), CAST(:schedule_kind AS TEXT[]), CAST(:run_at AS TIMESTAMPTZ[]),
+                CAST(:cron AS TEXT[]), CAST(:cron_resolved AS TEXT[]), CAST(:tz AS TEXT[]),
+                CAST(:jitter_s AS INT[]), CAST(:dst_gap AS TEXT[]), CAST(:dst_repeat AS TEXT[]),
+                CAST(:max_attempts AS INT[]), CAST(:backoff_s AS FLOAT8[]), CAST(:max_backoff_s AS FLOAT8[]),
+                CAST(:timeout_s AS INT[]), CAST(:concurrency AS TEXT[]), CAST(:misfire AS TEXT[]),
+                CAST(:next_nominal_at AS TIMESTAMPTZ[]), CAST(:next_run_at AS TIMESTAMPTZ[]),
+                CAST(:idempotency_key AS TEXT[]), CAST(:request_hash AS TEXT[]),
+                CAST(:shard_id AS INT[]), CAST(:due_minute AS TIMESTAMPTZ[]),
+                CAST(:start_at AS TIMESTAMPTZ[]), CAST(:end_at AS TIMESTAMPTZ[]), CAST(:every_s AS INT[]),
+                CAST(:anchor_at AS TIMESTAMPTZ[]), CAST(:labels AS TEXT[]), CAST(:dry_run AS BOOL[]),
+                CAST(:max_retry_duration_s AS FLOAT8[]), CAST(:http_method AS TEXT[]),
+                CAST(:http_headers AS TEXT[]), CAST(:traceparent AS TEXT[]), CAST(:payload_ref AS TEXT[]),
+                CAST(:http_auth AS TEXT[]))
         AS i (job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
               cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
               timeout_s, concurrency, misfire, next_nominal_at, next_run_at, idempotency_key, request_hash,

@@ -1,4 +1,4 @@
-"""POST /v1/jobs answered by app.api.fast_submit, against the same request answered by the Litestar route.
+"""POST /v1/jobs answered by app.api.jobs.fast_submit, against the same request answered by the Litestar route.
 
 A query string sends a request to Litestar (the fast path takes none), so ``POST /v1/jobs?via=litestar``
 is the route's own answer to the same request: every test here compares the two, byte for byte where

@@ -20,8 +20,8 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import OperationalError
 
 from app import errors
-from app.api import service
-from app.api.submit import Created, SubmitWriter
+from app.api.jobs import service
+from app.api.jobs.submit import Created, SubmitWriter
 from app.config import Settings
 from app.store import Database, Store
 from app.store.db import _OneStatement, ambiguous, create_engine, isolation_for, normalise_url, retryable
@@ -130,7 +130,7 @@ def ambiguous_commit(db: Database, monkeypatch: pytest.MonkeyPatch) -> Callable[
 
 
 def _submission(tenant_id: uuid.UUID, key: str | None = None) -> Any:
-    from app.api import schemas
+    from app.api.jobs import schemas
 
     body = schemas.JobIn(name="amb", target=schemas.TargetIn(type="queue", ref="work"),
                          schedule=schemas.ScheduleIn(delay_seconds=3600), payload={"n": 1})

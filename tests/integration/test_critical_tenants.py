@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from app.api import schemas, service
-from app.api.submit import Created, SubmitWriter
+from app.api.jobs import schemas, service
+from app.api.jobs.submit import Created, SubmitWriter
 from app.config import Settings
 from app.drill.cluster import Cluster, Node, start_pair
 from app.store import Database, migrate

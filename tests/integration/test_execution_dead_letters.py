@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 from litestar.testing import AsyncTestClient
 
-from app.api import dead_letters
 from app.api.app import create_app
+from app.api.dead_letters import controller as dead_letters
 from app.config import Settings
 from app.store import executions as ex
 from app.store.db import Database

@@ -13,7 +13,9 @@ import pytest
 from sqlalchemy import text
 
 from app import errors
-from app.api import dead_letter_service, service, stats_service
+from app.api.dead_letters import service as dead_letter_service
+from app.api.jobs import service
+from app.api.stats import service as stats_service
 from app.api.viewer import Viewer
 from app.config import Settings
 from app.drill.cluster import Cluster, Node, start_pair

@@ -483,7 +483,7 @@ async def test_overlap_policies_are_applied_at_the_due_time_not_ahead(db: Databa
 
 
 async def test_pause_withdraws_an_occurrence_dispatched_ahead_and_resume_brings_it_back(db: Database) -> None:
-    from app.api import service
+    from app.api.jobs import service
 
     now = datetime.now(timezone.utc)
     clock = ManualClock(now)

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import bindparam, text
 
 from app import errors
-from app.api import schemas, service
-from app.api.submit import CROWDED_MEMO_S, Created, CriticalTenants, SubmitWriter, WriterConfig
+from app.api.jobs import schemas, service
+from app.api.jobs.submit import CROWDED_MEMO_S, Created, CriticalTenants, SubmitWriter, WriterConfig
 from app.config import Settings
 from app.store.db import Database
 

@@ -12,7 +12,9 @@ import msgspec
 import pytest
 
 from app import config, errors
-from app.api import bodies, schedule_service, schemas, service
+from app.api import bodies
+from app.api.jobs import schemas, service
+from app.api.schedules import service as schedule_service
 from app.domain import jobs as spec
 from app.domain import schedule as cron
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from app import errors
-from app.api import bodies, schemas
+from app.api import bodies
+from app.api.jobs import schemas
 
 JOB = {"name": "x", "target": {"type": "queue", "ref": "p"}, "schedule": {"delaySeconds": 1}}
 

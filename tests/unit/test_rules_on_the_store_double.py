@@ -14,7 +14,7 @@ from uuid import UUID
 import pytest
 
 from app import errors
-from app.api import service
+from app.api.jobs import service
 from app.domain.shards import SHARD_COUNT, due_minute, shard_of
 from app.domain.states import ExecutionState, JobState
 from app.scheduler.dispatcher import Dispatcher, DispatcherConfig

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-import msgspec
 from litestar import Controller, Request, Response, delete, get, patch, post
-from litestar.datastructures import State
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
 from app import errors
-from app.api import bodies, pagination, payloads, problems, schemas, service
+from app.api import bodies, pagination, wire
 from app.api.auth import DB, Tenant
-from app.api.submit import Created, Submission, SubmitWriter
-from app.domain import jobs as spec
-from app.observability import tracing
+from app.api.injected import PayloadStoreDep, SettingsDep, SubmitterDep, SubmitWriterDep
+from app.api.jobs import large_payloads, schemas, service, views
+from app.api.wire import NO_NUL
+from app.domain.states import REPORTED_JOB_STATES
 
 BATCH_MAX = 1000
 BATCH_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -72,38 +70,36 @@ class JobController(Controller):
 
     @post("/", operation_id="CreateJob", status_code=201,
           summary="Submit a one-off or cron job; Idempotency-Key makes retries safe.")
-    async def create_job(self, request: Request, data: JSONBody[schemas.JobIn], tenant: Tenant, state: State,
-                         idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key")] = None,
+    async def create_job(self, request: Request[Any, Any, Any], data: JSONBody[schemas.JobIn], tenant: Tenant,
+                         submitter: SubmitterDep,
+                         idempotency_key: Annotated[str | None, HeaderParameter(
+                             name="Idempotency-Key", schema_extra={"min_length": 1, "max_length": 255})] = None,
                          ) -> Response[schemas.JobCreated]:
-        fingerprint = spec.request_fingerprint(await request.body()) if idempotency_key else None
-        with tracing.span("kairos.submit", parent=request.headers.get("traceparent"),
-                          attributes={"kairos.tenant_id": str(tenant.tenant_id)}) as traceparent:
-            sub = service.submission(data, state.settings, tenant.tenant_id, idempotency_key, fingerprint,
-                                     service.utcnow(), traceparent)
-            writer: SubmitWriter = state.submit_writer
-            [outcome] = await writer.submit(await payloads.keep_large(state.payloads, [sub]))
-        if isinstance(outcome, errors.KairosError):
-            raise outcome
-        body = schemas.JobCreated(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
-                                  warnings=list(outcome.warnings) or None)
-        return Response(body, status_code=201, headers={"Location": f"/v1/jobs/{outcome.job_id}"})
+        """The fast path (app.api.jobs.fast_submit) answers the ordinary request before it gets here; both
+        answer through ``JobSubmitter.create``."""
+        created = await submitter.create(tenant.tenant_id, data, await request.body(), idempotency_key,
+                                         request.headers.get("traceparent"))
+        return Response(created, status_code=201, headers={"Location": f"/v1/jobs/{created.job_id}"})
 
     @get("/", operation_id="ListJobs",
          summary="A tenant's jobs, newest first, filtered by state, name, name prefix and labels.")
     async def list_jobs(self, db: DB, tenant: Tenant,
                         job_state: Annotated[str | None, QueryParameter(
-                            name="state", description="active, paused, completed, failed or cancelled")] = None,
-                        name: FromQuery[str | None] = None,
-                        name_prefix: Annotated[str | None, QueryParameter(name="namePrefix")] = None,
+                            name="state", description="active, paused, completed, failed or cancelled",
+                            schema_extra={"enum": list(REPORTED_JOB_STATES)})] = None,
+                        name: Annotated[str | None, QueryParameter(schema_extra={"pattern": NO_NUL})] = None,
+                        name_prefix: Annotated[str | None, QueryParameter(
+                            name="namePrefix", schema_extra={"pattern": NO_NUL})] = None,
                         label: Annotated[list[str] | None, QueryParameter(
+                            schema_extra={"min_length": 1, "pattern": NO_NUL},
                             name="label", description="a label selector: key:value (or key=value), key!=value, "
                                                       "'key in (a,b)', 'key notin (a,b)', key (has it), !key "
                                                       "(has not); comma-separated or repeated, all must hold")] = None,
                         cursor: FromQuery[str | None] = None,
-                        limit: FromQuery[int | None] = None) -> Response[schemas.JobPage]:
+                        limit: pagination.PageLimit = None) -> Response[schemas.JobPage]:
         rows, nxt = await service.list_jobs(db, tenant.tenant_id, state=job_state, name=name, cursor=cursor,
                                             limit=limit, name_prefix=name_prefix, labels=label)
-        page = schemas.JobPage(jobs=[service.job_out(j) for j in rows], next_cursor=nxt)
+        page = schemas.JobPage(jobs=[views.job_out(j) for j in rows], next_cursor=nxt)
         headers = {"Link": pagination.next_link("/v1/jobs", nxt, state=job_state, name=name, namePrefix=name_prefix,
                                                 label=label, limit=limit)} if nxt else None
         return Response(page, headers=headers)
@@ -111,10 +107,10 @@ class JobController(Controller):
     @get("/{job_ref:str}", operation_id="GetJob",
          summary="One job, with how its executions stand; ETag is its version (for If-Match on PATCH).")
     async def get_job(self, job_ref: FromPath[str], db: DB, tenant: Tenant,
-                      state: State) -> Response[schemas.JobOut]:
+                      payload_store: PayloadStoreDep) -> Response[schemas.JobOut]:
         job_id, _ = parse_job_ref(job_ref, action=False)
         job, counts = await service.get_job_with_counts(db, tenant.tenant_id, job_id)
-        out = service.job_out(await payloads.whole(state.payloads, job), counts)
+        out = views.job_out(await large_payloads.whole(payload_store, job), counts)
         return Response(out, headers={"ETag": etag(job.version)})
 
     @delete("/{job_ref:str}", operation_id="CancelJob", status_code=204,
@@ -126,9 +122,11 @@ class JobController(Controller):
     @patch("/{job_ref:str}", operation_id="UpdateJob", status_code=200,
            summary="Change a job (JSON Merge Patch of the submit body); the next occurrence follows the new "
                    "schedule. If-Match: the ETag of GET (\"<version>\"); another version is 412.")
-    async def update_job(self, request: Request, job_ref: FromPath[str], db: DB, tenant: Tenant, state: State,
+    async def update_job(self, request: Request[Any, Any, Any], job_ref: FromPath[str], db: DB, tenant: Tenant,
+                         settings: SettingsDep, payload_store: PayloadStoreDep,
                          if_match: Annotated[str | None, HeaderParameter(
-                             name="If-Match", description="the job's ETag (its version, quoted); a job at another "
+                             name="If-Match", schema_extra={"pattern": '^(W/)?"?[0-9]{1,18}"?$'},
+                             description="the job's ETag (its version, quoted); a job at another "
                                                           "version answers 412 and is not changed")] = None,
                          ) -> Response[schemas.JobOut]:
         job_id, _ = parse_job_ref(job_ref, action=False)
@@ -136,39 +134,40 @@ class JobController(Controller):
         # A merge patch: any JSON, checked once merged (shaped like a job when naming what nests too deeply).
         body = bodies.decode(raw, Any, shape=schemas.JobIn) if raw.strip() else None
         versions = if_match_versions(if_match)
-        job = await service.update(db, state.settings, tenant.tenant_id, job_id, body, versions, state.payloads)
-        return Response(service.job_out(await payloads.whole(state.payloads, job)), headers={"ETag": etag(job.version)})
+        job = await service.update(db, settings, tenant.tenant_id, job_id, body, versions, payload_store)
+        out = views.job_out(await large_payloads.whole(payload_store, job))
+        return Response(out, headers={"ETag": etag(job.version)})
 
     @post("/{job_ref:str}", operation_id="JobAction", status_code=200,
           summary="POST /v1/jobs/{jobId}:pause | :resume {missed} | :run {overlap} | :backfill {from, to, overlap}.")
-    async def job_action(self, request: Request, job_ref: FromPath[str], db: DB, tenant: Tenant,
-                         state: State) -> Response[Any]:
+    async def job_action(self, request: Request[Any, Any, Any], job_ref: FromPath[str], db: DB, tenant: Tenant,
+                         settings: SettingsDep, submit_writer: SubmitWriterDep) -> Response[Any]:
         job_id, verb = parse_job_ref(job_ref, action=True)
         raw = await request.body()
         if verb == "pause":
-            return Response(service.job_out(await service.pause(db, tenant.tenant_id, job_id)))
+            return Response(views.job_out(await service.pause(db, tenant.tenant_id, job_id)))
         if verb == "resume":
-            body = schemas.decode_body(raw, schemas.ResumeIn)
-            return Response(service.job_out(await service.resume(db, tenant.tenant_id, job_id, body.missed)))
-        manual = state.submit_writer.manual
+            body = wire.decode_body(raw, schemas.ResumeIn)
+            return Response(views.job_out(await service.resume(db, tenant.tenant_id, job_id, body.missed)))
+        manual = submit_writer.manual
         if verb == "run":
-            run = schemas.decode_body(raw, schemas.RunIn)
+            run = wire.decode_body(raw, schemas.RunIn)
             await manual.admit(tenant.tenant_id, 1)
             try:
                 job, execution_id = await service.run_now(db, tenant.tenant_id, job_id, run.overlap)
             except BaseException:
                 manual.unused(tenant.tenant_id, 1)
                 raise
-            out = schemas.RunOut(execution_id=str(execution_id), job=service.job_out(job))
+            out = schemas.RunOut(execution_id=str(execution_id), job=views.job_out(job))
             return Response(out, status_code=202, headers={"Location": f"/v1/jobs/{job_id}/executions"})
         if not raw.strip():
             raise errors.MalformedBody("", "is empty; :backfill needs {\"from\": ..., \"to\": ...}")
-        fill = schemas.decode_body(raw, schemas.BackfillIn)
+        fill = wire.decode_body(raw, schemas.BackfillIn)
         # At most what the tenant's manual-run quotas admit now; nextFrom says where to go on.
         admitted = await manual.admit(tenant.tenant_id, service.MAX_BACKFILL)
         created = 0
         try:
-            created, existing, nxt, note = await service.backfill(db, state.settings, tenant.tenant_id, job_id,
+            created, existing, nxt, note = await service.backfill(db, settings, tenant.tenant_id, job_id,
                                                                   fill.from_, fill.to, fill.overlap, limit=admitted)
         finally:
             manual.unused(tenant.tenant_id, admitted - created)
@@ -178,26 +177,11 @@ class JobController(Controller):
     @get("/{job_ref:str}/executions", operation_id="ListJobExecutions",
          summary="A job's executions, newest first; next page in the Link header.")
     async def job_executions(self, job_ref: FromPath[str], db: DB, tenant: Tenant, cursor: FromQuery[str | None] = None,
-                         limit: FromQuery[int | None] = None) -> Response[list[schemas.ExecutionOut]]:
+                         limit: pagination.PageLimit = None) -> Response[list[schemas.ExecutionOut]]:
         job_id, _ = parse_job_ref(job_ref, action=False)
         job, rows, attempts, nxt = await service.executions(db, tenant.tenant_id, job_id, cursor, limit)
         headers = {"Link": pagination.next_link(f"/v1/jobs/{job_id}/executions", nxt, limit=limit)} if nxt else None
-        return Response([service.execution_out(job, e, attempts.get(e.execution_id)) for e in rows], headers=headers)
-
-
-def _item_error(exc: errors.KairosError, index: int) -> schemas.BatchItemOut:
-    return schemas.BatchItemOut(error=problems.error_body(exc, f"/v1/jobs:batch#/jobs/{index}",
-                                                          within=f"/jobs/{index}"), index=index)
-
-
-def _decode_item(raw: msgspec.Raw) -> tuple[schemas.BatchItemIn, str | None]:
-    """The item and, when it carries an idempotencyKey, the fingerprint of the rest of it."""
-    item = bodies.decode(raw, schemas.BatchItemIn)  # a problem's field points into the item
-    if item.idempotency_key is None:
-        return item, None
-    decoded: dict[str, Any] = msgspec.json.decode(raw)
-    decoded.pop("idempotencyKey")
-    return item, spec.value_fingerprint(decoded)
+        return Response([views.execution_out(job, e, attempts.get(e.execution_id)) for e in rows], headers=headers)
 
 
 @dataclass
@@ -217,34 +201,10 @@ class _BatchOperation(Operation):
 @post("/v1/jobs:batch", operation_id="CreateJobs", status_code=200, tags=["jobs"],
       request_max_body_size=BATCH_MAX_BODY_BYTES, operation_class=_BatchOperation,
       summary="Submit up to 1,000 jobs; each item is validated on its own and the valid ones commit together.")
-async def create_jobs(request: Request, tenant: Tenant, state: State) -> schemas.BatchOut:
+async def create_jobs(request: Request[Any, Any, Any], tenant: Tenant,
+                      submitter: SubmitterDep) -> schemas.BatchOut:
     """Body ``{"jobs": [JobIn + optional idempotencyKey, ...]}``; results in request order."""
-    batch = bodies.decode(await request.body(), schemas.BatchIn, shape=schemas.BatchShape)
+    batch: schemas.BatchIn = bodies.decode(await request.body(), schemas.BatchIn, shape=schemas.BatchShape)
     if len(batch.jobs) > BATCH_MAX:
         raise errors.InvalidInput("jobs", f"at most {BATCH_MAX} jobs per batch, got {len(batch.jobs)}")
-    now = service.utcnow()
-    with tracing.span("kairos.submit_batch", parent=request.headers.get("traceparent"),
-                      attributes={"kairos.tenant_id": str(tenant.tenant_id), "kairos.jobs": len(batch.jobs)}) as tp:
-        return await _create_batch(batch, tenant, state, now, tp)
-
-
-async def _create_batch(batch: schemas.BatchIn, tenant: Tenant, state: State, now: datetime,
-                        traceparent: str | None) -> schemas.BatchOut:
-    results: list[schemas.BatchItemOut | None] = [None] * len(batch.jobs)
-    subs: list[Submission] = []
-    where: list[int] = []
-    for index, raw_item in enumerate(batch.jobs):
-        try:
-            item, fingerprint = _decode_item(raw_item)
-            subs.append(service.submission(item, state.settings, tenant.tenant_id, item.idempotency_key,
-                                           fingerprint, now, traceparent))
-            where.append(index)
-        except errors.InvalidInput as exc:
-            results[index] = _item_error(exc, index)
-    writer: SubmitWriter = state.submit_writer
-    for index, outcome in zip(where, await writer.submit(await payloads.keep_large(state.payloads, subs)),
-                              strict=True):
-        results[index] = (schemas.BatchItemOut(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
-                                               warnings=list(outcome.warnings) or None)
-                          if isinstance(outcome, Created) else _item_error(outcome, index))
-    return schemas.BatchOut(results=results)  # type: ignore[arg-type]
+    return await submitter.create_batch(tenant.tenant_id, batch, request.headers.get("traceparent"))

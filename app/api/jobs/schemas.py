@@ -1,82 +1,87 @@
-"""Request and response bodies (camelCase on the wire)."""
+"""The bodies of /v1/jobs (camelCase on the wire; field types and their bounds from app.api.wire)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 import msgspec
 
-from app.api import bodies
-
-
-class Wire(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=False):
-    pass
-
-
-W = TypeVar("W", bound=Wire)
-
-
-def decode_body(raw: bytes, type_: type[W]) -> W:
-    """An optional JSON body (empty means all defaults), decoded strictly: bad JSON is MalformedBody,
-    JSON that breaks the schema InvalidInput naming the field (app.api.bodies)."""
-    return bodies.decode(raw, type_, empty=type_)
+from app.api.wire import (
+    Audience,
+    BackoffSeconds,
+    Cron,
+    DelaySeconds,
+    DstGap,
+    DstRepeat,
+    Every,
+    Headers,
+    HttpMethod,
+    Instant,
+    JitterSeconds,
+    Labels,
+    MaxAttempts,
+    MaxBackoffSeconds,
+    MaxRetryDurationSeconds,
+    Name,
+    TargetRef,
+    TargetType,
+    TimeoutSeconds,
+    TimeZone,
+    Wire,
+)
 
 
 class TargetAuth(Wire, omit_defaults=True):
     """An HTTP target's signed identity token (docs/http-delivery.md, "Identity tokens")."""
 
     type: Literal["oidc"]
-    audience: str | None = None
+    audience: Audience | None = None
 
 
 class TargetIn(Wire):
-    type: str
-    ref: str
-    method: str | None = None
-    headers: dict[str, str] | None = None
+    type: TargetType
+    ref: TargetRef
+    method: HttpMethod | None = None
+    headers: Headers | None = None
     auth: TargetAuth | None = None
 
 
 class DstIn(Wire):
-    gap: str | None = None
-    repeat: str | None = None
-
-
-# An ISO 8601 instant with an offset (2026-10-16T09:00:00Z), parsed by app.domain.jobs.parse_instant.
-Instant = Annotated[str, msgspec.Meta(extra_json_schema={"format": "date-time"}, examples=["2026-10-16T09:00:00Z"])]
+    gap: DstGap | None = None
+    repeat: DstRepeat | None = None
 
 
 class ScheduleIn(Wire):
     run_at: Instant | None = None
-    delay_seconds: float | None = None
-    cron: str | None = None
+    delay_seconds: DelaySeconds | None = None
+    cron: Cron | None = None
     # An interval, anchored (EventBridge's rate()): "90s", "15m", "1h30m", "1d".
-    every: str | None = None
-    tz: str | None = None
-    jitter_seconds: int | None = None
+    every: Every | None = None
+    tz: TimeZone | None = None
+    jitter_seconds: JitterSeconds | None = None
     dst: DstIn | None = None
     start_at: Instant | None = None
     end_at: Instant | None = None
 
 
 class RetryIn(Wire):
-    max_attempts: int | None = None
-    backoff_seconds: float | None = None
-    max_backoff_seconds: float | None = None
-    max_retry_duration_seconds: float | None = None
+    max_attempts: MaxAttempts | None = None
+    backoff_seconds: BackoffSeconds | None = None
+    max_backoff_seconds: MaxBackoffSeconds | None = None
+    max_retry_duration_seconds: MaxRetryDurationSeconds | None = None
 
 
 class JobIn(Wire):
-    name: str
+    name: Name
     target: TargetIn
     schedule: ScheduleIn
     payload: Any = None
     retry: RetryIn | None = None
-    timeout_seconds: int | None = None
+    timeout_seconds: TimeoutSeconds | None = None
     concurrency: Literal["allow", "forbid", "replace"] | None = None
     misfire: Literal["run_once", "catch_up", "skip"] | None = None
-    labels: dict[str, str] | None = None
+    labels: Labels | None = None
     dry_run: bool = False
 
 
@@ -247,89 +252,6 @@ class ExecutionOut(Wire):
     trace_id: str | None = None
     # Every attempt, oldest first, discarded late results included ("this ran twice, here is why").
     attempts: list[AttemptOut] = msgspec.field(default_factory=list)
-
-
-class FireTimeOut(Wire):
-    # When it runs: the nominal time plus the jitter offset, in UTC and as wall time in the zone.
-    utc: datetime
-    local: str
-    dst_note: str | None
-    skipped: bool
-    nominal_utc: datetime
-
-
-class PreviewOut(Wire):
-    fire_times: list[FireTimeOut]
-    # What was evaluated: the expression as given (or stored) and resolved, zone, DST policy, jitter.
-    schedule: ScheduleOut
-    # The key's slot in the jitter window: the job's own with jobId, a placeholder's without.
-    jitter_offset_seconds: int
-    job_id: str | None = None
-
-
-# -- dead letters ----------------------------------------------------------------------------------
-
-class RetryOverride(Wire):
-    """Replay with a different retry policy; a field left out keeps the job's."""
-
-    max_attempts: Annotated[int | None, msgspec.Meta(description=(
-        "How many attempts the replay grants, counted from the replay: 3 means up to three more attempts, "
-        "whatever the execution spent before (attempt numbers keep counting up). Left out: the job's "
-        "maxAttempts."))] = None
-    backoff_seconds: float | None = None
-    max_backoff_seconds: float | None = None
-
-
-class ReplayIn(Wire):
-    """Replay one dead execution; ``payload`` left out keeps the job's payload."""
-
-    payload: Any = msgspec.UNSET
-    retry: RetryOverride | None = None
-
-
-# An instant with its offset; a naive one is ambiguous and refused (msgspec's tz=True).
-AwareDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
-
-
-class BulkReplayIn(Wire):
-    """Replay up to ``limit`` dead executions of a job or finished in a window (all optional)."""
-
-    job_id: str | None = None
-    finished_after: AwareDatetime | None = None
-    finished_before: AwareDatetime | None = None
-    limit: int = 100
-
-
-class DeadLetterOut(Wire):
-    execution_id: str
-    job_id: str
-    scheduled_for: datetime
-    attempt: int
-    max_attempts: int
-    finished_at: datetime
-    error: str | None
-
-
-class ReplayedOut(Wire):
-    execution_id: str
-    job_id: str
-    state: str
-    attempt: Annotated[int, msgspec.Meta(description=(
-        "Attempts the execution made before the replay; the next one is attempt + 1."))]
-    max_attempts: Annotated[int, msgspec.Meta(description=(
-        "Attempts the replay grants, counted from the replay: retry.maxAttempts of the request, or the "
-        "job's maxAttempts."))]
-    ready_at: datetime
-    last_attempt: Annotated[int, msgspec.Meta(description=(
-        "The attempt number after which the execution is dead again if every attempt fails: "
-        "attempt + maxAttempts."))]
-
-
-class BulkReplayedOut(Wire):
-    replayed: int
-    execution_ids: list[str]
-    budget_left: int
-    budget_resets_at: datetime
 
 
 class AttemptOut(Wire):

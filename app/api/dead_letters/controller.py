@@ -1,7 +1,7 @@
 """/v1/dead-letters and /v1/executions/{executionId}:replay: the controller.
 
-Bodies are the Structs of app.api.schemas, decoded by Litestar (so /schema documents them); what
-each route does is app.api.dead_letter_service, pagination is app.api.pagination.
+Bodies are the Structs of app.api.dead_letters.schemas, decoded by Litestar (so /schema documents them); what
+each route does is app.api.dead_letters.service, pagination is app.api.pagination.
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from typing import Annotated
 from uuid import UUID
 
 from litestar import Controller, Response, get, post
-from litestar.datastructures import State
 from litestar.openapi.spec import Operation, RequestBody
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from app import errors
-from app.api import dead_letter_service as service
-from app.api import schemas
 from app.api.auth import DB, Tenant
-from app.api.pagination import next_link
+from app.api.dead_letters import schemas, service
+from app.api.injected import SettingsDep
+from app.api.jobs.schemas import AttemptOut
+from app.api.pagination import PageLimit, next_link
 
 # Bulk replay budget per tenant, shared by every API replica: at most this many executions per window.
 REPLAY_PER_WINDOW = 1000
@@ -54,8 +54,9 @@ class DeadLetterController(Controller):
     @get("/dead-letters", operation_id="ListDeadLetters",
          summary="A tenant's dead executions with their last error, newest first; next page in the Link header.")
     async def list_dead(self, db: DB, tenant: Tenant, cursor: FromQuery[str | None] = None,
-                        limit: FromQuery[int | None] = None,
-                        job_id: Annotated[str | None, QueryParameter(name="jobId")] = None,
+                        limit: PageLimit = None,
+                        job_id: Annotated[str | None, QueryParameter(name="jobId", schema_extra={"format": "uuid"})]
+                        = None,
                         ) -> Response[list[schemas.DeadLetterOut]]:
         rows, nxt = await service.list_dead(db, tenant.tenant_id, job_id=job_id, cursor=cursor, limit=limit)
         headers = {"Link": next_link("/v1/dead-letters", nxt, limit=limit, jobId=job_id)} if nxt else None
@@ -63,7 +64,8 @@ class DeadLetterController(Controller):
 
     @post("/dead-letters:replay", operation_id="ReplayDeadLetters", status_code=200,
           operation_class=OptionalBodyOperation,
-          summary="Replay up to `limit` dead executions matching a filter (jobId, finished window); budgeted per tenant.")
+          summary="Replay up to `limit` dead executions matching a filter (jobId, finished window); budgeted per "
+                  "tenant.")
     async def replay_many(self, db: DB, tenant: Tenant,
                           data: JSONBody[schemas.BulkReplayIn | None] = None) -> schemas.BulkReplayedOut:
         return await service.replay_many(db, tenant.tenant_id, data or schemas.BulkReplayIn(),
@@ -73,15 +75,15 @@ class DeadLetterController(Controller):
           operation_class=OptionalBodyOperation,
           summary="POST /v1/executions/{executionId}:replay: make a dead execution ready again "
                   "(fresh attempt budget; optional body {payload, retry})")
-    async def replay(self, execution_ref: FromPath[str], db: DB, tenant: Tenant, state: State,
+    async def replay(self, execution_ref: FromPath[str], db: DB, tenant: Tenant, settings: SettingsDep,
                      data: JSONBody[schemas.ReplayIn | None] = None) -> schemas.ReplayedOut:
         execution_id = _execution_ref(execution_ref, action="replay")
         done = await service.replay(db, tenant.tenant_id, execution_id, data or schemas.ReplayIn(),
-                                    state.settings.max_payload_bytes)
+                                    settings.max_payload_bytes)
         return service.replayed_out(done)
 
     @get("/executions/{execution_ref:str}/attempts", operation_id="ListExecutionAttempts",
          summary="Every attempt of an execution, oldest first, including late results discarded after LEASE_LOST.")
-    async def attempts(self, execution_ref: FromPath[str], db: DB, tenant: Tenant) -> list[schemas.AttemptOut]:
+    async def attempts(self, execution_ref: FromPath[str], db: DB, tenant: Tenant) -> list[AttemptOut]:
         execution_id = _execution_ref(execution_ref, action=None)
         return [service.attempt_out(a) for a in await service.attempts(db, tenant.tenant_id, execution_id)]

@@ -22,10 +22,10 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from app import errors
-from app.domain import jobs as spec
-from app.domain import schedule as cron
+from app.domain import jobs as job_rules
+from app.domain import schedule as schedule_rules
 from app.store import Database
-from app.store import jobs as store
+from app.store import jobs as jobs_store
 
 PREVIEW_KEY = "preview"
 PREVIEW_MAX = 100
@@ -54,11 +54,11 @@ class PreviewQuery:
 
 @dataclass(frozen=True)
 class Preview:
-    job: store.Job | None  # the job previewed, when jobId was given
+    job: jobs_store.Job | None  # the job previewed, when jobId was given
     expr: str  # as given (or stored), H tokens and all; an every schedule's interval
-    schedule: cron.CronSchedule | spec.EverySchedule  # resolved: what the scheduler evaluates
+    schedule: schedule_rules.CronSchedule | job_rules.EverySchedule  # resolved: what the scheduler evaluates
     jitter_offset_s: int  # the key's slot in the jitter window
-    occurrences: list[cron.Occurrence]
+    occurrences: list[schedule_rules.Occurrence]
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ async def preview(db: Database, tenant_id: UUID, q: PreviewQuery, now: datetime,
     try:
         start = now
         if q.from_ is not None:
-            start = spec.within_horizon(spec.parse_instant(q.from_, "from"), now, limits.horizon_days, "from")
+            start = job_rules.within_horizon(job_rules.parse_instant(q.from_, "from"), now, limits.horizon_days, "from")
         job = await _job(db, tenant_id, q.job_id) if q.job_id is not None else None
         if q.every is not None or (job is not None and job.schedule_kind == "every" and q.cron is None):
             return _evaluate_every(q, job, start, now, limits)
@@ -92,7 +92,7 @@ async def preview(db: Database, tenant_id: UUID, q: PreviewQuery, now: datetime,
         raise errors.InvalidParameter(_PARAMETER_OF.get(exc.field, exc.field), exc.detail) from None
 
 
-async def _job(db: Database, tenant_id: UUID, job_id: str) -> store.Job:
+async def _job(db: Database, tenant_id: UUID, job_id: str) -> jobs_store.Job:
     try:
         ident = UUID(job_id)
     except ValueError:
@@ -103,7 +103,7 @@ async def _job(db: Database, tenant_id: UUID, job_id: str) -> store.Job:
     return job
 
 
-def _evaluate_every(q: PreviewQuery, job: store.Job | None, start: datetime, now: datetime,
+def _evaluate_every(q: PreviewQuery, job: jobs_store.Job | None, start: datetime, now: datetime,
                     limits: PreviewLimits) -> Preview:
     """The instants of an interval's grid strictly after ``start``, within the job's bounds."""
     if q.cron is not None:
@@ -113,33 +113,34 @@ def _evaluate_every(q: PreviewQuery, job: store.Job | None, start: datetime, now
             raise errors.InvalidParameter(name, "applies to cron schedules; an every schedule runs in UTC")
     if job is not None and job.schedule_kind != "every" and q.every is None:
         raise errors.InvalidParameter("jobId", f"is a {job.schedule_kind} job, not an every job")
-    every = q.every if q.every is not None else spec.format_every(job.every_s or 0) if job else ""
-    every_s = spec.parse_every(every, max(limits.min_interval_s, 1))
+    every = q.every if q.every is not None else job_rules.format_every(job.every_s or 0) if job else ""
+    every_s = job_rules.parse_every(every, max(limits.min_interval_s, 1))
     jitter_s = q.jitter_s if q.jitter_s is not None else job.jitter_s if job is not None else 0
-    if not 0 <= jitter_s <= spec.MAX_JITTER_S:
-        raise errors.InvalidParameter("jitterSeconds", f"must be between 0 and {spec.MAX_JITTER_S}")
+    if not 0 <= jitter_s <= job_rules.MAX_JITTER_S:
+        raise errors.InvalidParameter("jitterSeconds", f"must be between 0 and {job_rules.MAX_JITTER_S}")
     if q.start_at is not None:
-        anchor = spec.within_horizon(spec.parse_instant(q.start_at, "startAt"), now, limits.horizon_days, "startAt")
+        anchor = job_rules.within_horizon(job_rules.parse_instant(q.start_at, "startAt"), now, limits.horizon_days,
+                                          "startAt")
     elif job is not None and job.schedule_kind == "every" and job.anchor_at is not None:
         anchor = job.anchor_at
     else:
         anchor = now.replace(microsecond=0) + timedelta(seconds=every_s)  # as a job submitted now
-    grid = spec.EverySchedule(every_s, anchor, jitter_s)
+    grid = job_rules.EverySchedule(every_s, anchor, jitter_s)
     key = str(job.job_id) if job is not None else PREVIEW_KEY
-    offset = cron.jitter_offset_s(key, jitter_s)
+    offset = schedule_rules.jitter_offset_s(key, jitter_s)
     end_at = job.end_at if job is not None else None
     if job is not None and job.start_at is not None:
         start = max(start, job.start_at - _EPSILON)
-    found: list[cron.Occurrence] = []
+    found: list[schedule_rules.Occurrence] = []
     at = grid.next_after(start)
     while len(found) < q.count and (end_at is None or at <= end_at):
         run_at = at + timedelta(seconds=offset)
-        found.append(cron.Occurrence(at, run_at, run_at, False, None, None))
+        found.append(schedule_rules.Occurrence(at, run_at, run_at, False, None, None))
         at = grid.next_after(at)
     return Preview(job, every, grid, offset, found)
 
 
-def _evaluate(q: PreviewQuery, job: store.Job | None, start: datetime, limits: PreviewLimits) -> Preview:
+def _evaluate(q: PreviewQuery, job: jobs_store.Job | None, start: datetime, limits: PreviewLimits) -> Preview:
     if job is not None and (job.cron is None or job.cron_resolved is None or job.tz is None):
         raise errors.InvalidParameter("jobId", f"is a {job.schedule_kind} job; only recurring jobs have fire "
                                                "times to preview")
@@ -151,16 +152,16 @@ def _evaluate(q: PreviewQuery, job: store.Job | None, start: datetime, limits: P
     expr = q.cron if q.cron is not None else job.cron if job is not None else None
     assert expr is not None
     if q.tz is not None:
-        cron.validate_tz(q.tz)  # a new zone must be one a job may name; a stored one stays as it was
+        schedule_rules.validate_tz(q.tz)  # a new zone must be one a job may name; a stored one stays as it was
     tz = q.tz if q.tz is not None else job.tz if job is not None else None
     assert tz is not None
-    resolved = (spec.validate_cron_interval(q.cron, key, limits.min_interval_s) if q.cron is not None
+    resolved = (job_rules.validate_cron_interval(q.cron, key, limits.min_interval_s) if q.cron is not None
                 else job.cron_resolved if job else None)
     assert resolved is not None
     jitter_s = q.jitter_s if q.jitter_s is not None else job.jitter_s if job is not None else 0
-    if not 0 <= jitter_s <= spec.MAX_JITTER_S:
-        raise errors.InvalidParameter("jitterSeconds", f"must be between 0 and {spec.MAX_JITTER_S}")
-    schedule = spec.stored_schedule(resolved, tz, jitter_s,
+    if not 0 <= jitter_s <= job_rules.MAX_JITTER_S:
+        raise errors.InvalidParameter("jitterSeconds", f"must be between 0 and {job_rules.MAX_JITTER_S}")
+    schedule = job_rules.stored_schedule(resolved, tz, jitter_s,
                                     q.gap if q.gap is not None else job.dst_gap if job else None,
                                     q.repeat if q.repeat is not None else job.dst_repeat if job else None)
     end_at = None
@@ -169,5 +170,6 @@ def _evaluate(q: PreviewQuery, job: store.Job | None, start: datetime, limits: P
         if job.start_at is not None:
             start = max(start, job.start_at - _EPSILON)
         end_at = job.end_at
-    found = [o for o in cron.preview(schedule, start, q.count, key) if end_at is None or o.nominal_utc <= end_at]
-    return Preview(job, expr, schedule, cron.jitter_offset_s(key, jitter_s), found)
+    found = [o for o in schedule_rules.preview(schedule, start, q.count, key)
+             if end_at is None or o.nominal_utc <= end_at]
+    return Preview(job, expr, schedule, schedule_rules.jitter_offset_s(key, jitter_s), found)

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 
-from app.api.submit import Submission
+from app.api.jobs.submit import Submission
 from app.store.jobs import Job
 from app.store.payloads import PayloadStore
 

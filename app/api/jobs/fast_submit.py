@@ -4,9 +4,9 @@ The single submit is the API's hottest route: a herd is submitted one job per re
 Litestar each such request costs about as much CPU again in routing, dependency resolution,
 signature parsing and response building as in the submit itself (539 against 237 us a request in
 one process; docs/performance.md, "Submit"). :class:`FastCreateJob` sits in front of the Litestar
-app and answers the ordinary request itself, with the same functions the route uses (``auth``'s key
-cache and throttle, ``bodies.decode``, ``service.submission``, the shared ``SubmitWriter``,
-``problems``), so the two answer byte for byte alike.
+app and answers the ordinary request itself: it authenticates with ``auth``'s key cache and throttle,
+decodes with ``bodies.decode``, and submits through the route's own implementation
+(``JobSubmitter.create``), so the two answer byte for byte alike.
 
 Anything out of the ordinary goes to Litestar untouched, its body replayed: another path or
 method, a query string, a repeated credential header, a throttled client, a missing, unknown or
@@ -25,15 +25,12 @@ from uuid import UUID
 import msgspec
 
 from app import errors
-from app.api import bodies, payloads, problems, schemas, service
+from app.api import bodies, problems
 from app.api.auth import AuthThrottle
-from app.api.submit import SubmitWriter
+from app.api.jobs import schemas
+from app.api.jobs.service import JobSubmitter
 from app.api.telemetry import TENANT_STATE_KEY
-from app.config import Settings
-from app.domain import jobs as spec
-from app.observability import tracing
 from app.store import Database, tenants
-from app.store.payloads import PayloadStore
 
 PATH = "/v1/jobs"
 Message = dict[str, Any]
@@ -61,15 +58,13 @@ class _Accepted(NamedTuple):
 class FastCreateJob:
     """ASGI middleware: ``POST /v1/jobs`` answered here when it can be (module docstring), else ``app``."""
 
-    def __init__(self, app: ASGIApp, settings: Settings, db: Database, *, key_cache: tenants.KeyCache,
-                 throttle: AuthThrottle, writer: SubmitWriter, payloads: PayloadStore, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, db: Database, *, key_cache: tenants.KeyCache, throttle: AuthThrottle,
+                 submitter: JobSubmitter, max_body_bytes: int) -> None:
         self.app = app
-        self.settings = settings
         self.db = db
         self.keys = key_cache
         self.throttle = throttle
-        self.writer = writer
-        self.payloads = payloads
+        self.submitter = submitter
         self.max_body_bytes = max_body_bytes
         self._encode = msgspec.json.Encoder().encode
 
@@ -110,7 +105,7 @@ class FastCreateJob:
             raise _Fallback
         raw = await _body(receive, read, self.max_body_bytes)
         try:
-            job = bodies.decode(raw, schemas.JobIn)
+            job: schemas.JobIn = bodies.decode(raw, schemas.JobIn)
         except errors.KairosError:
             raise _Fallback from None
         return _Accepted(principal.tenant_id, job, headers, raw)
@@ -122,21 +117,12 @@ class FastCreateJob:
         idempotency_key = headers[b"idempotency-key"].decode("latin-1") if b"idempotency-key" in headers else None
         traceparent = headers[b"traceparent"].decode("latin-1") if b"traceparent" in headers else None
         try:
-            with tracing.span("kairos.submit", parent=traceparent,
-                              attributes={"kairos.tenant_id": str(tenant_id)}) as context:
-                sub = service.submission(job, self.settings, tenant_id, idempotency_key,
-                                         spec.request_fingerprint(raw) if idempotency_key else None,
-                                         service.utcnow(), context)
-                [outcome] = await self.writer.submit(await payloads.keep_large(self.payloads, [sub]))
+            created = await self.submitter.create(tenant_id, job, raw, idempotency_key, traceparent)
         except errors.KairosError as exc:
             return await self._problem(send, scope, exc)
         except Exception:
             return await _answer(send, 500, _PROBLEM, self._encode(problems.internal_body(PATH)))
-        if isinstance(outcome, errors.KairosError):
-            return await self._problem(send, scope, outcome)
-        created = schemas.JobCreated(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
-                                     warnings=list(outcome.warnings) or None)
-        await _answer(send, 201, [(b"location", f"{PATH}/{outcome.job_id}".encode()), *_JSON],
+        await _answer(send, 201, [(b"location", f"{PATH}/{created.job_id}".encode()), *_JSON],
                       self._encode(created))
 
     async def _problem(self, send: Send, scope: dict[str, Any], exc: errors.KairosError) -> None:

@@ -27,12 +27,12 @@ from datetime import datetime
 from uuid import UUID
 
 from app import errors, observability
-from app.domain import jobs as spec
-from app.domain import schedule as cron
+from app.domain import jobs as job_rules
+from app.domain import schedule as schedule_rules
 from app.domain.limits import TokenBuckets
 from app.domain.shards import due_minute
 from app.store import Database, Store, tenants
-from app.store import jobs as store
+from app.store import jobs as jobs_store
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +55,12 @@ MANUAL_INFLIGHT_RETRY_AFTER_S = 10
 class Submission:
     """One validated job, ready to store."""
 
-    job: spec.JobSpec
+    job: job_rules.JobSpec
     tenant_id: UUID
     idempotency_key: str | None
     fingerprint: str | None
     traceparent: str | None = None
-    # The object-store key of a payload over the inline limit (app.api.payloads.keep_large).
+    # The object-store key of a payload over the inline limit (app.api.jobs.large_payloads.keep_large).
     payload_ref: str | None = None
 
 
@@ -75,16 +75,16 @@ class Created:
 Outcome = Created | errors.KairosError
 
 
-def new_job_row(s: Submission, queue: str) -> store.NewJob:
+def new_job_row(s: Submission, queue: str) -> jobs_store.NewJob:
     job = s.job
-    once = isinstance(job.schedule, spec.OnceSchedule)
-    every = job.schedule if isinstance(job.schedule, spec.EverySchedule) else None
-    c = job.schedule if isinstance(job.schedule, cron.CronSchedule) else None
-    return store.NewJob(
+    once = isinstance(job.schedule, job_rules.OnceSchedule)
+    every = job.schedule if isinstance(job.schedule, job_rules.EverySchedule) else None
+    c = job.schedule if isinstance(job.schedule, schedule_rules.CronSchedule) else None
+    return jobs_store.NewJob(
         job_id=job.job_id, tenant_id=s.tenant_id, name=job.name, target_type=job.target.type,
         target_ref=job.target.ref, queue=queue, payload=job.payload,
         schedule_kind="once" if once else "every" if every else "cron",
-        run_at=job.schedule.run_at if once else None,
+        run_at=job.schedule.run_at if isinstance(job.schedule, job_rules.OnceSchedule) else None,
         cron=c.expr if c else None, cron_resolved=job.cron_resolved, tz=c.tz if c else None,
         jitter_s=c.jitter_s if c else every.jitter_s if every else 0, dst_gap=c.dst.gap if c else "shift",
         dst_repeat=c.dst.repeat if c else "once", max_attempts=job.retry.max_attempts,
@@ -152,20 +152,20 @@ async def store_alone(db: Database, subs: Sequence[Submission]) -> list[Outcome]
 
 def _shared_pairs(subs: Sequence[Submission]) -> list[tuple[UUID, str]]:
     """The (tenant, shared pool) grants the submissions' targets need."""
-    return sorted({(s.tenant_id, pool) for s in subs if (pool := spec.shared_pool_of(s.job.target)) is not None})
+    return sorted({(s.tenant_id, pool) for s in subs if (pool := job_rules.shared_pool_of(s.job.target)) is not None})
 
 
 def _rows(subs: Sequence[Submission], granted: Mapping[tuple[UUID, str], bool]
-          ) -> tuple[list[Outcome | None], list[store.NewJob]]:
+          ) -> tuple[list[Outcome | None], list[jobs_store.NewJob]]:
     """Per submission its refusal (a shared pool not granted) or None, and the rows of the others."""
     out: list[Outcome | None] = [None] * len(subs)
-    rows: list[store.NewJob] = []
+    rows: list[jobs_store.NewJob] = []
     for i, s in enumerate(subs):
-        pool = spec.shared_pool_of(s.job.target)
+        pool = job_rules.shared_pool_of(s.job.target)
         if pool is not None and not granted.get((s.tenant_id, pool)):
             out[i] = not_granted(s.job.target.ref)
             continue
-        rows.append(new_job_row(s, spec.queue_for(s.job.target, s.tenant_id)))
+        rows.append(new_job_row(s, job_rules.queue_for(s.job.target, s.tenant_id)))
     return out, rows
 
 
@@ -177,7 +177,7 @@ def _taken(subs: Sequence[Submission], out: list[Outcome | None],
 
 
 def _answers(subs: Sequence[Submission], out: list[Outcome | None], inserted: set[UUID] | frozenset[UUID],
-             earlier: Mapping[tuple[UUID, str], store.IdempotentHit]) -> list[Outcome]:
+             earlier: Mapping[tuple[UUID, str], jobs_store.IdempotentHit]) -> list[Outcome]:
     """Every submission's outcome: refused, created, or answered as the earlier job with its key was."""
     answers: list[Outcome] = []
     for s, refused in zip(subs, out, strict=True):
@@ -382,7 +382,8 @@ class SubmitWriter:
 
     def _start_flushes(self) -> None:
         while self._waiting and len(self._flushes) < self.config.in_flight:
-            group, rows = [], 0
+            group: list[_Request] = []
+            rows = 0
             while self._waiting and (not group or rows + len(self._waiting[0].subs) <= self.config.max_rows):
                 request = self._next_waiting(critical=group[0].critical if group else None)
                 if request is None:
@@ -425,7 +426,8 @@ class SubmitWriter:
             return
         stored = iter(outcomes)
         for r, v in zip(group, verdicts, strict=True):
-            _settle(r, [next(stored) if v is None or v[i] is None else v[i] for i in range(len(r.subs))])
+            _settle(r, [next(stored) if v is None or (refused := v[i]) is None else refused
+                        for i in range(len(r.subs))])
         created = sum(1 for o in outcomes if isinstance(o, Created) and not o.replayed)
         if created:
             observability.jobs_submitted.add(created)
@@ -458,7 +460,8 @@ class SubmitWriter:
         unwarned."""
         threshold = self.config.herd_threshold
         recurring = [i for i, (s, o) in enumerate(zip(subs, outcomes, strict=True))
-                     if isinstance(o, Created) and not o.replayed and not isinstance(s.job.schedule, spec.OnceSchedule)]
+                     if isinstance(o, Created) and not o.replayed
+                     and not isinstance(s.job.schedule, job_rules.OnceSchedule)]
         if threshold is None or not recurring:
             return outcomes
         now = self._clock()

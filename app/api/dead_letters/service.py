@@ -20,15 +20,16 @@ from uuid import UUID
 import msgspec
 
 from app import errors
-from app.api import schemas
+from app.api.dead_letters import schemas
+from app.api.jobs.schemas import AttemptOut
 from app.api.pagination import decode_cursor, page_limit, split_page
 from app.domain.jobs import MAX_ATTEMPTS, MAX_BACKOFF_S, validate_payload
 from app.domain.states import ExecutionState
 from app.store import Database, Store
 from app.store import attempts as attempts_store
-from app.store import executions as store
+from app.store import executions as executions_store
 
-BULK_REPLAY_MAX = 1000
+BULK_REPLAY_MAX = schemas.BULK_REPLAY_MAX
 
 
 def parse_uuid(value: str | None, field: str, *, parameter: bool = False) -> UUID | None:
@@ -57,7 +58,7 @@ def validate_retry(retry: schemas.RetryOverride | None) -> schemas.RetryOverride
 
 
 async def list_dead(db: Database, tenant_id: UUID, *, job_id: str | None, cursor: str | None,
-                    limit: int | None) -> tuple[list[store.DeadLetter], str | None]:
+                    limit: int | None) -> tuple[list[executions_store.DeadLetter], str | None]:
     """A page of dead letters, newest first, and the cursor of the next page."""
     n = page_limit(limit)
     before = decode_cursor(cursor)
@@ -91,13 +92,13 @@ async def replay_many(db: Database, tenant_id: UUID, body: schemas.BulkReplayIn,
 
 
 async def replay(db: Database, tenant_id: UUID, execution_id: UUID, body: schemas.ReplayIn,
-                 max_payload_bytes: int) -> store.Replayed:
+                 max_payload_bytes: int) -> executions_store.Replayed:
     retry = validate_retry(body.retry)
     payload: Any = None
     if body.payload is not msgspec.UNSET:
         payload = validate_payload(body.payload, max_payload_bytes)
 
-    async def work(tx: Store) -> store.Replayed:
+    async def work(tx: Store) -> executions_store.Replayed:
         done = await tx.executions.replay(tenant_id, execution_id, payload=payload, max_attempts=retry.max_attempts,
                                   backoff_s=retry.backoff_seconds, max_backoff_s=retry.max_backoff_seconds)
         if done is None:
@@ -119,19 +120,19 @@ async def attempts(db: Database, tenant_id: UUID, execution_id: UUID) -> list[at
     return await db.read(work, fresh_if=(errors.ExecutionNotFound,))  # the read replica, if any
 
 
-def dead_letter_out(d: store.DeadLetter) -> schemas.DeadLetterOut:
+def dead_letter_out(d: executions_store.DeadLetter) -> schemas.DeadLetterOut:
     return schemas.DeadLetterOut(str(d.execution_id), str(d.job_id), d.scheduled_for, d.attempt, d.max_attempts,
                                  d.finished_at, d.error)
 
 
-def replayed_out(done: store.Replayed) -> schemas.ReplayedOut:
+def replayed_out(done: executions_store.Replayed) -> schemas.ReplayedOut:
     """The replay in the terms it was asked in: the attempts it grants, and where they end (the stored
     ``max_attempts`` is that absolute ceiling, since the attempt counter never goes back)."""
     return schemas.ReplayedOut(str(done.execution_id), str(done.job_id), ExecutionState.READY, done.attempt,
                                done.max_attempts - done.attempt, done.ready_at, last_attempt=done.max_attempts)
 
 
-def attempt_out(a: attempts_store.Attempt) -> schemas.AttemptOut:
-    return schemas.AttemptOut(a.attempt, a.worker_id, a.leased_at, a.lease_until, a.finished_at, a.outcome, a.error,
+def attempt_out(a: attempts_store.Attempt) -> AttemptOut:
+    return AttemptOut(a.attempt, a.worker_id, a.leased_at, a.lease_until, a.finished_at, a.outcome.value, a.error,
                               a.result, a.sent_at)
 

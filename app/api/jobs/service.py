@@ -12,21 +12,20 @@ from uuid import UUID
 import msgspec
 
 from app import errors
-from app.api import bodies, schemas
-from app.api import payloads as large_payloads
-from app.api.dead_letter_service import attempt_out
+from app.api import bodies, problems
+from app.api.jobs import large_payloads, schemas, views
+from app.api.jobs.submit import Created, Submission, SubmitWriter, new_job_row, not_granted
 from app.api.pagination import decode_cursor, page_limit, split_page
-from app.api.submit import Submission, new_job_row, not_granted
 from app.config import Settings
-from app.domain import jobs as spec
-from app.domain import schedule as cron
+from app.domain import jobs as job_rules
+from app.domain import schedule as schedule_rules
 from app.domain.ids import random_uuid
 from app.domain.states import REPORTED_JOB_STATES, JobState
 from app.executor.egress import policy_for as egress_policy
 from app.observability import tracing
 from app.store import Database, Store
 from app.store import dispatch as dispatch_store
-from app.store import jobs as store
+from app.store import jobs as jobs_store
 from app.store.attempts import Attempt
 from app.store.payloads import PayloadStore
 
@@ -39,26 +38,27 @@ def utcnow() -> datetime:
 
 
 def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: UUID | None = None,
-               every_anchor: datetime | None = None) -> spec.JobSpec:
+               every_anchor: datetime | None = None) -> job_rules.JobSpec:
     """Validate everything that needs no database; raises InvalidInput naming the field.
 
     ``job_id``: an existing job's (an update keeps its id, so H tokens resolve the same).
     ``every_anchor``: an existing every job's grid, kept when the body names no startAt."""
     job_id = job_id or random_uuid()
-    name = spec.validate_name(body.name)
-    target = spec.validate_target(body.target.type, body.target.ref, egress_policy(settings))
-    payload_text = spec.payload_json(body.payload, settings.payload_max_bytes)
+    name = job_rules.validate_name(body.name)
+    target = job_rules.validate_target(body.target.type, body.target.ref, egress_policy(settings))
+    payload_text = job_rules.payload_json(body.payload, settings.payload_max_bytes)
     r = body.retry or schemas.RetryIn()
-    retry = spec.validate_retry(r.max_attempts, r.backoff_seconds, r.max_backoff_seconds)
-    timeout_s = spec.validate_timeout(body.timeout_seconds)
-    method, headers = spec.validate_http(target, body.target.method, body.target.headers)
+    retry = job_rules.validate_retry(r.max_attempts, r.backoff_seconds, r.max_backoff_seconds)
+    timeout_s = job_rules.validate_timeout(body.timeout_seconds)
+    method, headers = job_rules.validate_http(target, body.target.method, body.target.headers)
     auth = body.target.auth
-    http_auth = spec.validate_auth(target, auth.type if auth else None, auth.audience if auth else None, headers)
-    start_at, end_at = spec.validate_bounds(body.schedule.start_at, body.schedule.end_at)
+    http_auth = job_rules.validate_auth(target, auth.type if auth else None, auth.audience if auth else None,
+                                        headers)
+    start_at, end_at = job_rules.validate_bounds(body.schedule.start_at, body.schedule.end_at)
     if start_at is not None:
-        spec.within_horizon(start_at, now, settings.max_schedule_horizon_days, "schedule.startAt")
-    options = spec.Options(labels=spec.validate_labels(body.labels), start_at=start_at, end_at=end_at,
-                           dry_run=body.dry_run, max_retry_duration_s=spec.validate_retry_duration(
+        job_rules.within_horizon(start_at, now, settings.max_schedule_horizon_days, "schedule.startAt")
+    options = job_rules.Options(labels=job_rules.validate_labels(body.labels), start_at=start_at, end_at=end_at,
+                           dry_run=body.dry_run, max_retry_duration_s=job_rules.validate_retry_duration(
                                r.max_retry_duration_seconds), http_method=method, http_headers=headers,
                            http_auth=http_auth)
     s = body.schedule
@@ -73,30 +73,30 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     if s.every is not None:
         if s.tz is not None or s.dst is not None:
             raise errors.InvalidInput("schedule", "an every schedule runs in UTC: tz and dst apply to cron only")
-        every = spec.every_schedule(s.every, s.jitter_seconds, start_at or every_anchor, now,
+        every = job_rules.every_schedule(s.every, s.jitter_seconds, start_at or every_anchor, now,
                                     settings.min_fire_interval_s)
         if end_at is not None and (every.first or every.anchor) > end_at:
             raise errors.InvalidInput("schedule.endAt", "no occurrence falls before endAt")
-        return spec.JobSpec(schedule=every, **common)
+        return job_rules.JobSpec(schedule=every, **common)
     if s.cron is None:
         if s.tz is not None or s.jitter_seconds is not None or s.dst is not None:
             raise errors.InvalidInput("schedule", "tz, jitterSeconds and dst apply to cron schedules only")
         if start_at is not None or end_at is not None:
             raise errors.InvalidInput("schedule", "startAt and endAt bound recurring schedules only")
-        once = spec.once_schedule(s.run_at, s.delay_seconds, now, settings.max_schedule_horizon_days)
-        return spec.JobSpec(schedule=once, **common)
+        once = job_rules.once_schedule(s.run_at, s.delay_seconds, now, settings.max_schedule_horizon_days)
+        return job_rules.JobSpec(schedule=once, **common)
     dst = s.dst or schemas.DstIn()
-    schedule, resolved = spec.cron_schedule(s.cron, s.tz, s.jitter_seconds, dst.gap, dst.repeat, str(job_id),
+    schedule, resolved = job_rules.cron_schedule(s.cron, s.tz, s.jitter_seconds, dst.gap, dst.repeat, str(job_id),
                                             min_interval_s=settings.min_fire_interval_s)
     # The first occurrence at or after startAt (a schedule that starts later waits for it).
     after = max(now, start_at - _EPSILON) if start_at is not None else now
-    first, skipped = spec.first_occurrence(schedule, resolved, after, str(job_id),
+    first, skipped = job_rules.first_occurrence(schedule, resolved, after, str(job_id),
                                            settings.max_schedule_horizon_days
                                            + max(0, (after - now).days))
     if end_at is not None and first.nominal_utc > end_at:
         raise errors.InvalidInput("schedule.endAt", f"no occurrence falls before endAt (the first is "
                                                     f"{first.nominal_utc.isoformat()})")
-    return spec.JobSpec(schedule=schedule, cron_resolved=resolved, first=first, skipped_before_first=skipped,
+    return job_rules.JobSpec(schedule=schedule, cron_resolved=resolved, first=first, skipped_before_first=skipped,
                         **common)
 
 
@@ -109,34 +109,75 @@ def submission(body: schemas.JobIn, settings: Settings, tenant_id: UUID, idem_ke
                       traceparent)
 
 
+class JobSubmitter:
+    """The one implementation of a submit: POST /v1/jobs (the route and its fast path,
+    app.api.jobs.fast_submit) and each item of POST /v1/jobs:batch. Validates, keeps a large payload
+    in the object store, and hands the jobs to the process's group-committing writer."""
+
+    def __init__(self, settings: Settings, writer: SubmitWriter, payload_store: PayloadStore) -> None:
+        self.settings = settings
+        self.writer = writer
+        self.payload_store = payload_store
+
+    async def create(self, tenant_id: UUID, body: schemas.JobIn, raw: bytes, idempotency_key: str | None,
+                     traceparent: str | None) -> schemas.JobCreated:
+        """One job; raises the KairosError that refuses it."""
+        fingerprint = job_rules.request_fingerprint(raw) if idempotency_key else None
+        with tracing.span("kairos.submit", parent=traceparent,
+                          attributes={"kairos.tenant_id": str(tenant_id)}) as context:
+            sub = submission(body, self.settings, tenant_id, idempotency_key, fingerprint, utcnow(), context)
+            [outcome] = await self.writer.submit(await large_payloads.keep_large(self.payload_store, [sub]))
+        if isinstance(outcome, errors.KairosError):
+            raise outcome
+        return schemas.JobCreated(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
+                                  warnings=list(outcome.warnings) or None)
+
+    async def create_batch(self, tenant_id: UUID, batch: schemas.BatchIn,
+                           traceparent: str | None) -> schemas.BatchOut:
+        """Each item validated on its own; the valid ones stored together. Results in request order."""
+        with tracing.span("kairos.submit_batch", parent=traceparent,
+                          attributes={"kairos.tenant_id": str(tenant_id), "kairos.jobs": len(batch.jobs)}) as context:
+            return await self._create_batch(tenant_id, batch, utcnow(), context)
+
+    async def _create_batch(self, tenant_id: UUID, batch: schemas.BatchIn, now: datetime,
+                            traceparent: str | None) -> schemas.BatchOut:
+        results: list[schemas.BatchItemOut | None] = [None] * len(batch.jobs)
+        subs: list[Submission] = []
+        where: list[int] = []
+        for index, raw_item in enumerate(batch.jobs):
+            try:
+                item, fingerprint = _decode_item(raw_item)
+                subs.append(submission(item, self.settings, tenant_id, item.idempotency_key, fingerprint, now,
+                                       traceparent))
+                where.append(index)
+            except errors.InvalidInput as exc:
+                results[index] = _item_error(exc, index)
+        outcomes = await self.writer.submit(await large_payloads.keep_large(self.payload_store, subs))
+        for index, outcome in zip(where, outcomes, strict=True):
+            results[index] = (schemas.BatchItemOut(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
+                                                   warnings=list(outcome.warnings) or None)
+                              if isinstance(outcome, Created) else _item_error(outcome, index))
+        return schemas.BatchOut(results=[r for r in results if r is not None])
+
+
+def _item_error(exc: errors.KairosError, index: int) -> schemas.BatchItemOut:
+    return schemas.BatchItemOut(error=problems.error_body(exc, f"/v1/jobs:batch#/jobs/{index}",
+                                                          within=f"/jobs/{index}"), index=index)
+
+
+def _decode_item(raw: msgspec.Raw) -> tuple[schemas.BatchItemIn, str | None]:
+    """The item and, when it carries an idempotencyKey, the fingerprint of the rest of it."""
+    item: schemas.BatchItemIn = bodies.decode(raw, schemas.BatchItemIn)  # a problem's field points into the item
+    if item.idempotency_key is None:
+        return item, None
+    decoded: dict[str, Any] = msgspec.json.decode(raw)
+    decoded.pop("idempotencyKey")
+    return item, job_rules.value_fingerprint(decoded)
+
+
 # -- reading -------------------------------------------------------------------------------------------
 
-def job_out(job: store.Job, counts: store.ExecutionCounts | None = None) -> schemas.JobOut:
-    dst = schemas.DstIn(gap=job.dst_gap, repeat=job.dst_repeat) if job.schedule_kind == "cron" else None
-    http = job.target_type == "http"
-    return schemas.JobOut(
-        job_id=str(job.job_id), name=job.name, state=job.reported_state,
-        target=schemas.TargetOut(job.target_type, job.target_ref, method=job.http_method if http else None,
-                                 headers=job.http_headers if http else None,
-                                 auth=msgspec.convert(job.http_auth, schemas.TargetAuth) if job.http_auth
-                                 else msgspec.UNSET),
-        schedule=schemas.ScheduleOut(run_at=job.run_at, cron=job.cron, cron_resolved=job.cron_resolved, tz=job.tz,
-                                     jitter_seconds=job.jitter_s if job.schedule_kind != "once" else None, dst=dst,
-                                     start_at=job.start_at, end_at=job.end_at,
-                                     every=spec.format_every(job.every_s) if job.every_s else None,
-                                     anchor_at=job.anchor_at),
-        payload=job.payload, payload_ref=job.payload_ref,
-        retry=schemas.RetryOut(job.max_attempts, job.backoff_s, job.max_backoff_s, job.max_retry_duration_s),
-        timeout_seconds=job.timeout_s, concurrency=job.concurrency, misfire=job.misfire,
-        next_run_at=job.next_run_at, paused_at=job.paused_at, created_at=job.created_at,
-        updated_at=job.updated_at, version=job.version, labels=job.labels, dry_run=job.dry_run,
-        last_outcome=job.last_outcome, last_finished_at=job.last_finished_at,
-        executions=schemas.ExecutionCounts(counts.succeeded, counts.dead, counts.cancelled, counts.skipped,
-                                           counts.pending) if counts else None,
-    )
-
-
-async def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
+async def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
     job = await db.transaction(lambda tx: tx.jobs.get(tenant_id, job_id))
     if job is None:
         raise errors.JobNotFound()
@@ -144,8 +185,8 @@ async def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
 
 
 async def get_job_with_counts(db: Database, tenant_id: UUID, job_id: UUID,
-                              ) -> tuple[store.Job, store.ExecutionCounts]:
-    async def work(tx: Store) -> tuple[store.Job, store.ExecutionCounts]:
+                              ) -> tuple[jobs_store.Job, jobs_store.ExecutionCounts]:
+    async def work(tx: Store) -> tuple[jobs_store.Job, jobs_store.ExecutionCounts]:
         job = await tx.jobs.get(tenant_id, job_id)
         if job is None:
             raise errors.JobNotFound()
@@ -156,26 +197,27 @@ async def get_job_with_counts(db: Database, tenant_id: UUID, job_id: UUID,
 
 async def list_jobs(db: Database, tenant_id: UUID, *, state: str | None, name: str | None, cursor: str | None,
                     limit: int | None, name_prefix: str | None = None,
-                    labels: list[str] | None = None) -> tuple[list[store.Job], str | None]:
+                    labels: list[str] | None = None) -> tuple[list[jobs_store.Job], str | None]:
     if state is not None and state not in REPORTED_JOB_STATES:
         raise errors.InvalidInput("state", f"must be one of {', '.join(REPORTED_JOB_STATES)}")
-    wanted, selectors = spec.parse_label_selectors(labels or [])
+    wanted, selectors = job_rules.parse_label_selectors(labels or [])
     n = page_limit(limit)
     after = decode_cursor(cursor)
     rows = await db.transaction(lambda tx: tx.jobs.list_page(
-        tenant_id, state=state, name=name, after=after, limit=n + 1,  # type: ignore[arg-type]
+        tenant_id, state=state, name=name, after=after, limit=n + 1,
         name_prefix=name_prefix or None, labels=wanted or None,
         selectors=[(s.key, s.op, s.values) for s in selectors]))
     return split_page(rows, n, lambda j: (j.created_at, j.job_id))
 
 
 async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | None, limit: int | None,
-                     ) -> tuple[store.Job, list[store.ExecutionSummary], dict[UUID, list[Attempt]], str | None]:
+                     ) -> tuple[jobs_store.Job, list[jobs_store.ExecutionSummary], dict[UUID, list[Attempt]],
+                                str | None]:
     """A page of the job's executions, newest first, with every attempt of each."""
     n = page_limit(limit)
     before = decode_cursor(cursor)
 
-    async def work(tx: Store) -> tuple[store.Job, list[store.ExecutionSummary], dict[UUID, list[Attempt]]]:
+    async def work(tx: Store) -> tuple[jobs_store.Job, list[jobs_store.ExecutionSummary], dict[UUID, list[Attempt]]]:
         job = await tx.jobs.get(tenant_id, job_id)
         if job is None:
             raise errors.JobNotFound()
@@ -188,52 +230,35 @@ async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | 
     return job, page, attempts, nxt
 
 
-def execution_out(job: store.Job, e: store.ExecutionSummary, attempts: list[Attempt] | None = None,
-                  ) -> schemas.ExecutionOut:
-    """One execution with its start lag: due at the nominal time plus the job's jitter offset (manual
-    runs and backfills carry no jitter), started when its first attempt was leased."""
-    error = e.error if e.error is not None else (f"skipped: {e.skip_reason}" if e.skip_reason else None)
-    jitter = job.jitter_s if job.schedule_kind != "once" and e.trigger == "schedule" else 0
-    due_at = e.scheduled_for + timedelta(seconds=cron.jitter_offset_s(str(job.job_id), jitter)) if jitter else \
-        e.scheduled_for
-    lag_ms = (None if e.first_started_at is None
-              else max(0, round((e.first_started_at - due_at).total_seconds() * 1000)))
-    return schemas.ExecutionOut(str(e.execution_id), e.scheduled_for, e.attempt, e.state, e.started_at,
-                                e.finished_at, error, skip_reason=e.skip_reason, trigger=e.trigger, due_at=due_at,
-                                dispatched_at=e.dispatched_at, first_started_at=e.first_started_at,
-                                start_lag_ms=lag_ms, trace_id=e.traceparent.split("-")[1] if e.traceparent else None,
-                                attempts=[attempt_out(a) for a in attempts or ()])
-
-
 # -- state changes -------------------------------------------------------------------------------------
 
-def _every_of(job: store.Job) -> spec.EverySchedule:
+def _every_of(job: jobs_store.Job) -> job_rules.EverySchedule:
     assert job.every_s is not None and job.anchor_at is not None
-    return spec.EverySchedule(job.every_s, job.anchor_at, job.jitter_s)
+    return job_rules.EverySchedule(job.every_s, job.anchor_at, job.jitter_s)
 
 
-def _cron_of(job: store.Job) -> cron.CronSchedule:
+def _cron_of(job: jobs_store.Job) -> schedule_rules.CronSchedule:
     assert job.cron_resolved is not None and job.tz is not None
-    return spec.stored_schedule(job.cron_resolved, job.tz, job.jitter_s, job.dst_gap, job.dst_repeat)
+    return job_rules.stored_schedule(job.cron_resolved, job.tz, job.jitter_s, job.dst_gap, job.dst_repeat)
 
 
-async def _locked(tx: Store, tenant_id: UUID, job_id: UUID) -> store.Job:
+async def _locked(tx: Store, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
     job = await tx.jobs.get(tenant_id, job_id, for_update=True)
     if job is None:
         raise errors.JobNotFound()
     return job
 
 
-async def _moved(tx: Store, job: store.Job, to: JobState, nominal: datetime | None,
-                 run_at: datetime | None) -> store.Job:
+async def _moved(tx: Store, job: jobs_store.Job, to: JobState, nominal: datetime | None,
+                 run_at: datetime | None) -> jobs_store.Job:
     updated = await tx.jobs.set_state(job, to, next_nominal_at=nominal, next_run_at=run_at)
     if updated is None:
         raise errors.InvalidStateTransition("the job changed concurrently; retry")
     return updated
 
 
-async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
-    async def work(tx: Store) -> store.Job:
+async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
+    async def work(tx: Store) -> jobs_store.Job:
         job = await _locked(tx, tenant_id, job_id)
         if job.state == JobState.PAUSED:
             return job
@@ -250,8 +275,8 @@ async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> store.Job:
     return await db.transaction(work)
 
 
-async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> store.Job:
-    async def work(tx: Store) -> store.Job:
+async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> jobs_store.Job:
+    async def work(tx: Store) -> jobs_store.Job:
         job = await _locked(tx, tenant_id, job_id)
         if job.state == JobState.ACTIVE:
             return job
@@ -275,7 +300,7 @@ async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> st
 MAX_SKIPPED_RECORDS = 100
 
 
-def _skipped_while_paused(job: store.Job, now: datetime, resumed_at: datetime | None) -> list[datetime]:
+def _skipped_while_paused(job: jobs_store.Job, now: datetime, resumed_at: datetime | None) -> list[datetime]:
     """Nominal times that fell inside the pause and will not run: history records them as skipped."""
     first = job.next_nominal_at
     if first is None or first > now:
@@ -290,12 +315,12 @@ def _skipped_while_paused(job: store.Job, now: datetime, resumed_at: datetime | 
             times.append(at)
             at = grid.next_after(at)
         return [t for t in times[-MAX_SKIPPED_RECORDS:] if t != resumed_at]
-    newest, _total = cron.missed_occurrences(_cron_of(job), first - _EPSILON, now, str(job.job_id),
+    newest, _total = schedule_rules.missed_occurrences(_cron_of(job), first - _EPSILON, now, str(job.job_id),
                                              cap=MAX_SKIPPED_RECORDS)
     return [o.nominal_utc for o in newest if o.nominal_utc != resumed_at]
 
 
-def _resume_point(job: store.Job, now: datetime, missed: str) -> tuple[datetime | None, datetime]:
+def _resume_point(job: jobs_store.Job, now: datetime, missed: str) -> tuple[datetime | None, datetime]:
     """(nominal, run_at) of the occurrence to schedule on resume; nominal None: nothing left to run."""
     if job.schedule_kind == "once":
         assert job.run_at is not None
@@ -304,7 +329,7 @@ def _resume_point(job: store.Job, now: datetime, missed: str) -> tuple[datetime 
         return (job.run_at, now) if missed == "run_once" else (None, now)
     if job.schedule_kind == "every":
         grid = _every_of(job)
-        jitter = timedelta(seconds=cron.jitter_offset_s(str(job.job_id), job.jitter_s))
+        jitter = timedelta(seconds=schedule_rules.jitter_offset_s(str(job.job_id), job.jitter_s))
         if missed == "run_once" and job.next_nominal_at is not None and job.next_nominal_at <= now:
             newest = grid.next_after(now) - timedelta(seconds=grid.every_s)
             return max(newest, job.next_nominal_at), now
@@ -314,11 +339,12 @@ def _resume_point(job: store.Job, now: datetime, missed: str) -> tuple[datetime 
     key = str(job.job_id)
     if missed == "run_once" and job.next_nominal_at is not None and job.next_nominal_at <= now:
         # The newest occurrence that fell inside the pause runs now (its own nominal time keeps it unique).
-        newest, _total = cron.missed_occurrences(schedule, job.next_nominal_at - _EPSILON, now, key, cap=1)
-        if newest:
-            return newest[-1].nominal_utc, now
-    nxt = cron.next_occurrence(schedule, now, key)
-    return nxt.nominal_utc, nxt.run_at
+        missed_newest, _total = schedule_rules.missed_occurrences(schedule, job.next_nominal_at - _EPSILON, now,
+                                                                  key, cap=1)
+        if missed_newest:
+            return missed_newest[-1].nominal_utc, now
+    upcoming = schedule_rules.next_occurrence(schedule, now, key)
+    return upcoming.nominal_utc, upcoming.run_at
 
 
 async def cancel(db: Database, tenant_id: UUID, job_id: UUID) -> None:
@@ -334,39 +360,6 @@ async def cancel(db: Database, tenant_id: UUID, job_id: UUID) -> None:
 
 
 # -- update, run now, backfill ------------------------------------------------------------------------
-
-def job_as_body(job: store.Job) -> dict[str, Any]:
-    """A stored job as the JobIn body that would create it (what a PATCH is merged into)."""
-    target: dict[str, Any] = {"type": job.target_type, "ref": job.target_ref}
-    if job.target_type == "http":
-        target |= {"method": job.http_method, "headers": job.http_headers}
-        if job.http_auth:
-            target["auth"] = job.http_auth
-    schedule: dict[str, Any]
-    if job.schedule_kind == "once":
-        assert job.run_at is not None
-        schedule = {"runAt": job.run_at.isoformat()}
-    elif job.schedule_kind == "every":
-        assert job.every_s is not None and job.anchor_at is not None
-        # An update keeps the job's grid (its anchor, passed apart) unless it names a new startAt.
-        schedule = {"every": spec.format_every(job.every_s), "jitterSeconds": job.jitter_s}
-        for key, value in (("startAt", job.start_at), ("endAt", job.end_at)):
-            if value is not None:
-                schedule[key] = value.isoformat()
-    else:
-        schedule = {"cron": job.cron, "tz": job.tz, "jitterSeconds": job.jitter_s,
-                    "dst": {"gap": job.dst_gap, "repeat": job.dst_repeat}}
-        for key, value in (("startAt", job.start_at), ("endAt", job.end_at)):
-            if value is not None:
-                schedule[key] = value.isoformat()
-    retry: dict[str, Any] = {"maxAttempts": job.max_attempts, "backoffSeconds": job.backoff_s,
-                             "maxBackoffSeconds": job.max_backoff_s}
-    if job.max_retry_duration_s is not None:
-        retry["maxRetryDurationSeconds"] = job.max_retry_duration_s
-    return {"name": job.name, "target": target, "schedule": schedule, "payload": job.payload, "retry": retry,
-            "timeoutSeconds": job.timeout_s, "concurrency": job.concurrency, "misfire": job.misfire,
-            "labels": job.labels, "dryRun": job.dry_run}
-
 
 def merge_patch(base: Any, patch: Any) -> Any:
     """RFC 7396 JSON Merge Patch: objects merge key by key, null removes a key, anything else replaces."""
@@ -385,8 +378,8 @@ def merge_patch(base: Any, patch: Any) -> Any:
 _SCHEDULE_KINDS = ({"runAt", "delaySeconds"}, {"cron", "tz", "dst"}, {"every"})
 
 
-def patched_body(job: store.Job, patch: dict[str, Any]) -> schemas.JobIn:
-    base = job_as_body(job)
+def patched_body(job: jobs_store.Job, patch: dict[str, Any]) -> schemas.JobIn:
+    base = views.job_as_body(job)
     new_schedule = patch.get("schedule")
     if isinstance(new_schedule, dict):
         for kind in _SCHEDULE_KINDS:
@@ -402,7 +395,7 @@ def patched_body(job: store.Job, patch: dict[str, Any]) -> schemas.JobIn:
 
 
 async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, patch: Any,
-                 if_versions: frozenset[int] | None, payloads: PayloadStore | None = None) -> store.Job:
+                 if_versions: frozenset[int] | None, payloads: PayloadStore | None = None) -> jobs_store.Job:
     """PATCH /v1/jobs/{jobId}: merge, validate as a new submit would, store, move the next occurrence.
     ``if_versions``: the versions If-Match names (None: no precondition, or ``*``)."""
     payloads = payloads or PayloadStore.from_settings(settings)
@@ -411,7 +404,7 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
     if "idempotencyKey" in patch:
         raise errors.InvalidInput("idempotencyKey", "belongs to the submit, not to the job")
 
-    async def work(tx: Store) -> store.Job:
+    async def work(tx: Store) -> jobs_store.Job:
         job = await _locked(tx, tenant_id, job_id)
         if if_versions is not None and job.version not in if_versions:
             named = ", ".join(str(v) for v in if_versions) or "none"
@@ -425,11 +418,11 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
             job = await large_payloads.whole(payloads, job)  # the merge patch merges into the whole payload
         new = build_spec(patched_body(job, patch), settings, now, job_id=job.job_id,
                          every_anchor=job.anchor_at if job.schedule_kind == "every" else None)
-        shared = spec.shared_pool_of(new.target)
+        shared = job_rules.shared_pool_of(new.target)
         if shared is not None and not (await tx.jobs.shared_pool_access_many([(tenant_id, shared)])).get(
                 (tenant_id, shared)):
             raise not_granted(new.target.ref)
-        row = new_job_row(Submission(new, tenant_id, None, None), spec.queue_for(new.target, tenant_id))
+        row = new_job_row(Submission(new, tenant_id, None, None), job_rules.queue_for(new.target, tenant_id))
         if (ref := kept or await payloads.keep(tenant_id, row.payload)) is not None:
             row = replace(row, payload=None, payload_ref=ref)
         active = job.state == JobState.ACTIVE
@@ -451,7 +444,7 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
     return await db.transaction(work)
 
 
-def _paused_row(row: store.NewJob) -> store.NewJob:
+def _paused_row(row: jobs_store.NewJob) -> jobs_store.NewJob:
     """A paused job keeps no next run; resume computes it (from next_nominal_at, the first it may miss)."""
     return replace(row, next_run_at=None)  # type: ignore[arg-type]
 
@@ -459,7 +452,7 @@ def _paused_row(row: store.NewJob) -> store.NewJob:
 RUN_OVERLAPS = ("allow", "forbid", "replace")
 
 
-def _trace(job: store.Job, nominal: datetime, trigger: str) -> str | None:
+def _trace(job: jobs_store.Job, nominal: datetime, trigger: str) -> str | None:
     """The trace of an occurrence the tenant asked for (a dry run records, so it has none)."""
     if job.dry_run:
         return None
@@ -468,12 +461,12 @@ def _trace(job: store.Job, nominal: datetime, trigger: str) -> str | None:
         "kairos.scheduled_for": nominal.isoformat(), "kairos.trigger": trigger})
 
 
-async def run_now(db: Database, tenant_id: UUID, job_id: UUID, overlap: str | None) -> tuple[store.Job, UUID]:
+async def run_now(db: Database, tenant_id: UUID, job_id: UUID, overlap: str | None) -> tuple[jobs_store.Job, UUID]:
     """POST /v1/jobs/{jobId}:run: one occurrence now, outside the schedule (the schedule is unchanged)."""
     if overlap is not None and overlap not in RUN_OVERLAPS:
         raise errors.InvalidInput("overlap", f"must be one of {', '.join(RUN_OVERLAPS)}")
 
-    async def work(tx: Store) -> tuple[store.Job, UUID]:
+    async def work(tx: Store) -> tuple[jobs_store.Job, UUID]:
         job = await _locked(tx, tenant_id, job_id)
         if job.state == JobState.CANCELLED:
             raise errors.InvalidStateTransition("a cancelled job cannot run")
@@ -498,19 +491,19 @@ async def run_now(db: Database, tenant_id: UUID, job_id: UUID, overlap: str | No
 MAX_BACKFILL = 1000
 
 
-def _occurrences_from(job: store.Job, start: datetime) -> Iterator[cron.Occurrence]:
+def _occurrences_from(job: jobs_store.Job, start: datetime) -> Iterator[schedule_rules.Occurrence]:
     """The job's schedule from ``start`` on (inclusive), cron or interval."""
     if job.schedule_kind != "every":
-        yield from cron.occurrences_after(_cron_of(job), start - _EPSILON, str(job.job_id))
+        yield from schedule_rules.occurrences_after(_cron_of(job), start - _EPSILON, str(job.job_id))
         return
     grid = _every_of(job)
     at = grid.next_after(start - _EPSILON)
     while True:
-        yield cron.Occurrence(at, at, at, False, None, None)
+        yield schedule_rules.Occurrence(at, at, at, False, None, None)
         at = grid.next_after(at)
 
 
-def _no_occurrence_note(job: store.Job, start: datetime) -> str:
+def _no_occurrence_note(job: jobs_store.Job, start: datetime) -> str:
     """Why a backfill range held no occurrence of ``job``'s schedule."""
     if job.schedule_kind == "every" and job.anchor_at is not None and start < job.anchor_at:
         return (f"no occurrence in the range: an every schedule runs from its anchor, "
@@ -528,8 +521,8 @@ async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UU
     Returns (created, already there, where to continue when the range held more than ``limit`` (at most
     MAX_BACKFILL: the tenant's manual-run quotas may admit fewer), why the range holds no occurrence when
     it holds none)."""
-    start = spec.parse_instant(from_, "from")
-    end = spec.parse_instant(to, "to")
+    start = job_rules.parse_instant(from_, "from")
+    end = job_rules.parse_instant(to, "to")
     now = utcnow()
     if not start < end:
         raise errors.InvalidInput("to", "must be after from")

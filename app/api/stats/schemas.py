@@ -1,4 +1,4 @@
-"""Response bodies of /v1/stats and /v1/status (camelCase on the wire, as app.api.schemas).
+"""Response bodies of /v1/stats and /v1/status (camelCase on the wire, as app.api.wire).
 
 Latencies are milliseconds (None when nothing was measured); minutes are UTC instants at the
 start of the minute.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from app.api.schemas import Wire
+from app.api.wire import Wire
 
 
 class ScopeOut(Wire):

@@ -1,0 +1,1 @@
+"""/v1/dead-letters and /v1/executions: list dead executions, replay them, read their attempts."""

@@ -1,0 +1,1 @@
+"""/v1/schedules: preview a schedule's fire times before submitting it."""

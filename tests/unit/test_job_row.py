@@ -1,0 +1,23 @@
+"""The job row is declared once (app.store.jobs.NewJob): the statements that write it bind its fields by name."""
+
+from __future__ import annotations
+
+from app.store import jobs
+from app.store.queries import q
+
+
+def binds(name: str) -> set[str]:
+    return set(q(name).compile().params)
+
+
+def test_the_insert_binds_every_column_of_a_new_job_and_nothing_else() -> None:
+    assert binds("JobInsertMany") == {*jobs.NEW_JOB_COLUMNS, "shard_id", "due_minute"}
+
+
+def test_the_update_binds_every_column_a_job_may_change_and_its_guards() -> None:
+    assert binds("JobUpdate") == {*jobs.UPDATED_COLUMNS, "tenant_id", "job_id", "version", "updated_at"}
+    assert not jobs.UPDATE_KEEPS & set(jobs.UPDATED_COLUMNS)
+
+
+def test_the_json_columns_are_the_fields_declared_as_dicts() -> None:
+    assert {"labels", "http_headers", "http_auth"} == jobs.JSON_COLUMNS
