@@ -59,6 +59,9 @@ class SubmitQuota:
     max_submit_per_s: int | None = None
     max_manual_per_s: int | None = None
     max_manual_inflight: int | None = None
+    # Not checked at submit: the pace the scheduler dispatches the tenant's occurrences at, which a
+    # submit's herd warning quotes (None: a tenant that does not exist).
+    max_dispatch_per_s: int | None = None
 
 
 NO_QUOTA = SubmitQuota()
@@ -241,12 +244,13 @@ class Tenants(Table):
         return _tenant(row) if row else None
 
     async def submit_quota(self, tenant_id: UUID) -> SubmitQuota:
-        """The tenant's submit and manual-run quotas (NO_QUOTA for a tenant that has none, or does not exist)."""
+        """The tenant's submit and manual-run quotas and its dispatch pace (NO_QUOTA for a tenant that does not
+        exist)."""
         row = (await self._conn.execute(q("TenantSubmitQuotaGet"), {"tenant_id": tenant_id})).first()
         if row is None:
             return NO_QUOTA
-        quota = SubmitQuota(row.max_active_jobs, row.max_submit_per_s, row.max_manual_per_s, row.max_manual_inflight)
-        return NO_QUOTA if quota == NO_QUOTA else quota
+        return SubmitQuota(row.max_active_jobs, row.max_submit_per_s, row.max_manual_per_s, row.max_manual_inflight,
+                           row.max_dispatch_per_s)
 
     async def active_job_count(self, tenant_id: UUID, cap: int) -> int:
         """The tenant's active and paused jobs, counted up to ``cap`` at most."""

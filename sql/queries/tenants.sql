@@ -44,8 +44,9 @@ RETURNING tenant_id, name, signing_secret, weight, max_inflight, max_dispatch_pe
        max_active_jobs, max_submit_per_s, max_manual_per_s, max_manual_inflight;
 
 -- name: TenantSubmitQuotaGet
--- A tenant's submit quotas (the API caches them a few seconds per process).
-SELECT max_active_jobs, max_submit_per_s, max_manual_per_s, max_manual_inflight FROM tenants WHERE tenant_id = :tenant_id;
+-- A tenant's submit quotas, and the dispatch pace its herd warnings quote (the API caches them a few seconds per process).
+SELECT max_active_jobs, max_submit_per_s, max_manual_per_s, max_manual_inflight, max_dispatch_per_s
+FROM tenants WHERE tenant_id = :tenant_id;
 
 -- name: TenantActiveJobCount
 -- How many active or paused jobs a tenant holds, counted no further than :cap (an index-only scan of jobs_tenant_live that stops at the quota).

@@ -115,6 +115,12 @@ async def test_a_recurring_job_landing_on_a_crowded_minute_carries_a_herd_warnin
     [third] = await writer.submit([service.submission(hourly("h2"), Settings(), tenant_id, None, None, NOW)])
     assert isinstance(third, Created) and len(third.warnings) == 1
     assert "3 occurrences" in third.warnings[0] and "jitterSeconds" in third.warnings[0]
+    # It says what the tenant's dispatch quota makes of a herd, and how to raise it.
+    assert "at most 5,000 a second" in third.warnings[0] and "--max-dispatch-per-s" in third.warnings[0]
+    await db.transaction(lambda tx: tx.tenants.set_quota(tenant_id, max_dispatch_per_s=20_000))
+    paced = SubmitWriter(db, WriterConfig(herd_threshold=3))
+    [fourth] = await paced.submit([service.submission(hourly("h3"), Settings(), tenant_id, None, None, NOW)])
+    assert isinstance(fourth, Created) and "at most 20,000 a second" in fourth.warnings[0]
     # Another tenant's herd is not this tenant's; one-offs never warn.
     [theirs] = await writer.submit([service.submission(hourly("x"), Settings(), other, None, None, NOW)])
     assert isinstance(theirs, Created) and theirs.warnings == ()

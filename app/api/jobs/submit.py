@@ -101,10 +101,16 @@ def new_job_row(s: Submission, queue: str) -> jobs_store.NewJob:
     )
 
 
-def _herd_warning(due: int, minute: datetime) -> str:
+def _herd_warning(due: int, minute: datetime, dispatch_per_s: int | None) -> str:
     at = minute.isoformat().replace("+00:00", "Z")
+    pace = ""
+    if dispatch_per_s is not None:
+        # What the herd costs at the tenant's dispatch quota (docs/quotas.md, "Dispatch rate").
+        pace = (f"; this tenant's occurrences are dispatched at most {dispatch_per_s:,} a second (its dispatch "
+                f"quota): each {dispatch_per_s:,} more due at one instant start a second later (an operator "
+                "raises the quota with `kairos tenants set-quota <tenant> --max-dispatch-per-s N`, docs/quotas.md)")
     return (f"at least {due} occurrences of this tenant are due in the minute {at}: set schedule.jitterSeconds "
-            "(e.g. 300) to spread this job over a window instead of the top of the minute")
+            f"(e.g. 300) to spread this job over a window instead of the top of the minute{pace}")
 
 
 def not_granted(ref: str) -> errors.Forbidden:
@@ -481,7 +487,9 @@ class SubmitWriter:
         for i in recurring:
             minute, created = due_minute(subs[i].job.first_run_at), outcomes[i]
             if isinstance(created, Created) and (subs[i].tenant_id, minute) in crowded:
-                out[i] = replace(created, warnings=(_herd_warning(threshold, minute),))
+                quota = self.quotas.cached(subs[i].tenant_id)
+                pace = quota.max_dispatch_per_s if quota is not None else None
+                out[i] = replace(created, warnings=(_herd_warning(threshold, minute, pace),))
         return out
 
     def _remember_crowded(self, found: set[tuple[UUID, datetime]], now: float) -> None:
