@@ -24,13 +24,13 @@ from app.store import Database
 
 log = logging.getLogger(__name__)
 
-ReadyDepthIntervalDefault = 5.0
+READY_DEPTH_INTERVAL_S_DEFAULT = 5.0
 
 
 @dataclass(frozen=True)
 class ReadyDepthConfig:
     # How often the count runs (a scrape in between reads the last one).
-    interval_s: float = ReadyDepthIntervalDefault
+    interval_s: float = READY_DEPTH_INTERVAL_S_DEFAULT
     isolation: str = "READ COMMITTED"
 
 

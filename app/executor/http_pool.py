@@ -31,7 +31,7 @@ from app.duties import pause
 from app.errors import EgressRefused, TargetUnresolved
 from app.executor.batching import Coalescer, Deferral, Outcomes
 from app.executor.breaker import Breakers, Key
-from app.executor.egress import EgressPolicy, resolve
+from app.executor.delivery_egress import EgressPolicy, resolve
 from app.executor.http_client import HttpClient
 from app.executor.http_config import HttpPoolConfig
 from app.executor.http_request import (
@@ -346,7 +346,7 @@ class HttpPool:
             await asyncio.gather(renewer, return_exceptions=True)
 
     async def _allow_list_warnings(self) -> list[tuple[str, str]]:
-        from app.executor.egress import allow_list_warnings
+        from app.executor.delivery_egress import allow_list_warnings
 
         try:
             return await allow_list_warnings(self.egress)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from app import observability
 from app.domain.states import ExecutionState
@@ -20,16 +20,31 @@ from app.store import Database
 
 log = logging.getLogger(__name__)
 
-LeaseReaperIntervalDefault = 1.0
-LeaseReaperBatchDefault = 1000
+LEASE_REAPER_INTERVAL_S_DEFAULT = 1.0
+LEASE_REAPER_BATCH_DEFAULT = 1000
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    """Executions whose lease had expired: made ready for another attempt, or dead (none left)."""
+
+    ready: int = 0
+    dead: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.ready + self.dead
+
+    def __add__(self, other: ReapResult) -> ReapResult:
+        return ReapResult(self.ready + other.ready, self.dead + other.dead)
 
 
 @dataclass(frozen=True)
 class LeaseReaperConfig:
     # How often to look for expired leases.
-    interval_s: float = LeaseReaperIntervalDefault
+    interval_s: float = LEASE_REAPER_INTERVAL_S_DEFAULT
     # Executions reaped per statement; a full batch is followed at once by another.
-    batch: int = LeaseReaperBatchDefault
+    batch: int = LEASE_REAPER_BATCH_DEFAULT
     # Isolation of the reaping transaction (guarded UPDATEs make READ COMMITTED safe).
     isolation: str = "READ COMMITTED"
 
@@ -40,24 +55,25 @@ class LeaseReaper:
     config: LeaseReaperConfig = LeaseReaperConfig()
     # Called with the number of executions made ready again (wakes local long polls).
     on_ready: Callable[[int], None] | None = None
-    total: dict[str, int] = field(default_factory=lambda: {"ready": 0, "dead": 0})
+    total: ReapResult = ReapResult()
 
-    async def run_once(self) -> dict[str, int]:
+    async def run_once(self) -> ReapResult:
         reaped = await self.db.transaction(lambda tx: tx.executions.reap_expired(self.config.batch),
                                            isolation=self.config.isolation)
-        for state, n in reaped.items():
-            if n:
-                self.total[state] += n
-                observability.lease_expiries.add(n)
-                # An expiry ends its attempt: retried when attempts remain, else dead.
-                observability.executions.add(n, {"outcome": "retried" if state == ExecutionState.READY else "dead"})
-        if any(reaped.values()):
-            log.info("expired leases reaped", extra=reaped)
-        if reaped[ExecutionState.READY] and self.on_ready:
-            self.on_ready(reaped[ExecutionState.READY])
-        return reaped
+        result = ReapResult(reaped.get(ExecutionState.READY, 0), reaped.get(ExecutionState.DEAD, 0))
+        if result.total:
+            self.total += result
+            observability.lease_expiries.add(result.total)
+            # An expiry ends its attempt: retried when attempts remain, else dead.
+            for outcome, n in (("retried", result.ready), ("dead", result.dead)):
+                if n:
+                    observability.executions.add(n, {"outcome": outcome})
+            log.info("expired leases reaped", extra={"ready": result.ready, "dead": result.dead})
+        if result.ready and self.on_ready:
+            self.on_ready(result.ready)
+        return result
 
     async def run(self, stop: asyncio.Event) -> None:
         # A full batch: more are waiting, so the next pass runs at once.
         await run_every("lease-reaper", self.config.interval_s, stop, self.run_once,
-                        again=lambda reaped: sum(reaped.values()) >= self.config.batch)
+                        again=lambda reaped: reaped.total >= self.config.batch)

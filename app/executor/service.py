@@ -23,8 +23,8 @@ from app.config import Settings
 from app.duties import supervise
 from app.executor import signing
 from app.executor.batching import Outcomes
+from app.executor.delivery_egress import policy_for
 from app.executor.depth import ReadyDepth
-from app.executor.egress import policy_for
 from app.executor.http_pool import HttpPool, HttpPoolConfig
 from app.executor.reaper import LeaseReaper
 from app.executor.retention import RetentionConfig, RetentionPruner, objects_for

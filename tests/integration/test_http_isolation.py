@@ -20,7 +20,7 @@ from sqlalchemy import text
 
 from app.executor.batching import Outcomes
 from app.executor.breaker import BreakerConfig
-from app.executor.egress import EgressPolicy
+from app.executor.delivery_egress import EgressPolicy
 from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
 from app.store.db import Database
 from tests import factories as tf

@@ -15,7 +15,7 @@ import pytest
 
 from app.executor.batching import Outcomes
 from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
-from app.executor.reaper import LeaseReaper, LeaseReaperConfig
+from app.executor.reaper import LeaseReaper, LeaseReaperConfig, ReapResult
 from app.store.db import Database, create_engine
 from tests import factories as tf
 from tests.conftest import free_port
@@ -48,7 +48,7 @@ async def test_a_request_outlasting_its_lease_keeps_it_and_waiting_deliveries_ke
             stop.set()
             await asyncio.gather(*duties)
             await pool.close()
-    assert reaper.total == {"ready": 0, "dead": 0}
+    assert reaper.total == ReapResult(ready=0, dead=0)
     assert {r.attempt for r in await rows(db, ids)} == {1} and target.received == 3
     assert target.most_in_flight == 1
 

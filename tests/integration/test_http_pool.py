@@ -15,7 +15,7 @@ import pytest
 from app.errors import EgressRefused
 from app.executor.batching import Outcomes
 from app.executor.breaker import BreakerConfig
-from app.executor.egress import EgressPolicy, resolve
+from app.executor.delivery_egress import EgressPolicy, resolve
 from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
 from app.executor.http_send import Answer, Origin
 from app.store.db import Database

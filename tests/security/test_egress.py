@@ -19,7 +19,7 @@ from app.domain.egress import EgressPolicy, literal_address
 from app.domain.jobs import validate_target
 from app.errors import EgressRefused, InvalidInput
 from app.executor.batching import Outcomes
-from app.executor.egress import allow_list_warnings, own_ports, resolve
+from app.executor.delivery_egress import allow_list_warnings, own_ports, resolve
 from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
 from app.store.db import Database
 from tests import factories as tf

@@ -14,7 +14,7 @@ from app.config import load
 from app.domain.egress import EgressPolicy, normalize_host
 from app.domain.jobs import validate_target
 from app.errors import EgressRefused, InvalidInput
-from app.executor.egress import own_ports, resolve
+from app.executor.delivery_egress import own_ports, resolve
 
 PORT = 19464  # a port of the installation (a scheduler's metrics port, say)
 

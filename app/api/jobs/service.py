@@ -21,7 +21,7 @@ from app.domain import jobs as job_rules
 from app.domain import schedule as schedule_rules
 from app.domain.ids import random_uuid
 from app.domain.states import REPORTED_JOB_STATES, JobState
-from app.executor.egress import policy_for as egress_policy
+from app.executor.delivery_egress import policy_for as egress_policy
 from app.observability import tracing
 from app.store import Database, Store
 from app.store import dispatch as dispatch_store
