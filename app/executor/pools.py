@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from uuid import UUID
 
 from app import errors
 from app.store import Database, Store
@@ -18,8 +19,8 @@ class CreatedPool:
     tenants: tuple[str, ...]
 
 
-async def _tenant_ids(tx: Store, names: tuple[str, ...]):
-    ids = []
+async def _tenant_ids(tx: Store, names: tuple[str, ...]) -> list[UUID]:
+    ids: list[UUID] = []
     for name in names:
         t = await tx.tenants.get_by_name(name)
         if t is None:

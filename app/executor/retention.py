@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from app import observability
 from app.config import Settings
@@ -166,7 +167,10 @@ async def restore(db: Database, objects: ObjectStore, name: str) -> Restored:
         chunk = executions[i:i + RESTORE_CHUNK]
         ids = {e.get("execution_id") for e in chunk}
         chunk_attempts = [a for a in held.attempts if a.get("execution_id") in ids]
-        n, m = await db.transaction(lambda tx, c=chunk, a=chunk_attempts: tx.retention.restore(c, a))
+        async def put(tx: Store, c: list[Any] = chunk, a: list[Any] = chunk_attempts) -> tuple[int, int]:
+            return await tx.retention.restore(c, a)
+
+        n, m = await db.transaction(put)
         put_back += n
         attempts_back += m
     log.info("history restored", extra={"archive": name, "executions": put_back, "attempts": attempts_back,

@@ -25,7 +25,8 @@ from app.executor import signing
 from app.executor.batching import Outcomes
 from app.executor.delivery_egress import policy_for
 from app.executor.depth import ReadyDepth
-from app.executor.http_pool import HttpPool, HttpPoolConfig
+from app.executor.http_config import HttpPoolConfig
+from app.executor.http_pool import HttpPool
 from app.executor.reaper import LeaseReaper
 from app.executor.retention import RetentionConfig, RetentionPruner, objects_for
 from app.store import Database, oidc_keys, sealing
