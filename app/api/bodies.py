@@ -37,7 +37,7 @@ from app.domain.jobs import MAX_PAYLOAD_DEPTH
 T = TypeVar("T")
 
 # msgspec's ValidationError reads "<what> - at `$.jobs[3].name`"; at the root there is no " - at".
-_AT = re.compile(r"^(?P<what>.*?)(?: - at `(?P<path>\$[^`]*)`)?$", re.S)
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `(?P<path>\$[^`]*)`)?$", re.DOTALL)
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[([^\]]*)\]")
 _MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]*)`$")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`$")

@@ -28,7 +28,7 @@ class HealthController(Controller):
         try:
             await health.ping(db)
             pending = await migrate.pending(db)
-        except Exception as exc:  # any failure to reach the database means not ready
+        except Exception as exc:  # noqa: BLE001 - any failure to reach the database means not ready
             return Response({"status": "unavailable", "database": str(exc)[:200]}, status_code=503)
         if pending:
             return Response({"status": "migrations pending", "pending": pending}, status_code=503)

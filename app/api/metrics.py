@@ -55,7 +55,7 @@ _MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
 
 def worker_socket(directory: str, pid: int) -> str:
-    return os.path.join(directory, f"{pid}.sock")
+    return str(Path(directory) / f"{pid}.sock")
 
 
 async def ask(path: str, command: str, timeout_s: float = ASK_TIMEOUT_S) -> str | None:
@@ -95,15 +95,14 @@ async def _serve_unix(path: str, answer: Callable[[str], Awaitable[str]]) -> asy
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+    await asyncio.to_thread(Path(path).unlink, missing_ok=True)
     return await asyncio.start_unix_server(handle, path=path)
 
 
 async def _ping(db: Database) -> str | None:
     try:
         await asyncio.wait_for(health.ping(db), PING_TIMEOUT_S)
-    except Exception as exc:  # any failure to reach the database means not ready
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the database means not ready
         return f"database unreachable: {type(exc).__name__}: {exc}"[:300]
     return None
 
@@ -161,7 +160,7 @@ class TierMetrics:
         self._stop = asyncio.Event()
         servers: list[asyncio.Server] = []
         try:
-            servers.append(await _serve_unix(os.path.join(self.directory, TIER_SOCKET), self._answer))
+            servers.append(await _serve_unix(str(Path(self.directory) / TIER_SOCKET), self._answer))
             if self.port:
                 probes = await serve_probes(self.host, self.port, metrics=self.scrape, ready=self.ready,
                                             metrics_token=self.metrics_token)

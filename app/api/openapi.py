@@ -136,8 +136,8 @@ PROBLEMS: dict[str, tuple[int, ...]] = {
     "GetJob": (404, 405), "CancelJob": (404, 405, 409), "UpdateJob": (400, 403, 404, 405, 409, 422),
     "ListJobExecutions": (404, 422), "PreviewSchedule": (404, 422), "ListExecutionAttempts": (404,),
     "ListDeadLetters": (422,), "ReplayDeadLetters": (400, 422, 429),
-    **{op: (400, 403, 404, 422) for op in ("GetStartLag", "GetOutcomes", "GetQueueDepths", "GetDueHistogram",
-                                           "ListStatsTenants", "GetStatus")},
+    **dict.fromkeys(("GetStartLag", "GetOutcomes", "GetQueueDepths", "GetDueHistogram", "ListStatsTenants",
+                     "GetStatus"), (400, 403, 404, 422)),
 }
 
 UPDATE_BODY = {"required": True, "description": "A JSON Merge Patch (RFC 7396) of the submit body: the fields to "

@@ -145,7 +145,7 @@ def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[
 
 def internal_body(path: str) -> dict[str, Any]:
     """The 500 problem for an unhandled error on ``path``, logged with its traceback (call it while handling)."""
-    log.exception("unhandled error", extra={"path": path})
+    log.exception("unhandled error", extra={"path": path})  # noqa: LOG004 - called from except blocks
     return problem_body(500, "internal", "Internal error.", "The server failed to handle the request.", path)
 
 

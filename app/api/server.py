@@ -11,7 +11,6 @@ whole command with its exit code instead of looping.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import os
@@ -22,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -165,8 +165,7 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:
     stopping.cancel()
     if listener is not None:
         listener.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(worker_socket(settings.api_metrics_dir, os.getpid()))
+        await asyncio.to_thread(Path(worker_socket(settings.api_metrics_dir, os.getpid())).unlink, missing_ok=True)
 
 
 def run_workers(settings: Settings) -> int:

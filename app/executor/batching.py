@@ -124,7 +124,7 @@ class Outcomes:
                 attrs = attributes.get(item.tenant_id)
                 if attrs is None:
                     attrs = attributes[item.tenant_id] = {"tenant": item.tenant_id, "queue": kind}
-                record_lag(lag_s if lag_s > 0.0 else 0.0, attrs)
+                record_lag(max(0.0, lag_s), attrs)
             span = None
             previous = leases.pop(item.execution_id, None)  # a re-lease: this attempt replaces it
             if traced:  # nothing of this on the lease path when tracing is off
@@ -143,7 +143,7 @@ class Outcomes:
         attempt and the outcome line."""
         lag_s = (at - item.scheduled_for).total_seconds()
         if item.attempt == 1 and item.trigger == "schedule":
-            observability.start_lag.record(lag_s if lag_s > 0.0 else 0.0,
+            observability.start_lag.record(max(0.0, lag_s),
                                            {"tenant": item.tenant_id, "queue": observability.queue_kind(queue)})
         lease = self._leases.get(item.execution_id)
         if lease is not None and lease.attempt == item.attempt:

@@ -75,7 +75,7 @@ def host_addresses() -> frozenset[IPAddress]:
 def policy_for(settings: Settings) -> EgressPolicy:
     """The egress policy of ``settings`` (parsed once per configuration; the same settings object, the
     one a process runs with, answers from a memo: every submit validates its target with it)."""
-    global _last_policy
+    global _last_policy  # noqa: PLW0603 - one parsed policy per process's settings
     last = _last_policy
     if last is not None and last[0] is settings:
         return last[1]
@@ -91,7 +91,7 @@ _host_addresses: frozenset[IPAddress] | None = None
 
 
 def _own_addresses() -> frozenset[IPAddress]:
-    global _host_addresses
+    global _host_addresses  # noqa: PLW0603 - this host's addresses, read once per process
     if _host_addresses is None:
         _host_addresses = host_addresses()
     return _host_addresses

@@ -37,7 +37,7 @@ class HttpPoolConfig:
     # Answer bytes kept in the error of a failed delivery.
     error_body_bytes: int = ERROR_BODY_BYTES_DEFAULT
     worker_id: str = field(default_factory=_default_worker_id)
-    breaker: BreakerConfig = BreakerConfig()
+    breaker: BreakerConfig = field(default_factory=BreakerConfig)
     isolation: str = "READ COMMITTED"
 
     def __post_init__(self) -> None:

@@ -265,9 +265,9 @@ class HttpPool:
         """Wake the lease loop when a lease would now find room, or a tenant it left out has drained."""
         if self._more.is_set():
             return
-        if self._want_room and self._room() >= self.config.refill_at:
-            self._more.set()
-        elif self._skipped and any(self._waiting_by_tenant[t] * 2 < self._buffer(t) for t in self._skipped):
+        room = self._want_room and self._room() >= self.config.refill_at
+        drained = self._skipped and any(self._waiting_by_tenant[t] * 2 < self._buffer(t) for t in self._skipped)
+        if room or drained:
             self._more.set()
 
     def _start(self, entry: _Held, *, waited: bool = False) -> None:

@@ -11,14 +11,14 @@ TCP congestion control and Envoy's adaptive concurrency filter, driven by what e
   (slow start), then ``sqrt(limit)`` per window.
 - Congestion, halving (at most once a window): a timeout, a connection error, 429 or 503. A ``Retry-After``
   on 429 or 503 also pauses the circuit: nothing is sent to it until that time (``paused_for``).
-- Latency, ×0.9: a window whose mean latency is over ``tolerance`` × the origin's baseline (a slow moving
+- Latency, x0.9: a window whose mean latency is over ``tolerance`` x the origin's baseline (a slow moving
   average of earlier windows' means, so a receiver that is merely busier for a long time becomes the new
   normal rather than a reason to shrink for ever).
 
 An origin idle for ``idle_reset_s`` starts a new slow start from the limit it had (at least ``start``): what
 it learned in one herd serves the next, and an origin that recovered meanwhile is not held to its old low.
 Time comes from ``clock`` so tests can drive it. Limits are per executor process: each executor learns the
-origin on its own, so an installation with N executors may send up to N × ``ceiling`` to one origin.
+origin on its own, so an installation with N executors may send up to N x ``ceiling`` to one origin.
 """
 
 from __future__ import annotations
@@ -77,8 +77,7 @@ class AdaptiveLimit:
             self.limit = max(self.limit, float(min(self.start, self.ceiling)))
             self._answers, self._latency_sum, self._peak, self._congested = 0, 0.0, 0, False
             self._window_began = now
-        if in_flight > self._peak:
-            self._peak = in_flight
+        self._peak = max(self._peak, in_flight)
 
     def succeeded(self, latency_s: float) -> None:
         self._answers += 1

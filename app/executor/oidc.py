@@ -51,13 +51,13 @@ _missing_logged_at = -MISSING_KEY_LOG_EVERY_S
 
 def configure(config: TokenConfig | None) -> None:
     """Use ``config`` from now on (None: read the settings again at the next mint); forgets minted tokens."""
-    global _config
+    global _config  # noqa: PLW0603 - the process's token settings
     _config = config
     _tokens.clear()
 
 
 def _settings() -> TokenConfig:
-    global _config
+    global _config  # noqa: PLW0603 - the process's token settings, read once
     if _config is None:
         from app.config import load
 
@@ -122,7 +122,7 @@ def _opened(sealed: str) -> tuple[str, Any]:
 
 
 def _missing_key() -> None:
-    global _missing_logged_at
+    global _missing_logged_at  # noqa: PLW0603 - a once-a-minute log, per process
     now = time.monotonic()
     if now - _missing_logged_at >= MISSING_KEY_LOG_EVERY_S:
         _missing_logged_at = now

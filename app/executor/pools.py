@@ -9,7 +9,7 @@ from app import errors
 from app.store import Database, Store
 from app.store.pools import SharedPool
 
-__all__ = ["CreatedPool", "SharedPool", "create", "grant", "list_all", "issue_key"]
+__all__ = ["CreatedPool", "SharedPool", "create", "grant", "issue_key", "list_all"]
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,7 @@ async def restore(db: Database, objects: ObjectStore, name: str) -> Restored:
     """Load an archive back into executions and attempts (idempotent). ``name`` is a key in the object
     store (``history/2026/...``) or a file on this machine; InvalidInput when it is neither or not an archive."""
     path = Path(name)
-    if path.is_file():
+    if await asyncio.to_thread(path.is_file):
         data = await asyncio.to_thread(path.read_bytes)
     else:
         data = await objects.get(name)

@@ -70,12 +70,14 @@ class FastCreateJob:
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != PATH or scope["query_string"]:
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         read: list[Message] = []
         try:
             accepted = await self._accept(scope, receive, read)
         except _Fallback:
-            return await self.app(scope, _replay(read, receive), send)
+            await self.app(scope, _replay(read, receive), send)
+            return
         await self._submit(scope, send, accepted)
 
     async def _accept(self, scope: dict[str, Any], receive: Receive, read: list[Message]) -> _Accepted:
@@ -96,7 +98,7 @@ class FastCreateJob:
             raise _Fallback
         try:
             principal = await self.keys.resolve(self.db, key)
-        except Exception:
+        except Exception:  # noqa: BLE001 - any failure here is Litestar's route to answer, as it would
             raise _Fallback from None
         if principal is None or principal.tenant_id is None:
             raise _Fallback
@@ -119,9 +121,11 @@ class FastCreateJob:
         try:
             created = await self.submitter.create(tenant_id, job, raw, idempotency_key, traceparent)
         except errors.KairosError as exc:
-            return await self._problem(send, scope, exc)
-        except Exception:
-            return await _answer(send, 500, _PROBLEM, self._encode(problems.internal_body(PATH)))
+            await self._problem(send, scope, exc)
+            return
+        except Exception:  # noqa: BLE001 - an unexpected failure answers 500 with its traceback logged
+            await _answer(send, 500, _PROBLEM, self._encode(problems.internal_body(PATH)))
+            return
         await _answer(send, 201, [(b"location", f"{PATH}/{created.job_id}".encode()), *_JSON],
                       self._encode(created))
 

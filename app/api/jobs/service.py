@@ -67,9 +67,10 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     if len(given) != 1:
         raise errors.InvalidInput("schedule", "give exactly one of runAt, delaySeconds, cron or every"
                                   + (f" (got {', '.join(given)})" if given else ""))
-    common = dict(job_id=job_id, name=name, target=target, payload=body.payload, payload_json=payload_text,
-                  retry=retry, timeout_s=timeout_s,
-                  concurrency=body.concurrency or "allow", misfire=body.misfire or "run_once", options=options)
+    common: dict[str, Any] = {
+        "job_id": job_id, "name": name, "target": target, "payload": body.payload, "payload_json": payload_text,
+        "retry": retry, "timeout_s": timeout_s, "concurrency": body.concurrency or "allow",
+        "misfire": body.misfire or "run_once", "options": options}
     if s.every is not None:
         if s.tz is not None or s.dst is not None:
             raise errors.InvalidInput("schedule", "an every schedule runs in UTC: tz and dst apply to cron only")

@@ -422,7 +422,7 @@ class SubmitWriter:
             for r in group:
                 _settle(r, exc)
             return
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - settled into each waiting request, which raises it
             if len(group) == 1:
                 _settle(group[0], exc)
                 return
@@ -477,7 +477,7 @@ class SubmitWriter:
             try:
                 due = await self.db.transaction(lambda tx: tx.jobs.due_per_minute(to_count, threshold),
                                                 isolation="READ COMMITTED")
-            except Exception as exc:  # advice only: the jobs are committed and the answer must say so
+            except Exception as exc:  # noqa: BLE001 - advice only: the jobs are committed and the answer must say so
                 log.warning("herd warning count failed; the jobs are stored without it", extra={"error": str(exc)})
                 due = {}
             found = {m for m in to_count if due.get(m, 0) >= threshold}
