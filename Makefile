@@ -42,7 +42,7 @@ format-check: $(DEV)
 format: $(DEV)
 	$(BIN)/ruff format .
 
-## mypy, strict over app/ (app/api and app/executor not yet), the SDK and tests/support ([tool.mypy] in pyproject.toml).
+## mypy, strict over app/, the SDK and tests/support ([tool.mypy] in pyproject.toml).
 typecheck: $(DEV)
 	$(BIN)/mypy
 
