@@ -21,3 +21,12 @@ def test_the_update_binds_every_column_a_job_may_change_and_its_guards() -> None
 
 def test_the_json_columns_are_the_fields_declared_as_dicts() -> None:
     assert {"labels", "http_headers", "http_auth"} == jobs.JSON_COLUMNS
+
+
+def test_every_option_of_a_job_is_a_column_of_its_row() -> None:
+    """new_job_row copies a job's Options by name: each needs the NewJob field (and column) of its name."""
+    from dataclasses import fields
+
+    from app.api.jobs.submit import OPTION_COLUMNS
+
+    assert OPTION_COLUMNS and set(OPTION_COLUMNS) <= {f.name for f in fields(jobs.NewJob)}

@@ -18,6 +18,7 @@ count bounded by the quota). A tenant with neither costs one cached dict lookup 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -75,6 +76,10 @@ class Created:
 Outcome = Created | errors.KairosError
 
 
+# The fields of a job's Options, each stored in the jobs column of its name.
+OPTION_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(job_rules.Options))
+
+
 def new_job_row(s: Submission, queue: str) -> jobs_store.NewJob:
     job = s.job
     once = isinstance(job.schedule, job_rules.OnceSchedule)
@@ -92,12 +97,10 @@ def new_job_row(s: Submission, queue: str) -> jobs_store.NewJob:
         timeout_s=job.timeout_s, concurrency=job.concurrency, misfire=job.misfire,
         next_nominal_at=job.first_nominal_at, next_run_at=job.first_run_at,
         idempotency_key=s.idempotency_key, request_hash=s.fingerprint,
-        start_at=job.options.start_at, end_at=job.options.end_at,
         every_s=every.every_s if every else None, anchor_at=every.anchor if every else None,
-        labels=job.options.labels, dry_run=job.options.dry_run,
-        max_retry_duration_s=job.options.max_retry_duration_s, http_method=job.options.http_method,
-        http_headers=job.options.http_headers, traceparent=s.traceparent, http_auth=job.options.http_auth,
-        payload_ref=s.payload_ref, payload_json=job.payload_json,
+        traceparent=s.traceparent, payload_ref=s.payload_ref, payload_json=job.payload_json,
+        # A job's options are columns of the same names: a new option needs no line here.
+        **{name: getattr(job.options, name) for name in OPTION_COLUMNS},
     )
 
 
