@@ -21,6 +21,7 @@ from app.store.dispatch import Dispatch
 from app.store.durability import Durability
 from app.store.executions import Executions
 from app.store.jobs import Jobs
+from app.store.partitions import Partitions
 from app.store.pools import Pools
 from app.store.retention import Retention
 from app.store.schema import Schema
@@ -36,8 +37,8 @@ T = TypeVar("T", bound=Table)
 class Store:
     """Every statement one transaction may run, bound to its connection."""
 
-    __slots__ = ("_conn", "attempts", "dispatch", "durability", "executions", "jobs", "pools", "retention",
-                 "schema", "shard_leases", "statistics", "stats", "tenants")
+    __slots__ = ("_conn", "attempts", "dispatch", "durability", "executions", "jobs", "partitions", "pools",
+                 "retention", "schema", "shard_leases", "statistics", "stats", "tenants")
 
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
@@ -46,6 +47,7 @@ class Store:
         self.durability = Durability(conn)
         self.executions = Executions(conn)
         self.jobs = Jobs(conn)
+        self.partitions = Partitions(conn)
         self.pools = Pools(conn)
         self.retention = Retention(conn)
         self.schema = Schema(conn)

@@ -173,15 +173,15 @@ WITH input AS (
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     -- What the attempt's row needs, the live attempt's owner and times as they were (input's).
     RETURNING e.execution_id, e.attempt, e.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now, e.result,
-              i.sent_at
+              i.sent_at, e.scheduled_for
 ), recorded AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, result, sent_at)
+                          outcome, result, sent_at, scheduled_for)
     SELECT d.execution_id, d.attempt, d.tenant_id, d.lease_owner, d.started_at, d.lease_until, d.now,
-           'succeeded', d.result, d.sent_at
+           'succeeded', d.result, d.sent_at, d.scheduled_for
     FROM done AS d
     -- A 'running' row opened at lease time (as Kairos did before 2026-12) ends here too.
-    ON CONFLICT (execution_id, attempt) DO UPDATE SET
+    ON CONFLICT (execution_id, attempt, scheduled_for) DO UPDATE SET
         outcome = 'succeeded', finished_at = excluded.finished_at, result = excluded.result
     RETURNING execution_id
 ), discarded AS (
@@ -249,14 +249,14 @@ WITH input AS (
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     -- What the attempt's row needs, the live attempt's owner and times as they were (input's).
     RETURNING e.execution_id, e.state, e.ready_at, e.attempt, e.tenant_id, i.lease_owner, i.started_at,
-              i.lease_until, c.now, i.error, i.sent_at
+              i.lease_until, c.now, i.error, i.sent_at, e.scheduled_for
 ), recorded AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, error, sent_at)
+                          outcome, error, sent_at, scheduled_for)
     SELECT f.execution_id, f.attempt, f.tenant_id, f.lease_owner, f.started_at, f.lease_until, f.now, 'failed', f.error,
-           f.sent_at
+           f.sent_at, f.scheduled_for
     FROM failed AS f
-    ON CONFLICT (execution_id, attempt) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
+    ON CONFLICT (execution_id, attempt, scheduled_for) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
         outcome = 'failed', finished_at = excluded.finished_at, error = excluded.error
     RETURNING execution_id
 ), discarded AS (
@@ -298,7 +298,7 @@ SELECT execution_id FROM deferred;
 WITH clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
 ), expired AS (
-    SELECT e.execution_id, e.attempt, e.tenant_id, e.lease_owner, e.started_at, e.lease_until
+    SELECT e.execution_id, e.attempt, e.tenant_id, e.lease_owner, e.started_at, e.lease_until, e.scheduled_for
     FROM executions AS e, clock AS c
     WHERE e.lease_until < c.now  -- leased and expired (executions_leased_until)
     ORDER BY e.lease_until
@@ -318,10 +318,11 @@ WITH clock AS (
     RETURNING e.execution_id, e.attempt, e.state, e.error
 ), closed AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, error)
-    SELECT x.execution_id, x.attempt, x.tenant_id, x.lease_owner, x.started_at, x.lease_until, c.now, 'expired', r.error
+                          outcome, error, scheduled_for)
+    SELECT x.execution_id, x.attempt, x.tenant_id, x.lease_owner, x.started_at, x.lease_until, c.now, 'expired', r.error,
+           x.scheduled_for
     FROM reaped AS r JOIN expired AS x ON x.execution_id = r.execution_id, clock AS c
-    ON CONFLICT (execution_id, attempt) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
+    ON CONFLICT (execution_id, attempt, scheduled_for) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
         outcome = 'expired', finished_at = excluded.finished_at, error = excluded.error
     RETURNING execution_id
 )
