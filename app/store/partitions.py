@@ -104,10 +104,12 @@ class Partitions(Table):
                                         {"lo": week.lo, "hi": week.hi, "execution_ids": plain(list(execution_ids))})
         return [dict(r._mapping) for r in rows]
 
-    async def drop(self, week: Week) -> bool:
-        """Drop the week's partitions of attempts and executions (archived first by the caller)."""
+    async def drop(self, week: Week, cutoff: datetime) -> str:
+        """Detach and drop the week's partitions of attempts and executions (archived first by the caller),
+        unless it holds live work or a row finished or restored at or after ``cutoff``: 'dropped', 'held'
+        (nothing changed) or 'absent'."""
         if not self._partitioned:
-            return False
+            return "absent"
         _present.discard(week.lo)
-        row = (await self._conn.execute(q("HistoryPartitionDrop"), {"lo": week.lo})).one()
-        return bool(row.dropped)
+        row = (await self._conn.execute(q("HistoryPartitionDrop"), {"lo": week.lo, "cutoff": cutoff})).one()
+        return str(row.outcome)

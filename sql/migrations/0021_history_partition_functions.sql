@@ -120,23 +120,44 @@ LANGUAGE sql STABLE AS $$
     ORDER BY w.lo
 $$;
 
--- Drop the week's partitions of attempts and executions (their rows archived first by the caller);
--- true when there was one to drop.
-CREATE OR REPLACE FUNCTION kairos_history_partition_drop(p_lo TIMESTAMPTZ) RETURNS BOOL
+-- Take the week starting p_lo out of history (its rows archived first by the caller): detach its
+-- partitions of executions and attempts, and drop them unless the executions one still holds live
+-- work or a row finished or restored at or after p_cutoff (a backfill, a replay or a restore since
+-- the archive was read): then nothing changes and the answer is 'held'. Detached before the look,
+-- so no row can arrive between the look and the drop. 'dropped', 'held', or 'absent' (no partition).
+CREATE OR REPLACE FUNCTION kairos_history_partition_drop(p_lo TIMESTAMPTZ, p_cutoff TIMESTAMPTZ) RETURNS TEXT
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_suffix TEXT := '_p' || to_char(p_lo AT TIME ZONE 'UTC', 'YYYYMMDD');
-    v_found BOOL := false;
+    v_executions TEXT := 'executions_p' || to_char(p_lo AT TIME ZONE 'UTC', 'YYYYMMDD');
+    v_attempts TEXT := 'attempts_p' || to_char(p_lo AT TIME ZONE 'UTC', 'YYYYMMDD');
+    v_held BOOL;
 BEGIN
-    IF to_regclass('attempts' || v_suffix) IS NOT NULL THEN
-        PERFORM kairos_ddl_briefly('DROP TABLE IF EXISTS ' || quote_ident('attempts' || v_suffix));
-        v_found := true;
+    IF to_regclass(v_executions) IS NULL AND to_regclass(v_attempts) IS NULL THEN
+        RETURN 'absent';
     END IF;
-    IF to_regclass('executions' || v_suffix) IS NOT NULL THEN
-        PERFORM kairos_ddl_briefly('DROP TABLE IF EXISTS ' || quote_ident('executions' || v_suffix));
-        v_found := true;
-    END IF;
-    RETURN v_found;
+    BEGIN
+        IF to_regclass(v_executions) IS NOT NULL THEN
+            PERFORM kairos_ddl_briefly('ALTER TABLE executions DETACH PARTITION ' || quote_ident(v_executions));
+            EXECUTE 'SELECT EXISTS (SELECT 1 FROM ' || quote_ident(v_executions) || ' WHERE state = ''ready'')'
+                    || ' OR EXISTS (SELECT 1 FROM ' || quote_ident(v_executions) || ' WHERE lease_until IS NOT NULL)'
+                    || ' OR EXISTS (SELECT 1 FROM ' || quote_ident(v_executions)
+                    || ' WHERE finished_at IS NOT NULL AND finished_at >= $1)'
+                    || ' OR EXISTS (SELECT 1 FROM ' || quote_ident(v_executions)
+                    || ' WHERE restored_at IS NOT NULL AND restored_at >= $1)'
+                INTO v_held USING p_cutoff;
+            IF v_held THEN
+                RAISE EXCEPTION USING ERRCODE = 'object_in_use', MESSAGE = 'history week held: ' || v_executions;
+            END IF;
+            EXECUTE 'DROP TABLE ' || quote_ident(v_executions);
+        END IF;
+        IF to_regclass(v_attempts) IS NOT NULL THEN
+            PERFORM kairos_ddl_briefly('ALTER TABLE attempts DETACH PARTITION ' || quote_ident(v_attempts));
+            EXECUTE 'DROP TABLE ' || quote_ident(v_attempts);
+        END IF;
+    EXCEPTION WHEN object_in_use THEN
+        RETURN 'held';  -- the block's work is undone: both partitions stay attached
+    END;
+    RETURN 'dropped';
 END
 $$;
 

@@ -84,5 +84,5 @@ WHERE a.scheduled_for >= CAST(:lo AS TIMESTAMPTZ) AND a.scheduled_for < CAST(:hi
   AND a.execution_id = ANY (CAST(:execution_ids AS UUID[]));
 
 -- name: HistoryPartitionDrop
--- PostgreSQL: drop the partitions of attempts and executions of the week starting :lo, once archived (each lock that blocks writes is waited for at most 200 ms at a time); whether there was one.
-SELECT kairos_history_partition_drop(CAST(:lo AS TIMESTAMPTZ)) AS dropped;
+-- PostgreSQL: detach and drop the partitions of attempts and executions of the week starting :lo, once archived, unless it holds live work or a row finished or restored at or after :cutoff ('held': nothing changes); 'dropped', 'held' or 'absent'. Each lock that blocks writes is waited for at most 200 ms at a time.
+SELECT kairos_history_partition_drop(CAST(:lo AS TIMESTAMPTZ), CAST(:cutoff AS TIMESTAMPTZ)) AS outcome;

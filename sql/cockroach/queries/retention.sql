@@ -40,4 +40,4 @@ SELECT CAST(NULL AS TIMESTAMPTZ) AS lo, CAST(NULL AS TIMESTAMPTZ) AS hi WHERE fa
 
 -- name: HistoryPartitionDrop
 -- CockroachDB: no partition to drop.
-SELECT false AS dropped WHERE CAST(:lo AS TIMESTAMPTZ) IS NULL;
+SELECT 'absent' AS outcome WHERE CAST(:lo AS TIMESTAMPTZ) IS NULL AND CAST(:cutoff AS TIMESTAMPTZ) IS NULL;
