@@ -61,6 +61,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
 
 from app.domain.schedule import cron  # noqa: E402
 from app.store import Store, migrate, sealing  # noqa: E402
@@ -264,16 +265,37 @@ FROM (
 
 ATTEMPTS = """
 INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at, outcome,
-                      error, result)
+                      error, result, scheduled_for)
 SELECT e.execution_id, a, e.tenant_id, 'worker-' || (a %% 4),
        e.scheduled_for + (a - 1) * interval '15 seconds' + interval '300 milliseconds',
        e.scheduled_for + (a - 1) * interval '15 seconds' + interval '30300 milliseconds',
        e.scheduled_for + (a - 1) * interval '15 seconds' + interval '1300 milliseconds',
        CASE WHEN a < e.attempt OR e.state = 'dead' THEN 'failed' ELSE 'succeeded' END,
-       CASE WHEN a < e.attempt OR e.state = 'dead' THEN 'handler failed: exit status 1' END, NULL
+       CASE WHEN a < e.attempt OR e.state = 'dead' THEN 'handler failed: exit status 1' END, NULL, e.scheduled_for
 FROM executions AS e CROSS JOIN LATERAL generate_series(1, e.attempt) AS g (a)
 WHERE %(all)s OR e.attempt > 1
 """
+
+
+def weekly_history(conn: psycopg.Connection, now: datetime) -> None:
+    """On PostgreSQL's partitioned history: an installation partitioned for longer than the history
+    kept holds every loaded week in its weekly partition. The fresh database's cutover (two weeks
+    ahead) moves back before the history, and the weeks from there to two ahead are created."""
+    row = conn.execute("SELECT to_regproc('kairos_history_partitioned') IS NOT NULL "
+                       "AND kairos_history_partitioned()").fetchone()
+    if not row or not row[0]:
+        return
+    assert conn.execute("SELECT NOT EXISTS (SELECT 1 FROM executions)").fetchone() == (True,), "not a fresh database"
+    cut = conn.execute("SELECT kairos_history_week(%s - %s * interval '1 day')",
+                       (now, HISTORY_DAYS + 1)).fetchone()[0]  # type: ignore[index]
+    conn.execute("UPDATE history_partitioning SET cutover = %s", (cut,))
+    checks = (("executions", "scheduled_for < {}"), ("attempts", "scheduled_for IS NULL OR scheduled_for < {}"))
+    for table, check in checks:
+        conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
+            sql.Identifier(f"{table}_default"), sql.Identifier(f"{table}_history_before")))
+        conn.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} CHECK (" + check + ")").format(
+            sql.Identifier(f"{table}_default"), sql.Identifier(f"{table}_history_before"), sql.Literal(cut)))
+    conn.execute("SELECT kairos_history_partitions_ensure(%s, %s + interval '14 days')", (cut, now))
 
 
 @dataclass
@@ -303,7 +325,9 @@ def take_definitions(conn: psycopg.Connection) -> Definitions:
 
 def drop(conn: psycopg.Connection, d: Definitions) -> None:
     for name in d.index_names:
-        conn.execute(f"DROP INDEX {name}")
+        # CASCADE: a partitioned table's index takes its partitions' with it (and the fresh default
+        # partition's unique constraints, which the rebuild makes unique indexes of, on empty tables).
+        conn.execute(f"DROP INDEX {name} CASCADE")
     for table, name, _ in d.constraints:
         conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
 
@@ -350,6 +374,7 @@ async def load(url: str, args: argparse.Namespace) -> Loaded:
     with psycopg.connect(libpq(url), autocommit=True) as conn:
         conn.execute("SET maintenance_work_mem = '512MB'")
         conn.execute("SET synchronous_commit = off")
+        weekly_history(conn, now)
         defs = take_definitions(conn)
         drop(conn, defs)
         conn.execute(STAGE)
