@@ -336,7 +336,8 @@ def rebuild(conn: psycopg.Connection, d: Definitions) -> None:
     for table, name, definition in d.constraints:
         conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}")
     for statement in d.indexes:
-        conn.execute(statement)
+        # A partitioned table's index reads "ON ONLY t": built on the table and every partition instead.
+        conn.execute(statement.replace(" ON ONLY ", " ON ", 1))
 
 
 @dataclass

@@ -41,8 +41,19 @@ from app.scheduler.partitions import HistoryPartitioner, PartitionerConfig  # no
 from app.store import sealing  # noqa: E402
 from app.store.db import Database, create_engine  # noqa: E402
 from app.store.objects import LocalObjectStore  # noqa: E402
-from loadtest import herd as bench  # noqa: E402
-from loadtest import lived  # noqa: E402
+
+# herd.py imports this module to register its scenario, and this module uses herd.py's machinery
+# (through lived.py too): imported when the scenario runs, not at import, so neither import is circular.
+bench: Any = None
+lived: Any = None
+
+
+def _machinery() -> None:
+    global bench, lived
+    from loadtest import herd as bench_module
+    from loadtest import lived as lived_module
+
+    bench, lived = bench_module, lived_module
 
 PARTS = ("reads", "herd100k", "steady", "retention")
 DRAIN_RATIO_TARGET = 0.9
@@ -77,8 +88,8 @@ def parts_of(run: Any) -> list[str]:
     return [p for p in given.split(",") if p]
 
 
-async def reads(run: Any, loaded: lived.Loaded, blank: lived.Loaded, args: argparse.Namespace) -> None:
-    got: dict[str, list[lived.Read]] = {}
+async def reads(run: Any, loaded: Any, blank: Any, args: argparse.Namespace) -> None:
+    got: dict[str, list[Any]] = {}
     for label, db in (("empty", blank), ("lived", loaded)):
         api = lived.Api(run.procs, db, label, run.tmp / "home")
         try:
@@ -173,6 +184,7 @@ def lag_during(url: str, t0: float, t1: float) -> float | None:
 
 
 async def scenario_lived(run: Any) -> None:
+    _machinery()
     scale, parts = scale_of(run), parts_of(run)
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
@@ -228,6 +240,7 @@ def entry() -> int:
     own.add_argument("--scale", type=float, default=1.0, help="the lived database's scale (1: 2,000,000 jobs)")
     own.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated of {', '.join(PARTS)}")
     mine, rest = own.parse_known_args()
+    _machinery()
     os.environ["KAIROS_LIVED_SCALE"] = str(mine.scale)
     os.environ["KAIROS_LIVED_PARTS"] = mine.parts
     bench.SCENARIOS.update(SCENARIOS)
