@@ -61,7 +61,6 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
-from psycopg import sql  # noqa: E402
 
 from app.domain.schedule import cron  # noqa: E402
 from app.store import Store, migrate, sealing  # noqa: E402
@@ -280,22 +279,11 @@ WHERE %(all)s OR e.attempt > 1
 def weekly_history(conn: psycopg.Connection, now: datetime) -> None:
     """On PostgreSQL's partitioned history: an installation partitioned for longer than the history
     kept holds every loaded week in its weekly partition. The fresh database's cutover (two weeks
-    ahead) moves back before the history, and the weeks from there to two ahead are created."""
-    row = conn.execute("SELECT to_regproc('kairos_history_partitioned') IS NOT NULL "
-                       "AND kairos_history_partitioned()").fetchone()
-    if not row or not row[0]:
-        return
-    assert conn.execute("SELECT NOT EXISTS (SELECT 1 FROM executions)").fetchone() == (True,), "not a fresh database"
-    cut = conn.execute("SELECT kairos_history_week(%s - %s * interval '1 day')",
-                       (now, HISTORY_DAYS + 1)).fetchone()[0]  # type: ignore[index]
-    conn.execute("UPDATE history_partitioning SET cutover = %s", (cut,))
-    checks = (("executions", "scheduled_for < {}"), ("attempts", "scheduled_for IS NULL OR scheduled_for < {}"))
-    for table, check in checks:
-        conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
-            sql.Identifier(f"{table}_default"), sql.Identifier(f"{table}_history_before")))
-        conn.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} CHECK (" + check + ")").format(
-            sql.Identifier(f"{table}_default"), sql.Identifier(f"{table}_history_before"), sql.Literal(cut)))
-    conn.execute("SELECT kairos_history_partitions_ensure(%s, %s + interval '14 days')", (cut, now))
+    ahead) moves back before the history (kairos_history_recut, migration 0021)."""
+    row = conn.execute("SELECT to_regproc('kairos_history_recut') IS NOT NULL").fetchone()
+    if row and row[0]:
+        conn.execute("SELECT kairos_history_recut(kairos_history_week(%s - %s * interval '1 day'))",
+                     (now, HISTORY_DAYS + 1))
 
 
 @dataclass

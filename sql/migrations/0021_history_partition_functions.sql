@@ -7,11 +7,13 @@
 --
 -- Layout after 0022: executions and attempts are partitioned BY RANGE (scheduled_for), one partition
 -- per UTC week (Monday 00:00 to Monday 00:00), named <table>_pYYYYMMDD after the week's Monday. The
--- tables as they were become the DEFAULT partitions (executions_default, attempts_default), holding
--- every row scheduled before the cutover (the first partitioned week) and attempts written before
--- 0020 (scheduled_for NULL); a CHECK keeps them below the cutover, so creating a partition never
--- scans them. Retention empties the default partitions in batches as it always did, and drops whole
--- weekly partitions.
+-- tables as they were become the legacy partitions: executions_legacy holds the range before the
+-- cutover (the first partitioned week), FROM (MINVALUE); attempts_legacy is the DEFAULT partition of
+-- attempts (attempts written before 0020 have no scheduled_for, and NULL keys go to the default
+-- partition only), kept below the cutover by a CHECK so creating a partition never scans it.
+-- executions has no default partition: its partitions are ordered, so a job's newest execution
+-- is read from the newest week down and the read stops at the first week that has one. Retention
+-- empties the legacy partitions in batches as it always did, and drops whole weekly partitions.
 
 -- One row: the first instant of the first weekly partition; rows before it stay in the default ones.
 CREATE TABLE IF NOT EXISTS history_partitioning (
@@ -57,7 +59,7 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- The weekly partition of p_table ('executions' or 'attempts') starting at p_lo (a Monday), created
--- if missing, with the storage parameters of the table's default partition (0017's autovacuum
+-- if missing, with the storage parameters of the table's legacy partition (0017's autovacuum
 -- settings). True when this call created it.
 CREATE OR REPLACE FUNCTION kairos_history_partition_create(p_table TEXT, p_lo TIMESTAMPTZ) RETURNS BOOL
 LANGUAGE plpgsql AS $$
@@ -72,7 +74,7 @@ BEGIN
     IF to_regclass(v_name) IS NOT NULL THEN
         RETURN false;
     END IF;
-    SELECT array_to_string(reloptions, ', ') INTO v_options FROM pg_class WHERE oid = to_regclass(p_table || '_default');
+    SELECT array_to_string(reloptions, ', ') INTO v_options FROM pg_class WHERE oid = to_regclass(p_table || '_legacy');
     PERFORM kairos_ddl_briefly('CREATE TABLE IF NOT EXISTS ' || quote_ident(v_name) || ' PARTITION OF '
                                || quote_ident(p_table) || ' FOR VALUES FROM (' || quote_literal(p_lo) || ') TO ('
                                || quote_literal(v_hi) || ')'
@@ -207,13 +209,13 @@ BEGIN
 END
 $$;
 
--- Conversion, step 3, in one transaction: rename both tables to <table>_default, create the
+-- Conversion, step 3, in one transaction: rename both tables to <table>_legacy, create the
 -- partitioned tables under the old names with the same columns, constraints and indexes (unique
--- indexes only where they hold the partition key: the old primary keys stay on the default
--- partitions alone), attach the old tables as DEFAULT partitions (every index matches one of
--- theirs, and nothing is scanned: no other partition exists yet), then create the weekly partitions
--- from the cutover on (the validated CHECK proves the default partitions hold nothing there). Only
--- catalogue work under the locks: milliseconds, whatever the tables hold.
+-- indexes only where they hold the partition key: the old primary keys stay on the legacy partitions
+-- alone), attach the old tables (executions for the range before the cutover, attempts as the
+-- DEFAULT partition): every index matches one of theirs, so none is built, and the validated CHECKs
+-- prove their rows fit, so none is read; then create the weekly partitions from the cutover on.
+-- Only catalogue work under the locks: milliseconds, whatever the tables hold.
 CREATE OR REPLACE FUNCTION kairos_history_swap() RETURNS BOOL
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -225,32 +227,61 @@ BEGIN
         RETURN false;
     END IF;
     SELECT cutover INTO v_cutover FROM history_partitioning;
-    PERFORM kairos_ddl_briefly('ALTER TABLE executions RENAME TO executions_default; '
-                               'ALTER TABLE attempts RENAME TO attempts_default');
+    PERFORM kairos_ddl_briefly('ALTER TABLE executions RENAME TO executions_legacy; '
+                               'ALTER TABLE attempts RENAME TO attempts_legacy');
     FOREACH v_table IN ARRAY ARRAY['executions', 'attempts'] LOOP
-        EXECUTE 'CREATE TABLE ' || quote_ident(v_table) || ' (LIKE ' || quote_ident(v_table || '_default')
+        EXECUTE 'CREATE TABLE ' || quote_ident(v_table) || ' (LIKE ' || quote_ident(v_table || '_legacy')
                 || ' INCLUDING DEFAULTS INCLUDING CONSTRAINTS) PARTITION BY RANGE (scheduled_for)';
         EXECUTE 'ALTER TABLE ' || quote_ident(v_table) || ' DROP CONSTRAINT ' || quote_ident(v_table || '_history_before');
         FOR v_index IN
             SELECT c.relname, pg_get_indexdef(i.indexrelid) AS def
             FROM pg_index AS i
             JOIN pg_class AS c ON c.oid = i.indexrelid
-            WHERE i.indrelid = to_regclass(v_table || '_default')
+            WHERE i.indrelid = to_regclass(v_table || '_legacy')
               AND (NOT i.indisunique
                    OR (SELECT a.attnum FROM pg_attribute AS a
                        WHERE a.attrelid = i.indrelid AND a.attname = 'scheduled_for') = ANY (i.indkey))
             ORDER BY c.relname
         LOOP
             EXECUTE 'ALTER INDEX ' || quote_ident(v_index.relname) || ' RENAME TO '
-                    || quote_ident(left(v_index.relname, 54) || '_default');
+                    || quote_ident(left(v_index.relname, 55) || '_legacy');
             EXECUTE regexp_replace(v_index.def, '^CREATE (UNIQUE )?INDEX \S+ ON \S+ ',
                                    'CREATE \1INDEX ' || quote_ident(v_index.relname) || ' ON ' || quote_ident(v_table) || ' ');
         END LOOP;
-        EXECUTE 'ALTER TABLE ' || quote_ident(v_table) || ' ATTACH PARTITION ' || quote_ident(v_table || '_default')
-                || ' DEFAULT';
     END LOOP;
+    EXECUTE 'ALTER TABLE executions ATTACH PARTITION executions_legacy FOR VALUES FROM (MINVALUE) TO ('
+            || quote_literal(v_cutover) || ')';
+    EXECUTE 'ALTER TABLE attempts ATTACH PARTITION attempts_legacy DEFAULT';
     PERFORM kairos_history_partitions_ensure(v_cutover, v_cutover + INTERVAL '168 hours');
     RETURN true;
+END
+$$;
+
+-- A database that holds no history yet (a fresh installation, a benchmark's or a test's) may start
+-- its weekly partitions earlier than 0022 chose: at p_cutover (a Monday), with the weeks from there
+-- to two weeks ahead created. Refused when executions or attempts hold a row.
+CREATE OR REPLACE FUNCTION kairos_history_recut(p_cutover TIMESTAMPTZ) RETURNS INT
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_cutover <> kairos_history_week(p_cutover) THEN
+        RAISE EXCEPTION USING MESSAGE = 'a cutover is a Monday 00:00 UTC, not ' || p_cutover;
+    END IF;
+    IF EXISTS (SELECT 1 FROM executions) OR EXISTS (SELECT 1 FROM attempts) THEN
+        RAISE EXCEPTION USING MESSAGE = 'history holds rows: its cutover stays where it is';
+    END IF;
+    EXECUTE 'ALTER TABLE executions DETACH PARTITION executions_legacy';
+    EXECUTE 'ALTER TABLE executions_legacy DROP CONSTRAINT executions_history_before';
+    EXECUTE 'ALTER TABLE executions_legacy ADD CONSTRAINT executions_history_before CHECK (scheduled_for < '
+            || quote_literal(p_cutover) || ')';
+    EXECUTE 'ALTER TABLE attempts_legacy DROP CONSTRAINT attempts_history_before';
+    EXECUTE 'ALTER TABLE attempts_legacy ADD CONSTRAINT attempts_history_before CHECK (scheduled_for IS NULL '
+            || 'OR scheduled_for < ' || quote_literal(p_cutover) || ')';
+    UPDATE history_partitioning SET cutover = p_cutover;
+    -- Weeks before the new cutover's are not history's any more (none holds a row).
+    PERFORM kairos_history_partition_drop(w.lo, now()) FROM kairos_history_partitions() AS w WHERE w.lo < p_cutover;
+    EXECUTE 'ALTER TABLE executions ATTACH PARTITION executions_legacy FOR VALUES FROM (MINVALUE) TO ('
+            || quote_literal(p_cutover) || ')';
+    RETURN kairos_history_partitions_ensure(p_cutover, now() + INTERVAL '336 hours');
 END
 $$;
 

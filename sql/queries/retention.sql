@@ -1,7 +1,7 @@
 -- name: RetentionTakeExecutions
--- Delete up to :limit final executions that finished more than :retention_s before now (oldest first; a restored one only once its restore is as old), returning every column for the archive; ready and leased executions are never touched. PostgreSQL: from the default partition only (rows scheduled before the weekly partitions, or outside them); a weekly partition leaves whole (HistoryPartitionDrop).
+-- Delete up to :limit final executions that finished more than :retention_s before now (oldest first; a restored one only once its restore is as old), returning every column for the archive; ready and leased executions are never touched. PostgreSQL: from the legacy partition only (rows scheduled before the weekly partitions); a weekly partition leaves whole (HistoryPartitionDrop).
 WITH old AS (
-    SELECT e.execution_id FROM executions_default AS e
+    SELECT e.execution_id FROM executions_legacy AS e
     WHERE e.finished_at < coalesce(CAST(:now AS TIMESTAMPTZ), now()) - CAST(:retention_s AS FLOAT8) * INTERVAL '1 second'
       AND e.state IN ('succeeded', 'dead', 'cancelled', 'skipped')
       AND (e.restored_at IS NULL
@@ -10,15 +10,15 @@ WITH old AS (
     LIMIT :limit
     FOR UPDATE SKIP LOCKED  -- another executor's pass takes other rows
 )
-DELETE FROM executions_default AS e
+DELETE FROM executions_legacy AS e
 USING old
 WHERE e.execution_id = old.execution_id
   AND e.state IN ('succeeded', 'dead', 'cancelled', 'skipped')  -- final only: a replayed one is live again
 RETURNING e.*;
 
 -- name: RetentionTakeAttempts
--- Delete the attempts of executions being archived, returning every column for the archive (PostgreSQL: the default partition's, where the attempts of the default partition's executions are).
-DELETE FROM attempts_default
+-- Delete the attempts of executions being archived, returning every column for the archive (PostgreSQL: the legacy partition's, where the attempts of the legacy partition's executions are).
+DELETE FROM attempts_legacy
 WHERE execution_id = ANY (CAST(:execution_ids AS UUID[]))
 RETURNING *;
 

@@ -3,7 +3,7 @@ and retires weeks past the retention (archive, detach, drop), and the conversion
 holds history. Against the embedded PostgreSQL.
 
 A fresh database's first weekly partition starts at its cutover (the Monday after next, when 0022
-ran); rows before it live in the default partitions. These tests write rows in the weeks from the
+ran); rows before it live in the legacy partitions. These tests write rows in the weeks from the
 cutover on, and move the duty's clock with ``now``.
 """
 
@@ -86,7 +86,7 @@ async def test_history_is_partitioned_by_week_and_an_occurrence_is_unique_in_it(
     assert first.weekday() == 0 and (first.hour, first.minute) == (0, 0)
     week = first.strftime("%Y%m%d")
     for table in ("executions", "attempts"):
-        assert {f"{table}_default", f"{table}_p{week}"} <= set(await partitions(db, table))
+        assert {f"{table}_legacy", f"{table}_p{week}"} <= set(await partitions(db, table))
     job, tenant, queue = await a_job(db)
     at = first + timedelta(days=2)
     [eid] = await tf.insert_ready(db, [job], [at])
@@ -96,11 +96,11 @@ async def test_history_is_partitioned_by_week_and_an_occurrence_is_unique_in_it(
     with pytest.raises(IntegrityError):  # the unique index holds in the partition whatever the statement
         await rows(db, "INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, "
                        "ready_at) VALUES (:j, :t, :q, :at, 1, 'ready', :at)", j=job, t=tenant, q=queue, at=at)
-    # Before the cutover the default partition takes the rows, under the same rule.
+    # Before the cutover the legacy partition takes the rows, under the same rule.
     [old] = await tf.insert_ready(db, [job], [first - timedelta(days=3)])
     assert await tf.insert_ready(db, [job], [first - timedelta(days=3)]) == []
     [where] = await rows(db, "SELECT CAST(tableoid AS regclass) AS p FROM executions WHERE execution_id = :e", e=old)
-    assert str(where["p"]) == "executions_default"
+    assert str(where["p"]) == "executions_legacy"
 
 
 async def test_the_duty_creates_the_weeks_ahead_once(db: Database, tmp_path: Path) -> None:
@@ -113,7 +113,7 @@ async def test_the_duty_creates_the_weeks_ahead_once(db: Database, tmp_path: Pat
     names = set(await partitions(db, "attempts"))
     for n in range(5, 8):
         assert f"attempts_p{(first + n * WEEK).strftime('%Y%m%d')}" in names
-    # The weekly partitions carry the default partition's autovacuum settings.
+    # The weekly partitions carry the legacy partition's autovacuum settings.
     [opts] = await rows(db, "SELECT reloptions FROM pg_class WHERE relname = :n",
                         n=f"executions_p{(first + 5 * WEEK).strftime('%Y%m%d')}")
     assert "autovacuum_vacuum_scale_factor=0.01" in opts["reloptions"]
@@ -284,7 +284,7 @@ async def test_converting_a_database_that_holds_history_keeps_every_row(seeded_b
     assert await rows(db, FINGERPRINT) == before, took
     assert await rows(db, "SELECT relkind FROM pg_class WHERE relname IN ('executions', 'attempts')") == [
         {"relkind": "p"}, {"relkind": "p"}]
-    [where] = await rows(db, "SELECT count(*) AS n FROM executions_default")
+    [where] = await rows(db, "SELECT count(*) AS n FROM executions_legacy")
     assert where["n"] == SEEDED_ROWS
     assert await migrate.upgrade(db) == []  # idempotent
     # A new occurrence after the cutover goes to its week; the old history stays where it was.
@@ -297,8 +297,8 @@ async def test_converting_a_database_that_holds_history_keeps_every_row(seeded_b
 
 async def test_the_swap_reads_no_rows_under_its_locks(seeded_before_partitions: Any) -> None:
     """PostgreSQL's own DEBUG messages: the validations scan the tables (under SHARE UPDATE EXCLUSIVE,
-    before the swap); the swap builds no index on the old tables, verifies none of their rows, and each
-    weekly partition it creates is proven absent from the default partitions by their CHECK."""
+    before the swap); the swap builds no index on the old tables and verifies none of their rows: the
+    old executions' range and each weekly partition of attempts are proven by the CHECKs."""
     db, url = seeded_before_partitions
     # Apply 0020 and 0021 as the runner does, then 0022 a statement at a time, listening.
     for m in migrate.available():
@@ -316,8 +316,8 @@ async def test_the_swap_reads_no_rows_under_its_locks(seeded_before_partitions: 
             heard[statement] = list(current)
     swap = heard["SELECT kairos_history_swap()"]
     assert not [m for m in swap if m.startswith("verifying table")], swap
-    assert not [m for m in swap if "building index" in m and "_default" in m], swap
+    assert not [m for m in swap if "building index" in m and "_legacy" in m], swap
     implied = [m for m in swap if "is implied by existing constraints" in m]
-    assert any('"executions_default"' in m for m in implied) and any('"attempts_default"' in m for m in implied), swap
+    assert any('"executions_legacy"' in m for m in implied) and any('"attempts_legacy"' in m for m in implied), swap
     validate = heard["SELECT kairos_history_validate('executions')"]
     assert any(m.startswith('verifying table "executions"') for m in validate), validate

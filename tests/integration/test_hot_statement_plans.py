@@ -152,7 +152,7 @@ async def test_the_lease_finds_the_rows_it_updates_by_primary_key_whatever_the_s
         "skip_tenants": "{}"})
     below = list(_nodes(_leased_update(nodes)))[1:]
     reads = [(n["Node Type"], n.get("Index Name")) for n in below if n.get("Relation Name") == "executions"]
-    # Each partition by its row identity: the default partition's own primary key, or the occurrence key.
+    # Each partition by its row identity: the legacy partition's own primary key, or the occurrence key.
     assert reads and set(reads) <= {("Index Scan", "executions_pkey"), ("Index Scan", "executions_occurrence_key")}, \
         reads
     loops = [n for n in below if n["Node Type"] == "Nested Loop" and n["Plans"][1]["Node Type"] == "CTE Scan"]

@@ -29,8 +29,8 @@ SEED_ROWS = 100_000
 LIVED_ROWS = 20_000_000
 BLOCK_LIMIT_S = 1.0
 # Migrations whose write-blocking locks cover catalogue work only, whatever the tables hold: held to the
-# bound as measured, not scaled. 0022's swap renames, attaches the old tables as default partitions and
-# creates weekly partitions that a validated CHECK proves the default ones have no rows for (PostgreSQL
+# bound as measured, not scaled. 0022's swap renames, attaches the old tables as partitions and
+# creates weekly partitions, the old tables' rows proven to fit by validated CHECKs (PostgreSQL
 # says so: test_history_partitions.py::test_the_swap_reads_no_rows_under_its_locks).
 CATALOGUE_ONLY = frozenset({"0022_history_partitioned"})
 HOT_TABLES = ("jobs", "due_index", "executions", "attempts", "tenants", "shard_leases")
@@ -173,13 +173,13 @@ async def test_no_new_migration_blocks_writes_for_more_than_a_second_on_a_lived_
 
 async def test_hot_tables_carry_their_autovacuum_settings(db: Database) -> None:
     """Partitioned tables hold no storage parameters of their own: each partition of executions and
-    attempts carries them (the default ones from 0017, the weekly ones copied when created)."""
+    attempts carries them (the legacy ones from 0017, the weekly ones copied when created)."""
     async def options(conn: Any) -> dict[str, list[str]]:
         from sqlalchemy import text
 
         rows = await conn.execute(text("SELECT relname, reloptions FROM pg_class "
                                        "WHERE relname IN ('due_index', 'jobs') "
-                                       "OR relname ~ '^(executions|attempts)_(default|p[0-9]{8})$'"))
+                                       "OR relname ~ '^(executions|attempts)_(legacy|p[0-9]{8})$'"))
         return {r.relname: list(r.reloptions or []) for r in rows}
 
     got = await tf.raw(db, options)

@@ -93,15 +93,7 @@ async def _seed(db: Database) -> tuple[UUID, UUID]:
 async def weekly_history(conn: Any) -> None:
     """History in its weekly partitions, as on an installation partitioned for longer than the history
     kept: the fresh database's cutover (two weeks ahead) moves back before the seeded history."""
-    cut = (await conn.execute(text("SELECT kairos_history_week(now() - interval '62 days')"))).scalar_one()
-    await conn.execute(text("UPDATE history_partitioning SET cutover = :c"), {"c": cut})
-    for table, check in (("executions", "scheduled_for < {}"),
-                         ("attempts", "scheduled_for IS NULL OR scheduled_for < {}")):
-        literal = "'" + cut.isoformat() + "'"
-        await conn.execute(text(f"ALTER TABLE {table}_default DROP CONSTRAINT {table}_history_before"))
-        await conn.execute(text(f"ALTER TABLE {table}_default ADD CONSTRAINT {table}_history_before "
-                                f"CHECK ({check.format(literal)})"))
-    await conn.execute(text("SELECT kairos_history_partitions_ensure(:c, now() + interval '14 days')"), {"c": cut})
+    await conn.execute(text("SELECT kairos_history_recut(kairos_history_week(now() - interval '62 days'))"))
 
 
 async def _plan(db: Database, name: str, params: dict[str, Any], mode: str) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 -- CockroachDB's retention statements: one table, no partitions (sql/queries/retention.sql takes from
--- PostgreSQL's default partitions; weekly partitions leave whole, app/store/partitions.py).
+-- PostgreSQL's legacy partitions; weekly partitions leave whole, app/store/partitions.py).
 
 -- name: RetentionTakeExecutions
 -- CockroachDB: delete up to :limit final executions that finished more than :retention_s before now (oldest first; a restored one only once its restore is as old), returning every column for the archive; ready and leased executions are never touched.
