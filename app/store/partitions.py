@@ -51,9 +51,9 @@ class Held:
                     or (self.restored_at is not None and self.restored_at >= cutoff))
 
 
-# Weeks this process saw partitioned (both tables): rows of the current week or later need no look.
-# Retention only drops weeks that ended a retention ago, so a week from now on stays.
-_present: set[datetime] = set()
+# Per database, the weeks this process saw partitioned (both tables): rows of the current week or
+# later need no look. Retention only drops weeks that ended a retention ago, so a week from now on stays.
+_present: dict[str, set[datetime]] = {}
 
 
 class Partitions(Table):
@@ -78,11 +78,12 @@ class Partitions(Table):
             return 0
         this_week = week_of(now or datetime.now(timezone.utc))
         lo, hi = min(scheduled_fors), max(scheduled_fors)
+        seen = _present.setdefault(str(self._conn.engine.url), set())
         # The hot path (a dispatch batch): this week's or the next, both seen created. min and max only.
-        if lo >= this_week and hi < this_week + 2 * WEEK and {week_of(lo), week_of(hi)} <= _present:
+        if lo >= this_week and hi < this_week + 2 * WEEK and {week_of(lo), week_of(hi)} <= seen:
             return 0
         row = (await self._conn.execute(q("HistoryPartitionsCover"), {"scheduled_fors": plain(scheduled_fors)})).one()
-        _present.update(w for w in {week_of(s) for s in scheduled_fors} if w >= this_week)
+        seen.update(w for w in {week_of(s) for s in scheduled_fors} if w >= this_week)
         return int(row.created)
 
     async def weeks(self) -> list[Week]:
@@ -110,6 +111,6 @@ class Partitions(Table):
         (nothing changed) or 'absent'."""
         if not self._partitioned:
             return "absent"
-        _present.discard(week.lo)
+        _present.get(str(self._conn.engine.url), set()).discard(week.lo)
         row = (await self._conn.execute(q("HistoryPartitionDrop"), {"lo": week.lo, "cutoff": cutoff})).one()
         return str(row.outcome)
