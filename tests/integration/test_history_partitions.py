@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -321,3 +321,24 @@ async def test_the_swap_reads_no_rows_under_its_locks(seeded_before_partitions: 
     assert any('"executions_legacy"' in m for m in implied) and any('"attempts_legacy"' in m for m in implied), swap
     validate = heard["SELECT kairos_history_validate('executions')"]
     assert any(m.startswith('verifying table "executions"') for m in validate), validate
+
+
+async def test_a_dispatch_into_a_dropped_week_gets_its_partition_back(db: Database) -> None:
+    """A catch-up occurrence of a week that retention dropped: the dispatch batch writes it (its week's
+    partition comes back first) instead of failing on every retry."""
+    from app.domain.states import ExecutionState
+    from app.store.dispatch import NewExecution
+
+    now = datetime.now(timezone.utc)
+    monday = now.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=now.weekday())
+    await rows(db, "SELECT kairos_history_recut(:c)", c=monday - 6 * WEEK)  # weeks from six ago
+    gone = monday - 4 * WEEK
+    assert await db.transaction(lambda tx: tx.partitions.drop(Week(gone, gone + WEEK), now)) == "dropped"
+    job, tenant, queue = await a_job(db)
+    at = gone + timedelta(days=2, hours=3)
+    fresh = [NewExecution(job, tenant, queue, at, 3, ExecutionState.READY, at),
+             NewExecution(job, tenant, queue, now - timedelta(seconds=1), 3, ExecutionState.READY, now)]
+    done = await db.transaction(lambda tx: tx.dispatch.record(fresh, [], []))
+    assert done.ready == 2
+    assert f"executions_p{gone.strftime('%Y%m%d')}" in await partitions(db, "executions")
+    assert await rows(db, "SELECT count(*) AS n FROM executions WHERE job_id = :j", j=job) == [{"n": 2}]
