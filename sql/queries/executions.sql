@@ -128,7 +128,10 @@ SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS j
        l.trigger  -- schedule, manual or backfill: only scheduled occurrences count in start lag
 FROM leased AS l
 JOIN jobs AS j ON j.job_id = l.job_id
-JOIN tenants AS t ON t.tenant_id = l.tenant_id;
+JOIN tenants AS t ON t.tenant_id = l.tenant_id
+-- In the order picked (fairness, then ready_at), which the join does not keep (on partitioned history
+-- it came back in another): the caller spends its answer's byte budget in this order.
+ORDER BY array_position(ARRAY(SELECT p.execution_id FROM picked AS p), l.execution_id);
 
 -- name: ExecutionNextReadyIn
 -- Seconds until the earliest ready execution of a queue falls due (<= 0: due now), NULL when none is ready (one probe of executions_ready_at).
