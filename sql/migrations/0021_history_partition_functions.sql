@@ -75,11 +75,15 @@ BEGIN
         RETURN false;
     END IF;
     SELECT array_to_string(reloptions, ', ') INTO v_options FROM pg_class WHERE oid = to_regclass(p_table || '_legacy');
-    PERFORM kairos_ddl_briefly('CREATE TABLE IF NOT EXISTS ' || quote_ident(v_name) || ' PARTITION OF '
-                               || quote_ident(p_table) || ' FOR VALUES FROM (' || quote_literal(p_lo) || ') TO ('
-                               || quote_literal(v_hi) || ')'
-                               || CASE WHEN v_options IS NULL OR v_options = '' THEN ''
-                                       ELSE ' WITH (' || v_options || ')' END);
+    BEGIN
+        PERFORM kairos_ddl_briefly('CREATE TABLE IF NOT EXISTS ' || quote_ident(v_name) || ' PARTITION OF '
+                                   || quote_ident(p_table) || ' FOR VALUES FROM (' || quote_literal(p_lo) || ') TO ('
+                                   || quote_literal(v_hi) || ')'
+                                   || CASE WHEN v_options IS NULL OR v_options = '' THEN ''
+                                           ELSE ' WITH (' || v_options || ')' END);
+    EXCEPTION WHEN duplicate_table OR unique_violation THEN
+        RETURN false;  -- another process created it at the same moment
+    END;
     RETURN true;
 END
 $$;
@@ -182,17 +186,25 @@ BEGIN
         INSERT INTO history_partitioning (cutover) VALUES (v_cutover) ON CONFLICT (only_row) DO NOTHING;
         SELECT cutover INTO v_cutover FROM history_partitioning;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('executions')
-                   AND conname = 'executions_history_before') THEN
-        PERFORM kairos_ddl_briefly('ALTER TABLE executions ADD CONSTRAINT executions_history_before '
-                                   'CHECK (scheduled_for < ' || quote_literal(v_cutover) || ') NOT VALID');
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('attempts')
-                   AND conname = 'attempts_history_before') THEN
-        PERFORM kairos_ddl_briefly('ALTER TABLE attempts ADD CONSTRAINT attempts_history_before '
-                                   'CHECK (scheduled_for IS NULL OR scheduled_for < ' || quote_literal(v_cutover)
-                                   || ') NOT VALID');
-    END IF;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('executions')
+                       AND conname = 'executions_history_before') THEN
+            PERFORM kairos_ddl_briefly('ALTER TABLE executions ADD CONSTRAINT executions_history_before '
+                                       'CHECK (scheduled_for < ' || quote_literal(v_cutover) || ') NOT VALID');
+        END IF;
+    EXCEPTION WHEN duplicate_object THEN
+        NULL;  -- a concurrent process added it
+    END;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('attempts')
+                       AND conname = 'attempts_history_before') THEN
+            PERFORM kairos_ddl_briefly('ALTER TABLE attempts ADD CONSTRAINT attempts_history_before '
+                                       'CHECK (scheduled_for IS NULL OR scheduled_for < ' || quote_literal(v_cutover)
+                                       || ') NOT VALID');
+        END IF;
+    EXCEPTION WHEN duplicate_object THEN
+        NULL;
+    END;
     RETURN v_cutover;
 END
 $$;
@@ -206,6 +218,10 @@ BEGIN
         RETURN;
     END IF;
     EXECUTE 'ALTER TABLE ' || quote_ident(p_table) || ' VALIDATE CONSTRAINT ' || quote_ident(p_table || '_history_before');
+EXCEPTION WHEN undefined_object THEN
+    IF NOT kairos_history_partitioned() THEN  -- else a concurrent process swapped the tables meanwhile
+        RAISE;
+    END IF;
 END
 $$;
 
@@ -227,8 +243,17 @@ BEGIN
         RETURN false;
     END IF;
     SELECT cutover INTO v_cutover FROM history_partitioning;
-    PERFORM kairos_ddl_briefly('ALTER TABLE executions RENAME TO executions_legacy; '
-                               'ALTER TABLE attempts RENAME TO attempts_legacy');
+    BEGIN
+        PERFORM kairos_ddl_briefly('ALTER TABLE executions RENAME TO executions_legacy; '
+                                   'ALTER TABLE attempts RENAME TO attempts_legacy');
+    EXCEPTION WHEN duplicate_table THEN
+        -- A concurrent process swapped them while this one waited for the lock: its "executions" is
+        -- that process's partitioned table now.
+        IF kairos_history_partitioned() THEN
+            RETURN false;
+        END IF;
+        RAISE;
+    END;
     FOREACH v_table IN ARRAY ARRAY['executions', 'attempts'] LOOP
         EXECUTE 'CREATE TABLE ' || quote_ident(v_table) || ' (LIKE ' || quote_ident(v_table || '_legacy')
                 || ' INCLUDING DEFAULTS INCLUDING CONSTRAINTS) PARTITION BY RANGE (scheduled_for)';
