@@ -29,8 +29,11 @@ $$;
 
 -- Run one DDL statement that takes a lock blocking writes on a hot table, waiting for that lock at
 -- most 200 ms at a time: a lock request queued behind a long reader would hold every writer queued
--- behind it. Tries again after a short pause, up to p_tries times, then raises lock_not_available.
-CREATE OR REPLACE FUNCTION kairos_ddl_briefly(p_sql TEXT, p_tries INT DEFAULT 100) RETURNS VOID
+-- behind it. Tries again after a short pause, up to p_tries times, then raises lock_not_available,
+-- and the caller tries again in a new transaction (the migration runner does; the duty's next pass
+-- does): this transaction may be what another one waits for (CREATE INDEX CONCURRENTLY waits for
+-- every transaction older than it), so it must not wait forever.
+CREATE OR REPLACE FUNCTION kairos_ddl_briefly(p_sql TEXT, p_tries INT DEFAULT 10) RETURNS VOID
 LANGUAGE plpgsql AS $$
 DECLARE
     v_try INT := 0;
