@@ -264,16 +264,26 @@ FROM (
 
 ATTEMPTS = """
 INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at, outcome,
-                      error, result)
+                      error, result, scheduled_for)
 SELECT e.execution_id, a, e.tenant_id, 'worker-' || (a %% 4),
        e.scheduled_for + (a - 1) * interval '15 seconds' + interval '300 milliseconds',
        e.scheduled_for + (a - 1) * interval '15 seconds' + interval '30300 milliseconds',
        e.scheduled_for + (a - 1) * interval '15 seconds' + interval '1300 milliseconds',
        CASE WHEN a < e.attempt OR e.state = 'dead' THEN 'failed' ELSE 'succeeded' END,
-       CASE WHEN a < e.attempt OR e.state = 'dead' THEN 'handler failed: exit status 1' END, NULL
+       CASE WHEN a < e.attempt OR e.state = 'dead' THEN 'handler failed: exit status 1' END, NULL, e.scheduled_for
 FROM executions AS e CROSS JOIN LATERAL generate_series(1, e.attempt) AS g (a)
 WHERE %(all)s OR e.attempt > 1
 """
+
+
+def weekly_history(conn: psycopg.Connection, now: datetime) -> None:
+    """On PostgreSQL's partitioned history: an installation partitioned for longer than the history
+    kept holds every loaded week in its weekly partition. The fresh database's cutover (two weeks
+    ahead) moves back before the history (kairos_history_recut, migration 0021)."""
+    row = conn.execute("SELECT to_regproc('kairos_history_recut') IS NOT NULL").fetchone()
+    if row and row[0]:
+        conn.execute("SELECT kairos_history_recut(kairos_history_week(%s - %s * interval '1 day'))",
+                     (now, HISTORY_DAYS + 1))
 
 
 @dataclass
@@ -303,7 +313,9 @@ def take_definitions(conn: psycopg.Connection) -> Definitions:
 
 def drop(conn: psycopg.Connection, d: Definitions) -> None:
     for name in d.index_names:
-        conn.execute(f"DROP INDEX {name}")
+        # CASCADE: a partitioned table's index takes its partitions' with it (and the fresh default
+        # partition's unique constraints, which the rebuild makes unique indexes of, on empty tables).
+        conn.execute(f"DROP INDEX {name} CASCADE")
     for table, name, _ in d.constraints:
         conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
 
@@ -312,7 +324,8 @@ def rebuild(conn: psycopg.Connection, d: Definitions) -> None:
     for table, name, definition in d.constraints:
         conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}")
     for statement in d.indexes:
-        conn.execute(statement)
+        # A partitioned table's index reads "ON ONLY t": built on the table and every partition instead.
+        conn.execute(statement.replace(" ON ONLY ", " ON ", 1))
 
 
 @dataclass
@@ -350,6 +363,7 @@ async def load(url: str, args: argparse.Namespace) -> Loaded:
     with psycopg.connect(libpq(url), autocommit=True) as conn:
         conn.execute("SET maintenance_work_mem = '512MB'")
         conn.execute("SET synchronous_commit = off")
+        weekly_history(conn, now)
         defs = take_definitions(conn)
         drop(conn, defs)
         conn.execute(STAGE)

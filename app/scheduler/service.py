@@ -26,6 +26,7 @@ from app.scheduler.dispatcher import Dispatcher, DispatcherConfig
 from app.scheduler.heap import DueHeap
 from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser
 from app.scheduler.loader import DueLoader, LoaderConfig
+from app.scheduler.partitions import HistoryPartitioner, PartitionerConfig, objects_for
 from app.scheduler.statistics import StatisticsKeeper
 from app.store import Database
 
@@ -115,6 +116,7 @@ class Scheduler:
         self.loader = DueLoader(db, self.ownership, self.heap, LoaderConfig.from_settings(settings),
                                 wake_dispatcher=self.dispatcher.wake)
         self.statistics = StatisticsKeeper(db)
+        self.partitions = HistoryPartitioner(db, objects_for(settings), PartitionerConfig.from_settings(settings))
         ttl_s = self.leaser.config.ttl_s
         # Twice the TTL: a leaser tick that hangs costs the shards after one TTL; a dispatcher that hangs
         # while the leaser still renews (it found a fresh connection) costs them after two.
@@ -136,7 +138,8 @@ class Scheduler:
         duties_stop = asyncio.Event()
         duties: list[tuple[str, Callable[[asyncio.Event], Awaitable[None]]]] = [
             ("leaser", lambda s: self.leaser.run(s, may_hold=self.progress.may_hold)),
-            ("loader", self.loader.run), ("dispatcher", self.dispatcher.run), ("statistics", self.statistics.run)]
+            ("loader", self.loader.run), ("dispatcher", self.dispatcher.run), ("statistics", self.statistics.run),
+            ("partitions", self.partitions.run)]
         tasks = [
             asyncio.create_task(supervise(name, functools.partial(duty, duties_stop), duties_stop),
                                 name=f"scheduler.{name}")

@@ -50,7 +50,7 @@ EXECUTION_COLUMNS = frozenset({
 })
 ATTEMPT_COLUMNS = frozenset({
     "execution_id", "attempt", "tenant_id", "worker_id", "leased_at", "lease_until", "finished_at", "outcome",
-    "error", "result", "sent_at",
+    "error", "result", "sent_at", "scheduled_for",
 })
 FINAL_STATES = frozenset({"succeeded", "dead", "cancelled", "skipped"})
 

@@ -17,6 +17,7 @@ from uuid import UUID
 from app.domain.states import ExecutionState, JobState
 from app.store.arrays import plain as _plain
 from app.store.arrays import texts as _texts
+from app.store.partitions import Partitions
 from app.store.queries import q
 from app.store.table import Table
 
@@ -184,6 +185,8 @@ class Dispatch(Table):
                      traceparents: Sequence[str | None] | None = None) -> Recorded:
         """``traceparents``: one per execution (or None), the trace its attempts continue."""
         e, n, a = executions, next_due, advances
+        # A catch-up may reach back past the weekly partitions kept (nothing to do in the usual case).
+        await Partitions(self._conn).cover([x.scheduled_for for x in e], now=now)
         row = (await self._conn.execute(q("DispatchRecord"), {
             "now": now,
             "e_job_ids": _plain([x.job_id for x in e]),

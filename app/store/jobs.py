@@ -16,6 +16,7 @@ from app.domain.jsontext import compact_json
 from app.domain.shards import SHARD_COUNT, due_minute, shard_of
 from app.domain.states import ExecutionState, JobState, ReportedJobState, reported_job_state
 from app.store.arrays import plain, texts
+from app.store.partitions import Partitions
 from app.store.queries import q
 from app.store.table import Table
 
@@ -283,6 +284,7 @@ class Jobs(Table):
         occurrences that already have an execution are absent. A dry-run job's are recorded as skipped."""
         if not scheduled_for:
             return {}
+        await Partitions(self._conn).cover(scheduled_for)  # a backfill may reach a week with no partition
         rows = await self._conn.execute(q("ExecutionInsertForJob"), {
             "job_id": job.job_id, "tenant_id": job.tenant_id, "queue": job.queue, "max_attempts": job.max_attempts,
             "state": ExecutionState.SKIPPED if dry_run else ExecutionState.READY,
@@ -334,6 +336,7 @@ class Jobs(Table):
     async def record_skipped(self, job_id: UUID, tenant_id: UUID, queue: str, max_attempts: int,
                              scheduled_for: list[datetime], reason: str) -> None:
         """Record occurrences that will not run, so the job's history says why."""
+        await Partitions(self._conn).cover(scheduled_for)  # misfires may reach back past the partitions kept
         await self._conn.execute(q("JobRecordSkippedOccurrences"), {
             "job_id": job_id, "tenant_id": tenant_id, "queue": queue, "scheduled_fors": scheduled_for,
             "max_attempts": max_attempts, "reason": reason,

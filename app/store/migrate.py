@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import random
 import re
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
@@ -25,13 +26,20 @@ log = logging.getLogger(__name__)
 # duplicate_table/object) before either commits; running it again then finds the table.
 _CATALOGUE_RACES = frozenset({"23505", "42P07", "42710"})
 UNDEFINED_TABLE = "42P01"  # schema_migrations itself is missing: nothing applied yet
+# A statement's lock waited for briefly and not granted (0021's kairos_ddl_briefly): run it again, in a
+# new transaction, so that whatever this one held (a CREATE INDEX CONCURRENTLY elsewhere waits for it) is let go.
+LOCK_NOT_AVAILABLE = "55P03"
+LOCK_TRIES = 60
 _MIGRATION = re.compile(r"^(\d{4}_.+)\.sql$")
-# First line of a migration whose statements may not run in a transaction block (PostgreSQL's
-# CREATE INDEX CONCURRENTLY): each runs alone in autocommit, and must be idempotent (IF NOT EXISTS).
+# Markers, each a line of its own among the first lines of a migration (the lines that start with
+# "-- kairos:"; a file may carry both).
+# Statements that may not run in a transaction block (PostgreSQL's CREATE INDEX CONCURRENTLY): each
+# runs alone in autocommit, and must be idempotent (IF NOT EXISTS).
 NO_TRANSACTION = "-- kairos: no-transaction"
-# First line of a migration of PostgreSQL's own DDL (storage parameters): on CockroachDB it is
-# recorded as applied and not run.
+# PostgreSQL's own DDL (storage parameters, partitioning): on CockroachDB the file is recorded as
+# applied and not run.
 POSTGRESQL_ONLY = "-- kairos: postgresql-only"
+_MARKER = "-- kairos:"
 
 
 @dataclass(frozen=True)
@@ -44,12 +52,22 @@ class Migration:
         return self.path.read_text()
 
     @property
+    def markers(self) -> frozenset[str]:
+        """The leading ``-- kairos:`` lines."""
+        found = set()
+        for line in self.script.splitlines():
+            if not line.startswith(_MARKER):
+                break
+            found.add(line.strip())
+        return frozenset(found)
+
+    @property
     def postgresql_only(self) -> bool:
-        return self.script.startswith(POSTGRESQL_ONLY)
+        return POSTGRESQL_ONLY in self.markers
 
     @property
     def transactional(self) -> bool:
-        return not self.script.startswith(NO_TRANSACTION)
+        return NO_TRANSACTION not in self.markers
 
     def statements(self) -> list[str]:
         """The script's statements, split at a `;` that ends a line (whole-line comments left out)."""
@@ -132,9 +150,23 @@ async def _apply_outside_transaction(db: Database, m: Migration) -> bool:
     docs/database-at-scale.md says how an operator finds and rebuilds one."""
     if m.version in await applied(db):
         return False
+    if m.postgresql_only and db.dialect == COCKROACH:
+        return bool(await db.transaction(lambda s: s.schema.claim(m.version, m.checksum)))
     for statement in m.statements():
-        await db.outside_transaction(statement)
+        await _alone(db, statement)
     return bool(await db.transaction(lambda s: s.schema.claim(m.version, m.checksum)))
+
+
+async def _alone(db: Database, statement: str) -> None:
+    """One statement in autocommit; again after a pause while its lock is not granted."""
+    for attempt in range(1, LOCK_TRIES + 1):
+        try:
+            await db.outside_transaction(statement)
+            return
+        except errors.StoreError as exc:
+            if exc.sqlstate != LOCK_NOT_AVAILABLE or attempt == LOCK_TRIES:
+                raise
+            await asyncio.sleep(random.uniform(0.1, 1.0))
 
 
 async def pending(db: Database) -> list[str]:

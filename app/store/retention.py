@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from app.store.arrays import plain
+from app.store.partitions import Partitions
 from app.store.queries import q
 from app.store.table import Table
 
@@ -39,7 +40,8 @@ class Retention(Table):
     async def restore(self, executions: Sequence[Row], attempts: Sequence[Row]) -> tuple[int, int]:
         """Insert archived rows back (those present already stay as they are); how many of each went in."""
         restored = attempts_restored = 0
-        if executions:
+        if executions:  # into a week that retention dropped: its partition comes back until it expires again
+            await Partitions(self._conn).cover([_instant(e["scheduled_for"]) for e in executions])
             rows = await self._conn.execute(q("RetentionRestoreExecutions"),
                                             {"rows": msgspec.json.encode(list(executions)).decode()})
             restored = len(rows.fetchall())
@@ -48,3 +50,8 @@ class Retention(Table):
                                             {"rows": msgspec.json.encode(list(attempts)).decode()})
             attempts_restored = len(rows.fetchall())
         return restored, attempts_restored
+
+
+def _instant(value: datetime | str) -> datetime:
+    """An archived instant (RFC 3339 text) or a row's own."""
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)

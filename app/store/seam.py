@@ -22,6 +22,7 @@ from app.store.durability import Durability
 from app.store.executions import Executions
 from app.store.jobs import Jobs
 from app.store.oidc_keys import OidcKeys
+from app.store.partitions import Partitions
 from app.store.planner_statistics import PlannerStatistics
 from app.store.pools import Pools
 from app.store.retention import Retention
@@ -45,6 +46,7 @@ class Store:
         "executions",
         "jobs",
         "oidc_keys",
+        "partitions",
         "planner_statistics",
         "pools",
         "retention",
@@ -62,6 +64,7 @@ class Store:
         self.executions = Executions(conn)
         self.jobs = Jobs(conn)
         self.oidc_keys = OidcKeys(conn)
+        self.partitions = Partitions(conn)
         self.pools = Pools(conn)
         self.retention = Retention(conn)
         self.schema = Schema(conn)

@@ -44,7 +44,8 @@ WITH batch AS (
     -- The rows before the update (one snapshot): a leased one's live attempt. Once each, by the
     -- newest occurrence replacing it.
     SELECT DISTINCT ON (e.execution_id)
-           e.execution_id, e.attempt, e.tenant_id, e.state, e.lease_owner, e.started_at, e.lease_until, b.error
+           e.execution_id, e.attempt, e.tenant_id, e.state, e.lease_owner, e.started_at, e.lease_until, b.error,
+           e.scheduled_for
     FROM executions AS e JOIN batch AS b ON e.job_id = b.job_id
     WHERE e.scheduled_for < b.scheduled_for
       AND e.state IN ('ready', 'leased')  -- finished work keeps its outcome
@@ -60,12 +61,13 @@ WITH batch AS (
       AND e.state = v.state AND e.attempt = v.attempt  -- changed meanwhile: left alone
     RETURNING e.execution_id
 )
-INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at, outcome, error)
+INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at, outcome, error,
+                      scheduled_for)
 SELECT v.execution_id, v.attempt, v.tenant_id, v.lease_owner, v.started_at, v.lease_until,
-       coalesce(CAST(:now AS TIMESTAMPTZ), now()), 'cancelled', 'replaced'
+       coalesce(CAST(:now AS TIMESTAMPTZ), now()), 'cancelled', 'replaced', v.scheduled_for
 FROM victims AS v
 WHERE v.state = 'leased' AND v.execution_id IN (SELECT execution_id FROM cancelled)
-ON CONFLICT (execution_id, attempt) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
+ON CONFLICT (execution_id, attempt, scheduled_for) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
     outcome = 'cancelled', finished_at = excluded.finished_at, error = excluded.error
 RETURNING execution_id;
 

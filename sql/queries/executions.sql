@@ -79,10 +79,10 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
     WHERE q.room > 0
 ), candidates AS (
     SELECT c.execution_id, c.attempt, q.tenant_id, q.weight,
-           row_number() OVER (PARTITION BY q.tenant_id ORDER BY c.ready_at, c.execution_id) AS turn
+           row_number() OVER (PARTITION BY q.tenant_id ORDER BY c.ready_at, c.scheduled_for, c.execution_id) AS turn
     FROM share AS q
     CROSS JOIN LATERAL (
-        SELECT e.execution_id, e.attempt, e.ready_at FROM executions AS e
+        SELECT e.execution_id, e.attempt, e.ready_at, e.scheduled_for FROM executions AS e
         WHERE e.queue = :queue AND e.tenant_id = q.tenant_id
           AND e.state = 'ready' AND e.ready_at <= q.now
         ORDER BY e.ready_at
@@ -138,9 +138,10 @@ SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS j
 FROM leased AS l
 JOIN jobs AS j ON j.job_id = l.job_id
 JOIN tenants AS t ON t.tenant_id = l.tenant_id
--- The batch in queue order, a job's occurrences in scheduled order (a backfill's several due at one lease
--- are handed out oldest first); the UPDATE returns them in whatever order its plan visited them.
-ORDER BY l.ready_at, l.scheduled_for;
+-- In the order picked (fairness, then ready_at, a job's occurrences in scheduled order: a backfill's several
+-- due at one lease are handed out oldest first), which the join does not keep (on partitioned history
+-- it came back in another): the caller spends its answer's byte budget in this order.
+ORDER BY array_position(ARRAY(SELECT p.execution_id FROM picked AS p), l.execution_id);
 
 -- name: ExecutionNextReadyIn
 -- Seconds until the earliest ready execution of a queue falls due (<= 0: due now), NULL when none is ready (one probe of executions_ready_at).
@@ -185,15 +186,15 @@ WITH input AS (
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     -- What the attempt's row needs, the live attempt's owner and times as they were (input's).
     RETURNING e.execution_id, e.attempt, e.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now, e.result,
-              i.sent_at
+              i.sent_at, e.scheduled_for
 ), recorded AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, result, sent_at)
+                          outcome, result, sent_at, scheduled_for)
     SELECT d.execution_id, d.attempt, d.tenant_id, d.lease_owner, d.started_at, d.lease_until, d.now,
-           'succeeded', d.result, d.sent_at
+           'succeeded', d.result, d.sent_at, d.scheduled_for
     FROM done AS d
     -- A 'running' row opened at lease time (as Kairos did before 2026-12) ends here too.
-    ON CONFLICT (execution_id, attempt) DO UPDATE SET
+    ON CONFLICT (execution_id, attempt, scheduled_for) DO UPDATE SET
         outcome = 'succeeded', finished_at = excluded.finished_at, result = excluded.result
     RETURNING execution_id
 ), discarded AS (
@@ -261,14 +262,14 @@ WITH input AS (
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     -- What the attempt's row needs, the live attempt's owner and times as they were (input's).
     RETURNING e.execution_id, e.state, e.ready_at, e.attempt, e.tenant_id, i.lease_owner, i.started_at,
-              i.lease_until, c.now, i.error, i.sent_at
+              i.lease_until, c.now, i.error, i.sent_at, e.scheduled_for
 ), recorded AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, error, sent_at)
+                          outcome, error, sent_at, scheduled_for)
     SELECT f.execution_id, f.attempt, f.tenant_id, f.lease_owner, f.started_at, f.lease_until, f.now, 'failed', f.error,
-           f.sent_at
+           f.sent_at, f.scheduled_for
     FROM failed AS f
-    ON CONFLICT (execution_id, attempt) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
+    ON CONFLICT (execution_id, attempt, scheduled_for) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
         outcome = 'failed', finished_at = excluded.finished_at, error = excluded.error
     RETURNING execution_id
 ), discarded AS (
@@ -310,7 +311,7 @@ SELECT execution_id FROM deferred;
 WITH clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
 ), expired AS (
-    SELECT e.execution_id, e.attempt, e.tenant_id, e.lease_owner, e.started_at, e.lease_until
+    SELECT e.execution_id, e.attempt, e.tenant_id, e.lease_owner, e.started_at, e.lease_until, e.scheduled_for
     FROM executions AS e, clock AS c
     WHERE e.lease_until < c.now  -- leased and expired (executions_leased_until)
     ORDER BY e.lease_until
@@ -330,10 +331,11 @@ WITH clock AS (
     RETURNING e.execution_id, e.attempt, e.state, e.error
 ), closed AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, error)
-    SELECT x.execution_id, x.attempt, x.tenant_id, x.lease_owner, x.started_at, x.lease_until, c.now, 'expired', r.error
+                          outcome, error, scheduled_for)
+    SELECT x.execution_id, x.attempt, x.tenant_id, x.lease_owner, x.started_at, x.lease_until, c.now, 'expired', r.error,
+           x.scheduled_for
     FROM reaped AS r JOIN expired AS x ON x.execution_id = r.execution_id, clock AS c
-    ON CONFLICT (execution_id, attempt) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
+    ON CONFLICT (execution_id, attempt, scheduled_for) DO UPDATE SET  -- a 'running' row opened at lease time (before 2026-12)
         outcome = 'expired', finished_at = excluded.finished_at, error = excluded.error
     RETURNING execution_id
 )

@@ -1,7 +1,7 @@
 -- name: RetentionTakeExecutions
--- Delete up to :limit final executions that finished more than :retention_s before now (oldest first; a restored one only once its restore is as old), returning every column for the archive; ready and leased executions are never touched.
+-- Delete up to :limit final executions that finished more than :retention_s before now (oldest first; a restored one only once its restore is as old), returning every column for the archive; ready and leased executions are never touched. PostgreSQL: from the legacy partition only (rows scheduled before the weekly partitions); a weekly partition leaves whole (HistoryPartitionDrop).
 WITH old AS (
-    SELECT e.execution_id FROM executions AS e
+    SELECT e.execution_id FROM executions_legacy AS e
     WHERE e.finished_at < coalesce(CAST(:now AS TIMESTAMPTZ), now()) - CAST(:retention_s AS FLOAT8) * INTERVAL '1 second'
       AND e.state IN ('succeeded', 'dead', 'cancelled', 'skipped')
       AND (e.restored_at IS NULL
@@ -10,15 +10,15 @@ WITH old AS (
     LIMIT :limit
     FOR UPDATE SKIP LOCKED  -- another executor's pass takes other rows
 )
-DELETE FROM executions AS e
+DELETE FROM executions_legacy AS e
 USING old
 WHERE e.execution_id = old.execution_id
   AND e.state IN ('succeeded', 'dead', 'cancelled', 'skipped')  -- final only: a replayed one is live again
 RETURNING e.*;
 
 -- name: RetentionTakeAttempts
--- Delete the attempts of executions being archived, returning every column for the archive.
-DELETE FROM attempts
+-- Delete the attempts of executions being archived, returning every column for the archive (PostgreSQL: the legacy partition's, where the attempts of the legacy partition's executions are).
+DELETE FROM attempts_legacy
 WHERE execution_id = ANY (CAST(:execution_ids AS UUID[]))
 RETURNING *;
 
@@ -32,9 +32,57 @@ ON CONFLICT DO NOTHING
 RETURNING execution_id;
 
 -- name: RetentionRestoreAttempts
--- Load archived attempts back for executions that are present; an attempt already there is left alone.
-INSERT INTO attempts
-SELECT a.* FROM jsonb_populate_recordset(CAST(NULL AS attempts), CAST(:rows AS JSONB)) AS a
-WHERE EXISTS (SELECT 1 FROM executions AS e WHERE e.execution_id = a.execution_id)
+-- Load archived attempts back for executions that are present, with their execution's scheduled_for (archives written before attempts carried it have none); an attempt already there is left alone.
+INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at, outcome,
+                      error, result, sent_at, scheduled_for)
+SELECT a.execution_id, a.attempt, a.tenant_id, a.worker_id, a.leased_at, a.lease_until, a.finished_at, a.outcome,
+       a.error, a.result, a.sent_at, e.scheduled_for
+FROM jsonb_populate_recordset(CAST(NULL AS attempts), CAST(:rows AS JSONB)) AS a
+JOIN executions AS e ON e.execution_id = a.execution_id
 ON CONFLICT DO NOTHING
 RETURNING execution_id;
+
+-- name: HistoryPartitionsEnsure
+-- PostgreSQL: create the weekly partitions of executions and attempts for every week from :from_at to :to_at that has none (the weeks from the cutover on); how many were created.
+SELECT kairos_history_partitions_ensure(CAST(:from_at AS TIMESTAMPTZ), CAST(:to_at AS TIMESTAMPTZ)) AS created;
+
+-- name: HistoryPartitionsCover
+-- PostgreSQL: create the weekly partitions that rows scheduled at :scheduled_fors need and that do not exist (a backfill, a catch-up or a restore into a week retention dropped); how many were created.
+SELECT kairos_history_partitions_cover(CAST(:scheduled_fors AS TIMESTAMPTZ[])) AS created;
+
+-- name: HistoryPartitionsList
+-- PostgreSQL: the weeks that have a partition of executions, oldest first.
+SELECT lo, hi FROM kairos_history_partitions() ORDER BY lo;
+
+-- name: HistoryPartitionHeld
+-- What keeps the week [:lo, :hi) from leaving: its live executions (ready, leased: each partition's partial indexes), and the latest finished_at and restored_at in it (their partial indexes, read backwards).
+SELECT (SELECT count(*) FROM executions AS e
+        WHERE e.scheduled_for >= CAST(:lo AS TIMESTAMPTZ) AND e.scheduled_for < CAST(:hi AS TIMESTAMPTZ)
+          AND e.state = 'ready') AS ready,
+       (SELECT count(*) FROM executions AS e
+        WHERE e.scheduled_for >= CAST(:lo AS TIMESTAMPTZ) AND e.scheduled_for < CAST(:hi AS TIMESTAMPTZ)
+          AND e.lease_until IS NOT NULL) AS leased,
+       (SELECT max(e.finished_at) FROM executions AS e
+        WHERE e.scheduled_for >= CAST(:lo AS TIMESTAMPTZ) AND e.scheduled_for < CAST(:hi AS TIMESTAMPTZ)
+          AND e.finished_at IS NOT NULL) AS finished_at,
+       (SELECT max(e.restored_at) FROM executions AS e
+        WHERE e.scheduled_for >= CAST(:lo AS TIMESTAMPTZ) AND e.scheduled_for < CAST(:hi AS TIMESTAMPTZ)
+          AND e.restored_at IS NOT NULL) AS restored_at;
+
+-- name: HistoryPartitionExecutions
+-- Up to :limit executions of the week [:lo, :hi) after :after_id (NULL: from the first), by execution_id, every column (the week's archive, in batches; nothing is deleted).
+SELECT * FROM executions AS e
+WHERE e.scheduled_for >= CAST(:lo AS TIMESTAMPTZ) AND e.scheduled_for < CAST(:hi AS TIMESTAMPTZ)
+  AND e.execution_id > coalesce(CAST(:after_id AS UUID), CAST('00000000-0000-0000-0000-000000000000' AS UUID))
+ORDER BY e.execution_id
+LIMIT :limit;
+
+-- name: HistoryPartitionAttempts
+-- The attempts of the executions :execution_ids of the week [:lo, :hi), every column (for the week's archive).
+SELECT * FROM attempts AS a
+WHERE a.scheduled_for >= CAST(:lo AS TIMESTAMPTZ) AND a.scheduled_for < CAST(:hi AS TIMESTAMPTZ)
+  AND a.execution_id = ANY (CAST(:execution_ids AS UUID[]));
+
+-- name: HistoryPartitionDrop
+-- PostgreSQL: detach and drop the partitions of attempts and executions of the week starting :lo, once archived, unless it holds live work or a row finished or restored at or after :cutoff ('held': nothing changes); 'dropped', 'held' or 'absent'. Each lock that blocks writes is waited for at most 200 ms at a time.
+SELECT kairos_history_partition_drop(CAST(:lo AS TIMESTAMPTZ), CAST(:cutoff AS TIMESTAMPTZ)) AS outcome;

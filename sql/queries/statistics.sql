@@ -1,13 +1,17 @@
 -- name: StatisticsStaleTables
--- PostgreSQL only (CockroachDB refreshes its statistics by itself): the hot tables changed by at least :min_rows rows and :fraction of their size since they were last analyzed, and whose size moved by :fraction from the planner's belief (reltuples; -1 before the first ANALYZE). Updates that leave the size alone (a herd's leases and completions) make no new plans, and ANALYZE then only costs PostgreSQL's time in the drain.
-SELECT s.relname
+-- PostgreSQL only (CockroachDB refreshes its statistics by itself): the hot tables changed by at least :min_rows rows and :fraction of their size since they were last analyzed, and whose size moved by :fraction from the planner's belief (reltuples; -1 before the first ANALYZE). Updates that leave the size alone (a herd's leases and completions) make no new plans, and ANALYZE then only costs PostgreSQL's time in the drain. A partitioned table (executions, attempts) counts as the sum of its partitions (ANALYZE of it samples them all and analyzes each).
+SELECT coalesce(p.relname, s.relname) AS relname
 FROM pg_stat_user_tables AS s
 JOIN pg_class AS c ON c.oid = s.relid
+LEFT JOIN pg_inherits AS i ON i.inhrelid = s.relid
+LEFT JOIN pg_class AS p ON p.oid = i.inhparent
 WHERE s.schemaname = current_schema()
-  AND s.relname IN ('jobs', 'due_index', 'executions', 'attempts')
-  AND s.n_mod_since_analyze >= greatest(CAST(:min_rows AS INT8),
-                                        CAST(:fraction AS FLOAT8) * (s.n_live_tup - s.n_mod_since_analyze))
-  AND abs(s.n_live_tup - greatest(c.reltuples, 0)) >= CAST(:fraction AS FLOAT8) * greatest(c.reltuples, 0);
+  AND c.relkind = 'r'
+  AND coalesce(p.relname, s.relname) IN ('jobs', 'due_index', 'executions', 'attempts')
+GROUP BY coalesce(p.relname, s.relname)
+HAVING sum(s.n_mod_since_analyze) >= greatest(CAST(:min_rows AS INT8),
+                                              CAST(:fraction AS FLOAT8) * sum(s.n_live_tup - s.n_mod_since_analyze))
+   AND abs(sum(s.n_live_tup) - sum(greatest(c.reltuples, 0))) >= CAST(:fraction AS FLOAT8) * sum(greatest(c.reltuples, 0));
 
 -- name: StatisticsTargetForTransaction
 -- The statistics target of the ANALYZE that follows in this transaction (set_config(..., true) is SET LOCAL): ANALYZE samples 300 x target rows, so the keeper's refresh in the middle of a herd costs a tenth of the server default's 100.

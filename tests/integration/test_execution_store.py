@@ -96,10 +96,12 @@ async def test_the_live_attempt_is_the_execution_row_and_its_attempts_row_is_wri
     [live] = await db.transaction(lambda c: c.attempts.list_for_execution(t.tenant_id, eid))
     assert (live.attempt, live.outcome, live.worker_id, live.finished_at) == (1, "running", "w7", None)
     assert live.lease_until == leased[eid].lease_until
-    # A row opened at lease time, as Kairos did before, still ends as its attempt ends.
-    await sql(db, "INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until) "
-                  "SELECT execution_id, attempt, tenant_id, lease_owner, started_at, lease_until FROM executions "
-                  "WHERE execution_id = :e RETURNING 1", e=legacy)
+    # A row opened at lease time, as Kairos did before, still ends as its attempt ends (migration 0020 gave
+    # such rows their execution's scheduled_for, the conflict target's third column).
+    await sql(db, "INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, "
+                  "scheduled_for) "
+                  "SELECT execution_id, attempt, tenant_id, lease_owner, started_at, lease_until, scheduled_for "
+                  "FROM executions WHERE execution_id = :e RETURNING 1", e=legacy)
     done = [ex.Success(eid, 1, {"ok": 1}), ex.Success(legacy, 1, {"ok": 2})]
     assert await db.transaction(lambda c: c.executions.complete_many(done)) == {eid: True, legacy: True}
     for execution_id, n in ((eid, 1), (legacy, 2)):

@@ -60,9 +60,31 @@ async def _generic_plan(db: Database, name: str, params: dict[str, Any], *,
         finally:
             await conn.execute(text("DEALLOCATE hot_statement"))
 
+    async def parents(tx):
+        rows = await tx.schema._conn.execute(text(
+            "SELECT c.relname, p.relname, pg_relation_size(c.oid) = 0 FROM pg_inherits AS i "
+            "JOIN pg_class AS c ON c.oid = i.inhrelid JOIN pg_class AS p ON p.oid = i.inhparent"))
+        return {r[0]: (r[1], r[2]) for r in rows.all()}
+
     doc = await db.transaction(explain)
     doc = json.loads(doc) if isinstance(doc, str) else doc
-    return list(_nodes(doc[0]["Plan"]))
+    nodes = list(_nodes(doc[0]["Plan"]))
+    # History is partitioned by week on PostgreSQL: a partition's scan is named after its table and the
+    # table's index, the partition kept in "Partition". A weekly partition created ahead holds no page
+    # yet: the planner scans such a one sequentially (it reads nothing), and it is left out here.
+    parent = await db.transaction(parents)
+    kept = []
+    for n in nodes:
+        if n.get("Relation Name") in parent:
+            table, empty = parent[n["Relation Name"]]
+            if empty and n["Node Type"] == "Seq Scan":
+                continue
+            n["Partition"] = n["Relation Name"]
+            n["Relation Name"] = table
+        if n.get("Index Name") in parent:
+            n["Index Name"] = parent[n["Index Name"]][0]
+        kept.append(n)
+    return kept
 
 
 async def _ready_queue(db: Database, n: int) -> tuple[str, list[UUID]]:
@@ -95,7 +117,9 @@ async def test_the_lease_counts_each_tenants_leased_rows_once(db: Database) -> N
         "queue": queue, "worker_id": "w", "limit": 128, "lease_s": 60.0, "now": None, "salt": "ab",
         "skip_tenants": "{}"}, analyze=True)
     counts = [n for n in nodes if n.get("Index Name") == "executions_leased_by_queue"]
-    assert len(counts) == 1 and counts[0]["Actual Loops"] == 1, [(n["Node Type"], n["Actual Loops"]) for n in counts]
+    # Once per partition of executions (an index scan each).
+    assert counts and all(n["Actual Loops"] == 1 for n in counts), [(n["Node Type"], n["Actual Loops"]) for n in counts]
+    assert len({n.get("Partition") for n in counts}) == len(counts)
 
 
 async def test_the_completion_joins_no_two_ctes_by_nested_loop(db: Database) -> None:
@@ -128,7 +152,9 @@ async def test_the_lease_finds_the_rows_it_updates_by_primary_key_whatever_the_s
         "skip_tenants": "{}"})
     below = list(_nodes(_leased_update(nodes)))[1:]
     reads = [(n["Node Type"], n.get("Index Name")) for n in below if n.get("Relation Name") == "executions"]
-    assert reads == [("Index Scan", "executions_pkey")], reads
+    # Each partition by its row identity: the legacy partition's own primary key, or the occurrence key.
+    assert reads and set(reads) <= {("Index Scan", "executions_pkey"), ("Index Scan", "executions_occurrence_key")}, \
+        reads
     loops = [n for n in below if n["Node Type"] == "Nested Loop" and n["Plans"][1]["Node Type"] == "CTE Scan"]
     assert not loops, "a CTE scanned once per row of the update"
 

@@ -52,9 +52,10 @@ CROSS JOIN LATERAL (SELECT k, now() - interval '2 hours' - k * interval '30 hour
                     SELECT -1, now() - interval '5 minutes' WHERE right(m.name, 1) IN ('0', '5')) AS h
 """
 ATTEMPTS = """
-INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at, outcome)
+INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at, outcome,
+                      scheduled_for)
 SELECT execution_id, 1, tenant_id, 'w', started_at, started_at + interval '30 seconds', finished_at,
-       CASE WHEN state = 'dead' THEN 'failed' ELSE 'succeeded' END
+       CASE WHEN state = 'dead' THEN 'failed' ELSE 'succeeded' END, scheduled_for
 FROM executions
 """
 HISTORY_TABLES = ("jobs", "executions", "attempts")
@@ -83,9 +84,16 @@ async def _seed(db: Database) -> tuple[UUID, UUID]:
     async def analyze(conn: Any) -> None:
         await conn.execute(text("ANALYZE jobs, executions, attempts, tenants, due_index"))
 
+    await tf.raw(db, weekly_history)
     job_id = await tf.raw(db, seed)
     await tf.raw(db, analyze)
     return tenants[0].tenant_id, job_id
+
+
+async def weekly_history(conn: Any) -> None:
+    """History in its weekly partitions, as on an installation partitioned for longer than the history
+    kept: the fresh database's cutover (two weeks ahead) moves back before the seeded history."""
+    await conn.execute(text("SELECT kairos_history_recut(kairos_history_week(now() - interval '62 days'))"))
 
 
 async def _plan(db: Database, name: str, params: dict[str, Any], mode: str) -> list[dict[str, Any]]:
@@ -106,9 +114,21 @@ async def _plan(db: Database, name: str, params: dict[str, Any], mode: str) -> l
         finally:
             await conn.execute(text("DEALLOCATE lived_read"))
 
+    async def parents(tx: Any) -> dict[str, str]:
+        rows = await tx.schema._conn.execute(text(
+            "SELECT c.relname, p.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "
+            "JOIN pg_class AS p ON p.oid = i.inhparent"))
+        return {r[0]: r[1] for r in rows.all()}
+
     doc = await db.transaction(explain)
     doc = json.loads(doc) if isinstance(doc, str) else doc
-    return list(_nodes(doc[0]["Plan"]))
+    nodes = list(_nodes(doc[0]["Plan"]))
+    # A partition of executions or attempts (a week, or the default one) is read as its table.
+    parent = await db.transaction(parents)
+    for n in nodes:
+        if n.get("Relation Name") in parent:
+            n["Partition"], n["Relation Name"] = n["Relation Name"], parent[n["Relation Name"]]
+    return nodes
 
 
 def _reads(tenant_id: UUID, job_id: UUID) -> list[tuple[str, str, dict[str, Any], int]]:

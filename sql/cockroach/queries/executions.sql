@@ -23,10 +23,10 @@ WITH clock AS (
     WHERE q.room > 0
 ), candidates AS (
     SELECT c.execution_id, c.attempt, q.tenant_id, q.weight, q.now, q.room, q.most,
-           row_number() OVER (PARTITION BY q.tenant_id ORDER BY c.ready_at, c.execution_id) AS turn
+           row_number() OVER (PARTITION BY q.tenant_id ORDER BY c.ready_at, c.scheduled_for, c.execution_id) AS turn
     FROM share AS q
     CROSS JOIN LATERAL (
-        SELECT e.execution_id, e.attempt, e.ready_at FROM executions AS e
+        SELECT e.execution_id, e.attempt, e.ready_at, e.scheduled_for FROM executions AS e
         WHERE e.queue = :queue AND e.tenant_id = q.tenant_id
           AND e.state = 'ready' AND e.ready_at <= q.now
         ORDER BY e.ready_at
@@ -87,7 +87,7 @@ ORDER BY l.ready_at, l.scheduled_for;
 -- CockroachDB: ExecutionCompleteMany with one modification of attempts (CockroachDB refuses two in one statement): the current attempts' rows and the stale attempts' 'discarded' results are one INSERT ... ON CONFLICT DO UPDATE.
 WITH input AS (
     SELECT i.execution_id, i.attempt, i.result, i.sent_at, x.tenant_id, x.lease_owner, x.started_at, x.lease_until,
-           x.state = 'leased' AND x.attempt = i.attempt AS current
+           x.scheduled_for, x.state = 'leased' AND x.attempt = i.attempt AS current
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:results AS TEXT[]),
                 CAST(:scopes AS TEXT[]), CAST(:sent_ats AS TIMESTAMPTZ[])) AS i (execution_id, attempt, result, scope, sent_at)
     JOIN executions AS x ON x.execution_id = i.execution_id
@@ -105,21 +105,21 @@ WITH input AS (
     RETURNING e.execution_id
 ), ended AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, result, sent_at)
+                          outcome, result, sent_at, scheduled_for)
     SELECT i.execution_id, i.attempt, i.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now,
-           'succeeded', CAST(i.result AS JSONB), i.sent_at
+           'succeeded', CAST(i.result AS JSONB), i.sent_at, i.scheduled_for
     FROM input AS i, clock AS c
     WHERE i.execution_id IN (SELECT execution_id FROM done)
     UNION ALL
     -- A stale attempt's row exists (it ended 'expired' or 'cancelled'): proposed as it is, so the
     -- conflict below only marks its late result 'discarded'.
     SELECT a.execution_id, a.attempt, a.tenant_id, a.worker_id, a.leased_at, a.lease_until, c.now,
-           'discarded', CAST(i.result AS JSONB), a.sent_at
+           'discarded', CAST(i.result AS JSONB), a.sent_at, a.scheduled_for
     FROM input AS i
     JOIN attempts AS a ON a.execution_id = i.execution_id AND a.attempt = i.attempt, clock AS c
     WHERE NOT i.current
       AND a.outcome IN ('running', 'expired', 'cancelled')  -- a repeated call changes nothing
-    ON CONFLICT (execution_id, attempt) DO UPDATE SET
+    ON CONFLICT (execution_id, attempt, scheduled_for) DO UPDATE SET
         outcome = excluded.outcome, finished_at = excluded.finished_at, result = excluded.result
     RETURNING execution_id
 )
@@ -134,7 +134,7 @@ FROM input AS i LEFT JOIN done AS d ON d.execution_id = i.execution_id;
 -- CockroachDB: ExecutionFailMany with one modification of attempts, as the CockroachDB ExecutionCompleteMany above.
 WITH input AS (
     SELECT i.execution_id, i.attempt, i.error, i.retryable, i.delay_s, i.sent_at, x.tenant_id, x.lease_owner,
-           x.started_at, x.lease_until, x.state = 'leased' AND x.attempt = i.attempt AS current
+           x.started_at, x.lease_until, x.scheduled_for, x.state = 'leased' AND x.attempt = i.attempt AS current
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:errors AS TEXT[]),
                 CAST(:retryable AS BOOL[]), CAST(:delays_s AS FLOAT8[]), CAST(:scopes AS TEXT[]),
                 CAST(:sent_ats AS TIMESTAMPTZ[]))
@@ -157,19 +157,19 @@ WITH input AS (
     RETURNING e.execution_id, e.state, e.ready_at
 ), ended AS (
     INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, finished_at,
-                          outcome, error, sent_at)
+                          outcome, error, sent_at, scheduled_for)
     SELECT i.execution_id, i.attempt, i.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now, 'failed', i.error,
-           i.sent_at
+           i.sent_at, i.scheduled_for
     FROM input AS i, clock AS c
     WHERE i.execution_id IN (SELECT execution_id FROM failed)
     UNION ALL
     SELECT a.execution_id, a.attempt, a.tenant_id, a.worker_id, a.leased_at, a.lease_until, c.now, 'discarded', i.error,
-           a.sent_at
+           a.sent_at, a.scheduled_for
     FROM input AS i
     JOIN attempts AS a ON a.execution_id = i.execution_id AND a.attempt = i.attempt, clock AS c
     WHERE NOT i.current
       AND a.outcome IN ('running', 'expired', 'cancelled')  -- a repeated call changes nothing
-    ON CONFLICT (execution_id, attempt) DO UPDATE SET
+    ON CONFLICT (execution_id, attempt, scheduled_for) DO UPDATE SET
         outcome = excluded.outcome, finished_at = excluded.finished_at, error = excluded.error
     RETURNING execution_id
 )

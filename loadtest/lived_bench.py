@@ -1,0 +1,278 @@
+"""The bench's `lived` scenario: the herd, steady load, the REST reads and retention on a database that
+has lived, beside an empty one in the same run (so the ratios are measured side by side).
+
+    .venv/bin/python loadtest/lived_bench.py --scale 0.02 [--parts reads,herd100k,steady,retention] [herd.py's options]
+
+or, registered in herd.py (``--scenarios lived``), with the scale from ``--lived-scale`` when herd.py
+has that option, else KAIROS_LIVED_SCALE (default 1: 2,000,000 jobs, ~23,000,000 executions; see
+docs/database-at-scale.md), and the parts from KAIROS_LIVED_PARTS.
+
+One run: the lived database is loaded by ``loadtest/lived.py`` (COPY and generate_series; its load
+time and size are rows of the table); then
+
+- reads: a ``kairos api`` on an empty database and one on the lived database, every read of
+  lived.py ``--calls`` times (at least 100): p99 <= 50 ms on the lived one;
+- herd100k and steady: herd.py's own scenarios, first on an empty database, then on the lived one
+  (its ``Stack`` is handed the lived database instead of a fresh one): the lived herd's drain at
+  least 0.9x the empty one's, small tenants' p99 <= 2 s; steady's start lag p99 <= 1 s;
+- retention: while steady runs on the lived database, the oldest week of its history is retired
+  as the history-partitions duty does it (archived to a local object store, detached, dropped):
+  its duration, and the start lag p99 of the steady occurrences due meanwhile (<= 2 s);
+- heap: bytes per scheduler heap entry with 2,000,000 loaded (loadtest/heap_memory.py; <= 64 B).
+  The scheduler's start on 2,000,000 due rows is not measured yet.
+
+Every figure is a row of herd.py's table (scenario ``lived ...``), with its target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from app.scheduler.partitions import HistoryPartitioner, PartitionerConfig  # noqa: E402
+from app.store import sealing  # noqa: E402
+from app.store.db import Database, create_engine  # noqa: E402
+from app.store.objects import LocalObjectStore  # noqa: E402
+
+# herd.py imports this module to register its scenario, and this module uses herd.py's machinery
+# (through lived.py too): imported when the scenario runs, not at import, so neither import is circular.
+bench: Any = None
+lived: Any = None
+
+
+def _machinery() -> None:
+    global bench, lived
+    from loadtest import herd as bench_module
+    from loadtest import lived as lived_module
+
+    bench, lived = bench_module, lived_module
+
+PARTS = ("reads", "herd100k", "steady", "retention", "heap")
+HEAP_ENTRIES = 2_000_000
+HEAP_TARGET_B = 64
+DRAIN_RATIO_TARGET = 0.9
+RETENTION_LAG_TARGET_S = 2.0
+
+
+class LivedServer:
+    """The run's Server, except that while ``lived_url`` is set, a Stack that asks for a fresh database
+    gets the lived one (already loaded and migrated), and giving it back leaves it in place."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.lived_url: str | None = None
+
+    def create(self, label: str) -> str:
+        return self.lived_url or str(self.server.create(label))
+
+    def drop(self, url: str) -> None:
+        if url != self.lived_url:
+            self.server.drop(url)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.server, name)
+
+
+def scale_of(run: Any) -> float:
+    return float(getattr(run.args, "lived_scale", None) or os.environ.get("KAIROS_LIVED_SCALE", "1"))
+
+
+def parts_of(run: Any) -> list[str]:
+    given = getattr(run.args, "lived_parts", None) or os.environ.get("KAIROS_LIVED_PARTS", ",".join(PARTS))
+    return [p for p in given.split(",") if p]
+
+
+async def reads(run: Any, loaded: Any, blank: Any, args: argparse.Namespace) -> None:
+    got: dict[str, list[Any]] = {}
+    for label, db in (("empty", blank), ("lived", loaded)):
+        api = lived.Api(run.procs, db, label, run.tmp / "home")
+        try:
+            await api.ready()
+            got[label] = await lived.reads(api, args)
+        finally:
+            await api.client.aclose()
+            run.procs.stop([api.proc], grace_s=5)
+    empty = {r.name: r for r in got["empty"]}
+    for r in got["lived"]:
+        e = empty.get(r.name)
+        if r.error:
+            run.row("lived reads", r.name, "<= 50 ms", f"error: {r.error}", False)
+            continue
+        beside = f" (empty {e.p99_ms} ms)" if e and e.p99_ms is not None else ""
+        if r.name.startswith("kairos "):  # a process per call: the interpreter's start, not the read
+            run.row("lived reads", f"{r.name} p99{beside}", "-", f"{r.p99_ms} ms", None)
+        else:
+            run.row("lived reads", f"{r.name} p99 over {r.calls}{beside}", f"<= {lived.P99_TARGET_MS:g} ms",
+                    f"{r.p99_ms} ms", (r.p99_ms or 0) <= lived.P99_TARGET_MS)
+    run.results["lived"]["reads"] = {k: [vars(r) for r in v] for k, v in got.items()}
+
+
+async def beside(run: Any, proxy: LivedServer, name: str, lived_url: str,
+                 during: Any = None) -> dict[str, dict[str, Any]]:
+    """herd.py's scenario ``name`` on an empty database, then on the lived one (``during(run)`` runs
+    beside the lived pass); its rows are renamed ``name (empty)`` and ``name (lived)``."""
+    out: dict[str, dict[str, Any]] = {}
+    for where in ("empty", "lived"):
+        proxy.lived_url = lived_url if where == "lived" else None
+        first = len(run.rows)
+        try:
+            if during is not None and where == "lived":
+                await asyncio.gather(bench.SCENARIOS[name](run), during(run))
+            else:
+                await bench.SCENARIOS[name](run)
+        finally:
+            proxy.lived_url = None
+        for row in run.rows[first:]:
+            row.scenario = f"{name} ({where})"
+        out[where] = run.results.pop(name, {})
+    return out
+
+
+async def retire_oldest_week(run: Any, url: str, started: dict[str, float]) -> None:
+    """Once steady's occurrences run on the lived database, retire its oldest week of history."""
+    db = Database(create_engine(url, pool_size=2))
+    try:
+        conn = bench.psycopg.connect(bench.libpq(url), autocommit=True)
+        try:
+            deadline = time.monotonic() + max(60.0, run.left())
+            while time.monotonic() < deadline:
+                row = conn.execute("SELECT count(*) FROM executions AS e JOIN jobs AS j ON j.job_id = e.job_id "
+                                   "WHERE j.name = 'steady' AND e.state = 'succeeded'").fetchone()
+                if row and row[0] > 0:
+                    break
+                await asyncio.sleep(1.0)
+        finally:
+            conn.close()
+        await asyncio.sleep(10.0)  # into the steady window
+        weeks = await db.read(lambda tx: tx.partitions.weeks())
+        if not weeks:
+            run.row("lived retention", "a week of history retired", "runs", "no weekly partition", False)
+            return
+        duty = HistoryPartitioner(db, LocalObjectStore(run.tmp / "archive"), PartitionerConfig(batch=10_000))
+        started["t0"] = time.time()
+        out = await duty.retire(weeks[0], datetime.now(timezone.utc))
+        started["t1"] = time.time()
+        started["rows"] = float(out.executions)
+        run.row("lived retention", f"retire the oldest week ({out.executions:,} executions, {out.attempts:,} "
+                f"attempts, {len(out.archives)} archives): {out.outcome}", "-",
+                f"{out.duration_s:.1f} s", out.outcome == "dropped")
+    finally:
+        await db.close()
+
+
+def lag_during(url: str, t0: float, t1: float) -> float | None:
+    """Start lag p99 (seconds) of the steady occurrences due between t0 and t1 (epoch seconds)."""
+    with bench.psycopg.connect(bench.libpq(url), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT j.job_id::text, j.jitter_s, extract(epoch FROM e.scheduled_for), extract(epoch FROM a.leased_at) "
+            "FROM jobs AS j JOIN executions AS e ON e.job_id = j.job_id "
+            "JOIN attempts AS a ON a.execution_id = e.execution_id AND a.attempt = 1 "
+            "WHERE j.name = 'steady' AND e.scheduled_for >= to_timestamp(%(lo)s) - interval '60 seconds' "
+            "AND e.scheduled_for < to_timestamp(%(hi)s)", {"lo": t0, "hi": t1}).fetchall()
+    lags = []
+    for job_id, jitter_s, sched, leased in rows:
+        due = float(sched) + (bench.jitter_offset_s(job_id, jitter_s) if jitter_s else 0)
+        if t0 <= due < t1:
+            lags.append(float(leased) - due)
+    return bench.pct(lags, 0.99) if lags else None
+
+
+async def heap_per_entry(run: Any) -> None:
+    """Bytes per scheduler heap entry with HEAP_ENTRIES loaded: loadtest/heap_memory.py, the component
+    probe of herd.py's memory scenario, at the brief's 2,000,000."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(ROOT / "loadtest" / "heap_memory.py"),
+                                                "--entries", str(HEAP_ENTRIES), "--timing-entries", "0",
+                                                stdout=asyncio.subprocess.PIPE)
+    try:
+        out, _ = await proc.communicate()  # under tracemalloc: a few minutes at 2,000,000
+    except asyncio.CancelledError:
+        proc.kill()  # the run's deadline: the probe goes with the scenario
+        raise
+    found = re.search(r"bytes per heap entry\s+([\d,]+) B", out.decode())
+    per_entry = int(found.group(1).replace(",", "")) if found else None
+    run.results["lived"]["heapBytesPerEntry"] = per_entry
+    run.row("lived", f"scheduler heap: bytes per entry, {HEAP_ENTRIES:,} loaded (component probe)",
+            f"<= {HEAP_TARGET_B} B", "-" if per_entry is None else f"{per_entry:,} B",
+            per_entry is not None and per_entry <= HEAP_TARGET_B)
+
+
+async def scenario_lived(run: Any) -> None:
+    _machinery()
+    scale, parts = scale_of(run), parts_of(run)
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise bench.ScenarioFailed(f"unknown lived part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
+    os.environ.setdefault(sealing.SECRET_KEY_VARIABLE, sealing.new_key())  # the tiers open what tenants seal
+    proxy = LivedServer(run.server)
+    run.server = proxy
+    run.results["lived"] = {"scale": scale, "parts": parts}
+    try:
+        url = proxy.server.create("lived")
+        args = argparse.Namespace(scale=scale, attempts="all", seed=run.args.seed,
+                                  calls=max(100, int(os.environ.get("KAIROS_LIVED_CALLS", "100"))), cli_calls=5)
+        print(f"  [lived] loading scale {scale}", flush=True)
+        loaded = await lived.load(url, args)
+        run.results["lived"].update({"loadSeconds": loaded.seconds, "rows": loaded.rows,
+                                     "sizeBytes": loaded.size_bytes})
+        rows = ", ".join(f"{n:,} {t}" for t, n in loaded.rows.items())
+        run.row("lived", f"load at scale {scale:g}: {rows}", "-",
+                f"{loaded.seconds['total']:.0f} s, {loaded.size_bytes / 1e9:.2f} GB", None)
+        if "reads" in parts:
+            blank = await lived.empty(proxy.server.create("lived_empty"), len(loaded.tenants))
+            await reads(run, loaded, blank, args)
+        if "herd100k" in parts:
+            herd = await beside(run, proxy, "herd100k", url)
+            run.results["lived"]["herd100k"] = herd
+            empty_rate, lived_rate = (herd[w].get("drainPerS") for w in ("empty", "lived"))
+            ratio = lived_rate / empty_rate if empty_rate and lived_rate else None
+            run.row("lived", "herd100k drain, lived / empty", f">= {DRAIN_RATIO_TARGET:g}x",
+                    "-" if ratio is None else f"{ratio:.2f}x ({lived_rate:,.0f}/s vs {empty_rate:,.0f}/s)",
+                    ratio is not None and ratio >= DRAIN_RATIO_TARGET)
+        if "steady" in parts or "retention" in parts:
+            window: dict[str, float] = {}
+            during = (lambda r: retire_oldest_week(r, url, window)) if "retention" in parts else None
+            steady = await beside(run, proxy, "steady", url, during)
+            run.results["lived"]["steady"] = steady
+            if window.get("t1"):
+                p99 = lag_during(url, window["t0"], window["t1"])
+                run.row("lived retention", "steady start lag p99 during the retirement",
+                        f"<= {RETENTION_LAG_TARGET_S:g} s", bench.fmt_s(p99),
+                        p99 is not None and p99 <= RETENTION_LAG_TARGET_S)
+        if "heap" in parts:
+            await heap_per_entry(run)
+        run.row("lived", "scheduler start with 2,000,000 due rows dispatching", "<= 5 s", "not measured here", None)
+    finally:
+        run.server = proxy.server
+
+
+SCENARIOS = {"lived": scenario_lived}
+
+
+def entry() -> int:
+    """Run herd.py with the lived scenario registered (herd.py's own options after ours)."""
+    own = argparse.ArgumentParser(add_help=False)
+    own.add_argument("--scale", type=float, default=1.0, help="the lived database's scale (1: 2,000,000 jobs)")
+    own.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated of {', '.join(PARTS)}")
+    mine, rest = own.parse_known_args()
+    _machinery()
+    os.environ["KAIROS_LIVED_SCALE"] = str(mine.scale)
+    os.environ["KAIROS_LIVED_PARTS"] = mine.parts
+    bench.SCENARIOS.update(SCENARIOS)
+    bench.ALL_SCENARIOS = (*bench.ALL_SCENARIOS, *SCENARIOS)
+    sys.argv = [sys.argv[0], "--scenarios", "lived", *rest]
+    return bench.entry()
+
+
+if __name__ == "__main__":
+    sys.exit(entry())
