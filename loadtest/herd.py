@@ -61,10 +61,11 @@ from app.store.db import Database, create_engine  # noqa: E402
 
 POOL = "herd"
 import http_herd  # noqa: E402  (beside this file: the HTTP-target scenarios)
+import lived_bench  # noqa: E402  (beside this file: the lived-database scenario)
 import reference  # noqa: E402  (beside this file: pgqueuer, the worker-pool herds' reference arm)
 
 ALL_SCENARIOS = ("herd100k", "herd10k", "herd31k", "mixed", "light", "steady", "short", "submit", "command", "memory",
-                 *http_herd.SCENARIOS)
+                 *http_herd.SCENARIOS, *lived_bench.SCENARIOS)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -108,6 +109,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--herd31k-small", type=int, default=10, help="herd31k: small tenants of 100 jobs each")
     g.add_argument("--reference", choices=("pgqueuer", "none"), default="pgqueuer",
                    help="herd10k, herd31k, herd100k: run the same herd through pgqueuer beside Kairos")
+    g.add_argument("--lived-scale", type=float,
+                   help="lived: the loaded database's size, 1 = 2,000,000 jobs and ~23,000,000 executions "
+                        "(default: KAIROS_LIVED_SCALE, else 1)")
+    g.add_argument("--lived-parts", help="lived: which parts, of reads,herd100k,steady,retention,heap "
+                                         "(default: KAIROS_LIVED_PARTS, else all)")
     g.add_argument("--herd10k-jobs", type=int, default=10_000)
     g.add_argument("--herd10k-tenants", type=int, default=1)
     g.add_argument("--mixed-a", type=int, default=40_000, help="mixed: jobs of tenant A")
@@ -1453,7 +1459,7 @@ async def scenario_memory(run: Run) -> None:
 
 SCENARIOS = {"herd100k": scenario_herd100k, "herd10k": scenario_herd10k, "herd31k": scenario_herd31k, "mixed": scenario_mixed,
              "light": scenario_light, "steady": scenario_steady, "short": scenario_short, "submit": scenario_submit,
-             "command": scenario_command, "memory": scenario_memory, **http_herd.SCENARIOS}
+             "command": scenario_command, "memory": scenario_memory, **http_herd.SCENARIOS, **lived_bench.SCENARIOS}
 
 
 # -- output ------------------------------------------------------------------------------------------
