@@ -30,7 +30,7 @@ run: $(RUNTIME)
 
 ## ruff over the server, the SDK, tests and benchmarks (generated modules excluded, see pyproject.toml),
 ## then the format check (FORMAT_CHECK=1 turns it on).
-FORMAT_CHECK ?= 0
+FORMAT_CHECK ?= 1
 lint: $(DEV)
 	$(BIN)/ruff check .
 	@if [ "$(FORMAT_CHECK)" = 1 ]; then $(MAKE) --no-print-directory format-check; fi

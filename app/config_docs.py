@@ -1,7 +1,7 @@
 """The settings tables of docs/configuration.md, rendered from the fields of ``app.config``'s settings.
 
-    python -m app.config_docs --markdown                  # print them
-    python -m app.config_docs --write docs/configuration.md  # update the marked tables in place
+python -m app.config_docs --markdown                  # print them
+python -m app.config_docs --write docs/configuration.md  # update the marked tables in place
 """
 
 from __future__ import annotations

@@ -28,8 +28,14 @@ async def pause(seconds: float, stop: asyncio.Event, *wakes: asyncio.Event) -> N
             w.cancel()
 
 
-async def supervise(name: str, duty: Callable[[], Awaitable[None]], stop: asyncio.Event, *,
-                    backoff_s: float = 0.5, max_backoff_s: float = 15.0) -> None:
+async def supervise(
+    name: str,
+    duty: Callable[[], Awaitable[None]],
+    stop: asyncio.Event,
+    *,
+    backoff_s: float = 0.5,
+    max_backoff_s: float = 15.0,
+) -> None:
     """Run ``duty`` until it returns or ``stop`` is set; a crash is logged and the duty restarted with backoff."""
     delay = backoff_s
     while not stop.is_set():
@@ -44,9 +50,16 @@ async def supervise(name: str, duty: Callable[[], Awaitable[None]], stop: asynci
         delay = min(max_backoff_s, delay * 2)
 
 
-async def run_every(name: str, interval_s: float, stop: asyncio.Event, run_once: Callable[[], Awaitable[R]], *,
-                    again: Callable[[R], bool] = lambda _result: False, wakes: tuple[asyncio.Event, ...] = (),
-                    on_error: Callable[[], object] = lambda: None) -> None:
+async def run_every(
+    name: str,
+    interval_s: float,
+    stop: asyncio.Event,
+    run_once: Callable[[], Awaitable[R]],
+    *,
+    again: Callable[[R], bool] = lambda _result: False,
+    wakes: tuple[asyncio.Event, ...] = (),
+    on_error: Callable[[], object] = lambda: None,
+) -> None:
     """A duty's loop: ``run_once`` every ``interval_s`` until ``stop``; a failed pass is logged, then
     ``on_error()`` runs and the loop keeps going; ``again(result)`` true runs the next pass at once
     (more work is waiting). ``wakes`` are cleared before each pass, so a hint that arrives while a

@@ -82,8 +82,14 @@ class InvalidExecutionState(InvalidStateTransition):
 class TenantQuotaExceeded(KairosError):
     """The tenant's quota is exhausted; try again later."""
 
-    def __init__(self, detail: str | None = None, *, quota: str | None = None, limit: int | None = None,
-                 retry_after_s: int | None = None) -> None:
+    def __init__(
+        self,
+        detail: str | None = None,
+        *,
+        quota: str | None = None,
+        limit: int | None = None,
+        retry_after_s: int | None = None,
+    ) -> None:
         super().__init__(detail)
         self.quota = quota  # which one, as the API spells it: maxActiveJobs, maxSubmitPerSecond
         self.limit = limit

@@ -68,8 +68,10 @@ async def probe(args: argparse.Namespace, db: Database) -> None:
             if len(leased) != args.batch or not all(answers.values()):
                 raise SystemExit(f"{how}: leased {len(leased)}, completed {sum(answers.values())}")
         per_cycle_us = 1e6 * (time.process_time() - cpu) / args.cycles
-        print(f"  {how:11s} client CPU {per_cycle_us:6.0f} us per cycle "
-              f"({per_cycle_us / args.batch:.1f} us per execution leased and completed)")
+        print(
+            f"  {how:11s} client CPU {per_cycle_us:6.0f} us per cycle "
+            f"({per_cycle_us / args.batch:.1f} us per execution leased and completed)"
+        )
 
 
 if __name__ == "__main__":

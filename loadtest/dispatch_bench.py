@@ -44,15 +44,20 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", type=int, default=20_000)
     p.add_argument("--tenants", type=int, default=4)
-    p.add_argument("--lead-s", type=float, default=10.0,
-                   help="seconds from the start of seeding to the due instant (room to seed and load)")
-    p.add_argument("--cron", action="store_true",
-                   help="hourly cron jobs (a top-of-the-hour herd) instead of one-off jobs")
-    p.add_argument("--quota", type=int, default=1_000_000,
-                   help="tenants.max_dispatch_per_s of every tenant")
+    p.add_argument(
+        "--lead-s",
+        type=float,
+        default=10.0,
+        help="seconds from the start of seeding to the due instant (room to seed and load)",
+    )
+    p.add_argument(
+        "--cron", action="store_true", help="hourly cron jobs (a top-of-the-hour herd) instead of one-off jobs"
+    )
+    p.add_argument("--quota", type=int, default=1_000_000, help="tenants.max_dispatch_per_s of every tenant")
     p.add_argument("--subprocess", action="store_true", help="run `kairos scheduler` as a child process")
-    p.add_argument("--home", default="/tmp/kairos-bench",
-                   help="embedded PostgreSQL home (when KAIROS_DATABASE_URL is not set)")
+    p.add_argument(
+        "--home", default="/tmp/kairos-bench", help="embedded PostgreSQL home (when KAIROS_DATABASE_URL is not set)"
+    )
     p.add_argument("--keep", action="store_true", help="keep the benchmark database")
     return p.parse_args()
 
@@ -83,13 +88,23 @@ async def seed(db: Database, n: int, n_tenants: int, quota: int, at: datetime, c
     for i in range(n):
         job_id = uuid.uuid4()
         tenant = tenant_ids[i % n_tenants]
-        jobs.append(factories.SeedJob(
-            job_id=job_id, tenant_id=tenant, shard_id=shard_of(job_id), name=f"bench-{i}", pool="bench",
-            queue=f"tenant:{tenant}:bench", schedule_kind="cron" if cron else "once",
-            nominal_at=at, next_run_at=at,
-            cron=f"{at.minute} * * * *" if cron else None, tz="UTC" if cron else None))
+        jobs.append(
+            factories.SeedJob(
+                job_id=job_id,
+                tenant_id=tenant,
+                shard_id=shard_of(job_id),
+                name=f"bench-{i}",
+                pool="bench",
+                queue=f"tenant:{tenant}:bench",
+                schedule_kind="cron" if cron else "once",
+                nominal_at=at,
+                next_run_at=at,
+                cron=f"{at.minute} * * * *" if cron else None,
+                tz="UTC" if cron else None,
+            )
+        )
     for start in range(0, n, SEED_CHUNK):
-        chunk = jobs[start:start + SEED_CHUNK]
+        chunk = jobs[start : start + SEED_CHUNK]
         await factories.raw(db, lambda c: factories.seed_jobs(c, chunk))
 
 
@@ -128,8 +143,10 @@ async def main() -> None:
         due = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=args.lead_s)
         t0 = time.monotonic()
         await seed(db, args.jobs, args.tenants, args.quota, due, args.cron)
-        print(f"seeded {args.jobs} {'cron' if args.cron else 'one-off'} jobs over {args.tenants} tenants "
-              f"in {time.monotonic() - t0:.1f} s, all due at {due.isoformat()}")
+        print(
+            f"seeded {args.jobs} {'cron' if args.cron else 'one-off'} jobs over {args.tenants} tenants "
+            f"in {time.monotonic() - t0:.1f} s, all due at {due.isoformat()}"
+        )
         settings = dataclasses.replace(Settings(), database_url=url)
         stop = asyncio.Event()
         if args.subprocess:

@@ -53,8 +53,12 @@ def parse() -> argparse.Namespace:
 
 
 def submission(tenant_id: uuid.UUID) -> Any:
-    body = schemas.JobIn(name="probe", target=schemas.TargetIn(type="queue", ref="probe"),
-                         schedule=schemas.ScheduleIn(delay_seconds=3600), payload={"n": 1})
+    body = schemas.JobIn(
+        name="probe",
+        target=schemas.TargetIn(type="queue", ref="probe"),
+        schedule=schemas.ScheduleIn(delay_seconds=3600),
+        payload={"n": 1},
+    )
     return service.submission(body, Settings(), tenant_id, None, None, datetime.now(timezone.utc))
 
 
@@ -88,8 +92,10 @@ async def main(args: argparse.Namespace) -> None:
             await conn.execute(text(f"ALTER ROLE postgres SET synchronous_commit = {mode}"))
 
         results: list[str] = []
-        for mode, runs in (("local", (("critical (remote_apply)", critical), ("normal (local)", normal))),
-                           ("on", (("normal, every commit synchronous (on)", normal),))):
+        for mode, runs in (
+            ("local", (("critical (remote_apply)", critical), ("normal (local)", normal))),
+            ("on", (("normal, every commit synchronous (on)", normal),)),
+        ):
             await factories.raw(setup, lambda conn, m=mode: commit_default(conn, mode=m))
             db = Database(create_engine(primary.url(), pool_size=4))  # new sessions take the role default
             writer = SubmitWriter(db)

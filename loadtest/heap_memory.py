@@ -45,10 +45,17 @@ def pages(entries: int, tenants: int, seed: int) -> Iterator[list[DueEntry]]:
         for _ in range(min(PAGE, entries - start)):
             at_s = rng.randrange(0, 86_400)
             at = BASE + timedelta(seconds=at_s)  # a fresh datetime per column, as the driver returns them
-            batch.append(DueEntry(rng.randrange(256), 1, BASE + timedelta(seconds=at_s - at_s % 60), at,
-                                  uuid.UUID(int=rng.getrandbits(128)),
-                                  uuid.UUID(tenant_ids[rng.randrange(len(tenant_ids))]),
-                                  BASE + timedelta(seconds=at_s)))
+            batch.append(
+                DueEntry(
+                    rng.randrange(256),
+                    1,
+                    BASE + timedelta(seconds=at_s - at_s % 60),
+                    at,
+                    uuid.UUID(int=rng.getrandbits(128)),
+                    uuid.UUID(tenant_ids[rng.randrange(len(tenant_ids))]),
+                    BASE + timedelta(seconds=at_s),
+                )
+            )
         yield batch
 
 
@@ -92,10 +99,14 @@ def measure_time(args: argparse.Namespace) -> None:
         settle_s += time.perf_counter() - settling
         popped += len(batch)
     n = max(1, entries)
-    print(f"add                   {add_s / n * 1e6:.2f} us per entry ({add_s:.1f} s for {entries:,}, "
-          f"pages of {PAGE:,}; slowest page {slowest_add_s * 1e3:.0f} ms)")
-    print(f"pop_due               {pop_s / max(1, popped) * 1e6:.2f} us per entry (batches of {POP_BATCH:,}, "
-          f"{popped:,} popped in {calls:,} calls)")
+    print(
+        f"add                   {add_s / n * 1e6:.2f} us per entry ({add_s:.1f} s for {entries:,}, "
+        f"pages of {PAGE:,}; slowest page {slowest_add_s * 1e3:.0f} ms)"
+    )
+    print(
+        f"pop_due               {pop_s / max(1, popped) * 1e6:.2f} us per entry (batches of {POP_BATCH:,}, "
+        f"{popped:,} popped in {calls:,} calls)"
+    )
     print(f"settle                {settle_s / max(1, popped) * 1e6:.2f} us per entry")
 
 

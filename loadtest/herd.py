@@ -64,56 +64,102 @@ import http_herd  # noqa: E402  (beside this file: the HTTP-target scenarios)
 import lived_bench  # noqa: E402  (beside this file: the lived-database scenario)
 import reference  # noqa: E402  (beside this file: pgqueuer, the worker-pool herds' reference arm)
 
-ALL_SCENARIOS = ("herd100k", "herd10k", "herd31k", "mixed", "light", "steady", "short", "submit", "command", "memory",
-                 *http_herd.SCENARIOS, *lived_bench.SCENARIOS)
+ALL_SCENARIOS = (
+    "herd100k",
+    "herd10k",
+    "herd31k",
+    "mixed",
+    "light",
+    "steady",
+    "short",
+    "submit",
+    "command",
+    "memory",
+    *http_herd.SCENARIOS,
+    *lived_bench.SCENARIOS,
+)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # -- command line ------------------------------------------------------------------------------------
+
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenarios", default=",".join(ALL_SCENARIOS), help="comma-separated, run in this order")
     g = p.add_argument_group("processes")
     g.add_argument("--workers", type=int, default=2, help="SDK worker processes")
-    g.add_argument("--executors", type=int, default=2,
-                   help="`kairos executor` processes, each on its own port; worker i leases from executor i mod N")
+    g.add_argument(
+        "--executors",
+        type=int,
+        default=2,
+        help="`kairos executor` processes, each on its own port; worker i leases from executor i mod N",
+    )
     g.add_argument("--worker-concurrency", type=int, default=256, help="handlers in flight per worker process")
     g.add_argument("--lease-batch", type=int, default=128, help="executions per Lease call")
-    g.add_argument("--report-s", type=float, default=None,
-                   help="SDK workers' report_s: how long outcomes are buffered for one CompleteMany (default: the SDK's)")
-    g.add_argument("--api-workers", type=int,
-                   help="API processes (KAIROS_API_WORKERS; default: what `kairos api` starts by itself)")
+    g.add_argument(
+        "--report-s",
+        type=float,
+        default=None,
+        help="SDK workers' report_s: how long outcomes are buffered for one CompleteMany (default: the SDK's)",
+    )
+    g.add_argument(
+        "--api-workers",
+        type=int,
+        help="API processes (KAIROS_API_WORKERS; default: what `kairos api` starts by itself)",
+    )
     g.add_argument("--log-level", default="INFO", help="KAIROS_LOG_LEVEL of every tier (INFO is the default)")
-    g.add_argument("--tier-env", action="append", default=[], metavar="KAIROS_X=V",
-                   help="extra environment for the tiers (repeatable)")
+    g.add_argument(
+        "--tier-env",
+        action="append",
+        default=[],
+        metavar="KAIROS_X=V",
+        help="extra environment for the tiers (repeatable)",
+    )
     g.add_argument("--max-inflight", type=int, help="set every tenant's max_inflight quota (default: Kairos's)")
-    g.add_argument("--max-dispatch-per-s", type=int,
-                   help="set every tenant's max_dispatch_per_s quota (default: Kairos's)")
+    g.add_argument(
+        "--max-dispatch-per-s", type=int, help="set every tenant's max_dispatch_per_s quota (default: Kairos's)"
+    )
     g = p.add_argument_group("load generator")
-    g.add_argument("--client", choices=("raw", "httpx"), default="raw",
-                   help="raw: minimal keep-alive HTTP/1.1 client over asyncio streams; httpx: httpx.AsyncClient")
+    g.add_argument(
+        "--client",
+        choices=("raw", "httpx"),
+        default="raw",
+        help="raw: minimal keep-alive HTTP/1.1 client over asyncio streams; httpx: httpx.AsyncClient",
+    )
     g.add_argument("--submit-concurrency", type=int, default=16, help="clients submitting a scenario's jobs")
-    g.add_argument("--lead-min", type=float, default=5.0,
-                   help="least seconds between the end of the submits and T")
+    g.add_argument("--lead-min", type=float, default=5.0, help="least seconds between the end of the submits and T")
     g = p.add_argument_group("scenario sizes")
     g.add_argument("--command-jobs", type=int, default=2000, help="command: jobs due at T for `kairos worker -- true`")
     g.add_argument("--command-workers", type=int, default=2, help="command: `kairos worker` processes")
     g.add_argument("--command-concurrency", type=int, default=16, help="command: concurrency of each")
-    g.add_argument("--command-rounds", type=int, default=3,
-                   help="command: herds, each between two asyncio baselines; the figure is the median round's")
+    g.add_argument(
+        "--command-rounds",
+        type=int,
+        default=3,
+        help="command: herds, each between two asyncio baselines; the figure is the median round's",
+    )
     g.add_argument("--hog", type=int, default=90_000, help="herd100k: jobs of tenant hog")
     g.add_argument("--small-tenants", type=int, default=100, help="herd100k: small tenants")
     g.add_argument("--small-jobs", type=int, default=100, help="herd100k: jobs per small tenant")
     g.add_argument("--herd31k-hog", type=int, default=30_000, help="herd31k: jobs of tenant hog")
     g.add_argument("--herd31k-small", type=int, default=10, help="herd31k: small tenants of 100 jobs each")
-    g.add_argument("--reference", choices=("pgqueuer", "none"), default="pgqueuer",
-                   help="herd10k, herd31k, herd100k: run the same herd through pgqueuer beside Kairos")
-    g.add_argument("--lived-scale", type=float,
-                   help="lived: the loaded database's size, 1 = 2,000,000 jobs and ~23,000,000 executions "
-                        "(default: KAIROS_LIVED_SCALE, else 1)")
-    g.add_argument("--lived-parts", help="lived: which parts, of reads,herd100k,steady,retention,heap "
-                                         "(default: KAIROS_LIVED_PARTS, else all)")
+    g.add_argument(
+        "--reference",
+        choices=("pgqueuer", "none"),
+        default="pgqueuer",
+        help="herd10k, herd31k, herd100k: run the same herd through pgqueuer beside Kairos",
+    )
+    g.add_argument(
+        "--lived-scale",
+        type=float,
+        help="lived: the loaded database's size, 1 = 2,000,000 jobs and ~23,000,000 executions "
+        "(default: KAIROS_LIVED_SCALE, else 1)",
+    )
+    g.add_argument(
+        "--lived-parts",
+        help="lived: which parts, of reads,herd100k,steady,retention,heap (default: KAIROS_LIVED_PARTS, else all)",
+    )
     g.add_argument("--herd10k-jobs", type=int, default=10_000)
     g.add_argument("--herd10k-tenants", type=int, default=1)
     g.add_argument("--mixed-a", type=int, default=40_000, help="mixed: jobs of tenant A")
@@ -131,10 +177,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--batch-clients", type=int, default=4, help="submit: concurrent batch clients")
     g = p.add_argument_group("bounds and output")
     g.add_argument("--deadline", type=float, default=3600.0, help="global time bound, seconds")
-    g.add_argument("--drain-timeout", type=float,
-                   help="seconds after the last due time to wait for every start (default 30 + jobs/500)")
-    g.add_argument("--explain", action="store_true",
-                   help="print EXPLAIN (ANALYZE, BUFFERS) of the lease statement at the drain midpoint (rolled back)")
+    g.add_argument(
+        "--drain-timeout",
+        type=float,
+        help="seconds after the last due time to wait for every start (default 30 + jobs/500)",
+    )
+    g.add_argument(
+        "--explain",
+        action="store_true",
+        help="print EXPLAIN (ANALYZE, BUFFERS) of the lease statement at the drain midpoint (rolled back)",
+    )
     g.add_argument("--keep", action="store_true", help="keep the databases (and the embedded server's data)")
     g.add_argument("--database-url", help="a PostgreSQL server to use instead of a fresh embedded one")
     g.add_argument("--results-dir", default=str(ROOT / "loadtest" / "results"))
@@ -151,6 +203,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 # -- worker child ------------------------------------------------------------------------------------
 
+
 def run_worker_child(spec: str) -> None:
     """Child mode: one SDK worker process whose handler does nothing."""
     from kairos_sdk import Worker
@@ -161,11 +214,19 @@ def run_worker_child(spec: str) -> None:
         return None
 
     extra = {"report_s": cfg["report_s"]} if cfg.get("report_s") is not None else {}
-    Worker(cfg["pool"], handler, addr=cfg["addr"], api_key=os.environ["KAIROS_API_KEY"], concurrency=cfg["concurrency"],
-           batch=cfg["batch"], **extra).run_forever()
+    Worker(
+        cfg["pool"],
+        handler,
+        addr=cfg["addr"],
+        api_key=os.environ["KAIROS_API_KEY"],
+        concurrency=cfg["concurrency"],
+        batch=cfg["batch"],
+        **extra,
+    ).run_forever()
 
 
 # -- numbers -----------------------------------------------------------------------------------------
+
 
 def pct(values: list[float], q: float) -> float | None:
     """Nearest-rank percentile of values (sorted or not); None when empty."""
@@ -177,9 +238,16 @@ def pct(values: list[float], q: float) -> float | None:
 
 def summary(values: list[float]) -> dict[str, Any]:
     s = sorted(values)
-    return {"n": len(s), "min": s[0] if s else None, "p50": pct(s, 50), "p90": pct(s, 90), "p99": pct(s, 99),
-            "p999": pct(s, 99.9), "max": s[-1] if s else None,
-            "mean": sum(s) / len(s) if s else None}
+    return {
+        "n": len(s),
+        "min": s[0] if s else None,
+        "p50": pct(s, 50),
+        "p90": pct(s, 90),
+        "p99": pct(s, 99),
+        "p999": pct(s, 99.9),
+        "max": s[-1] if s else None,
+        "mean": sum(s) / len(s) if s else None,
+    }
 
 
 def fmt_s(v: float | None) -> str:
@@ -193,6 +261,7 @@ def fmt_rate(v: float | None) -> str:
 
 
 # -- processes ---------------------------------------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -216,7 +285,7 @@ def _proc_table() -> dict[int, tuple[int, float]]:
                 raw = f.read()
         except OSError:
             continue
-        rest = raw[raw.rfind(b")") + 2:].split()
+        rest = raw[raw.rfind(b")") + 2 :].split()
         ppid = int(rest[1])
         cpu = sum(int(x) for x in rest[11:15]) / CLK_TCK  # utime stime cutime cstime
         out[int(entry)] = (ppid, cpu)
@@ -266,8 +335,9 @@ class Processes:
     def start(self, name: str, argv: list[str], env: dict[str, str]) -> Proc:
         log = self.logdir / f"{name}.log"
         with log.open("ab") as out:
-            popen = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     start_new_session=True)
+            popen = subprocess.Popen(
+                argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+            )
         proc = Proc(name, popen, log)
         self.procs.append(proc)
         return proc
@@ -300,6 +370,7 @@ def _signal_group(popen: subprocess.Popen, sig: int) -> None:
 
 # -- HTTP load generator -----------------------------------------------------------------------------
 
+
 class RawLane:
     """One keep-alive HTTP/1.1 connection over asyncio streams: a request at a time, no retries."""
 
@@ -311,8 +382,10 @@ class RawLane:
     async def send(self, method: str, path: str, key: str, body: bytes = b"") -> tuple[int, bytes]:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nAuthorization: Bearer {key}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
         try:
             self.writer.write(head + body if body else head)
             raw = await self.reader.readuntil(b"\r\n\r\n")
@@ -372,8 +445,12 @@ class HttpxLane:
         import httpx
 
         try:
-            r = await self.client.request(method, self.base + path, content=body or None, headers={
-                "Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+            r = await self.client.request(
+                method,
+                self.base + path,
+                content=body or None,
+                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+            )
         except httpx.HTTPError as exc:
             raise ConnectionError(str(exc) or type(exc).__name__) from None
         return r.status_code, r.content
@@ -395,8 +472,9 @@ class Http:
         if self._httpx is None:
             import httpx
 
-            self._httpx = httpx.AsyncClient(limits=httpx.Limits(max_connections=256, max_keepalive_connections=256),
-                                            timeout=60)
+            self._httpx = httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=256, max_keepalive_connections=256), timeout=60
+            )
         return HttpxLane(self._httpx, f"http://{self.host}:{self.port}")
 
     async def close(self) -> None:
@@ -418,17 +496,33 @@ class SubmitStats:
     first_body: bytes = b""
 
     def as_json(self) -> dict[str, Any]:
-        return {"requests": self.requests, "okRequests": self.ok_requests, "okItems": self.ok_items,
-                "statuses": self.statuses, "errors": self.errors[:5], "seconds": round(self.seconds, 3),
-                "itemsPerS": self.ok_items / self.seconds if self.seconds else None,
-                "latencyS": summary(self.latencies), "generatorCpuS": round(self.cpu_s, 3),
-                "generatorCpuUsPerRequest": 1e6 * self.cpu_s / self.requests if self.requests else None}
+        return {
+            "requests": self.requests,
+            "okRequests": self.ok_requests,
+            "okItems": self.ok_items,
+            "statuses": self.statuses,
+            "errors": self.errors[:5],
+            "seconds": round(self.seconds, 3),
+            "itemsPerS": self.ok_items / self.seconds if self.seconds else None,
+            "latencyS": summary(self.latencies),
+            "generatorCpuS": round(self.cpu_s, 3),
+            "generatorCpuUsPerRequest": 1e6 * self.cpu_s / self.requests if self.requests else None,
+        }
 
 
-async def submit(http: Http, make: Callable[[int], tuple[str, bytes]], *, count: int | None, concurrency: int,
-                 path: str = "/v1/jobs", method: str = "POST", ok_status: tuple[int, ...] = (201,),
-                 items_of: Callable[[int, bytes], int] | None = None, rate: float | None = None,
-                 stop_at: float | None = None) -> SubmitStats:
+async def submit(
+    http: Http,
+    make: Callable[[int], tuple[str, bytes]],
+    *,
+    count: int | None,
+    concurrency: int,
+    path: str = "/v1/jobs",
+    method: str = "POST",
+    ok_status: tuple[int, ...] = (201,),
+    items_of: Callable[[int, bytes], int] | None = None,
+    rate: float | None = None,
+    stop_at: float | None = None,
+) -> SubmitStats:
     """Send make(i) for i in 0..count-1 (or until stop_at, monotonic) over `concurrency` lanes.
 
     rate: open-loop pacing (request i is not sent before t0 + i/rate). Only answers in ok_status
@@ -484,8 +578,10 @@ async def submit(http: Http, make: Callable[[int], tuple[str, bytes]], *, count:
 
 
 def job_body(name: str, schedule: dict[str, Any], ref: str = f"shared/{POOL}") -> bytes:
-    return json.dumps({"name": name, "target": {"type": "queue", "ref": ref}, "payload": {},
-                       "schedule": schedule}, separators=(",", ":")).encode()
+    return json.dumps(
+        {"name": name, "target": {"type": "queue", "ref": ref}, "payload": {}, "schedule": schedule},
+        separators=(",", ":"),
+    ).encode()
 
 
 def iso(t: datetime) -> str:
@@ -493,6 +589,7 @@ def iso(t: datetime) -> str:
 
 
 # -- database ----------------------------------------------------------------------------------------
+
 
 def libpq(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://")
@@ -577,6 +674,7 @@ class Server:
 
 # -- one scenario's stack ----------------------------------------------------------------------------
 
+
 @dataclass
 class TenantInfo:
     name: str
@@ -587,8 +685,15 @@ class TenantInfo:
 class Stack:
     """A fresh database, the three tiers and the workers of one scenario."""
 
-    def __init__(self, run: Run, label: str, command: list[str] | None = None, *,
-                 env: dict[str, str] | None = None, workers: bool = True) -> None:
+    def __init__(
+        self,
+        run: Run,
+        label: str,
+        command: list[str] | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        workers: bool = True,
+    ) -> None:
         self.run = run
         self.extra_env = env or {}  # the scenario's own tier settings (before --tier-env's)
         self.with_workers = workers  # False: no worker processes (HTTP targets only)
@@ -610,11 +715,19 @@ class Stack:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")}
-        env.update({"KAIROS_HOME": str(self.run.tmp / "home"), "KAIROS_DATABASE_URL": self.url,
-                    "KAIROS_API_PORT": str(self.api_port), "KAIROS_GRPC_PORT": str(self.grpc_port),
-                    "KAIROS_API_HOST": "127.0.0.1", "KAIROS_GRPC_HOST": "127.0.0.1",
-                    "KAIROS_LOG_LEVEL": self.run.args.log_level, "PYTHONUNBUFFERED": "1",
-                    sealing.SECRET_KEY_VARIABLE: os.environ[sealing.SECRET_KEY_VARIABLE]})
+        env.update(
+            {
+                "KAIROS_HOME": str(self.run.tmp / "home"),
+                "KAIROS_DATABASE_URL": self.url,
+                "KAIROS_API_PORT": str(self.api_port),
+                "KAIROS_GRPC_PORT": str(self.grpc_port),
+                "KAIROS_API_HOST": "127.0.0.1",
+                "KAIROS_GRPC_HOST": "127.0.0.1",
+                "KAIROS_LOG_LEVEL": self.run.args.log_level,
+                "PYTHONUNBUFFERED": "1",
+                sealing.SECRET_KEY_VARIABLE: os.environ[sealing.SECRET_KEY_VARIABLE],
+            }
+        )
         env.update(self.extra_env)
         for item in self.run.args.tier_env:
             k, _, v = item.partition("=")
@@ -641,22 +754,36 @@ class Stack:
         for i in range(2, self.run.args.executors + 1):  # replicas: their own gRPC port, no metrics port
             grpc_ports.append(free_port())
             self.tiers[f"executor{i}"] = self.run.procs.start(
-                f"{self.label}-executor{i}", [*cmd, "executor"],
-                dict(env, KAIROS_GRPC_PORT=str(grpc_ports[-1]), KAIROS_METRICS_PORT="0"))
+                f"{self.label}-executor{i}",
+                [*cmd, "executor"],
+                dict(env, KAIROS_GRPC_PORT=str(grpc_ports[-1]), KAIROS_METRICS_PORT="0"),
+            )
         await self._ready()
         self.api_processes = max(1, self._api_process_count())
         count = self.run.args.workers if self.command is None else self.run.args.command_workers
         count = count if self.with_workers else 0
         for i in range(count):
             addr = f"127.0.0.1:{grpc_ports[i % len(grpc_ports)]}"
-            spec = {"pool": POOL, "addr": addr,
-                    "concurrency": self.run.args.worker_concurrency, "batch": self.run.args.lease_batch,
-                    "report_s": self.run.args.report_s}
+            spec = {
+                "pool": POOL,
+                "addr": addr,
+                "concurrency": self.run.args.worker_concurrency,
+                "batch": self.run.args.lease_batch,
+                "report_s": self.run.args.report_s,
+            }
             if self.command is None:
                 argv = [sys.executable, str(Path(__file__).resolve()), "--worker-child", json.dumps(spec)]
             else:
-                argv = [*cmd, "worker", "--pool", POOL, "--concurrency", str(self.run.args.command_concurrency),
-                        "--", *self.command]
+                argv = [
+                    *cmd,
+                    "worker",
+                    "--pool",
+                    POOL,
+                    "--concurrency",
+                    str(self.run.args.command_concurrency),
+                    "--",
+                    *self.command,
+                ]
             wenv = dict(env, KAIROS_GRPC_ADDR=addr, KAIROS_API_KEY=self.worker_key)
             self.workers.append(self.run.procs.start(f"{self.label}-worker{i + 1}", argv, wenv))
         await asyncio.sleep(1.5)
@@ -672,8 +799,9 @@ class Stack:
                 created = await tx.tenants.create(n)
                 assert created is not None, f"tenant {n} exists"
                 if args.max_inflight or args.max_dispatch_per_s:
-                    await tx.tenants.set_quota(created[0].tenant_id, max_inflight=args.max_inflight,
-                                                 max_dispatch_per_s=args.max_dispatch_per_s)
+                    await tx.tenants.set_quota(
+                        created[0].tenant_id, max_inflight=args.max_inflight, max_dispatch_per_s=args.max_dispatch_per_s
+                    )
                 out.append(created)
             return out
 
@@ -682,8 +810,14 @@ class Stack:
 
     def _pool(self, names: list[str]) -> None:
         allow = [a for n in names for a in ("--allow", n)]
-        out = subprocess.run([*kairos_command(), "pools", "create", POOL, "--shared", *allow, "--json"],
-                             env=self.env(), cwd=ROOT, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [*kairos_command(), "pools", "create", POOL, "--shared", *allow, "--json"],
+            env=self.env(),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if out.returncode != 0:
             raise RuntimeError(f"kairos pools create failed: {out.stderr.strip() or out.stdout.strip()}")
         self.worker_key = json.loads(out.stdout.strip().splitlines()[-1])["workerKey"]
@@ -709,13 +843,17 @@ class Stack:
                 except OSError:
                     pass
             if not sched:
-                sched = self.sql1("SELECT count(*) FROM shard_leases WHERE owner IS NOT NULL "
-                                  "AND lease_until > now()") == 256
+                sched = (
+                    self.sql1("SELECT count(*) FROM shard_leases WHERE owner IS NOT NULL AND lease_until > now()")
+                    == 256
+                )
             if api and grpc and sched:
                 return
             if time.monotonic() > end:
-                raise RuntimeError(f"tiers not ready after {timeout_s:.0f} s (api {api}, executor {grpc}, "
-                                   f"scheduler owns all shards {sched})")
+                raise RuntimeError(
+                    f"tiers not ready after {timeout_s:.0f} s (api {api}, executor {grpc}, "
+                    f"scheduler owns all shards {sched})"
+                )
             await asyncio.sleep(0.2)
 
     def _api_process_count(self) -> int:
@@ -750,20 +888,38 @@ class Stack:
         return out
 
     def table_stats(self) -> list[dict[str, Any]]:
-        rows = self.sql("SELECT relname, n_live_tup, n_mod_since_analyze, last_analyze, last_autoanalyze, "
-                        "(SELECT reltuples FROM pg_class c WHERE c.oid = s.relid) "
-                        "FROM pg_stat_user_tables s WHERE relname IN ('executions', 'attempts', 'due_index', 'jobs')")
-        return [{"table": r[0], "liveTuples": r[1], "modifiedSinceAnalyze": r[2],
-                 "lastAnalyze": r[3].isoformat() if r[3] else None,
-                 "lastAutoanalyze": r[4].isoformat() if r[4] else None, "plannerRowEstimate": r[5]} for r in rows]
+        rows = self.sql(
+            "SELECT relname, n_live_tup, n_mod_since_analyze, last_analyze, last_autoanalyze, "
+            "(SELECT reltuples FROM pg_class c WHERE c.oid = s.relid) "
+            "FROM pg_stat_user_tables s WHERE relname IN ('executions', 'attempts', 'due_index', 'jobs')"
+        )
+        return [
+            {
+                "table": r[0],
+                "liveTuples": r[1],
+                "modifiedSinceAnalyze": r[2],
+                "lastAnalyze": r[3].isoformat() if r[3] else None,
+                "lastAutoanalyze": r[4].isoformat() if r[4] else None,
+                "plannerRowEstimate": r[5],
+            }
+            for r in rows
+        ]
 
     def explain_lease(self) -> str:
         found = lease_statement()
         if found is None:
             return "no Execution*Lease* statement in the catalogue"
         name, sql = found
-        known = {"queue": f"shared:{POOL}", "now": None, "limit": self.run.args.lease_batch, "salt": "explain",
-                 "worker_id": "explain", "lease_s": 30.0, "pool": POOL, "skip_tenants": "{}"}
+        known = {
+            "queue": f"shared:{POOL}",
+            "now": None,
+            "limit": self.run.args.lease_batch,
+            "salt": "explain",
+            "worker_id": "explain",
+            "lease_s": 30.0,
+            "pool": POOL,
+            "skip_tenants": "{}",
+        }
         query, params = to_psycopg(sql, known)
         assert self.conn is not None
         try:
@@ -775,8 +931,10 @@ class Stack:
         return f"EXPLAIN {name}\n" + "\n".join(r[0] for r in plan)
 
     def db_counters(self) -> dict[str, int]:
-        row = self.sql("SELECT xact_commit, xact_rollback, conflicts, deadlocks FROM pg_stat_database "
-                       "WHERE datname = current_database()")[0]
+        row = self.sql(
+            "SELECT xact_commit, xact_rollback, conflicts, deadlocks FROM pg_stat_database "
+            "WHERE datname = current_database()"
+        )[0]
         return dict(zip(("commits", "rollbacks", "conflicts", "deadlocks"), (int(x) for x in row)))
 
     async def down(self) -> None:
@@ -793,6 +951,7 @@ class Stack:
 
 # -- measuring occurrences ---------------------------------------------------------------------------
 
+
 @dataclass
 class Occurrence:
     job_id: str
@@ -804,8 +963,9 @@ class Occurrence:
     attempt: int | None
 
 
-def occurrences(stack: Stack, name_like: str, lo: float | None = None, hi: float | None = None) -> tuple[
-        list[Occurrence], dict[str, int]]:
+def occurrences(
+    stack: Stack, name_like: str, lo: float | None = None, hi: float | None = None
+) -> tuple[list[Occurrence], dict[str, int]]:
     """Every execution of the jobs named like name_like (each with its due time), and per job the
     number of its executions; lo/hi bound scheduled_for (epoch seconds) for cron jobs."""
     rows = stack.sql(
@@ -816,7 +976,9 @@ def occurrences(stack: Stack, name_like: str, lo: float | None = None, hi: float
         "  AND (%(lo)s::float8 IS NULL OR e.scheduled_for >= to_timestamp(%(lo)s::float8)) "
         "  AND (%(hi)s::float8 IS NULL OR e.scheduled_for < to_timestamp(%(hi)s::float8)) "
         "LEFT JOIN attempts AS a ON a.execution_id = e.execution_id AND a.attempt = 1 "
-        "WHERE j.name LIKE %(name)s", {"name": name_like, "lo": lo, "hi": hi})
+        "WHERE j.name LIKE %(name)s",
+        {"name": name_like, "lo": lo, "hi": hi},
+    )
     occ, per_job = [], defaultdict(int)
     for job_id, tenant, jitter_s, sched, disp, leased, state, attempt in rows:
         per_job[job_id] += 0
@@ -824,8 +986,17 @@ def occurrences(stack: Stack, name_like: str, lo: float | None = None, hi: float
             continue
         per_job[job_id] += 1
         due = float(sched) + (jitter_offset_s(job_id, jitter_s) if jitter_s else 0)
-        occ.append(Occurrence(job_id, tenant, due, float(disp) if disp is not None else None,
-                              float(leased) if leased is not None else None, state, attempt))
+        occ.append(
+            Occurrence(
+                job_id,
+                tenant,
+                due,
+                float(disp) if disp is not None else None,
+                float(leased) if leased is not None else None,
+                state,
+                attempt,
+            )
+        )
     return occ, dict(per_job)
 
 
@@ -834,8 +1005,9 @@ def correctness(occ: list[Occurrence], per_job: dict[str, int], expected_per_job
     return {
         "jobs": len(per_job),
         "executions": len(occ),
-        "duplicateExecutions": sum(n - expected_per_job for n in per_job.values()
-                                   if expected_per_job is not None and n > expected_per_job),
+        "duplicateExecutions": sum(
+            n - expected_per_job for n in per_job.values() if expected_per_job is not None and n > expected_per_job
+        ),
         "extraAttempts": sum((o.attempt or 1) - 1 for o in occ if (o.attempt or 0) > 1),
         "lostJobs": sum(1 for j in per_job if j not in succeeded_jobs),
         "notStarted": sum(1 for o in occ if o.leased is None),
@@ -867,6 +1039,7 @@ def by_tenant(occ: list[Occurrence], pick: Callable[[str], bool]) -> list[Occurr
 
 
 # -- the run -----------------------------------------------------------------------------------------
+
 
 @dataclass
 class Row:
@@ -911,17 +1084,21 @@ class Run:
                 return ""
 
         a = self.args
-        return {"startedAt": self.stamp, "commit": git("rev-parse", "HEAD"),
-                "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", "app", "sql")),
-                "cpus": os.cpu_count(), "loadAverageAtStart": os.getloadavg(), "python": sys.version.split()[0],
-                "pythonLoopMs": self.loop_ms,
-                "command": " ".join(["loadtest/herd.py", *sys.argv[1:]]),
-                "config": {k: v for k, v in vars(a).items() if k not in ("worker_child", "results_dir")}}
+        return {
+            "startedAt": self.stamp,
+            "commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", "app", "sql")),
+            "cpus": os.cpu_count(),
+            "loadAverageAtStart": os.getloadavg(),
+            "python": sys.version.split()[0],
+            "pythonLoopMs": self.loop_ms,
+            "command": " ".join(["loadtest/herd.py", *sys.argv[1:]]),
+            "config": {k: v for k, v in vars(a).items() if k not in ("worker_child", "results_dir")},
+        }
 
     def save(self) -> None:
         self.out_path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"meta": self.meta(), "scenarios": self.results,
-               "table": [vars(r) for r in self.rows]}
+        doc = {"meta": self.meta(), "scenarios": self.results, "table": [vars(r) for r in self.rows]}
         self.out_path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
 
 
@@ -941,12 +1118,18 @@ def python_loop_ms() -> float:
 
 # -- correctness rows shared by the job scenarios ----------------------------------------------------
 
+
 def correctness_rows(run: Run, name: str, c: dict[str, Any]) -> None:
     dup = c["duplicateExecutions"] + c["extraAttempts"]
     run.row(name, "duplicates (extra executions + extra attempts)", "0", f"{dup}", dup == 0)
     run.row(name, "lost (jobs with no succeeded execution)", "0", f"{c['lostJobs']}", c["lostJobs"] == 0)
-    run.row(name, "every execution succeeded", "yes", f"{c['executions'] - c['notSucceeded']}/{c['executions']}",
-            c["notSucceeded"] == 0)
+    run.row(
+        name,
+        "every execution succeeded",
+        "yes",
+        f"{c['executions'] - c['notSucceeded']}/{c['executions']}",
+        c["notSucceeded"] == 0,
+    )
     if dup or c["lostJobs"] or c["notSucceeded"]:
         run.failed = True
 
@@ -958,12 +1141,15 @@ def correctness_rows(run: Run, name: str, c: dict[str, Any]) -> None:
 # to stop waiting; counting every second took 2 % of PostgreSQL's time in herd100k's drain, at 0.5 s 8 %.
 POLL_S = 1.0
 COUNT_EVERY = 5
-PENDING_SQL = ("SELECT EXISTS (SELECT 1 FROM executions WHERE state = 'ready') "
-               "OR EXISTS (SELECT 1 FROM executions WHERE lease_until IS NOT NULL)")
+PENDING_SQL = (
+    "SELECT EXISTS (SELECT 1 FROM executions WHERE state = 'ready') "
+    "OR EXISTS (SELECT 1 FROM executions WHERE lease_until IS NOT NULL)"
+)
 
 
-async def wait_drain(run: Run, stack: Stack, expected: int, until: float, *, t0: float | None,
-                     stall_s: float = 30.0) -> dict[str, Any]:
+async def wait_drain(
+    run: Run, stack: Stack, expected: int, until: float, *, t0: float | None, stall_s: float = 30.0
+) -> dict[str, Any]:
     """Poll (every POLL_S, counting when PENDING_SQL allows) until `expected` executions succeeded or the
     wall-clock bound `until` (epoch seconds) passes, or nothing progressed for stall_s after the last
     due time. Takes the planner statistics (and EXPLAIN with --explain) once half of them succeeded."""
@@ -981,8 +1167,7 @@ async def wait_drain(run: Run, stack: Stack, expected: int, until: float, *, t0:
             last_n, last_change = n, now
         if not mid_done and n >= expected / 2 and (t0 is None or now >= t0):
             mid_done = True
-            info["midpoint"] = {"succeeded": n, "atS": None if t0 is None else now - t0,
-                                "tables": stack.table_stats()}
+            info["midpoint"] = {"succeeded": n, "atS": None if t0 is None else now - t0, "tables": stack.table_stats()}
             if run.args.explain:
                 plan = stack.explain_lease()
                 info["midpoint"]["explainLease"] = plan
@@ -1018,9 +1203,15 @@ def queue_body(name: str, _tenant: str, schedule: dict[str, Any]) -> bytes:
     return job_body(name, schedule)
 
 
-async def herd(run: Run, name: str, groups: list[tuple[str, int]],
-               command: list[str] | None = None, *, body_of: BodyOf = queue_body,
-               stack: Stack | None = None) -> dict[str, Any]:
+async def herd(
+    run: Run,
+    name: str,
+    groups: list[tuple[str, int]],
+    command: list[str] | None = None,
+    *,
+    body_of: BodyOf = queue_body,
+    stack: Stack | None = None,
+) -> dict[str, Any]:
     """All jobs of groups [(tenant, jobs)] due at one instant T, submitted (interleaved) before T;
     body_of writes each tenant's job (default: the shared worker pool), stack is the scenario's own."""
     args = run.args
@@ -1033,8 +1224,13 @@ async def herd(run: Run, name: str, groups: list[tuple[str, int]],
         # Calibrate the submit rate with jobs due tomorrow, then pick T so the submits land before it.
         cal_key = keys[0][0]
         cal_body = body_of("calibrate", keys[0][1], {"runAt": iso(datetime.now(timezone.utc) + timedelta(days=1))})
-        cal = await submit(stack.http, lambda i: (cal_key, cal_body), count=min(1000, max(50, total // 20)),
-                           concurrency=args.submit_concurrency, stop_at=time.monotonic() + 3)
+        cal = await submit(
+            stack.http,
+            lambda i: (cal_key, cal_body),
+            count=min(1000, max(50, total // 20)),
+            concurrency=args.submit_concurrency,
+            stop_at=time.monotonic() + 3,
+        )
         rate = max(20.0, cal.ok_items / cal.seconds if cal.seconds else 20.0)
         lead = max(args.lead_min, total / (0.7 * rate) + args.lead_min)
         need = lead + drain_timeout(run, total) + 30
@@ -1043,14 +1239,19 @@ async def herd(run: Run, name: str, groups: list[tuple[str, int]],
         t_due = math.ceil(time.time() + lead)
         schedule = {"runAt": iso(datetime.fromtimestamp(t_due, timezone.utc))}
         bodies = {g: body_of("herd", g, schedule) for g, _ in groups}
-        print(f"  [{name}] {total} jobs over {len(groups)} tenant(s); calibrated submits {rate:.0f}/s; "
-              f"T in {t_due - time.time():.1f} s")
-        sub = await submit(stack.http, lambda i: (keys[i][0], bodies[keys[i][1]]), count=total,
-                           concurrency=args.submit_concurrency)
+        print(
+            f"  [{name}] {total} jobs over {len(groups)} tenant(s); calibrated submits {rate:.0f}/s; "
+            f"T in {t_due - time.time():.1f} s"
+        )
+        sub = await submit(
+            stack.http, lambda i: (keys[i][0], bodies[keys[i][1]]), count=total, concurrency=args.submit_concurrency
+        )
         submitted_at = time.time()
         accepted = stack.sql1("SELECT count(*) FROM jobs WHERE name = 'herd'")
-        print(f"  [{name}] submitted {sub.ok_items}/{total} in {sub.seconds:.1f} s ({sub.ok_items / sub.seconds:,.0f}/s)"
-              f"; {t_due - submitted_at:.1f} s before T")
+        print(
+            f"  [{name}] submitted {sub.ok_items}/{total} in {sub.seconds:.1f} s ({sub.ok_items / sub.seconds:,.0f}/s)"
+            f"; {t_due - submitted_at:.1f} s before T"
+        )
         late = stack.sql1("SELECT count(*) FROM jobs WHERE name = 'herd' AND created_at >= run_at")
         await asyncio.sleep(max(0.0, t_due - 1 - time.time()))
         cpu0, counters0 = stack.cpu(), stack.db_counters()
@@ -1058,20 +1259,32 @@ async def herd(run: Run, name: str, groups: list[tuple[str, int]],
         cpu1, counters1 = stack.cpu(), stack.db_counters()
         occ, per_job = occurrences(stack, "herd")
         c = correctness(occ, per_job)
-        res = {"jobs": total, "accepted": accepted, "tenants": len(groups), "T": t_due,
-               "submit": sub.as_json(), "submitCalibrationPerS": rate, "submitsEndedBeforeTS": t_due - submitted_at,
-               "lateSubmits": late, "drain": drain, "correctness": c, **lag_figures(occ, t_due),
-               "perTenantGroup": {}, "cpuSecondsDuringDrain": {k: round(cpu1[k] - cpu0.get(k, 0), 2) for k in cpu1},
-               "drainWallS": time.time() - (t_due - 1),
-               "database": {k: counters1[k] - counters0[k] for k in counters1},
-               "apiProcesses": stack.api_processes}
+        res = {
+            "jobs": total,
+            "accepted": accepted,
+            "tenants": len(groups),
+            "T": t_due,
+            "submit": sub.as_json(),
+            "submitCalibrationPerS": rate,
+            "submitsEndedBeforeTS": t_due - submitted_at,
+            "lateSubmits": late,
+            "drain": drain,
+            "correctness": c,
+            **lag_figures(occ, t_due),
+            "perTenantGroup": {},
+            "cpuSecondsDuringDrain": {k: round(cpu1[k] - cpu0.get(k, 0), 2) for k in cpu1},
+            "drainWallS": time.time() - (t_due - 1),
+            "database": {k: counters1[k] - counters0[k] for k in counters1},
+            "apiProcesses": stack.api_processes,
+        }
         return res | {"_occ": occ}
     finally:
         await stack.down()
 
 
-def herd_rows(run: Run, name: str, res: dict[str, Any], *, max_lag_target: float | None,
-              drain_target: float | None) -> None:
+def herd_rows(
+    run: Run, name: str, res: dict[str, Any], *, max_lag_target: float | None, drain_target: float | None
+) -> None:
     lag = res["startLagS"]
     if res["lateSubmits"]:
         run.row(name, "all submits landed before T", "yes", f"{res['lateSubmits']} late", False)
@@ -1081,13 +1294,22 @@ def herd_rows(run: Run, name: str, res: dict[str, Any], *, max_lag_target: float
     not_started = res["correctness"]["notStarted"] + (res["accepted"] - res["correctness"]["jobs"])
     measured = fmt_s(lag["max"]) + (f" ({not_started} never started)" if not_started else "")
     if max_lag_target is not None:
-        run.row(name, "every occurrence started within (max start lag)", f"<= {max_lag_target:g} s", measured,
-                lag["max"] is not None and lag["max"] <= max_lag_target and not not_started)
+        run.row(
+            name,
+            "every occurrence started within (max start lag)",
+            f"<= {max_lag_target:g} s",
+            measured,
+            lag["max"] is not None and lag["max"] <= max_lag_target and not not_started,
+        )
     else:
         run.row(name, "start lag max", "-", measured, None)
-    run.row(name, "drain (started/s, T to last start)", f">= {drain_target:,.0f}/s" if drain_target else "-",
-            fmt_rate(res.get("drainPerS")),
-            None if drain_target is None else (res.get("drainPerS") or 0) >= drain_target)
+    run.row(
+        name,
+        "drain (started/s, T to last start)",
+        f">= {drain_target:,.0f}/s" if drain_target else "-",
+        fmt_rate(res.get("drainPerS")),
+        None if drain_target is None else (res.get("drainPerS") or 0) >= drain_target,
+    )
     run.row(name, "dispatch lag p99", "-", fmt_s(res["dispatchLagS"]["p99"]), None)
     run.row(name, "submit rate (side figure)", "-", fmt_rate(res["submit"]["itemsPerS"]), None)
     started = res["correctness"]["jobs"] - res["correctness"]["notStarted"]
@@ -1097,9 +1319,13 @@ def herd_rows(run: Run, name: str, res: dict[str, Any], *, max_lag_target: float
         per = {k: 1e6 * cpu.get(k, 0.0) / started for k in tiers}
         total = sum(per.values())
         targeted = name in ("herd10k", "herd31k", "herd100k")
-        run.row(name, "CPU per started execution, us: " + " / ".join(tiers) + " = all",
-                "<= 60 us" if targeted else "-", " / ".join(f"{per[k]:.0f}" for k in tiers) + f" = {total:.0f}",
-                total <= 60 if targeted else None)
+        run.row(
+            name,
+            "CPU per started execution, us: " + " / ".join(tiers) + " = all",
+            "<= 60 us" if targeted else "-",
+            " / ".join(f"{per[k]:.0f}" for k in tiers) + f" = {total:.0f}",
+            total <= 60 if targeted else None,
+        )
     correctness_rows(run, name, res["correctness"])
 
 
@@ -1109,8 +1335,7 @@ async def scenario_herd100k(run: Run) -> None:
     res = await herd(run, "herd100k", groups)
     occ = res.pop("_occ")
     small = by_tenant(occ, lambda t: t.startswith("small-"))
-    res["perTenantGroup"] = {"hog": lag_figures(by_tenant(occ, lambda t: t == "hog")),
-                             "small": lag_figures(small)}
+    res["perTenantGroup"] = {"hog": lag_figures(by_tenant(occ, lambda t: t == "hog")), "small": lag_figures(small)}
     run.results["herd100k"] = res
     herd_rows(run, "herd100k", res, max_lag_target=7.0, drain_target=15_000)
     p99 = res["perTenantGroup"]["small"]["startLagS"]["p99"]
@@ -1125,8 +1350,7 @@ async def scenario_herd31k(run: Run) -> None:
     res = await herd(run, "herd31k", groups)
     occ = res.pop("_occ")
     small = by_tenant(occ, lambda t: t.startswith("small-"))
-    res["perTenantGroup"] = {"hog": lag_figures(by_tenant(occ, lambda t: t == "hog")),
-                             "small": lag_figures(small)}
+    res["perTenantGroup"] = {"hog": lag_figures(by_tenant(occ, lambda t: t == "hog")), "small": lag_figures(small)}
     run.results["herd31k"] = res
     herd_rows(run, "herd31k", res, max_lag_target=None, drain_target=None)
     p99 = res["perTenantGroup"]["small"]["startLagS"]["p99"]
@@ -1134,8 +1358,15 @@ async def scenario_herd31k(run: Run) -> None:
     await reference_arm(run, "herd31k", groups, res, ratio_target=1.0, small="small-")
 
 
-async def reference_arm(run: Run, name: str, groups: list[tuple[str, int]], res: dict[str, Any], *,
-                        ratio_target: float, small: str | None = None) -> None:
+async def reference_arm(
+    run: Run,
+    name: str,
+    groups: list[tuple[str, int]],
+    res: dict[str, Any],
+    *,
+    ratio_target: float,
+    small: str | None = None,
+) -> None:
     """The same herd through pgqueuer (``loadtest/reference.py``), its figures and the drain ratio as rows."""
     if run.args.reference == "none":
         return
@@ -1159,8 +1390,10 @@ async def scenario_mixed(run: Run) -> None:
     a = run.args
     res = await herd(run, "mixed", [("A", a.mixed_a), ("B", a.mixed_b)])
     occ = res.pop("_occ")
-    res["perTenantGroup"] = {"A": lag_figures(by_tenant(occ, lambda t: t == "A")),
-                             "B": lag_figures(by_tenant(occ, lambda t: t == "B"))}
+    res["perTenantGroup"] = {
+        "A": lag_figures(by_tenant(occ, lambda t: t == "A")),
+        "B": lag_figures(by_tenant(occ, lambda t: t == "B")),
+    }
     run.results["mixed"] = res
     herd_rows(run, "mixed", res, max_lag_target=None, drain_target=None)
     run.row("mixed", "A's start lag p99", "-", fmt_s(res["perTenantGroup"]["A"]["startLagS"]["p99"]), None)
@@ -1168,6 +1401,7 @@ async def scenario_mixed(run: Run) -> None:
 
 
 # -- light, steady, short ----------------------------------------------------------------------------
+
 
 async def scenario_light(run: Run) -> None:
     a = run.args
@@ -1178,9 +1412,12 @@ async def scenario_light(run: Run) -> None:
         t1 = math.ceil(time.time() + a.lead_min + (a.light_burst + a.light_spaced) / 50)
         t2 = t1 + 2.0
         bodies = [job_body("light-burst", {"runAt": iso(datetime.fromtimestamp(t1, timezone.utc))})] * a.light_burst
-        bodies += [job_body("light-spaced", {"runAt": iso(datetime.fromtimestamp(t2 + i * a.light_gap_ms / 1000,
-                                                                                  timezone.utc))})
-                   for i in range(a.light_spaced)]
+        bodies += [
+            job_body(
+                "light-spaced", {"runAt": iso(datetime.fromtimestamp(t2 + i * a.light_gap_ms / 1000, timezone.utc))}
+            )
+            for i in range(a.light_spaced)
+        ]
         sub = await submit(stack.http, lambda i: (key, bodies[i]), count=len(bodies), concurrency=4)
         last_due = t2 + max(0, a.light_spaced - 1) * a.light_gap_ms / 1000
         accepted = stack.sql1("SELECT count(*) FROM jobs WHERE name LIKE 'light-%'")
@@ -1190,18 +1427,41 @@ async def scenario_light(run: Run) -> None:
         burst = [o for o in occ if abs(o.due - t1) < 1e-3]
         spaced = [o for o in occ if abs(o.due - t1) >= 1e-3]
         c = correctness(occ, per_job)
-        res = {"T1": t1, "T2": t2, "submit": sub.as_json(), "accepted": accepted, "drain": drain, "correctness": c,
-               "all": lag_figures(occ), "burst": lag_figures(burst, t1), "spaced": lag_figures(spaced)}
+        res = {
+            "T1": t1,
+            "T2": t2,
+            "submit": sub.as_json(),
+            "accepted": accepted,
+            "drain": drain,
+            "correctness": c,
+            "all": lag_figures(occ),
+            "burst": lag_figures(burst, t1),
+            "spaced": lag_figures(spaced),
+        }
         run.results["light"] = res
         p99 = res["all"]["startLagS"]["p99"]
         missing = accepted - c["jobs"] + c["notStarted"]
-        run.row("light", "start lag p99 (burst + one by one)", "<= 300 ms",
-                fmt_s(p99) + (f" ({missing} never started)" if missing else ""),
-                p99 is not None and p99 <= 0.3 and not missing)
-        run.row("light", f"burst of {len(burst)}: p99 / max", "-",
-                f"{fmt_s(res['burst']['startLagS']['p99'])} / {fmt_s(res['burst']['startLagS']['max'])}", None)
-        run.row("light", f"{len(spaced)} one by one: p50 / p99", "-",
-                f"{fmt_s(res['spaced']['startLagS']['p50'])} / {fmt_s(res['spaced']['startLagS']['p99'])}", None)
+        run.row(
+            "light",
+            "start lag p99 (burst + one by one)",
+            "<= 300 ms",
+            fmt_s(p99) + (f" ({missing} never started)" if missing else ""),
+            p99 is not None and p99 <= 0.3 and not missing,
+        )
+        run.row(
+            "light",
+            f"burst of {len(burst)}: p99 / max",
+            "-",
+            f"{fmt_s(res['burst']['startLagS']['p99'])} / {fmt_s(res['burst']['startLagS']['max'])}",
+            None,
+        )
+        run.row(
+            "light",
+            f"{len(spaced)} one by one: p50 / p99",
+            "-",
+            f"{fmt_s(res['spaced']['startLagS']['p50'])} / {fmt_s(res['spaced']['startLagS']['p99'])}",
+            None,
+        )
         correctness_rows(run, "light", c)
     finally:
         await stack.down()
@@ -1227,8 +1487,10 @@ async def scenario_steady(run: Run) -> None:
         if m - time.time() < 3:
             m += 60
         end = m + a.steady_seconds
-        print(f"  [steady] {sub.ok_items} jobs in {sub.seconds:.1f} s; measuring from {m - time.time():.0f} s "
-              f"from now for {a.steady_seconds} s")
+        print(
+            f"  [steady] {sub.ok_items} jobs in {sub.seconds:.1f} s; measuring from {m - time.time():.0f} s "
+            f"from now for {a.steady_seconds} s"
+        )
         await asyncio.sleep(max(0.0, m - 1 - time.time()))
         cpu0 = stack.cpu()
         await asyncio.sleep(max(0.0, end - time.time()))
@@ -1256,23 +1518,45 @@ async def scenario_steady(run: Run) -> None:
         ok = {k for k, o in got.items() if o.state == "succeeded"}
         lost = sum(1 for (j, d) in expected if (j, round(d, 3)) not in ok)
         extra_attempts = sum((o.attempt or 1) - 1 for o in occ if (o.attempt or 0) > 1)
-        c = {"jobs": len(jobs), "expectedOccurrences": len(expected), "executions": len(occ),
-             "duplicateExecutions": 0,  # UNIQUE (job_id, scheduled_for): an occurrence has at most one
-             "extraAttempts": extra_attempts, "lostJobs": lost,
-             "notStarted": sum(1 for o in occ if o.leased is None),
-             "notSucceeded": sum(1 for o in occ if o.state != "succeeded")}
-        res = {"jobs": n, "submit": sub.as_json(), "windowStart": m, "windowSeconds": a.steady_seconds,
-               "occurrencesPerS": len(expected) / a.steady_seconds, "correctness": c, **lag_figures(occ),
-               "cpuSecondsDuringWindow": {k: round(cpu1[k] - cpu0.get(k, 0), 2) for k in cpu1}}
+        c = {
+            "jobs": len(jobs),
+            "expectedOccurrences": len(expected),
+            "executions": len(occ),
+            "duplicateExecutions": 0,  # UNIQUE (job_id, scheduled_for): an occurrence has at most one
+            "extraAttempts": extra_attempts,
+            "lostJobs": lost,
+            "notStarted": sum(1 for o in occ if o.leased is None),
+            "notSucceeded": sum(1 for o in occ if o.state != "succeeded"),
+        }
+        res = {
+            "jobs": n,
+            "submit": sub.as_json(),
+            "windowStart": m,
+            "windowSeconds": a.steady_seconds,
+            "occurrencesPerS": len(expected) / a.steady_seconds,
+            "correctness": c,
+            **lag_figures(occ),
+            "cpuSecondsDuringWindow": {k: round(cpu1[k] - cpu0.get(k, 0), 2) for k in cpu1},
+        }
         run.results["steady"] = res
         p99 = res["startLagS"]["p99"]
-        run.row("steady", f"start lag p99 at {res['occurrencesPerS']:,.0f} occurrences/s for {a.steady_seconds} s",
-                "<= 1 s", fmt_s(p99), p99 is not None and p99 <= 1.0 and not c["notStarted"])
+        run.row(
+            "steady",
+            f"start lag p99 at {res['occurrencesPerS']:,.0f} occurrences/s for {a.steady_seconds} s",
+            "<= 1 s",
+            fmt_s(p99),
+            p99 is not None and p99 <= 1.0 and not c["notStarted"],
+        )
         run.row("steady", "start lag max", "-", fmt_s(res["startLagS"]["max"]), None)
         run.row("steady", "dispatch lag p99", "-", fmt_s(res["dispatchLagS"]["p99"]), None)
         run.row("steady", "duplicates (extra attempts)", "0", str(extra_attempts), extra_attempts == 0)
-        run.row("steady", "lost (due occurrences without a succeeded execution)", "0",
-                f"{lost} of {len(expected)}", lost == 0)
+        run.row(
+            "steady",
+            "lost (due occurrences without a succeeded execution)",
+            "0",
+            f"{lost} of {len(expected)}",
+            lost == 0,
+        )
         if extra_attempts or lost:
             run.failed = True
     finally:
@@ -1291,21 +1575,32 @@ async def scenario_short(run: Run) -> None:
         count = int(a.short_rate * a.short_seconds)
         bodies = [job_body("short", {"delaySeconds": round(rnd.uniform(1, 5), 3)}) for _ in range(count)]
         cpu0 = stack.cpu()
-        sub = await submit(stack.http, lambda i: (key, bodies[i]), count=count, concurrency=a.submit_concurrency,
-                           rate=a.short_rate)
+        sub = await submit(
+            stack.http, lambda i: (key, bodies[i]), count=count, concurrency=a.submit_concurrency, rate=a.short_rate
+        )
         accepted = stack.sql1("SELECT count(*) FROM jobs WHERE name = 'short'")
         drain = await wait_drain(run, stack, accepted, time.time() + 5 + drain_timeout(run, 0), t0=None)
         cpu1 = stack.cpu()
         occ, per_job = occurrences(stack, "short")
         c = correctness(occ, per_job)
-        res = {"submit": sub.as_json(), "accepted": accepted, "drain": drain, "correctness": c, **lag_figures(occ),
-               "cpuSeconds": {k: round(cpu1[k] - cpu0.get(k, 0), 2) for k in cpu1}}
+        res = {
+            "submit": sub.as_json(),
+            "accepted": accepted,
+            "drain": drain,
+            "correctness": c,
+            **lag_figures(occ),
+            "cpuSeconds": {k: round(cpu1[k] - cpu0.get(k, 0), 2) for k in cpu1},
+        }
         run.results["short"] = res
         p99 = res["startLagS"]["p99"]
         missing = accepted - c["jobs"] + c["notStarted"]
-        run.row("short", f"start lag p99, delaySeconds 1-5 at {sub.ok_items / sub.seconds:,.0f} submits/s", "<= 1 s",
-                fmt_s(p99) + (f" ({missing} never started)" if missing else ""),
-                p99 is not None and p99 <= 1.0 and not missing)
+        run.row(
+            "short",
+            f"start lag p99, delaySeconds 1-5 at {sub.ok_items / sub.seconds:,.0f} submits/s",
+            "<= 1 s",
+            fmt_s(p99) + (f" ({missing} never started)" if missing else ""),
+            p99 is not None and p99 <= 1.0 and not missing,
+        )
         run.row("short", "start lag max", "-", fmt_s(res["startLagS"]["max"]), None)
         correctness_rows(run, "short", c)
     finally:
@@ -1313,6 +1608,7 @@ async def scenario_short(run: Run) -> None:
 
 
 # -- submit ------------------------------------------------------------------------------------------
+
 
 async def scenario_submit(run: Run) -> None:
     a = run.args
@@ -1329,8 +1625,15 @@ async def scenario_submit(run: Run) -> None:
         for kind in ("raw", "httpx"):
             http = Http(kind, "127.0.0.1", stack.api_port)
             try:
-                s = await submit(http, lambda i: (keys[0], b""), count=2000, concurrency=16, method="GET",
-                                 path="/healthz", ok_status=(200,))
+                s = await submit(
+                    http,
+                    lambda i: (keys[0], b""),
+                    count=2000,
+                    concurrency=16,
+                    method="GET",
+                    path="/healthz",
+                    ok_status=(200,),
+                )
             finally:
                 await http.close()
             cost[kind] = {"cpuUsPerRequest": 1e6 * s.cpu_s / max(1, s.requests), "requestsPerS": s.requests / s.seconds}
@@ -1338,51 +1641,104 @@ async def scenario_submit(run: Run) -> None:
         rates = {}
         for clients in (int(x) for x in a.submit_clients.split(",") if x):
             c0, cpu0 = stack.db_counters(), stack.cpu()
-            s = await submit(stack.http, lambda i: (keys[i % len(keys)], bodies[i % len(keys)]), count=None,
-                             concurrency=clients, stop_at=time.monotonic() + a.submit_seconds)
+            s = await submit(
+                stack.http,
+                lambda i: (keys[i % len(keys)], bodies[i % len(keys)]),
+                count=None,
+                concurrency=clients,
+                stop_at=time.monotonic() + a.submit_seconds,
+            )
             c1, cpu1 = stack.db_counters(), stack.cpu()
             res["phases"][f"single-{clients}"] = s.as_json() | {
                 "database": {k: c1[k] - c0[k] for k in c1},
                 # Per accepted request, each tier's CPU (us): where the machine's two cores went.
-                "cpuUsPerRequest": {k: round(1e6 * (cpu1[k] - cpu0.get(k, 0)) / max(1, s.ok_requests))
-                                    for k in cpu1}}
+                "cpuUsPerRequest": {k: round(1e6 * (cpu1[k] - cpu0.get(k, 0)) / max(1, s.ok_requests)) for k in cpu1},
+            }
             rates[clients] = s.ok_items / s.seconds
             lat = s.latencies
-            run.row("submit", f"POST /v1/jobs, {clients} clients ({stack.api_processes} API process"
-                    f"{'es' if stack.api_processes > 1 else ''})", ">= 3,000/s" if clients == 64 else "-",
-                    fmt_rate(rates[clients]) + (f" ({s.requests - s.ok_requests} failed)" if s.requests - s.ok_requests
-                                                else ""),
-                    rates[clients] >= 3000 if clients == 64 else None)
-            run.row("submit", f"POST /v1/jobs latency p50 / p99, {clients} clients", "p99 <= 100 ms" if clients == 64
-                    else "-", f"{fmt_s(pct(lat, 50))} / {fmt_s(pct(lat, 99))}",
-                    (pct(lat, 99) or 1e9) <= 0.1 if clients == 64 else None)
+            run.row(
+                "submit",
+                f"POST /v1/jobs, {clients} clients ({stack.api_processes} API process"
+                f"{'es' if stack.api_processes > 1 else ''})",
+                ">= 3,000/s" if clients == 64 else "-",
+                fmt_rate(rates[clients])
+                + (f" ({s.requests - s.ok_requests} failed)" if s.requests - s.ok_requests else ""),
+                rates[clients] >= 3000 if clients == 64 else None,
+            )
+            run.row(
+                "submit",
+                f"POST /v1/jobs latency p50 / p99, {clients} clients",
+                "p99 <= 100 ms" if clients == 64 else "-",
+                f"{fmt_s(pct(lat, 50))} / {fmt_s(pct(lat, 99))}",
+                (pct(lat, 99) or 1e9) <= 0.1 if clients == 64 else None,
+            )
         if 4 in rates and 64 in rates:
-            run.row("submit", "throughput at 64 clients vs at 4", ">= 1.0x", f"{rates[64] / rates[4]:.2f}x",
-                    rates[64] >= rates[4])
+            run.row(
+                "submit",
+                "throughput at 64 clients vs at 4",
+                ">= 1.0x",
+                f"{rates[64] / rates[4]:.2f}x",
+                rates[64] >= rates[4],
+            )
         # POST /v1/jobs:batch (may not exist yet).
         items = [b'{"jobs":[' + b",".join([bodies[k]] * a.batch_size) + b"]}" for k in range(len(keys))]
-        probe = await submit(stack.http, lambda i: (keys[0], items[0]), count=1, concurrency=1,
-                             path="/v1/jobs:batch", ok_status=(200,), items_of=lambda st, d: d.count(b'"jobId"'))
+        probe = await submit(
+            stack.http,
+            lambda i: (keys[0], items[0]),
+            count=1,
+            concurrency=1,
+            path="/v1/jobs:batch",
+            ok_status=(200,),
+            items_of=lambda st, d: d.count(b'"jobId"'),
+        )
         if probe.ok_requests == 0:
             status = next(iter(probe.statuses), "?")
-            res["batch"] = {"available": False, "probeStatus": status,
-                            "probeBody": probe.first_body[:300].decode(errors="replace")}
-            run.row("submit", f"POST /v1/jobs:batch ({a.batch_size}/call), {a.batch_clients} clients", ">= 25,000/s",
-                    f"not available (HTTP {status})", False)
+            res["batch"] = {
+                "available": False,
+                "probeStatus": status,
+                "probeBody": probe.first_body[:300].decode(errors="replace"),
+            }
+            run.row(
+                "submit",
+                f"POST /v1/jobs:batch ({a.batch_size}/call), {a.batch_clients} clients",
+                ">= 25,000/s",
+                f"not available (HTTP {status})",
+                False,
+            )
         else:
             cpu0 = stack.cpu()
-            s = await submit(stack.http, lambda i: (keys[i % len(keys)], items[i % len(keys)]), count=None,
-                             concurrency=a.batch_clients, path="/v1/jobs:batch", ok_status=(200,),
-                             items_of=lambda st, d: d.count(b'"jobId"'), stop_at=time.monotonic() + a.submit_seconds)
+            s = await submit(
+                stack.http,
+                lambda i: (keys[i % len(keys)], items[i % len(keys)]),
+                count=None,
+                concurrency=a.batch_clients,
+                path="/v1/jobs:batch",
+                ok_status=(200,),
+                items_of=lambda st, d: d.count(b'"jobId"'),
+                stop_at=time.monotonic() + a.submit_seconds,
+            )
             rate = s.ok_items / s.seconds
             cpu1 = stack.cpu()
-            res["batch"] = {"available": True, **s.as_json(), "probe": probe.as_json(),
-                            "cpuUsPerItem": {k: round(1e6 * (cpu1[k] - cpu0.get(k, 0)) / max(1, s.ok_items), 1)
-                                             for k in cpu1}}
-            run.row("submit", f"POST /v1/jobs:batch ({a.batch_size}/call), {a.batch_clients} clients", ">= 25,000/s",
-                    f"{fmt_rate(rate)} (call p99 {fmt_s(pct(s.latencies, 99))})", rate >= 25_000)
-        run.row("submit", "generator CPU per request, raw / httpx (GET /healthz)", "-",
-                f"{cost['raw']['cpuUsPerRequest']:.0f} / {cost['httpx']['cpuUsPerRequest']:.0f} us", None)
+            res["batch"] = {
+                "available": True,
+                **s.as_json(),
+                "probe": probe.as_json(),
+                "cpuUsPerItem": {k: round(1e6 * (cpu1[k] - cpu0.get(k, 0)) / max(1, s.ok_items), 1) for k in cpu1},
+            }
+            run.row(
+                "submit",
+                f"POST /v1/jobs:batch ({a.batch_size}/call), {a.batch_clients} clients",
+                ">= 25,000/s",
+                f"{fmt_rate(rate)} (call p99 {fmt_s(pct(s.latencies, 99))})",
+                rate >= 25_000,
+            )
+        run.row(
+            "submit",
+            "generator CPU per request, raw / httpx (GET /healthz)",
+            "-",
+            f"{cost['raw']['cpuUsPerRequest']:.0f} / {cost['httpx']['cpuUsPerRequest']:.0f} us",
+            None,
+        )
         run.results["submit"] = res
     finally:
         await stack.down()
@@ -1433,36 +1789,72 @@ async def scenario_command(run: Run) -> None:
     workers = f"{a.command_workers} x concurrency {a.command_concurrency}"
     for i, r in enumerate(rounds, start=1):
         b0, b1 = r["asyncioSpawnBeforeAfterPerS"]
-        run.row("command", f"round {i}: kairos worker drain / asyncio spawns of true, {a.command_concurrency} in "
-                f"flight (one process) before and after", "-",
-                f"{fmt_rate(r.get('drainPerS'))} / {fmt_rate(b0)}, {fmt_rate(b1)} = {100 * r['vsAsyncio']:.0f} %", None)
-    run.row("command", "the same with stdin, stdout and stderr piped (what a command worker does), median round", "-",
-            fmt_rate(median["asyncioSpawnWithPipesPerS"]), None)
+        run.row(
+            "command",
+            f"round {i}: kairos worker drain / asyncio spawns of true, {a.command_concurrency} in "
+            f"flight (one process) before and after",
+            "-",
+            f"{fmt_rate(r.get('drainPerS'))} / {fmt_rate(b0)}, {fmt_rate(b1)} = {100 * r['vsAsyncio']:.0f} %",
+            None,
+        )
+    run.row(
+        "command",
+        "the same with stdin, stdout and stderr piped (what a command worker does), median round",
+        "-",
+        fmt_rate(median["asyncioSpawnWithPipesPerS"]),
+        None,
+    )
     drain = median.get("drainPerS") or 0.0
-    run.row("command", f"kairos worker -- true ({workers}) vs asyncio spawns, median of {len(rounds)} rounds",
-            ">= 80 %", f"{100 * median['vsAsyncio']:.0f} % ({100 * drain / median['asyncioSpawnWithPipesPerS']:.0f} "
-            f"% of piped)", median["vsAsyncio"] >= 0.8)
+    run.row(
+        "command",
+        f"kairos worker -- true ({workers}) vs asyncio spawns, median of {len(rounds)} rounds",
+        ">= 80 %",
+        f"{100 * median['vsAsyncio']:.0f} % ({100 * drain / median['asyncioSpawnWithPipesPerS']:.0f} % of piped)",
+        median["vsAsyncio"] >= 0.8,
+    )
 
 
 async def scenario_memory(run: Run) -> None:
     """Bytes per scheduler heap entry with 1,000,000 upcoming entries (loadtest/heap_memory.py: a component
     probe in its own process, no tiers: the heap is the scheduler's only per-entry state)."""
-    proc = await asyncio.create_subprocess_exec(sys.executable, str(ROOT / "loadtest" / "heap_memory.py"),
-                                                "--entries", "1000000", stdout=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(ROOT / "loadtest" / "heap_memory.py"),
+        "--entries",
+        "1000000",
+        stdout=asyncio.subprocess.PIPE,
+    )
     out, _ = await proc.communicate()
     found = re.search(r"bytes per heap entry\s+([\d,]+) B", out.decode())
     per_entry = int(found.group(1).replace(",", "")) if found else None
     run.results["memory"] = {"entries": 1_000_000, "bytesPerEntry": per_entry}
-    run.row("memory", "scheduler heap: bytes per entry, 1,000,000 loaded (component probe)", "<= 150 B",
-            "-" if per_entry is None else f"{per_entry:,} B", per_entry is not None and per_entry <= 150)
+    run.row(
+        "memory",
+        "scheduler heap: bytes per entry, 1,000,000 loaded (component probe)",
+        "<= 150 B",
+        "-" if per_entry is None else f"{per_entry:,} B",
+        per_entry is not None and per_entry <= 150,
+    )
 
 
-SCENARIOS = {"herd100k": scenario_herd100k, "herd10k": scenario_herd10k, "herd31k": scenario_herd31k, "mixed": scenario_mixed,
-             "light": scenario_light, "steady": scenario_steady, "short": scenario_short, "submit": scenario_submit,
-             "command": scenario_command, "memory": scenario_memory, **http_herd.SCENARIOS, **lived_bench.SCENARIOS}
+SCENARIOS = {
+    "herd100k": scenario_herd100k,
+    "herd10k": scenario_herd10k,
+    "herd31k": scenario_herd31k,
+    "mixed": scenario_mixed,
+    "light": scenario_light,
+    "steady": scenario_steady,
+    "short": scenario_short,
+    "submit": scenario_submit,
+    "command": scenario_command,
+    "memory": scenario_memory,
+    **http_herd.SCENARIOS,
+    **lived_bench.SCENARIOS,
+}
 
 
 # -- output ------------------------------------------------------------------------------------------
+
 
 def print_table(rows: list[Row]) -> None:
     verdict = {True: "pass", False: "FAIL", None: "info"}
@@ -1475,8 +1867,13 @@ def print_table(rows: list[Row]) -> None:
             print(f"{r.scenario:9} {r.figure:{width}}  {r.target:>14}  {r.measured:>28}  {verdict[r.ok]}")
         return
     table = Table(title="Kairos herd benchmark")
-    for col, justify in (("scenario", "left"), ("figure", "left"), ("target", "right"), ("measured", "right"),
-                         ("", "center")):
+    for col, justify in (
+        ("scenario", "left"),
+        ("figure", "left"),
+        ("target", "right"),
+        ("measured", "right"),
+        ("", "center"),
+    ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     style = {True: "green", False: "bold red", None: "dim"}
     for r in rows:
@@ -1488,9 +1885,11 @@ async def main(run: Run) -> None:
     a = run.args
     run.server = Server(a, run.tmp)
     run.loop_ms["start"] = python_loop_ms()
-    print(f"herd benchmark: scenarios {a.scenarios}; {a.workers} worker process(es) x concurrency "
-          f"{a.worker_concurrency}, lease batch {a.lease_batch}; client {a.client}; cpus {os.cpu_count()}; "
-          f"machine: fixed Python loop {run.loop_ms['start']} ms; logs in {run.tmp / 'logs'}")
+    print(
+        f"herd benchmark: scenarios {a.scenarios}; {a.workers} worker process(es) x concurrency "
+        f"{a.worker_concurrency}, lease batch {a.lease_batch}; client {a.client}; cpus {os.cpu_count()}; "
+        f"machine: fixed Python loop {run.loop_ms['start']} ms; logs in {run.tmp / 'logs'}"
+    )
     for name in [s for s in a.scenarios.split(",") if s]:
         if run.left() < 30:
             run.results[name] = {"skipped": "global deadline"}
@@ -1510,8 +1909,13 @@ async def main(run: Run) -> None:
         run.save()
         print(f"  [{name}] done in {time.monotonic() - t0:.0f} s")
     run.loop_ms["end"] = python_loop_ms()
-    run.row("machine", "fixed Python loop, CPU ms at start / end (lower is faster)", "-",
-            f"{run.loop_ms['start']} / {run.loop_ms['end']}", None)
+    run.row(
+        "machine",
+        "fixed Python loop, CPU ms at start / end (lower is faster)",
+        "-",
+        f"{run.loop_ms['start']} / {run.loop_ms['end']}",
+        None,
+    )
     run.save()
 
 

@@ -60,8 +60,16 @@ class Receiver:
         self.run = run
         self.ports = ports
         self.out = run.tmp / f"{label}-receipts"
-        argv = [sys.executable, str(HERE / "receiver.py"), "--ports", ",".join(map(str, ports)),
-                "--out", str(self.out), "--processes", str(run.args.receiver_processes)]
+        argv = [
+            sys.executable,
+            str(HERE / "receiver.py"),
+            "--ports",
+            ",".join(map(str, ports)),
+            "--out",
+            str(self.out),
+            "--processes",
+            str(run.args.receiver_processes),
+        ]
         for port, delay in (slow or {}).items():
             argv += ["--slow", f"{port}:{delay}"]
         self.proc = run.procs.start(f"{label}-receiver", argv, {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"})
@@ -85,8 +93,11 @@ class Receiver:
         for path in sorted(self.out.glob("receipts-*.tsv")):
             for line in path.read_text().splitlines():
                 at, port, execution_id, job_id, attempt, scheduled = line.split("\t")
-                out.append(Receipt(float(at), int(port), execution_id, job_id,
-                                   int(attempt) if attempt.isdigit() else 0, scheduled))
+                out.append(
+                    Receipt(
+                        float(at), int(port), execution_id, job_id, int(attempt) if attempt.isdigit() else 0, scheduled
+                    )
+                )
         return out
 
     def count(self) -> int:
@@ -104,8 +115,16 @@ class Receiver:
 
 def http_body(url_of: dict[str, str]) -> Any:
     def body(name: str, tenant: str, schedule: dict[str, Any]) -> bytes:
-        return json.dumps({"name": name, "target": {"type": "http", "ref": url_of[tenant]},
-                           "payload": {"bench": True}, "schedule": schedule}, separators=(",", ":")).encode()
+        return json.dumps(
+            {
+                "name": name,
+                "target": {"type": "http", "ref": url_of[tenant]},
+                "payload": {"bench": True},
+                "schedule": schedule,
+            },
+            separators=(",", ":"),
+        ).encode()
+
     return body
 
 
@@ -128,9 +147,13 @@ def receipt_figures(receipts: list[Receipt], due_of: dict[str, float], t0: float
         if r.job_id not in first or r.at < first[r.job_id]:
             first[r.job_id] = r.at
     lags = [at - due_of[j] for j, at in first.items()]
-    out: dict[str, Any] = {"jobs": len(due_of), "received": len(first), "notReceived": len(due_of) - len(first),
-                           "duplicates": sum(n - 1 for n in count.values()),
-                           "receiptLagS": h.summary(lags)}
+    out: dict[str, Any] = {
+        "jobs": len(due_of),
+        "received": len(first),
+        "notReceived": len(due_of) - len(first),
+        "duplicates": sum(n - 1 for n in count.values()),
+        "receiptLagS": h.summary(lags),
+    }
     if t0 is not None and first:
         last = max(first.values())
         out["lastReceiptAfterTS"] = last - t0
@@ -147,20 +170,36 @@ def cpu_per_delivery(res: dict[str, Any], deliveries: int) -> dict[str, float]:
     return {k: round(1e6 * v / deliveries, 1) for k, v in cpu.items() if deliveries and k != "generator"}
 
 
-def delivery_rows(run: Run, name: str, fig: dict[str, Any], *, within_s: float | None, rate_target: float | None,
-                  correctness: dict[str, Any]) -> None:
+def delivery_rows(
+    run: Run,
+    name: str,
+    fig: dict[str, Any],
+    *,
+    within_s: float | None,
+    rate_target: float | None,
+    correctness: dict[str, Any],
+) -> None:
     h = _herd()
     lag = fig["receiptLagS"]
     run.row(name, "receipt lag p50 / p99", "-", f"{h.fmt_s(lag['p50'])} / {h.fmt_s(lag['p99'])}", None)
     missing = fig["notReceived"]
     measured = h.fmt_s(lag["max"]) + (f" ({missing} never received)" if missing else "")
     if within_s is not None:
-        run.row(name, "every job received within (max receipt lag)", f"<= {within_s:g} s", measured,
-                lag["max"] is not None and lag["max"] <= within_s and not missing)
+        run.row(
+            name,
+            "every job received within (max receipt lag)",
+            f"<= {within_s:g} s",
+            measured,
+            lag["max"] is not None and lag["max"] <= within_s and not missing,
+        )
     if "receivedPerS" in fig:
-        run.row(name, "received/s (T to last receipt)", f">= {rate_target:,.0f}/s" if rate_target else "-",
-                h.fmt_rate(fig.get("receivedPerS")),
-                None if rate_target is None else (fig.get("receivedPerS") or 0) >= rate_target)
+        run.row(
+            name,
+            "received/s (T to last receipt)",
+            f">= {rate_target:,.0f}/s" if rate_target else "-",
+            h.fmt_rate(fig.get("receivedPerS")),
+            None if rate_target is None else (fig.get("receivedPerS") or 0) >= rate_target,
+        )
     dup = fig["duplicates"]
     run.row(name, "received twice (duplicates)", "0", str(dup), dup == 0)
     lost = correctness["lostJobs"]
@@ -169,8 +208,9 @@ def delivery_rows(run: Run, name: str, fig: dict[str, Any], *, within_s: float |
         run.failed = True
 
 
-async def http_herd(run: Run, name: str, groups: list[tuple[str, int, int]], *,
-                    slow: dict[int, float] | None = None) -> tuple[dict[str, Any], list[Receipt]]:
+async def http_herd(
+    run: Run, name: str, groups: list[tuple[str, int, int]], *, slow: dict[int, float] | None = None
+) -> tuple[dict[str, Any], list[Receipt]]:
     """groups: (tenant, jobs, receiver port); every job due at one instant T."""
     h = _herd()
     ports = sorted({p for _, _, p in groups})
@@ -202,8 +242,13 @@ def settings_row(run: Run, name: str) -> None:
     a, d = run.args, Settings()
     concurrency = a.http_concurrency or d.http_concurrency
     per_tenant = d.http_per_tenant or concurrency // 2
-    run.row(name, "executors x (in flight, per tenant, per origin start-ceiling); receiver processes", "-",
-            f"{a.executors} x ({concurrency}, {per_tenant}, 32-{d.http_per_origin}); {a.receiver_processes}", None)
+    run.row(
+        name,
+        "executors x (in flight, per tenant, per origin start-ceiling); receiver processes",
+        "-",
+        f"{a.executors} x ({concurrency}, {per_tenant}, 32-{d.http_per_origin}); {a.receiver_processes}",
+        None,
+    )
 
 
 def _common(run: Run, name: str, res: dict[str, Any], fig: dict[str, Any]) -> None:
@@ -212,9 +257,13 @@ def _common(run: Run, name: str, res: dict[str, Any], fig: dict[str, Any]) -> No
     per = cpu_per_delivery(res, fig["received"])
     res["cpuUsPerDelivery"] = per
     res["receipts"] = fig
-    run.row(name, "CPU per delivery, us: executors / PostgreSQL / receiver / api / scheduler", "-",
-            " / ".join(f"{per.get(k, 0):,.0f}" for k in ("executor", "postgres", "receiver", "api", "scheduler")),
-            None)
+    run.row(
+        name,
+        "CPU per delivery, us: executors / PostgreSQL / receiver / api / scheduler",
+        "-",
+        " / ".join(f"{per.get(k, 0):,.0f}" for k in ("executor", "postgres", "receiver", "api", "scheduler")),
+        None,
+    )
     run.row(name, "database start lag p99 (side figure)", "-", h.fmt_s(res["startLagS"]["p99"]), None)
 
 
@@ -232,15 +281,17 @@ async def scenario_http10k(run: Run) -> None:
 async def scenario_httpmixed(run: Run) -> None:
     a = run.args
     free = _herd().free_port
-    groups = [("hog", a.httpmixed_hog, free())] + [(f"small-{i:02d}", a.httpmixed_small_jobs, free())
-                                                   for i in range(1, a.httpmixed_small + 1)]
+    groups = [("hog", a.httpmixed_hog, free())] + [
+        (f"small-{i:02d}", a.httpmixed_small_jobs, free()) for i in range(1, a.httpmixed_small + 1)
+    ]
     res, receipts = await http_herd(run, "httpmixed", groups)
     occ = res.pop("_occ")
     due = _occ_due(occ)
     fig = receipt_figures(receipts, due, res["T"])
     small_jobs = {o.job_id for o in occ if o.tenant.startswith("small-")}
-    small = receipt_figures([r for r in receipts if r.job_id in small_jobs],
-                            {j: d for j, d in due.items() if j in small_jobs})
+    small = receipt_figures(
+        [r for r in receipts if r.job_id in small_jobs], {j: d for j, d in due.items() if j in small_jobs}
+    )
     _common(run, "httpmixed", res, fig)
     res["receiptsSmall"] = small
     run.results["httpmixed"] = res
@@ -253,8 +304,12 @@ async def scenario_httpslow(run: Run) -> None:
     a = run.args
     free = _herd().free_port
     slow_port, fast_port = free(), free()
-    res, receipts = await http_herd(run, "httpslow", [("A", a.httpslow_a, slow_port), ("B", a.httpslow_b, fast_port)],
-                                    slow={slow_port: a.httpslow_delay_s})
+    res, receipts = await http_herd(
+        run,
+        "httpslow",
+        [("A", a.httpslow_a, slow_port), ("B", a.httpslow_b, fast_port)],
+        slow={slow_port: a.httpslow_delay_s},
+    )
     occ = res.pop("_occ")
     due = _occ_due(occ)
     fig = receipt_figures(receipts, due, res["T"])
@@ -264,8 +319,13 @@ async def scenario_httpslow(run: Run) -> None:
     res["receiptsB"] = b
     run.results["httpslow"] = res
     p99 = b["receiptLagS"]["p99"]
-    run.row("httpslow", "B's receipt lag p99 (A's origin answers after "
-            f"{a.httpslow_delay_s:g} s)", "<= 1 s", _herd().fmt_s(p99), p99 is not None and p99 <= 1.0)
+    run.row(
+        "httpslow",
+        f"B's receipt lag p99 (A's origin answers after {a.httpslow_delay_s:g} s)",
+        "<= 1 s",
+        _herd().fmt_s(p99),
+        p99 is not None and p99 <= 1.0,
+    )
     delivery_rows(run, "httpslow", fig, within_s=None, rate_target=None, correctness=res["correctness"])
 
 
@@ -284,8 +344,11 @@ async def scenario_httplight(run: Run) -> None:
         sizes = [int(x) for x in a.httplight_bursts.split(",")]
         t = math.ceil(time.time() + a.lead_min + 2)
         dues = [t + 3.0 * i for i in range(len(sizes))]
-        bodies = [body_of(f"light-{n}", "light", {"runAt": h.iso(datetime.fromtimestamp(d, timezone.utc))})
-                  for n, d in zip(sizes, dues, strict=True) for _ in range(n)]
+        bodies = [
+            body_of(f"light-{n}", "light", {"runAt": h.iso(datetime.fromtimestamp(d, timezone.utc))})
+            for n, d in zip(sizes, dues, strict=True)
+            for _ in range(n)
+        ]
         await h.submit(stack.http, lambda i: (key, bodies[i]), count=len(bodies), concurrency=4)
         accepted = stack.sql1("SELECT count(*) FROM jobs WHERE name LIKE 'light-%'")
         await asyncio.sleep(max(0.0, dues[0] - 1 - time.time()))
@@ -301,10 +364,14 @@ async def scenario_httplight(run: Run) -> None:
             res["bursts"][str(n)] = fig
             p99 = fig["receiptLagS"]["p99"]
             waves = sorted(fig.get("receivedPerHalfSecond", {}).items())
-            run.row("httplight", f"burst of {n}: receipt lag p99 / max", "<= 300 ms",
-                    f"{h.fmt_s(p99)} / {h.fmt_s(fig['receiptLagS']['max'])}"
-                    + (f" ({fig['notReceived']} never received)" if fig["notReceived"] else ""),
-                    p99 is not None and p99 <= 0.3 and not fig["notReceived"])
+            run.row(
+                "httplight",
+                f"burst of {n}: receipt lag p99 / max",
+                "<= 300 ms",
+                f"{h.fmt_s(p99)} / {h.fmt_s(fig['receiptLagS']['max'])}"
+                + (f" ({fig['notReceived']} never received)" if fig["notReceived"] else ""),
+                p99 is not None and p99 <= 0.3 and not fig["notReceived"],
+            )
             res["bursts"][str(n)]["waves"] = waves
         run.results["httplight"] = res
         all_fig = receipt_figures(receipts, {o.job_id: o.due for o in occ})
@@ -343,8 +410,10 @@ async def scenario_httpsteady(run: Run) -> None:
         if m - time.time() < 3:
             m += 60
         end = m + a.httpsteady_seconds
-        print(f"  [httpsteady] {sub.ok_items} jobs in {sub.seconds:.1f} s; measuring from {m - time.time():.0f} s "
-              f"from now for {a.httpsteady_seconds} s")
+        print(
+            f"  [httpsteady] {sub.ok_items} jobs in {sub.seconds:.1f} s; measuring from {m - time.time():.0f} s "
+            f"from now for {a.httpsteady_seconds} s"
+        )
         await asyncio.sleep(max(0.0, m - 1 - time.time()))
         cpu0 = stack.cpu()
         await asyncio.sleep(max(0.0, end + 5 - time.time()))
@@ -363,24 +432,41 @@ async def scenario_httpsteady(run: Run) -> None:
             r.job_id = f"{r.job_id}@{sched:.0f}"
             receipts.append(r)
         fig = receipt_figures(receipts, due)
-        succeeded = stack.sql1("SELECT count(*) FROM executions WHERE state = 'succeeded' "
-                               "AND scheduled_for >= to_timestamp(%s) - interval '60 seconds' "
-                               "AND scheduled_for < to_timestamp(%s)", (m, end))
-        res = {"jobs": n, "origins": len(ports), "submit": sub.as_json(), "windowStart": m,
-               "occurrencesPerS": len(due) / a.httpsteady_seconds, "receipts": fig,
-               "cpuSecondsDuringWindow": {k: round(cpu1[k] - cpu0.get(k, 0), 2) for k in cpu1},
-               "succeededInDatabase": succeeded}
+        succeeded = stack.sql1(
+            "SELECT count(*) FROM executions WHERE state = 'succeeded' "
+            "AND scheduled_for >= to_timestamp(%s) - interval '60 seconds' "
+            "AND scheduled_for < to_timestamp(%s)",
+            (m, end),
+        )
+        res = {
+            "jobs": n,
+            "origins": len(ports),
+            "submit": sub.as_json(),
+            "windowStart": m,
+            "occurrencesPerS": len(due) / a.httpsteady_seconds,
+            "receipts": fig,
+            "cpuSecondsDuringWindow": {k: round(cpu1[k] - cpu0.get(k, 0), 2) for k in cpu1},
+            "succeededInDatabase": succeeded,
+        }
         res["cpuUsPerDelivery"] = cpu_per_delivery(res, fig["received"])
         run.results["httpsteady"] = res
         settings_row(run, "httpsteady")
         p99 = fig["receiptLagS"]["p99"]
-        run.row("httpsteady", f"receipt lag p99 at {res['occurrencesPerS']:,.0f}/s over {len(ports)} origins",
-                "<= 1 s", h.fmt_s(p99) + (f" ({fig['notReceived']} never received)" if fig["notReceived"] else ""),
-                p99 is not None and p99 <= 1.0 and not fig["notReceived"])
+        run.row(
+            "httpsteady",
+            f"receipt lag p99 at {res['occurrencesPerS']:,.0f}/s over {len(ports)} origins",
+            "<= 1 s",
+            h.fmt_s(p99) + (f" ({fig['notReceived']} never received)" if fig["notReceived"] else ""),
+            p99 is not None and p99 <= 1.0 and not fig["notReceived"],
+        )
         per = res["cpuUsPerDelivery"]
-        run.row("httpsteady", "CPU per delivery, us: executors / PostgreSQL / receiver / api / scheduler", "-",
-                " / ".join(f"{per.get(k, 0):,.0f}" for k in ("executor", "postgres", "receiver", "api", "scheduler")),
-                None)
+        run.row(
+            "httpsteady",
+            "CPU per delivery, us: executors / PostgreSQL / receiver / api / scheduler",
+            "-",
+            " / ".join(f"{per.get(k, 0):,.0f}" for k in ("executor", "postgres", "receiver", "api", "scheduler")),
+            None,
+        )
         dup = fig["duplicates"]
         run.row("httpsteady", "received twice (duplicates)", "0", str(dup), dup == 0)
         if dup or fig["notReceived"]:
@@ -390,8 +476,13 @@ async def scenario_httpsteady(run: Run) -> None:
         run.procs.stop([receiver.proc], grace_s=5)
 
 
-SCENARIOS = {"http10k": scenario_http10k, "httpmixed": scenario_httpmixed, "httpslow": scenario_httpslow,
-             "httplight": scenario_httplight, "httpsteady": scenario_httpsteady}
+SCENARIOS = {
+    "http10k": scenario_http10k,
+    "httpmixed": scenario_httpmixed,
+    "httpslow": scenario_httpslow,
+    "httplight": scenario_httplight,
+    "httpsteady": scenario_httpsteady,
+}
 
 
 def add_arguments(p: Any) -> None:

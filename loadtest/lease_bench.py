@@ -77,8 +77,9 @@ def run_worker(addr: str, key: str, args: str) -> None:
     async def handler(_execution) -> None:
         return None
 
-    Worker(POOL, handler, addr=addr, api_key=key, concurrency=concurrency, batch=batch, wait_seconds=1,
-           lease_seconds=60).run_forever()
+    Worker(
+        POOL, handler, addr=addr, api_key=key, concurrency=concurrency, batch=batch, wait_seconds=1, lease_seconds=60
+    ).run_forever()
 
 
 async def seed(db: Database, job_id: uuid.UUID, n: int, phase: int) -> None:
@@ -89,7 +90,9 @@ async def seed(db: Database, job_id: uuid.UUID, n: int, phase: int) -> None:
 def measure(conn: psycopg.Connection, since: datetime) -> tuple[int, float]:
     n, first, last = conn.execute(
         "SELECT count(*), min(a.leased_at), max(a.finished_at) FROM attempts AS a "
-        "WHERE a.outcome = 'succeeded' AND a.leased_at >= %s", (since,)).fetchone()
+        "WHERE a.outcome = 'succeeded' AND a.leased_at >= %s",
+        (since,),
+    ).fetchone()
     return n, (last - first).total_seconds()
 
 
@@ -132,21 +135,40 @@ async def bench(args: argparse.Namespace, url: str) -> None:
     try:
         tenant, _, job = await one_queue(db, "bench", POOL)
         port = free_port()
-        env = dict(os.environ, KAIROS_DATABASE_URL=url, KAIROS_GRPC_PORT=str(port), KAIROS_LOG_LEVEL="WARNING",
-                   KAIROS_HOME=str(Path(args.home) / "home"))
+        env = dict(
+            os.environ,
+            KAIROS_DATABASE_URL=url,
+            KAIROS_GRPC_PORT=str(port),
+            KAIROS_LOG_LEVEL="WARNING",
+            KAIROS_HOME=str(Path(args.home) / "home"),
+        )
         executor = subprocess.Popen([sys.executable, "-m", "app.cli", "executor"], cwd=ROOT, env=env)
         addr = f"127.0.0.1:{port}"
-        print(f"executions per phase {args.executions}; worker concurrency {args.concurrency}, "
-              f"lease batch {args.batch}; executor on {addr}; cpus {os.cpu_count()}")
+        print(
+            f"executions per phase {args.executions}; worker concurrency {args.concurrency}, "
+            f"lease batch {args.batch}; executor on {addr}; cpus {os.cpu_count()}"
+        )
         with psycopg.connect(libpq(url), autocommit=True) as conn:
             for phase, processes in enumerate(int(p) for p in args.phases.split(",")):
                 t0 = time.monotonic()
                 await seed(db, job, args.executions, phase)
                 print(f"phase {phase + 1}: seeded {args.executions} ready executions in {time.monotonic() - t0:.1f} s")
                 since = conn.execute("SELECT now()").fetchone()[0]
-                workers = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", addr,
-                                             tenant.key, f"{args.concurrency},{args.batch}"], cwd=ROOT, env=env)
-                           for _ in range(processes)]
+                workers = [
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            str(Path(__file__).resolve()),
+                            "--worker",
+                            addr,
+                            tenant.key,
+                            f"{args.concurrency},{args.batch}",
+                        ],
+                        cwd=ROOT,
+                        env=env,
+                    )
+                    for _ in range(processes)
+                ]
                 deadline = time.monotonic() + 600
                 while True:
                     left = conn.execute("SELECT count(*) FROM executions WHERE state <> 'succeeded'").fetchone()[0]
@@ -160,8 +182,10 @@ async def bench(args: argparse.Namespace, url: str) -> None:
                 for w in workers:
                     w.wait(timeout=30)
                 n, span = measure(conn, since)
-                print(f"  {processes} worker process{'es' if processes > 1 else ''}: {n} leased+completed in "
-                      f"{span:.2f} s = {n / span:,.0f} executions/s")
+                print(
+                    f"  {processes} worker process{'es' if processes > 1 else ''}: {n} leased+completed in "
+                    f"{span:.2f} s = {n / span:,.0f} executions/s"
+                )
     finally:
         if executor is not None:
             executor.send_signal(signal.SIGTERM)

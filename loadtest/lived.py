@@ -82,8 +82,9 @@ P99_TARGET_MS = 50.0
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scale", type=float, default=1.0, 
-                   help="1: 2,000,000 jobs over 1,000 tenants (0.05 for a quick run)")
+    p.add_argument(
+        "--scale", type=float, default=1.0, help="1: 2,000,000 jobs over 1,000 tenants (0.05 for a quick run)"
+    )
     p.add_argument("--calls", type=int, default=100, help="calls per read (p99 over them)")
     p.add_argument("--cli-calls", type=int, default=20, help="`kairos jobs ls` runs (a process each)")
     p.add_argument("--attempts", choices=("all", "failed"), default="all")
@@ -92,13 +93,18 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-reads", action="store_true", help="load and report the size only")
     p.add_argument("--no-empty", action="store_true", help="skip the empty database beside the lived one")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--explain", type=Path, default=None,
-                   help="write EXPLAIN (ANALYZE, BUFFERS) of every read's statement (its generic plan, as the "
-                        "API runs it after the fifth call) on the lived database to this file (markdown)")
+    p.add_argument(
+        "--explain",
+        type=Path,
+        default=None,
+        help="write EXPLAIN (ANALYZE, BUFFERS) of every read's statement (its generic plan, as the "
+        "API runs it after the fifth call) on the lived database to this file (markdown)",
+    )
     return p.parse_args(argv)
 
 
 # -- the load ----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Tenant:
@@ -133,9 +139,14 @@ async def make_tenants(db: Database, count: int, total_jobs: int) -> list[Tenant
 
 
 # Job kinds, chosen per job in the stream: the SQL below builds every column from them.
-KINDS = (("cron", RECURRING * 0.85), ("cron_paused", RECURRING * 0.15),
-         ("once", 0.90 * 0.85), ("once_paused", 0.90 * 0.05), ("cancelled", 0.90 * 0.05),
-         ("completed", 0.90 * 0.05))
+KINDS = (
+    ("cron", RECURRING * 0.85),
+    ("cron_paused", RECURRING * 0.15),
+    ("once", 0.90 * 0.85),
+    ("once_paused", 0.90 * 0.05),
+    ("cancelled", 0.90 * 0.05),
+    ("completed", 0.90 * 0.05),
+)
 
 
 def job_stream(tenants: list[Tenant], seed: int) -> io.BytesIO:
@@ -151,8 +162,10 @@ def job_stream(tenants: list[Tenant], seed: int) -> io.BytesIO:
             job_id = uuid.UUID(int=rnd.getrandbits(128), version=4)
             shard = zlib.crc32(job_id.bytes) % 256
             labelled = rnd.random() < 0.5
-            buf.write(f"{job_id}\t{t.tenant_id}\t{shard}\t{kind}\t{rnd.randrange(60)}\t{rnd.randrange(6)}\t"
-                      f"{'t' if labelled else 'f'}\t{rnd.randrange(TEAMS)}\t{rnd.randrange(3)}\t{n}\n")
+            buf.write(
+                f"{job_id}\t{t.tenant_id}\t{shard}\t{kind}\t{rnd.randrange(60)}\t{rnd.randrange(6)}\t"
+                f"{'t' if labelled else 'f'}\t{rnd.randrange(TEAMS)}\t{rnd.randrange(3)}\t{n}\n"
+            )
             n += 1
     return io.BytesIO(buf.getvalue().encode())
 
@@ -282,8 +295,9 @@ def weekly_history(conn: psycopg.Connection, now: datetime) -> None:
     ahead) moves back before the history (kairos_history_recut, migration 0021)."""
     row = conn.execute("SELECT to_regproc('kairos_history_recut') IS NOT NULL").fetchone()
     if row and row[0]:
-        conn.execute("SELECT kairos_history_recut(kairos_history_week(%s - %s * interval '1 day'))",
-                     (now, HISTORY_DAYS + 1))
+        conn.execute(
+            "SELECT kairos_history_recut(kairos_history_week(%s - %s * interval '1 day'))", (now, HISTORY_DAYS + 1)
+        )
 
 
 @dataclass
@@ -301,7 +315,9 @@ def take_definitions(conn: psycopg.Connection) -> Definitions:
         "SELECT c.relname, i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid), k.conname, "
         "pg_get_constraintdef(k.oid) FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indrelid "
         "LEFT JOIN pg_constraint AS k ON k.conindid = i.indexrelid AND k.contype IN ('p', 'u') "
-        "WHERE c.relname = ANY(%s) ORDER BY c.relname, 2", (list(TABLES),)).fetchall()
+        "WHERE c.relname = ANY(%s) ORDER BY c.relname, 2",
+        (list(TABLES),),
+    ).fetchall()
     for table, index, indexdef, conname, condef in rows:
         if conname:
             d.constraints.append((table, conname, condef))
@@ -358,8 +374,16 @@ async def load(url: str, args: argparse.Namespace) -> Loaded:
         await db.close()
     seconds["tenants"] = round(time.monotonic() - t0, 1)
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    params = {"pool": POOL, "now": now, "total": total, "resolved": json.dumps(cron_resolved_of()),
-              "dead": DEAD, "retried": RETRIED, "days": HISTORY_DAYS, "all": args.attempts == "all"}
+    params = {
+        "pool": POOL,
+        "now": now,
+        "total": total,
+        "resolved": json.dumps(cron_resolved_of()),
+        "dead": DEAD,
+        "retried": RETRIED,
+        "days": HISTORY_DAYS,
+        "all": args.attempts == "all",
+    }
     with psycopg.connect(libpq(url), autocommit=True) as conn:
         conn.execute("SET maintenance_work_mem = '512MB'")
         conn.execute("SET synchronous_commit = off")
@@ -400,39 +424,74 @@ async def empty(url: str, tenant_count: int) -> Loaded:
 
 # -- the plans ---------------------------------------------------------------------------------------
 
+
 def statement_reads(conn: psycopg.Connection, tenant_id: str) -> list[tuple[str, str, dict[str, Any]]]:
     """(read, statement, parameters) of the REST reads, for the largest tenant, with cursors deep in."""
-    job_id = conn.execute("SELECT job_id FROM jobs WHERE tenant_id = %s AND schedule_kind = 'cron' "
-                          "ORDER BY created_at LIMIT 1", (tenant_id,)).fetchone()[0]  # type: ignore[index]
-    page100 = conn.execute("SELECT created_at, job_id FROM jobs WHERE tenant_id = %s "
-                           "ORDER BY created_at DESC, job_id DESC OFFSET 4999 LIMIT 1", (tenant_id,)).fetchone()
-    before = conn.execute("SELECT scheduled_for FROM executions WHERE job_id = %s ORDER BY scheduled_for DESC "
-                          "OFFSET 97 LIMIT 1", (job_id,)).fetchone()
-    listing = {"tenant_id": tenant_id, "limit": 51, "scan_limit": 51, "state": None, "name": None, "name_prefix": None,
-               "labels": None, "after_created": None, "after_id": None}
+    job_id = conn.execute(
+        "SELECT job_id FROM jobs WHERE tenant_id = %s AND schedule_kind = 'cron' ORDER BY created_at LIMIT 1",
+        (tenant_id,),
+    ).fetchone()[0]  # type: ignore[index]
+    page100 = conn.execute(
+        "SELECT created_at, job_id FROM jobs WHERE tenant_id = %s "
+        "ORDER BY created_at DESC, job_id DESC OFFSET 4999 LIMIT 1",
+        (tenant_id,),
+    ).fetchone()
+    before = conn.execute(
+        "SELECT scheduled_for FROM executions WHERE job_id = %s ORDER BY scheduled_for DESC OFFSET 97 LIMIT 1",
+        (job_id,),
+    ).fetchone()
+    listing = {
+        "tenant_id": tenant_id,
+        "limit": 51,
+        "scan_limit": 51,
+        "state": None,
+        "name": None,
+        "name_prefix": None,
+        "labels": None,
+        "after_created": None,
+        "after_id": None,
+    }
     window = {"now": None, "window_s": 3600.0, "limit": 1440}
     out: list[tuple[str, str, dict[str, Any]]] = [
         ("GET /v1/jobs (first page)", "JobList", listing),
-        ("GET /v1/jobs (100th page)", "JobList", {**listing, "after_created": page100[0] if page100 else None,
-                                                 "after_id": page100[1] if page100 else None}),
+        (
+            "GET /v1/jobs (100th page)",
+            "JobList",
+            {**listing, "after_created": page100[0] if page100 else None, "after_id": page100[1] if page100 else None},
+        ),
         ("GET /v1/jobs?label=team:team7", "JobList", {**listing, "labels": json.dumps({"team": "team7"})}),
         ("GET /v1/jobs/{id}", "JobGet", {"tenant_id": tenant_id, "job_id": job_id}),
         ("GET /v1/jobs/{id} (counts)", "ExecutionCountsForJob", {"tenant_id": tenant_id, "job_id": job_id}),
-        ("GET /v1/jobs/{id}/executions (first page)", "ExecutionListForJob",
-         {"tenant_id": tenant_id, "job_id": job_id, "limit": 51, "before_scheduled": None}),
-        ("GET /v1/jobs/{id}/executions (50th page)", "ExecutionListForJob",
-         {"tenant_id": tenant_id, "job_id": job_id, "limit": 3, "before_scheduled": before[0] if before else None}),
-        ("GET /v1/dead-letters", "ExecutionListDead", {"tenant_id": tenant_id, "job_id": None, "limit": 51,
-                                                        "before_finished": None, "before_id": None}),
+        (
+            "GET /v1/jobs/{id}/executions (first page)",
+            "ExecutionListForJob",
+            {"tenant_id": tenant_id, "job_id": job_id, "limit": 51, "before_scheduled": None},
+        ),
+        (
+            "GET /v1/jobs/{id}/executions (50th page)",
+            "ExecutionListForJob",
+            {"tenant_id": tenant_id, "job_id": job_id, "limit": 3, "before_scheduled": before[0] if before else None},
+        ),
+        (
+            "GET /v1/dead-letters",
+            "ExecutionListDead",
+            {"tenant_id": tenant_id, "job_id": None, "limit": 51, "before_finished": None, "before_id": None},
+        ),
         ("GET /v1/stats/queues", "StatsQueueDepth", {"tenant_id": tenant_id, "now": None, "limit": 500}),
         ("GET /v1/stats/queues (dead letters)", "StatsDeadLetterCount", {"tenant_id": tenant_id, "cap": 100_000}),
-        ("GET /v1/stats/due", "StatsDueHistogram", {"tenant_id": tenant_id, "now": None, "horizon_s": 21600.0,
-                                                    "limit": 1440, "shard_ids": list(range(256))}),
+        (
+            "GET /v1/stats/due",
+            "StatsDueHistogram",
+            {"tenant_id": tenant_id, "now": None, "horizon_s": 21600.0, "limit": 1440, "shard_ids": list(range(256))},
+        ),
         ("GET /v1/stats/lag", "StatsStartLagPerMinute", {"tenant_id": tenant_id, **window}),
         ("GET /v1/stats/lag (operator, every tenant)", "StatsStartLagPerMinute", {"tenant_id": None, **window}),
         ("GET /v1/stats/outcomes", "StatsOutcomesPerMinute", {"tenant_id": tenant_id, **window}),
-        ("GET /v1/status (start lag, 5 minutes)", "StatsStartLagSummary",
-         {"tenant_id": tenant_id, **window, "window_s": 300.0}),
+        (
+            "GET /v1/status (start lag, 5 minutes)",
+            "StatsStartLagSummary",
+            {"tenant_id": tenant_id, **window, "window_s": 300.0},
+        ),
     ]
     return out
 
@@ -471,6 +530,7 @@ def explain_all(url: str, tenant_id: str) -> str:
 
 # -- the reads ---------------------------------------------------------------------------------------
 
+
 @dataclass
 class Read:
     name: str
@@ -488,14 +548,22 @@ class Api:
         self.loaded = loaded
         self.tenant = loaded.tenants[0]  # the largest: where a read costs most
         env = {k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")}
-        env.update({"KAIROS_HOME": str(home), "KAIROS_DATABASE_URL": loaded.url, "KAIROS_API_PORT": str(self.port),
-                    "KAIROS_API_HOST": "127.0.0.1", "KAIROS_LOG_LEVEL": "warning",
-                    sealing.SECRET_KEY_VARIABLE: os.environ[sealing.SECRET_KEY_VARIABLE]})
+        env.update(
+            {
+                "KAIROS_HOME": str(home),
+                "KAIROS_DATABASE_URL": loaded.url,
+                "KAIROS_API_PORT": str(self.port),
+                "KAIROS_API_HOST": "127.0.0.1",
+                "KAIROS_LOG_LEVEL": "warning",
+                sealing.SECRET_KEY_VARIABLE: os.environ[sealing.SECRET_KEY_VARIABLE],
+            }
+        )
         self.env = env
         self.proc = procs.start(f"lived-{label}-api", [*kairos_command(), "api"], env)
         self.base = f"http://127.0.0.1:{self.port}"
-        self.client = httpx.AsyncClient(base_url=self.base, timeout=30.0,
-                                        headers={"Authorization": f"Bearer {self.tenant.key}"})
+        self.client = httpx.AsyncClient(
+            base_url=self.base, timeout=30.0, headers={"Authorization": f"Bearer {self.tenant.key}"}
+        )
 
     async def ready(self, timeout_s: float = 60.0) -> None:
         end = time.monotonic() + timeout_s
@@ -560,17 +628,26 @@ async def reads(api: Api, args: argparse.Namespace) -> list[Read]:
     else:
         out.append(Read("GET /v1/jobs (100th page by cursor)", error="fewer than 100 pages"))
     await add("GET /v1/jobs?label=team:team7", lambda: api.get("/v1/jobs", {"limit": 50, "label": "team:team7"}))
-    await add("GET /v1/jobs?label=team:team7&label=tier:gold",
-              lambda: api.get("/v1/jobs", {"limit": 50, "label": ["team:team7", "tier:gold"]}))
+    await add(
+        "GET /v1/jobs?label=team:team7&label=tier:gold",
+        lambda: api.get("/v1/jobs", {"limit": 50, "label": ["team:team7", "tier:gold"]}),
+    )
     first = (await api.get("/v1/jobs", {"limit": 1, "namePrefix": "report-"})).json()["jobs"]
     if not first:  # the empty database: a job of its own to read
-        r = await api.client.post("/v1/jobs", json={"name": "report-0", "target": {"type": "queue", "ref": POOL},
-                                                    "schedule": {"cron": "0 */6 * * *", "tz": "UTC"}})
+        r = await api.client.post(
+            "/v1/jobs",
+            json={
+                "name": "report-0",
+                "target": {"type": "queue", "ref": POOL},
+                "schedule": {"cron": "0 */6 * * *", "tz": "UTC"},
+            },
+        )
         first = [r.json()]
     job_id = first[0]["jobId"]
     await add("GET /v1/jobs/{id} (recurring job)", lambda: api.get(f"/v1/jobs/{job_id}"))
-    await add("GET /v1/jobs/{id}/executions (first page, 50)",
-              lambda: api.get(f"/v1/jobs/{job_id}/executions", {"limit": 50}))
+    await add(
+        "GET /v1/jobs/{id}/executions (first page, 50)", lambda: api.get(f"/v1/jobs/{job_id}/executions", {"limit": 50})
+    )
     hist = f"/v1/jobs/{job_id}/executions"
     page: str | None = None
     for _ in range(49):  # a job's 50th page: at 2 a page, 100 executions back (the lived job holds ~120)
@@ -580,18 +657,31 @@ async def reads(api: Api, args: argparse.Namespace) -> list[Read]:
             break
     if page:
         fiftieth = page
-        await add("GET /v1/jobs/{id}/executions (50th page by cursor, 2)",
-                  lambda: api.get(hist, {"limit": 2, "cursor": fiftieth}))
+        await add(
+            "GET /v1/jobs/{id}/executions (50th page by cursor, 2)",
+            lambda: api.get(hist, {"limit": 2, "cursor": fiftieth}),
+        )
     else:
         out.append(Read("GET /v1/jobs/{id}/executions (50th page by cursor, 2)", error="fewer than 50 pages"))
     await add("GET /v1/dead-letters (first page)", lambda: api.get("/v1/dead-letters"))
-    for path, params in (("/v1/stats/lag", {"minutes": 60}), ("/v1/stats/outcomes", {"minutes": 60}),
-                         ("/v1/stats/queues", None), ("/v1/stats/due", {"hours": 6}), ("/v1/status", None)):
+    for path, params in (
+        ("/v1/stats/lag", {"minutes": 60}),
+        ("/v1/stats/outcomes", {"minutes": 60}),
+        ("/v1/stats/queues", None),
+        ("/v1/stats/due", {"hours": 6}),
+        ("/v1/status", None),
+    ):
         await add(f"GET {path}", functools.partial(api.get, path, params))
-    await add("dashboard refresh (the five calls at once)", lambda: asyncio.gather(
-        api.get("/v1/status"), api.get("/v1/stats/lag", {"minutes": 60}),
-        api.get("/v1/stats/outcomes", {"minutes": 60}), api.get("/v1/stats/queues"),
-        api.get("/v1/stats/due", {"hours": 6})))
+    await add(
+        "dashboard refresh (the five calls at once)",
+        lambda: asyncio.gather(
+            api.get("/v1/status"),
+            api.get("/v1/stats/lag", {"minutes": 60}),
+            api.get("/v1/stats/outcomes", {"minutes": 60}),
+            api.get("/v1/stats/queues"),
+            api.get("/v1/stats/due", {"hours": 6}),
+        ),
+    )
     out.append(await cli_jobs_ls(api, args.cli_calls))
     return out
 
@@ -608,8 +698,9 @@ async def cli_jobs_ls(api: Api, calls: int) -> Read:
             return Read("kairos jobs ls", error=done.stderr.decode(errors="replace").strip()[:80])
         times.append((time.perf_counter() - t0) * 1000)
     times = times[1:]
-    return Read("kairos jobs ls (a process per call)", round(statistics.median(times), 1), round(pct(times, 0.99), 1),
-                calls)
+    return Read(
+        "kairos jobs ls (a process per call)", round(statistics.median(times), 1), round(pct(times, 0.99), 1), calls
+    )
 
 
 def print_table(lived: list[Read], blank: list[Read] | None) -> None:
@@ -627,8 +718,10 @@ def print_table(lived: list[Read], blank: list[Read] | None) -> None:
             print(f"{r.name:58} error: {r.error}")
             continue
         ok = "" if r.name.startswith("kairos ") else ("yes" if (r.p99_ms or 0) <= P99_TARGET_MS else "NO")
-        print(f"{r.name:58} {cell(r.p50_ms):>10} {cell(r.p99_ms):>10} {cell(e.p50_ms if e else None):>10} "
-              f"{cell(e.p99_ms if e else None):>10}  {ok}")
+        print(
+            f"{r.name:58} {cell(r.p50_ms):>10} {cell(r.p99_ms):>10} {cell(e.p50_ms if e else None):>10} "
+            f"{cell(e.p99_ms if e else None):>10}  {ok}"
+        )
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -643,10 +736,20 @@ async def main(args: argparse.Namespace) -> int:
         print(f"loading scale {args.scale} into {lived_url.partition('?')[0].rsplit('/', 1)[1]}", flush=True)
         lived = await load(lived_url, args)
         gb = lived.size_bytes / 1e9
-        print(f"loaded {lived.rows} over {len(lived.tenants)} tenants in {lived.seconds['total']} s; "
-              f"database size {gb:.2f} GB", flush=True)
-        results.update({"loadSeconds": lived.seconds, "rows": lived.rows, "sizeBytes": lived.size_bytes,
-                        "tenants": len(lived.tenants), "largestTenantJobs": lived.tenants[0].jobs})
+        print(
+            f"loaded {lived.rows} over {len(lived.tenants)} tenants in {lived.seconds['total']} s; "
+            f"database size {gb:.2f} GB",
+            flush=True,
+        )
+        results.update(
+            {
+                "loadSeconds": lived.seconds,
+                "rows": lived.rows,
+                "sizeBytes": lived.size_bytes,
+                "tenants": len(lived.tenants),
+                "largestTenantJobs": lived.tenants[0].jobs,
+            }
+        )
         if args.explain:
             args.explain.write_text(explain_all(lived_url, lived.tenants[0].tenant_id))
             print(f"plans written to {args.explain}", flush=True)
@@ -663,8 +766,10 @@ async def main(args: argparse.Namespace) -> int:
             lived_reads = await reads(api, args)
             await api.client.aclose()
             print_table(lived_reads, blank_reads)
-            results["reads"] = {"lived": [r.__dict__ for r in lived_reads],
-                                "empty": [r.__dict__ for r in blank_reads or []]}
+            results["reads"] = {
+                "lived": [r.__dict__ for r in lived_reads],
+                "empty": [r.__dict__ for r in blank_reads or []],
+            }
         out = ROOT / "loadtest" / "results" / f"lived-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
         out.write_text(json.dumps(results, indent=2, default=str))
         print(f"figures in {out.relative_to(ROOT)}")

@@ -58,6 +58,7 @@ def _machinery() -> None:
 
     bench, lived = bench_module, lived_module
 
+
 PARTS = ("reads", "herd100k", "steady", "retention", "heap")
 HEAP_ENTRIES = 2_000_000
 HEAP_TARGET_B = 64
@@ -113,13 +114,19 @@ async def reads(run: Any, loaded: Any, blank: Any, args: argparse.Namespace) -> 
         if r.name.startswith("kairos "):  # a process per call: the interpreter's start, not the read
             run.row("lived reads", f"{r.name} p99{beside}", "-", f"{r.p99_ms} ms", None)
         else:
-            run.row("lived reads", f"{r.name} p99 over {r.calls}{beside}", f"<= {lived.P99_TARGET_MS:g} ms",
-                    f"{r.p99_ms} ms", (r.p99_ms or 0) <= lived.P99_TARGET_MS)
+            run.row(
+                "lived reads",
+                f"{r.name} p99 over {r.calls}{beside}",
+                f"<= {lived.P99_TARGET_MS:g} ms",
+                f"{r.p99_ms} ms",
+                (r.p99_ms or 0) <= lived.P99_TARGET_MS,
+            )
     run.results["lived"]["reads"] = {k: [vars(r) for r in v] for k, v in got.items()}
 
 
-async def beside(run: Any, proxy: LivedServer, name: str, lived_url: str,
-                 during: Any = None) -> dict[str, dict[str, Any]]:
+async def beside(
+    run: Any, proxy: LivedServer, name: str, lived_url: str, during: Any = None
+) -> dict[str, dict[str, Any]]:
     """herd.py's scenario ``name`` on an empty database, then on the lived one (``during(run)`` runs
     beside the lived pass); its rows are renamed ``name (empty)`` and ``name (lived)``."""
     out: dict[str, dict[str, Any]] = {}
@@ -147,8 +154,10 @@ async def retire_oldest_week(run: Any, url: str, started: dict[str, float]) -> N
         try:
             deadline = time.monotonic() + max(60.0, run.left())
             while time.monotonic() < deadline:
-                row = conn.execute("SELECT count(*) FROM executions AS e JOIN jobs AS j ON j.job_id = e.job_id "
-                                   "WHERE j.name = 'steady' AND e.state = 'succeeded'").fetchone()
+                row = conn.execute(
+                    "SELECT count(*) FROM executions AS e JOIN jobs AS j ON j.job_id = e.job_id "
+                    "WHERE j.name = 'steady' AND e.state = 'succeeded'"
+                ).fetchone()
                 if row and row[0] > 0:
                     break
                 await asyncio.sleep(1.0)
@@ -164,9 +173,14 @@ async def retire_oldest_week(run: Any, url: str, started: dict[str, float]) -> N
         out = await duty.retire(weeks[0], datetime.now(timezone.utc))
         started["t1"] = time.time()
         started["rows"] = float(out.executions)
-        run.row("lived retention", f"retire the oldest week ({out.executions:,} executions, {out.attempts:,} "
-                f"attempts, {len(out.archives)} archives): {out.outcome}", "-",
-                f"{out.duration_s:.1f} s", out.outcome == "dropped")
+        run.row(
+            "lived retention",
+            f"retire the oldest week ({out.executions:,} executions, {out.attempts:,} "
+            f"attempts, {len(out.archives)} archives): {out.outcome}",
+            "-",
+            f"{out.duration_s:.1f} s",
+            out.outcome == "dropped",
+        )
     finally:
         await db.close()
 
@@ -179,7 +193,9 @@ def lag_during(url: str, t0: float, t1: float) -> float | None:
             "FROM jobs AS j JOIN executions AS e ON e.job_id = j.job_id "
             "JOIN attempts AS a ON a.execution_id = e.execution_id AND a.attempt = 1 "
             "WHERE j.name = 'steady' AND e.scheduled_for >= to_timestamp(%(lo)s) - interval '60 seconds' "
-            "AND e.scheduled_for < to_timestamp(%(hi)s)", {"lo": t0, "hi": t1}).fetchall()
+            "AND e.scheduled_for < to_timestamp(%(hi)s)",
+            {"lo": t0, "hi": t1},
+        ).fetchall()
     lags = []
     for job_id, jitter_s, sched, leased in rows:
         due = float(sched) + (bench.jitter_offset_s(job_id, jitter_s) if jitter_s else 0)
@@ -191,9 +207,15 @@ def lag_during(url: str, t0: float, t1: float) -> float | None:
 async def heap_per_entry(run: Any) -> None:
     """Bytes per scheduler heap entry with HEAP_ENTRIES loaded: loadtest/heap_memory.py, the component
     probe of herd.py's memory scenario, at the brief's 2,000,000."""
-    proc = await asyncio.create_subprocess_exec(sys.executable, str(ROOT / "loadtest" / "heap_memory.py"),
-                                                "--entries", str(HEAP_ENTRIES), "--timing-entries", "0",
-                                                stdout=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(ROOT / "loadtest" / "heap_memory.py"),
+        "--entries",
+        str(HEAP_ENTRIES),
+        "--timing-entries",
+        "0",
+        stdout=asyncio.subprocess.PIPE,
+    )
     try:
         out, _ = await proc.communicate()  # under tracemalloc: a few minutes at 2,000,000
     except asyncio.CancelledError:
@@ -202,9 +224,13 @@ async def heap_per_entry(run: Any) -> None:
     found = re.search(r"bytes per heap entry\s+([\d,]+) B", out.decode())
     per_entry = int(found.group(1).replace(",", "")) if found else None
     run.results["lived"]["heapBytesPerEntry"] = per_entry
-    run.row("lived", f"scheduler heap: bytes per entry, {HEAP_ENTRIES:,} loaded (component probe)",
-            f"<= {HEAP_TARGET_B} B", "-" if per_entry is None else f"{per_entry:,} B",
-            per_entry is not None and per_entry <= HEAP_TARGET_B)
+    run.row(
+        "lived",
+        f"scheduler heap: bytes per entry, {HEAP_ENTRIES:,} loaded (component probe)",
+        f"<= {HEAP_TARGET_B} B",
+        "-" if per_entry is None else f"{per_entry:,} B",
+        per_entry is not None and per_entry <= HEAP_TARGET_B,
+    )
 
 
 async def scenario_lived(run: Any) -> None:
@@ -219,15 +245,26 @@ async def scenario_lived(run: Any) -> None:
     run.results["lived"] = {"scale": scale, "parts": parts}
     try:
         url = proxy.server.create("lived")
-        args = argparse.Namespace(scale=scale, attempts="all", seed=run.args.seed,
-                                  calls=max(100, int(os.environ.get("KAIROS_LIVED_CALLS", "100"))), cli_calls=5)
+        args = argparse.Namespace(
+            scale=scale,
+            attempts="all",
+            seed=run.args.seed,
+            calls=max(100, int(os.environ.get("KAIROS_LIVED_CALLS", "100"))),
+            cli_calls=5,
+        )
         print(f"  [lived] loading scale {scale}", flush=True)
         loaded = await lived.load(url, args)
-        run.results["lived"].update({"loadSeconds": loaded.seconds, "rows": loaded.rows,
-                                     "sizeBytes": loaded.size_bytes})
+        run.results["lived"].update(
+            {"loadSeconds": loaded.seconds, "rows": loaded.rows, "sizeBytes": loaded.size_bytes}
+        )
         rows = ", ".join(f"{n:,} {t}" for t, n in loaded.rows.items())
-        run.row("lived", f"load at scale {scale:g}: {rows}", "-",
-                f"{loaded.seconds['total']:.0f} s, {loaded.size_bytes / 1e9:.2f} GB", None)
+        run.row(
+            "lived",
+            f"load at scale {scale:g}: {rows}",
+            "-",
+            f"{loaded.seconds['total']:.0f} s, {loaded.size_bytes / 1e9:.2f} GB",
+            None,
+        )
         if "reads" in parts:
             blank = await lived.empty(proxy.server.create("lived_empty"), len(loaded.tenants))
             await reads(run, loaded, blank, args)
@@ -236,9 +273,13 @@ async def scenario_lived(run: Any) -> None:
             run.results["lived"]["herd100k"] = herd
             empty_rate, lived_rate = (herd[w].get("drainPerS") for w in ("empty", "lived"))
             ratio = lived_rate / empty_rate if empty_rate and lived_rate else None
-            run.row("lived", "herd100k drain, lived / empty", f">= {DRAIN_RATIO_TARGET:g}x",
-                    "-" if ratio is None else f"{ratio:.2f}x ({lived_rate:,.0f}/s vs {empty_rate:,.0f}/s)",
-                    ratio is not None and ratio >= DRAIN_RATIO_TARGET)
+            run.row(
+                "lived",
+                "herd100k drain, lived / empty",
+                f">= {DRAIN_RATIO_TARGET:g}x",
+                "-" if ratio is None else f"{ratio:.2f}x ({lived_rate:,.0f}/s vs {empty_rate:,.0f}/s)",
+                ratio is not None and ratio >= DRAIN_RATIO_TARGET,
+            )
         if "steady" in parts or "retention" in parts:
             window: dict[str, float] = {}
             during = (lambda r: retire_oldest_week(r, url, window)) if "retention" in parts else None
@@ -246,9 +287,13 @@ async def scenario_lived(run: Any) -> None:
             run.results["lived"]["steady"] = steady
             if window.get("t1"):
                 p99 = lag_during(url, window["t0"], window["t1"])
-                run.row("lived retention", "steady start lag p99 during the retirement",
-                        f"<= {RETENTION_LAG_TARGET_S:g} s", bench.fmt_s(p99),
-                        p99 is not None and p99 <= RETENTION_LAG_TARGET_S)
+                run.row(
+                    "lived retention",
+                    "steady start lag p99 during the retirement",
+                    f"<= {RETENTION_LAG_TARGET_S:g} s",
+                    bench.fmt_s(p99),
+                    p99 is not None and p99 <= RETENTION_LAG_TARGET_S,
+                )
         if "heap" in parts:
             await heap_per_entry(run)
         run.row("lived", "scheduler start with 2,000,000 due rows dispatching", "<= 5 s", "not measured here", None)

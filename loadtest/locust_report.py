@@ -90,14 +90,22 @@ class KindLag:
 
     def summary(self) -> dict[str, Any]:
         s = sorted(self.lags_s)
-        return {"jobs": self.jobs, "sampled": self.sampled, "started": len(s), "not_started": self.not_started,
-                "skipped_or_cancelled": self.skipped_or_cancelled, "dead": self.failed,
-                "p50_s": percentile(s, 50), "p90_s": percentile(s, 90), "p99_s": percentile(s, 99),
-                "max_s": s[-1] if s else math.nan,
-                "within_2s": (sum(1 for v in s if v <= 2.0) / len(s)) if s else math.nan,
-                "first_due": self.first_due.isoformat() if self.first_due else None,
-                "last_due": self.last_due.isoformat() if self.last_due else None,
-                "lag_from_nominal": self.nominal_only}
+        return {
+            "jobs": self.jobs,
+            "sampled": self.sampled,
+            "started": len(s),
+            "not_started": self.not_started,
+            "skipped_or_cancelled": self.skipped_or_cancelled,
+            "dead": self.failed,
+            "p50_s": percentile(s, 50),
+            "p90_s": percentile(s, 90),
+            "p99_s": percentile(s, 99),
+            "max_s": s[-1] if s else math.nan,
+            "within_2s": (sum(1 for v in s if v <= 2.0) / len(s)) if s else math.nan,
+            "first_due": self.first_due.isoformat() if self.first_due else None,
+            "last_due": self.last_due.isoformat() if self.last_due else None,
+            "lag_from_nominal": self.nominal_only,
+        }
 
 
 @dataclass
@@ -128,16 +136,22 @@ class Api:
     """A thin REST client: one shared connection pool, a bearer key per call."""
 
     def __init__(self, host: str, timeout_s: float = 10.0) -> None:
-        self.client = httpx.Client(base_url=host.rstrip("/"), timeout=timeout_s,
-                                   limits=httpx.Limits(max_connections=32, max_keepalive_connections=32))
+        self.client = httpx.Client(
+            base_url=host.rstrip("/"),
+            timeout=timeout_s,
+            limits=httpx.Limits(max_connections=32, max_keepalive_connections=32),
+        )
         self.calls = 0
 
     def get(self, key: str, path: str, **params: Any) -> httpx.Response:
         self.calls += 1
         for attempt in range(3):
             try:
-                r = self.client.get(path, params={k: v for k, v in params.items() if v is not None},
-                                    headers={"Authorization": f"Bearer {key}"})
+                r = self.client.get(
+                    path,
+                    params={k: v for k, v in params.items() if v is not None},
+                    headers={"Authorization": f"Bearer {key}"},
+                )
             except httpx.TransportError:
                 if attempt == 2:
                     raise
@@ -192,8 +206,11 @@ class JobState:
 
     def pending(self, stop_ts: float) -> int:
         """Occurrences due by stop_ts that have not started (dispatched but unleased, or not dispatched)."""
-        n = sum(1 for r in self.runs
-                if r["state"] in UNSTARTED_STATES and not r.get("startedAt") and self.due_of(r) <= stop_ts)
+        n = sum(
+            1
+            for r in self.runs
+            if r["state"] in UNSTARTED_STATES and not r.get("startedAt") and self.due_of(r) <= stop_ts
+        )
         nxt = parse_time(self.job.get("nextRunAt"))
         if self.job.get("state") == "active" and nxt is not None and nxt.timestamp() <= stop_ts:
             nominal = [parse_time(r["scheduledFor"]) for r in self.runs]
@@ -203,8 +220,17 @@ class JobState:
         return n
 
 
-def collect(host: str, keys: Sequence[str], tag: str, *, stop_at: datetime | None = None, grace_s: float = 10.0,
-            sample: int = 1500, workers: int = 16, seed: int = 7) -> LagReport:
+def collect(
+    host: str,
+    keys: Sequence[str],
+    tag: str,
+    *,
+    stop_at: datetime | None = None,
+    grace_s: float = 10.0,
+    sample: int = 1500,
+    workers: int = 16,
+    seed: int = 7,
+) -> LagReport:
     """List the run's jobs, sample up to ``sample`` of them, and measure their start lag."""
     began = time.monotonic()
     stop = stop_at or datetime.now(timezone.utc)
@@ -213,8 +239,12 @@ def collect(host: str, keys: Sequence[str], tag: str, *, stop_at: datetime | Non
     kinds = {kind: KindLag(kind) for kind in KINDS}
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            listed = list(pool.map(lambda kk: (kk[0], kk[1], list_jobs(api, kk[0], job_name(tag, kk[1]))),
-                                   [(key, kind) for key in dict.fromkeys(keys) for kind in KINDS]))
+            listed = list(
+                pool.map(
+                    lambda kk: (kk[0], kk[1], list_jobs(api, kk[0], job_name(tag, kk[1]))),
+                    [(key, kind) for key in dict.fromkeys(keys) for kind in KINDS],
+                )
+            )
             by_kind: dict[str, list[JobState]] = {kind: [] for kind in KINDS}
             for key, kind, jobs in listed:
                 by_kind[kind].extend(JobState(key, job) for job in jobs)
@@ -271,6 +301,7 @@ def collect(host: str, keys: Sequence[str], tag: str, *, stop_at: datetime | Non
 
 # -- request statistics --------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class RequestRow:
     method: str
@@ -288,9 +319,17 @@ def rows_from_stats(stats: Any) -> list[RequestRow]:
     """Rows from a live ``locust.stats.RequestStats`` (entries sorted by name, then the aggregate)."""
 
     def row(e: Any, method: str, name: str) -> RequestRow:
-        return RequestRow(method, name, e.num_requests, e.num_failures,
-                          e.get_response_time_percentile(0.5) or 0, e.get_response_time_percentile(0.95) or 0,
-                          e.get_response_time_percentile(0.99) or 0, e.max_response_time or 0, e.total_rps or 0)
+        return RequestRow(
+            method,
+            name,
+            e.num_requests,
+            e.num_failures,
+            e.get_response_time_percentile(0.5) or 0,
+            e.get_response_time_percentile(0.95) or 0,
+            e.get_response_time_percentile(0.99) or 0,
+            e.max_response_time or 0,
+            e.total_rps or 0,
+        )
 
     rows = [row(e, e.method or "", e.name) for e in sorted(stats.entries.values(), key=lambda e: (e.name, e.method))]
     rows.append(row(stats.total, "", "Aggregated"))
@@ -303,13 +342,24 @@ def rows_from_csv(prefix: str) -> list[RequestRow]:
     with open(f"{prefix}_stats.csv", newline="") as f:
         for r in csv.DictReader(f):
             num = lambda k: float(r.get(k) or 0)  # noqa: E731 - "N/A" never appears in these columns
-            rows.append(RequestRow(r["Type"], r["Name"], int(num("Request Count")), int(num("Failure Count")),
-                                   num("50%"), num("95%"), num("99%"), num("Max Response Time"),
-                                   num("Requests/s")))
+            rows.append(
+                RequestRow(
+                    r["Type"],
+                    r["Name"],
+                    int(num("Request Count")),
+                    int(num("Failure Count")),
+                    num("50%"),
+                    num("95%"),
+                    num("99%"),
+                    num("Max Response Time"),
+                    num("Requests/s"),
+                )
+            )
     return rows
 
 
 # -- printing ------------------------------------------------------------------------------------------
+
 
 def _f(v: float, fmt: str = "{:.3f}") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
@@ -322,38 +372,51 @@ def render(lag: LagReport, requests: Iterable[RequestRow], *, title: str = "Kair
     out.append(f"{title}  (run tag {lag.tag}; occurrences due before {lag.stop_at.isoformat(timespec='seconds')})")
     out.append("-" * w)
     out.append("Locust requests")
-    out.append(f"  {'request':<44}{'reqs':>8}{'fails':>7}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'max ms':>9}"
-               f"{'req/s':>8}")
+    out.append(
+        f"  {'request':<44}{'reqs':>8}{'fails':>7}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'max ms':>9}{'req/s':>8}"
+    )
     for r in requests:
         label = f"{r.method} {r.name}".strip()[:43]
-        out.append(f"  {label:<44}{r.requests:>8}{r.failures:>7}{_f(r.p50_ms, '{:.0f}'):>9}"
-                   f"{_f(r.p95_ms, '{:.0f}'):>9}{_f(r.p99_ms, '{:.0f}'):>9}{_f(r.max_ms, '{:.0f}'):>9}"
-                   f"{_f(r.rps, '{:.1f}'):>8}")
+        out.append(
+            f"  {label:<44}{r.requests:>8}{r.failures:>7}{_f(r.p50_ms, '{:.0f}'):>9}"
+            f"{_f(r.p95_ms, '{:.0f}'):>9}{_f(r.p99_ms, '{:.0f}'):>9}{_f(r.max_ms, '{:.0f}'):>9}"
+            f"{_f(r.rps, '{:.1f}'):>8}"
+        )
     out.append("-" * w)
     out.append("Start lag read back from Kairos (startedAt - due time, seconds)")
-    out.append(f"  {'kind':<34}{'jobs':>6}{'sampled':>8}{'started':>8}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}"
-               f"{'<=2s':>7}{'late!':>6}")
+    out.append(
+        f"  {'kind':<34}{'jobs':>6}{'sampled':>8}{'started':>8}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}"
+        f"{'<=2s':>7}{'late!':>6}"
+    )
     for kind, agg in lag.kinds.items():
         s = agg.summary()
         if not agg.jobs:
             continue
         label = KINDS[kind] + (" *" if agg.nominal_only else "")
-        out.append(f"  {label:<34}{s['jobs']:>6}{s['sampled']:>8}{s['started']:>8}{_f(s['p50_s']):>8}"
-                   f"{_f(s['p90_s']):>8}{_f(s['p99_s']):>8}{_f(s['max_s']):>8}"
-                   f"{_f(s['within_2s'] * 100, '{:.0f}%'):>7}{s['not_started']:>6}")
+        out.append(
+            f"  {label:<34}{s['jobs']:>6}{s['sampled']:>8}{s['started']:>8}{_f(s['p50_s']):>8}"
+            f"{_f(s['p90_s']):>8}{_f(s['p99_s']):>8}{_f(s['max_s']):>8}"
+            f"{_f(s['within_2s'] * 100, '{:.0f}%'):>7}{s['not_started']:>6}"
+        )
     o = lag.overall()
-    out.append(f"  {'all':<34}{o['jobs']:>6}{o['sampled']:>8}{o['started']:>8}{_f(o['p50_s']):>8}"
-               f"{_f(o['p90_s']):>8}{_f(o['p99_s']):>8}{_f(o['max_s']):>8}"
-               f"{_f(o['within_2s'] * 100, '{:.0f}%'):>7}{o['not_started']:>6}")
+    out.append(
+        f"  {'all':<34}{o['jobs']:>6}{o['sampled']:>8}{o['started']:>8}{_f(o['p50_s']):>8}"
+        f"{_f(o['p90_s']):>8}{_f(o['p99_s']):>8}{_f(o['max_s']):>8}"
+        f"{_f(o['within_2s'] * 100, '{:.0f}%'):>7}{o['not_started']:>6}"
+    )
     herd = lag.kinds.get("herd")
     if herd and herd.lags_s and herd.first_due:
-        out.append(f"  herd: {len(herd.lags_s)} started, T = {herd.first_due.isoformat(timespec='seconds')}, "
-                   f"last start T+{max(herd.lags_s):.3f} s")
+        out.append(
+            f"  herd: {len(herd.lags_s)} started, T = {herd.first_due.isoformat(timespec='seconds')}, "
+            f"last start T+{max(herd.lags_s):.3f} s"
+        )
     if any(a.nominal_only for a in lag.kinds.values()):
         out.append("  * jitter slot unknown (app.domain not importable): lag measured from the nominal time")
-    out.append(f"  skipped/cancelled occurrences {o['skipped_or_cancelled']}, dead {o['dead']}, "
-               f"late! = due before the stop and not started {lag.not_started}; "
-               f"report took {lag.elapsed_s:.1f} s, {lag.requests} REST calls")
+    out.append(
+        f"  skipped/cancelled occurrences {o['skipped_or_cancelled']}, dead {o['dead']}, "
+        f"late! = due before the stop and not started {lag.not_started}; "
+        f"report took {lag.elapsed_s:.1f} s, {lag.requests} REST calls"
+    )
     out.append("=" * w)
     return "\n".join(out)
 
@@ -362,15 +425,27 @@ def to_json(lag: LagReport, requests: Iterable[RequestRow]) -> dict[str, Any]:
     def clean(v: Any) -> Any:
         return None if isinstance(v, float) and math.isnan(v) else v
 
-    return {"tag": lag.tag, "stopAt": lag.stop_at.isoformat(), "notStarted": lag.not_started,
-            "lag": {k: {kk: clean(vv) for kk, vv in a.summary().items()} for k, a in lag.kinds.items()},
-            "all": {k: clean(v) for k, v in lag.overall().items()},
-            "requests": [r.__dict__ for r in requests]}
+    return {
+        "tag": lag.tag,
+        "stopAt": lag.stop_at.isoformat(),
+        "notStarted": lag.not_started,
+        "lag": {k: {kk: clean(vv) for kk, vv in a.summary().items()} for k, a in lag.kinds.items()},
+        "all": {k: clean(v) for k, v in lag.overall().items()},
+        "requests": [r.__dict__ for r in requests],
+    }
 
 
-def report_for_environment(environment: Any, *, host: str, keys: Sequence[str], tag: str,
-                           stop_at: datetime | None, grace_s: float, sample: int,
-                           json_path: str | None = None) -> LagReport:
+def report_for_environment(
+    environment: Any,
+    *,
+    host: str,
+    keys: Sequence[str],
+    tag: str,
+    stop_at: datetime | None,
+    grace_s: float,
+    sample: int,
+    json_path: str | None = None,
+) -> LagReport:
     """Called from the locustfile's quitting listener: print the report, set the exit code on late starts."""
     lag = collect(host, keys, tag, stop_at=stop_at, grace_s=grace_s, sample=sample)
     rows = rows_from_stats(environment.stats)

@@ -111,6 +111,7 @@ def iso(ts: float) -> str:
 
 # -- set-up: tenants and target ---------------------------------------------------------------------
 
+
 def _kairos_cli() -> list[str]:
     script = Path(sys.executable).with_name("kairos")
     return [str(script)] if script.exists() else [sys.executable, "-m", "app.cli"]
@@ -122,9 +123,18 @@ def _kairos_home() -> Path:
 
 def create_tenants(tag: str, count: int) -> list[Tenant]:
     """`kairos tenants create lt-<tag>-tN --json`, all at once, against the server's own database."""
-    procs = [(f"lt-{tag}-t{i}", subprocess.Popen([*_kairos_cli(), "tenants", "create", f"lt-{tag}-t{i}", "--json"],
-                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-             for i in range(count)]
+    procs = [
+        (
+            f"lt-{tag}-t{i}",
+            subprocess.Popen(
+                [*_kairos_cli(), "tenants", "create", f"lt-{tag}-t{i}", "--json"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        )
+        for i in range(count)
+    ]
     tenants = []
     for name, proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -138,8 +148,10 @@ def create_tenants(tag: str, count: int) -> list[Tenant]:
 def load_tenants(tag: str, distributed: bool) -> list[Tenant]:
     path = _env("TENANTS_FILE", "")
     if path:
-        return [Tenant(t.get("name", f"tenant{i}"), t["apiKey"])
-                for i, t in enumerate(locust_report.read_tenants_file(path))]
+        return [
+            Tenant(t.get("name", f"tenant{i}"), t["apiKey"])
+            for i, t in enumerate(locust_report.read_tenants_file(path))
+        ]
     if distributed:
         raise RuntimeError("distributed runs need KAIROS_LOCUST_TENANTS_FILE (the same tenants on every worker)")
     count = int(_env("TENANTS", "4"))
@@ -151,8 +163,10 @@ def load_tenants(tag: str, distributed: bool) -> list[Tenant]:
     if not key and demo_key.exists():
         key = demo_key.read_text().strip()
     if not key:
-        raise RuntimeError("no tenants: set KAIROS_LOCUST_TENANTS_FILE, or KAIROS_HOME / KAIROS_DATABASE_URL of the "
-                           "server (tenants are created with `kairos tenants create`), or KAIROS_API_KEY")
+        raise RuntimeError(
+            "no tenants: set KAIROS_LOCUST_TENANTS_FILE, or KAIROS_HOME / KAIROS_DATABASE_URL of the "
+            "server (tenants are created with `kairos tenants create`), or KAIROS_API_KEY"
+        )
     log.warning("using one existing tenant key for every user (KAIROS_API_KEY or demo.key)")
     return [Tenant("existing", key)]
 
@@ -172,15 +186,21 @@ def choose_target(host: str) -> dict[str, str]:
         answered = False
     if answered:
         return demo
-    log.warning("the API has no /demo/echo; jobs target the queue pool 'locust': serve it with "
-                "`kairos worker --pool locust -- true` or their start lag stays empty")
+    log.warning(
+        "the API has no /demo/echo; jobs target the queue pool 'locust': serve it with "
+        "`kairos worker --pool locust -- true` or their start lag stays empty"
+    )
     return {"type": "queue", "ref": "locust"}
 
 
 def check_keys(host: str, tenants: list[Tenant]) -> None:
     for t in tenants:
-        r = httpx.get(f"{host.rstrip('/')}/v1/jobs", params={"limit": 1},
-                      headers={"Authorization": f"Bearer {t.api_key}"}, timeout=10)
+        r = httpx.get(
+            f"{host.rstrip('/')}/v1/jobs",
+            params={"limit": 1},
+            headers={"Authorization": f"Bearer {t.api_key}"},
+            timeout=10,
+        )
         if r.status_code != 200:
             raise RuntimeError(f"tenant {t.name}: GET /v1/jobs answered {r.status_code}: {r.text[:200]}")
 
@@ -205,8 +225,14 @@ def on_init(environment: Any, **_: Any) -> None:
     herd_at = _env("HERD_AT", "")
     if herd_at:
         CTX.herd_at = datetime.fromisoformat(herd_at.replace("Z", "+00:00")).timestamp()
-    log.info("kairos load test: run tag %s, %d tenant(s), target %s %s, shape %s",
-             tag, len(tenants), target["type"], target["ref"], SHAPE)
+    log.info(
+        "kairos load test: run tag %s, %d tenant(s), target %s %s, shape %s",
+        tag,
+        len(tenants),
+        target["type"],
+        target["ref"],
+        SHAPE,
+    )
 
 
 @events.test_stop.add_listener
@@ -221,9 +247,15 @@ def on_quitting(environment: Any, **_: Any) -> None:
         return
     try:
         locust_report.report_for_environment(
-            environment, host=CTX.host, keys=[t.api_key for t in CTX.tenants], tag=CTX.tag, stop_at=CTX.stop_at,
-            grace_s=float(_env("REPORT_GRACE_S", "10")), sample=int(_env("REPORT_SAMPLE", "1500")),
-            json_path=_env("REPORT_JSON", "") or None)
+            environment,
+            host=CTX.host,
+            keys=[t.api_key for t in CTX.tenants],
+            tag=CTX.tag,
+            stop_at=CTX.stop_at,
+            grace_s=float(_env("REPORT_GRACE_S", "10")),
+            sample=int(_env("REPORT_SAMPLE", "1500")),
+            json_path=_env("REPORT_JSON", "") or None,
+        )
     except Exception:  # the report must not hide Locust's own statistics
         log.exception("the start-lag report failed")
         if environment.process_exit_code is None:
@@ -231,6 +263,7 @@ def on_quitting(environment: Any, **_: Any) -> None:
 
 
 # -- users ----------------------------------------------------------------------------------------
+
 
 @dataclass
 class OwnJob:
@@ -256,11 +289,16 @@ class KairosUser(FastHttpUser):
 
     def submit(self, kind: str, schedule: dict[str, Any], label: str) -> OwnJob | None:
         self.seq += 1
-        body = {"name": locust_report.job_name(self.ctx.tag, kind), "target": self.ctx.target,
-                "payload": {"tenant": self.tenant.name, "seq": self.seq}, "schedule": schedule}
+        body = {
+            "name": locust_report.job_name(self.ctx.tag, kind),
+            "target": self.ctx.target,
+            "payload": {"tenant": self.tenant.name, "seq": self.seq},
+            "schedule": schedule,
+        }
         headers = {**self.headers, "Idempotency-Key": str(uuid.uuid4())}
-        with self.client.post("/v1/jobs", json=body, headers=headers, name=f"/v1/jobs [{label}]",
-                              catch_response=True) as r:
+        with self.client.post(
+            "/v1/jobs", json=body, headers=headers, name=f"/v1/jobs [{label}]", catch_response=True
+        ) as r:
             if r.status_code != 201:
                 r.failure(f"{r.status_code}: {(r.text or '')[:200]}")
                 return None
@@ -316,19 +354,27 @@ class KairosTenant(KairosUser):
 
     @task(2)
     def submit_cron(self) -> None:
-        self.submit("cron", {"cron": "* * * * *", "tz": random.choice(["UTC", "Europe/London", "Asia/Kolkata"])},
-                    "cron")
+        self.submit(
+            "cron", {"cron": "* * * * *", "tz": random.choice(["UTC", "Europe/London", "Asia/Kolkata"])}, "cron"
+        )
 
     @task(2)
     def submit_cron_jitter(self) -> None:
-        self.submit("cron-jitter", {"cron": "* * * * *", "tz": "UTC",
-                                    "jitterSeconds": random.randint(5, JITTER_MAX_S)}, "cron+jitter")
+        self.submit(
+            "cron-jitter",
+            {"cron": "* * * * *", "tz": "UTC", "jitterSeconds": random.randint(5, JITTER_MAX_S)},
+            "cron+jitter",
+        )
 
     @task(1)
     def pause_or_resume(self) -> None:
         if job := self.pick("cron", "cron-jitter", paused=True):
-            if self.expect("POST", f"/v1/jobs/{job.job_id}:resume", "/v1/jobs/{id}:resume", 200,
-                           json={"missed": "skip"}) is not None:
+            if (
+                self.expect(
+                    "POST", f"/v1/jobs/{job.job_id}:resume", "/v1/jobs/{id}:resume", 200, json={"missed": "skip"}
+                )
+                is not None
+            ):
                 job.paused = False
         elif job := self.pick("cron", "cron-jitter", paused=False):
             if self.expect("POST", f"/v1/jobs/{job.job_id}:pause", "/v1/jobs/{id}:pause", 200) is not None:
@@ -397,8 +443,14 @@ class HerdShape(LoadTestShape):
                 CTX.herd_at = round_minute_after(now + ramp_s, float(_env("HERD_LEAD_S", "10")))
             hold_s = float(_env("HERD_HOLD_S", "20"))
             self.end_run_time = self.get_run_time() + (CTX.herd_at - now) + hold_s
-            log.info("herd: %d users x %d jobs due at %s, holding until T+%.0f s (%.0f s from now)", self.users,
-                     HerdTenant.herd_jobs, iso(CTX.herd_at), hold_s, self.end_run_time - self.get_run_time())
+            log.info(
+                "herd: %d users x %d jobs due at %s, holding until T+%.0f s (%.0f s from now)",
+                self.users,
+                HerdTenant.herd_jobs,
+                iso(CTX.herd_at),
+                hold_s,
+                self.end_run_time - self.get_run_time(),
+            )
         if self.get_run_time() > self.end_run_time:
             return None
         return self.users, self.rate, [HerdTenant]

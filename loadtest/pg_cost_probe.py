@@ -60,9 +60,13 @@ def parse() -> argparse.Namespace:
     p.add_argument("--leasers", default="1,2,4", help="concurrent leasers, one round each")
     p.add_argument("--by-id", action="store_true", help="add a one-leaser round that leases by id (LEASE_BY_ID)")
     p.add_argument("--tenants", type=int, default=1, help="tenants whose jobs share the queue (rows spread evenly)")
-    p.add_argument("--held", type=int, default=0,
-                   help="batches each leaser holds leased before completing its oldest (a herd keeps about a "
-                        "thousand executions in flight: 4 leasers x 2 batches of 128)")
+    p.add_argument(
+        "--held",
+        type=int,
+        default=0,
+        help="batches each leaser holds leased before completing its oldest (a herd keeps about a "
+        "thousand executions in flight: 4 leasers x 2 batches of 128)",
+    )
     p.add_argument("--home", default="/tmp/kairos-pg-cost-probe", help="embedded PostgreSQL home")
     return p.parse_args()
 
@@ -84,9 +88,14 @@ class Backends:
             raise SystemExit("needs the PostgreSQL server on this machine and Linux's /proc/<pid>/schedstat")
 
     def cpu_s(self) -> float:
-        pids = [pid for (pid,) in self._admin.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend' "
-            "AND pid <> pg_backend_pid()", (self._name,))]
+        pids = [
+            pid
+            for (pid,) in self._admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend' "
+                "AND pid <> pg_backend_pid()",
+                (self._name,),
+            )
+        ]
         total = 0
         for pid in pids:
             with contextlib.suppress(FileNotFoundError):  # a backend that has just exited
@@ -134,12 +143,13 @@ async def lease_by_id(db: Database, ids: list[Any]) -> list[tuple[Any, int]]:
     return await db.statement(run) if ids else []
 
 
-async def drain(args: argparse.Namespace, db: Database, backends: Backends, queue: str, leasers: int,
-                by_id: list[Any] | None = None) -> None:
+async def drain(
+    args: argparse.Namespace, db: Database, backends: Backends, queue: str, leasers: int, by_id: list[Any] | None = None
+) -> None:
     """Lease (fairly, or by_id's ids in order) and complete until nothing is left."""
     split = {"lease": 0.0, "complete": 0.0}
     done = 0
-    chunks = iter([by_id[i:i + args.batch] for i in range(0, len(by_id), args.batch)] if by_id else [])
+    chunks = iter([by_id[i : i + args.batch] for i in range(0, len(by_id), args.batch)] if by_id else [])
 
     async def complete(leased: list[tuple[Any, int]]) -> None:
         items = [Success(execution_id, attempt) for execution_id, attempt in leased]
@@ -153,8 +163,10 @@ async def drain(args: argparse.Namespace, db: Database, backends: Backends, queu
         while True:
             before = backends.cpu_s() if leasers == 1 else 0.0
             if by_id is None:
-                leased = [(e.execution_id, e.attempt) for e in await db.statement(
-                    lambda tx: tx.executions.lease(queue, "probe", args.batch, 60))]
+                leased = [
+                    (e.execution_id, e.attempt)
+                    for e in await db.statement(lambda tx: tx.executions.lease(queue, "probe", args.batch, 60))
+                ]
             else:
                 leased = await lease_by_id(db, next(chunks, []))
             if not leased:
@@ -176,8 +188,7 @@ async def drain(args: argparse.Namespace, db: Database, backends: Backends, queu
     how = "lease by id" if by_id is not None else "fair lease"
     line = f"{leasers} leaser(s), {how}, batch {args.batch}: {done} executions, PostgreSQL {per_row_us:5.1f} us each"
     if leasers == 1:
-        line += (f" (lease {1e6 * split['lease'] / done:.1f} us, "
-                 f"completion {1e6 * split['complete'] / done:.1f} us)")
+        line += f" (lease {1e6 * split['lease'] / done:.1f} us, completion {1e6 * split['complete'] / done:.1f} us)"
     print(line)
 
 

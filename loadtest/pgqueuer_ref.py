@@ -42,10 +42,11 @@ async def enqueue(dsn: str, t_due: float, groups: list[tuple[str, int]]) -> None
         queries = Queries(AsyncpgDriver(conn))
         payloads = [g.encode() for g, n in groups for _ in range(n)]
         for i in range(0, len(payloads), 1000):
-            chunk = payloads[i:i + 1000]
+            chunk = payloads[i : i + 1000]
             after = timedelta(seconds=max(0.0, t_due - time.time()))
-            await queries.enqueue([ENTRYPOINT] * len(chunk), list(chunk), [0] * len(chunk),
-                                  execute_after=[after] * len(chunk))
+            await queries.enqueue(
+                [ENTRYPOINT] * len(chunk), list(chunk), [0] * len(chunk), execute_after=[after] * len(chunk)
+            )
     finally:
         await conn.close()
 

@@ -33,8 +33,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ports", required=True, help="comma-separated ports to listen on (127.0.0.1)")
     p.add_argument("--out", required=True, help="folder for receipts-<pid>.tsv")
     p.add_argument("--processes", type=int, default=1)
-    p.add_argument("--slow", action="append", default=[], metavar="PORT:SECONDS",
-                   help="answer requests to PORT after SECONDS (repeatable)")
+    p.add_argument(
+        "--slow",
+        action="append",
+        default=[],
+        metavar="PORT:SECONDS",
+        help="answer requests to PORT after SECONDS (repeatable)",
+    )
     p.add_argument("--flush-s", type=float, default=0.25)
     return p.parse_args(argv)
 
@@ -81,8 +86,16 @@ async def serve(sockets: list[socket.socket], out: Path, delays: dict[int, float
     import uvicorn
 
     receipts = Receipts(out / f"receipts-{os.getpid()}.tsv")
-    config = uvicorn.Config(make_app(receipts, delays), loop="uvloop", http="httptools", lifespan="off",
-                            access_log=False, log_level="warning", backlog=4096, timeout_keep_alive=60)
+    config = uvicorn.Config(
+        make_app(receipts, delays),
+        loop="uvloop",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        backlog=4096,
+        timeout_keep_alive=60,
+    )
     server = uvicorn.Server(config)
 
     async def flusher() -> None:

@@ -58,17 +58,28 @@ async def pgqueuer_herd(run: Run, name: str, groups: list[tuple[str, int]]) -> d
     out.mkdir(parents=True, exist_ok=True)
     env = {"PATH": "/usr/bin:/bin"}
     try:
-        await asyncio.to_thread(subprocess.run, [str(exe), script, "install", dsn], check=True, env=env,
-                                capture_output=True, timeout=120)
-        workers = [run.procs.start(f"{name}-pgqueuer-worker{i + 1}",
-                                   [str(exe), script, "worker", dsn, str(out / f"starts-{i + 1}.txt"),
-                                    str(PGQUEUER_BATCH), str(total)], env)
-                   for i in range(PGQUEUER_WORKERS)]
+        await asyncio.to_thread(
+            subprocess.run, [str(exe), script, "install", dsn], check=True, env=env, capture_output=True, timeout=120
+        )
+        workers = [
+            run.procs.start(
+                f"{name}-pgqueuer-worker{i + 1}",
+                [str(exe), script, "worker", dsn, str(out / f"starts-{i + 1}.txt"), str(PGQUEUER_BATCH), str(total)],
+                env,
+            )
+            for i in range(PGQUEUER_WORKERS)
+        ]
         # Enqueue first, then T: pgqueuer's bulk enqueue is fast (a few seconds for 100,000).
         t_due = math.ceil(time.time() + run.args.lead_min + total / 20_000)
         began = time.time()
-        await asyncio.to_thread(subprocess.run, [str(exe), script, "enqueue", dsn, str(t_due), json.dumps(groups)],
-                                check=True, env=env, capture_output=True, timeout=600)
+        await asyncio.to_thread(
+            subprocess.run,
+            [str(exe), script, "enqueue", dsn, str(t_due), json.dumps(groups)],
+            check=True,
+            env=env,
+            capture_output=True,
+            timeout=600,
+        )
         enqueued_s = time.time() - began
         if time.time() >= t_due:
             raise h.ScenarioFailed(f"pgqueuer: enqueue of {total} ended after T")
@@ -85,15 +96,24 @@ async def pgqueuer_herd(run: Run, name: str, groups: list[tuple[str, int]]) -> d
             cpu1 = h.tree_cpu(roots)  # the last reading before the workers exit
             await asyncio.sleep(0.25)
         run.procs.stop(workers)
-        starts = [(float(at), group) for p in out.glob("starts-*.txt")
-                  for at, _, group in (line.rstrip("\n").partition(" ") for line in p.open())]
+        starts = [
+            (float(at), group)
+            for p in out.glob("starts-*.txt")
+            for at, _, group in (line.rstrip("\n").partition(" ") for line in p.open())
+        ]
     finally:
         run.server.drop(url)
     lags = sorted(at - t_due for at, _ in starts)
-    res: dict[str, Any] = {"jobs": total, "started": len(starts), "T": t_due, "enqueueS": enqueued_s,
-                           "workers": PGQUEUER_WORKERS, "batch": PGQUEUER_BATCH,
-                           "startLagS": h.summary(lags),
-                           "cpuSecondsDuringDrain": {k: round(cpu1[k] - cpu0.get(k, 0), 2) for k in cpu1}}
+    res: dict[str, Any] = {
+        "jobs": total,
+        "started": len(starts),
+        "T": t_due,
+        "enqueueS": enqueued_s,
+        "workers": PGQUEUER_WORKERS,
+        "batch": PGQUEUER_BATCH,
+        "startLagS": h.summary(lags),
+        "cpuSecondsDuringDrain": {k: round(cpu1[k] - cpu0.get(k, 0), 2) for k in cpu1},
+    }
     if starts:
         last = max(at for at, _ in starts)
         res["drainPerS"] = len(starts) / (last - t_due) if last > t_due else None
@@ -101,22 +121,38 @@ async def pgqueuer_herd(run: Run, name: str, groups: list[tuple[str, int]]) -> d
     return res
 
 
-def rows(run: Run, name: str, kairos: dict[str, Any], ref: dict[str, Any], *, ratio_target: float,
-         small: str | None = None) -> None:
+def rows(
+    run: Run, name: str, kairos: dict[str, Any], ref: dict[str, Any], *, ratio_target: float, small: str | None = None
+) -> None:
     """The reference's figures beside Kairos's, and the ratio of their drains against ``ratio_target``."""
     h = _herd()
     lost = ref["jobs"] - ref["started"]
-    run.row(name, f"pgqueuer ({ref['workers']} workers, batch {ref['batch']}): drain, max start lag", "-",
-            f"{h.fmt_rate(ref.get('drainPerS'))}, {h.fmt_s(ref['startLagS']['max'])}"
-            + (f" ({lost} never started)" if lost else ""), None)
+    run.row(
+        name,
+        f"pgqueuer ({ref['workers']} workers, batch {ref['batch']}): drain, max start lag",
+        "-",
+        f"{h.fmt_rate(ref.get('drainPerS'))}, {h.fmt_s(ref['startLagS']['max'])}"
+        + (f" ({lost} never started)" if lost else ""),
+        None,
+    )
     if small is not None:
         p99s = [s["p99"] for g, s in ref["perGroup"].items() if g.startswith(small) and s["p99"] is not None]
         run.row(name, "pgqueuer: small tenants' start lag p99", "-", h.fmt_s(max(p99s) if p99s else None), None)
     cpu = ref["cpuSecondsDuringDrain"]
     if ref["started"]:
-        run.row(name, "pgqueuer: CPU per started job, us: workers / PostgreSQL", "-",
-                " / ".join(f"{1e6 * cpu.get(k, 0) / ref['started']:.0f}" for k in ("workers", "postgres")), None)
+        run.row(
+            name,
+            "pgqueuer: CPU per started job, us: workers / PostgreSQL",
+            "-",
+            " / ".join(f"{1e6 * cpu.get(k, 0) / ref['started']:.0f}" for k in ("workers", "postgres")),
+            None,
+        )
     k, r = kairos.get("drainPerS"), ref.get("drainPerS")
     ratio = k / r if k and r else None
-    run.row(name, "Kairos drain / pgqueuer drain", f">= {ratio_target:g}x",
-            "-" if ratio is None else f"{ratio:.2f}x", ratio is not None and ratio >= ratio_target)
+    run.row(
+        name,
+        "Kairos drain / pgqueuer drain",
+        f">= {ratio_target:g}x",
+        "-" if ratio is None else f"{ratio:.2f}x",
+        ratio is not None and ratio >= ratio_target,
+    )

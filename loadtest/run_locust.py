@@ -55,8 +55,13 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-u", "--users", type=int, default=20)
     p.add_argument("-r", "--spawn-rate", type=float, default=5.0)
-    p.add_argument("-t", "--run-time", type=seconds, default=None,
-                   help="bound of the Locust run (default 90s; herd: until T + hold, at most 150s)")
+    p.add_argument(
+        "-t",
+        "--run-time",
+        type=seconds,
+        default=None,
+        help="bound of the Locust run (default 90s; herd: until T + hold, at most 150s)",
+    )
     p.add_argument("--shape", choices=("mixed", "herd"), default="mixed")
     p.add_argument("--tenants", type=int, default=4, help="tenants the locustfile creates")
     p.add_argument("--herd-jobs", type=int, default=20, help="herd: jobs each user submits for T")
@@ -118,8 +123,15 @@ def main() -> int:
     api_port, grpc_port = free_port(), free_port()
     api = f"http://127.0.0.1:{api_port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")}
-    env.update({"KAIROS_HOME": str(home), "KAIROS_API_PORT": str(api_port), "KAIROS_GRPC_PORT": str(grpc_port),
-                "KAIROS_LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "KAIROS_HOME": str(home),
+            "KAIROS_API_PORT": str(api_port),
+            "KAIROS_GRPC_PORT": str(grpc_port),
+            "KAIROS_LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     up_log = home / "up.log"
     up: subprocess.Popen | None = None
     locust: subprocess.Popen | None = None
@@ -134,19 +146,50 @@ def main() -> int:
     try:
         print(f"starting kairos up --demo (KAIROS_HOME {home}, API {api}, gRPC 127.0.0.1:{grpc_port})", flush=True)
         with open(up_log, "wb") as sink:
-            up = subprocess.Popen([sys.executable, "-m", "app.cli", "up", "--demo"], cwd=ROOT, env=env,
-                                  stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+            up = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", "up", "--demo"],
+                cwd=ROOT,
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         t0 = time.monotonic()
         wait_ready(api, up, up_log, a.ready_timeout)
-        print(f"kairos is ready after {time.monotonic() - t0:.1f} s; locust: {a.users} users at {a.spawn_rate}/s, "
-              f"shape {a.shape}, at most {run_time:.0f} s", flush=True)
-        locust_env = {**env, "KAIROS_LOCUST_SHAPE": a.shape, "KAIROS_LOCUST_TENANTS": str(a.tenants),
-                      "KAIROS_LOCUST_HERD_JOBS": str(a.herd_jobs)}
+        print(
+            f"kairos is ready after {time.monotonic() - t0:.1f} s; locust: {a.users} users at {a.spawn_rate}/s, "
+            f"shape {a.shape}, at most {run_time:.0f} s",
+            flush=True,
+        )
+        locust_env = {
+            **env,
+            "KAIROS_LOCUST_SHAPE": a.shape,
+            "KAIROS_LOCUST_TENANTS": str(a.tenants),
+            "KAIROS_LOCUST_HERD_JOBS": str(a.herd_jobs),
+        }
         if a.json:
             locust_env["KAIROS_LOCUST_REPORT_JSON"] = str(a.json.resolve())
-        cmd = [sys.executable, "-m", "locust", "-f", str(HERE / "locustfile.py"), "--headless", "-H", api,
-               "-u", str(a.users), "-r", str(a.spawn_rate), "-t", f"{int(run_time)}s", "--stop-timeout", "5",
-               "--only-summary", "--loglevel", "INFO"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(HERE / "locustfile.py"),
+            "--headless",
+            "-H",
+            api,
+            "-u",
+            str(a.users),
+            "-r",
+            str(a.spawn_rate),
+            "-t",
+            f"{int(run_time)}s",
+            "--stop-timeout",
+            "5",
+            "--only-summary",
+            "--loglevel",
+            "INFO",
+        ]
         if a.csv_dir:
             a.csv_dir.mkdir(parents=True, exist_ok=True)
             cmd += ["--csv", str(a.csv_dir.resolve() / "kairos")]

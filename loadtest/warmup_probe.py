@@ -38,14 +38,19 @@ def parse() -> argparse.Namespace:
     p.add_argument("--pairs", type=int, default=40, help="lease + completion pairs per connection")
     p.add_argument("--batch", type=int, default=16, help="executions per lease")
     p.add_argument("--rounds", type=int, default=3, help="connections per setting, interleaved")
-    p.add_argument("--rows", type=int, default=20_000,
-                   help="ready executions seeded (more, with the leased ones behind them, make each plan dearer)")
+    p.add_argument(
+        "--rows",
+        type=int,
+        default=20_000,
+        help="ready executions seeded (more, with the leased ones behind them, make each plan dearer)",
+    )
     p.add_argument("--home", default="/tmp/kairos-warmup-probe", help="embedded PostgreSQL home")
     return p.parse_args()
 
 
-async def pairs_on_a_new_connection(url: str, queue: str, backends: Backends, args: argparse.Namespace,
-                                    threshold: int) -> list[float]:
+async def pairs_on_a_new_connection(
+    url: str, queue: str, backends: Backends, args: argparse.Namespace, threshold: int
+) -> list[float]:
     """Backend CPU (ms) of each lease + completion pair on one new connection prepared at use ``threshold``."""
     db = Database(create_engine(url, pool_size=1))  # its statement pool keeps one connection: every call finds it
     out = []
@@ -81,10 +86,12 @@ async def main() -> None:
             for n in range(1, args.rounds + 1):
                 for threshold, label in ((5, "psycopg's default (5th use)"), (0, "at first use (Kairos)")):
                     ms = await pairs_on_a_new_connection(url, queue, backends, args, threshold)
-                    steady = ms[len(ms) // 2:]
-                    print(f"round {n}, prepared {label:28}: {sum(ms):6.1f} ms for {len(ms)} pairs "
-                          f"(steady {sum(steady) / len(steady):.2f} ms a pair); first pairs "
-                          + " ".join(f"{x:.1f}" for x in ms[:SHOWN]))
+                    steady = ms[len(ms) // 2 :]
+                    print(
+                        f"round {n}, prepared {label:28}: {sum(ms):6.1f} ms for {len(ms)} pairs "
+                        f"(steady {sum(steady) / len(steady):.2f} ms a pair); first pairs "
+                        + " ".join(f"{x:.1f}" for x in ms[:SHOWN])
+                    )
         finally:
             backends.close()
 

@@ -27,18 +27,27 @@ GRPCIO_TOOLS_VERSION = "1.85.1"
 def generate(out: Path = SDK) -> list[Path]:
     found = metadata.version("grpcio-tools")
     if found != GRPCIO_TOOLS_VERSION:
-        raise RuntimeError(f"grpcio-tools {GRPCIO_TOOLS_VERSION} expected, {found} installed "
-                           "(a different generator changes the runtime floors the SDK promises)")
+        raise RuntimeError(
+            f"grpcio-tools {GRPCIO_TOOLS_VERSION} expected, {found} installed "
+            "(a different generator changes the runtime floors the SDK promises)"
+        )
     from grpc_tools import protoc
 
     (out / PACKAGE).mkdir(parents=True, exist_ok=True)
     well_known = str(resources.files("grpc_tools") / "_proto")
     # The proto is mapped to kairos_sdk/_proto/ so the generated stub imports
     # ``from kairos_sdk._proto import worker_pb2`` rather than a top-level ``worker_pb2``.
-    code = protoc.main([
-        "grpc_tools.protoc", f"-I{PACKAGE}={PROTO.parent}", f"-I{well_known}",
-        f"--python_out={out}", f"--pyi_out={out}", f"--grpc_python_out={out}", f"{PACKAGE}/{PROTO.name}",
-    ])
+    code = protoc.main(
+        [
+            "grpc_tools.protoc",
+            f"-I{PACKAGE}={PROTO.parent}",
+            f"-I{well_known}",
+            f"--python_out={out}",
+            f"--pyi_out={out}",
+            f"--grpc_python_out={out}",
+            f"{PACKAGE}/{PROTO.name}",
+        ]
+    )
     if code != 0:
         raise RuntimeError(f"protoc failed with exit code {code}")
     return [out / PACKAGE / name for name in GENERATED]

@@ -47,8 +47,14 @@ def served_app(settings: Settings, db: Database) -> FastCreateJob:
     """What the API serves: the Litestar app, behind the single submit's own path (app.api.jobs.fast_submit)."""
     app = create_app(settings, db)
     shared: Shared = app.state.shared
-    return FastCreateJob(cast(ASGIApp, app), db, key_cache=shared.key_cache, throttle=shared.auth_throttle,
-                         submitter=shared.submitter, max_body_bytes=max_body_bytes(settings))
+    return FastCreateJob(
+        cast(ASGIApp, app),
+        db,
+        key_cache=shared.key_cache,
+        throttle=shared.auth_throttle,
+        submitter=shared.submitter,
+        max_body_bytes=max_body_bytes(settings),
+    )
 
 
 @dataclass(frozen=True)
@@ -66,17 +72,28 @@ class Shared:
     def of(cls, settings: Settings, db: Database) -> Shared:
         writer = SubmitWriter(db, WriterConfig(herd_threshold=settings.herd_warning_threshold))
         payload_store = PayloadStore.from_settings(settings)  # large payloads (app.api.jobs.large_payloads)
-        return cls(settings, tenants.KeyCache(), AuthThrottle.from_settings(settings), writer, payload_store,
-                   JobSubmitter(settings, writer, payload_store))
+        return cls(
+            settings,
+            tenants.KeyCache(),
+            AuthThrottle.from_settings(settings),
+            writer,
+            payload_store,
+            JobSubmitter(settings, writer, payload_store),
+        )
 
     def dependencies(self) -> dict[str, Provide]:
         def given(value: object) -> Provide:
             def provide() -> object:
                 return value
+
             return Provide(provide, use_cache=True, sync_to_thread=False)
 
-        return {"settings": given(self.settings), "submit_writer": given(self.submit_writer),
-                "payload_store": given(self.payload_store), "submitter": given(self.submitter)}
+        return {
+            "settings": given(self.settings),
+            "submit_writer": given(self.submit_writer),
+            "payload_store": given(self.payload_store),
+            "submitter": given(self.submitter),
+        }
 
 
 def create_app(settings: Settings, db: Database) -> Litestar:
@@ -90,16 +107,28 @@ def create_app(settings: Settings, db: Database) -> Litestar:
         # The method allowed for the path, OPTIONS answered, NUL refused in the query (app.api.guards).
         before_request=guards.before_request,
         # Every handler's data is decoded strictly from its bytes (app.api.bodies); responses as usual.
-        dto=bodies.StrictBody, return_dto=None,
+        dto=bodies.StrictBody,
+        return_dto=None,
         # The guards and auth read these before any handler runs (app.api.guards, app.api.auth).
-        state=State({"settings": settings, "db": db, "key_cache": shared.key_cache, "shared": shared,
-                     "auth_throttle": shared.auth_throttle}),
+        state=State(
+            {
+                "settings": settings,
+                "db": db,
+                "key_cache": shared.key_cache,
+                "shared": shared,
+                "auth_throttle": shared.auth_throttle,
+            }
+        ),
         on_shutdown=[shared.submit_writer.close],
-        openapi_config=OpenAPIConfig(title="Kairos", version="1", path="/schema",
-                                     render_plugins=[LocalSwaggerUI("/schema")],
-                                     description="Distributed job scheduler: one-off jobs, cron schedules in a "
-                                                 "time zone and interval (every) schedules, delivered to HTTP "
-                                                 "endpoints or worker pools with retries and dead letters."),
+        openapi_config=OpenAPIConfig(
+            title="Kairos",
+            version="1",
+            path="/schema",
+            render_plugins=[LocalSwaggerUI("/schema")],
+            description="Distributed job scheduler: one-off jobs, cron schedules in a "
+            "time zone and interval (every) schedules, delivered to HTTP "
+            "endpoints or worker pools with retries and dead letters.",
+        ),
         # A job's payload may be KAIROS_PAYLOAD_MAX_BYTES (docs/retention.md), plus the rest of its body.
         request_max_body_size=max_body_bytes(settings),
     )

@@ -55,17 +55,23 @@ def own(name: str, media_type: str) -> Asset:
     return Asset(OWN, ("web", name), media_type, REVALIDATE)
 
 
-DASHBOARD = {a.name: a for a in (
-    own("dashboard.js", JS),
-    own("dashboard.css", CSS),
-    own("favicon.svg", "image/svg+xml"),
-    own("plotly-basic.min.js", JS),
-)}
-SWAGGER_UI = {a.name: a for a in (
-    Asset("swagger_ui", ("static", "swagger-ui-bundle.js"), JS, LONG),
-    Asset("swagger_ui", ("static", "swagger-ui-standalone-preset.js"), JS, LONG),
-    Asset("swagger_ui", ("static", "swagger-ui.css"), CSS, LONG),
-)}
+DASHBOARD = {
+    a.name: a
+    for a in (
+        own("dashboard.js", JS),
+        own("dashboard.css", CSS),
+        own("favicon.svg", "image/svg+xml"),
+        own("plotly-basic.min.js", JS),
+    )
+}
+SWAGGER_UI = {
+    a.name: a
+    for a in (
+        Asset("swagger_ui", ("static", "swagger-ui-bundle.js"), JS, LONG),
+        Asset("swagger_ui", ("static", "swagger-ui-standalone-preset.js"), JS, LONG),
+        Asset("swagger_ui", ("static", "swagger-ui.css"), CSS, LONG),
+    )
+}
 
 
 class AssetMissing(errors.KairosError):
@@ -93,12 +99,19 @@ def serve(table: dict[str, Asset], name: str) -> File:
     asset = table.get(name)
     if asset is None:
         raise NotFoundException(f"no asset named {name!r}")
-    return File(locate(asset), media_type=asset.media_type, content_disposition_type="inline",
-                headers={"Cache-Control": asset.cache_control, "X-Content-Type-Options": "nosniff"})
+    return File(
+        locate(asset),
+        media_type=asset.media_type,
+        content_disposition_type="inline",
+        headers={"Cache-Control": asset.cache_control, "X-Content-Type-Options": "nosniff"},
+    )
 
 
 def page(name: str, headers: dict[str, str]) -> Response[bytes]:
     """One of our HTML pages, read from package data."""
     body = locate(Asset(OWN, ("web", name), "text/html; charset=utf-8", REVALIDATE)).read_bytes()
-    return Response(body, media_type="text/html; charset=utf-8",
-                    headers={"Cache-Control": REVALIDATE, "X-Content-Type-Options": "nosniff", **headers})
+    return Response(
+        body,
+        media_type="text/html; charset=utf-8",
+        headers={"Cache-Control": REVALIDATE, "X-Content-Type-Options": "nosniff", **headers},
+    )

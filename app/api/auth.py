@@ -66,9 +66,15 @@ class AuthThrottle:
             return
         left = self._buckets.spend(client, self.limit, self.rate_per_s, self._clock())
         if left < 1:
-            log.warning("authentication throttled", extra={
-                "client": client, "limit": self.limit, "window_s": self.window_s,
-                "retry_after_s": math.ceil((1 - left) / self.rate_per_s)})
+            log.warning(
+                "authentication throttled",
+                extra={
+                    "client": client,
+                    "limit": self.limit,
+                    "window_s": self.window_s,
+                    "retry_after_s": math.ceil((1 - left) / self.rate_per_s),
+                },
+            )
 
 
 def client_address(request: Request[Any, Any, Any]) -> str:

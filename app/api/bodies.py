@@ -85,8 +85,9 @@ def _type_at(type_: Any, steps: Sequence[str | int]) -> msgspec.inspect.Type | N
         for t in _unwrap(current):
             if isinstance(t, msgspec.inspect.StructType) and isinstance(step, str):
                 following = next((f.type for f in t.fields if f.encode_name == step), None)
-            elif isinstance(t, (msgspec.inspect.ListType, msgspec.inspect.SetType,
-                                msgspec.inspect.VarTupleType)) and isinstance(step, int):
+            elif isinstance(
+                t, (msgspec.inspect.ListType, msgspec.inspect.SetType, msgspec.inspect.VarTupleType)
+            ) and isinstance(step, int):
                 following = t.item_type
             elif isinstance(t, msgspec.inspect.DictType):
                 following = t.value_type
@@ -204,8 +205,13 @@ def invalid_input(exc: msgspec.ValidationError, type_: Any, document: Any = None
     assert found is not None  # the pattern matches any text
     steps = _steps(found["path"])
     path = found["path"] or ""
-    if document is not None and _UNNAMED_KEY in path and path.count(_UNNAMED_KEY) == 1 \
-            and path.endswith(_UNNAMED_KEY) and (key := _culprit_key(document, type_, steps)) is not None:
+    if (
+        document is not None
+        and _UNNAMED_KEY in path
+        and path.count(_UNNAMED_KEY) == 1
+        and path.endswith(_UNNAMED_KEY)
+        and (key := _culprit_key(document, type_, steps)) is not None
+    ):
         steps = [*steps, key]
     field, detail = describe(found["what"], steps, type_)
     return errors.InvalidInput(field, detail)
@@ -250,7 +256,7 @@ def _free_form(type_: Any, steps: list[str | int]) -> list[str | int]:
     for end in range(len(steps) + 1):
         declared = _type_at(type_, steps[:end])
         if declared is None:
-            return steps[:max(end - 1, 0)]
+            return steps[: max(end - 1, 0)]
         if isinstance(declared, (msgspec.inspect.AnyType, msgspec.inspect.RawType)):
             return steps[:end]
     return steps
@@ -260,8 +266,9 @@ def too_deep(raw: bytes, type_: Any) -> errors.InvalidInput:
     """The InvalidInput for a body the decoder gave up on for its depth, naming the field it is in
     (``type_``'s fields name it: the declared type, or the shape a free-form body has)."""
     steps = deepest_path(raw, MAX_PAYLOAD_DEPTH) or []
-    return errors.InvalidInput(pointer(_free_form(type_, steps)),
-                               f"nests more than {MAX_PAYLOAD_DEPTH} levels of arrays and objects")
+    return errors.InvalidInput(
+        pointer(_free_form(type_, steps)), f"nests more than {MAX_PAYLOAD_DEPTH} levels of arrays and objects"
+    )
 
 
 def malformed(exc: msgspec.DecodeError) -> errors.MalformedBody:
@@ -334,14 +341,14 @@ class StrictBody(AbstractDTO[T]):
         return False
 
     @classmethod
-    def create_for_field_definition(cls, field_definition: FieldDefinition, handler_id: str,
-                                    backend_cls: Any = None) -> None:
+    def create_for_field_definition(
+        cls, field_definition: FieldDefinition, handler_id: str, backend_cls: Any = None
+    ) -> None:
         if field_definition.name == "data":
             cls._types[handler_id] = field_definition.annotation
 
     @classmethod
-    def create_openapi_schema(cls, field_definition: FieldDefinition, handler_id: str,
-                              schema_creator: Any) -> Any:
+    def create_openapi_schema(cls, field_definition: FieldDefinition, handler_id: str, schema_creator: Any) -> Any:
         return schema_creator.for_field_definition(field_definition)
 
     def decode_bytes(self, value: bytes) -> Any:

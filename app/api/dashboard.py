@@ -16,9 +16,11 @@ from litestar.response import File
 from app.api import assets
 
 # plotly.js writes <style> elements and style attributes, hence 'unsafe-inline' for styles only.
-CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-                           "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
-                           "form-action 'self'")
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
+    "form-action 'self'"
+)
 
 
 class DashboardController(Controller):
@@ -27,8 +29,9 @@ class DashboardController(Controller):
 
     @get("/", media_type="text/html")
     async def page(self) -> Response[bytes]:
-        return assets.page("index.html", {"Content-Security-Policy": CONTENT_SECURITY_POLICY,
-                                          "Referrer-Policy": "no-referrer"})
+        return assets.page(
+            "index.html", {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "Referrer-Policy": "no-referrer"}
+        )
 
     @get("/assets/{name:str}")
     async def asset(self, name: FromPath[str]) -> File:

@@ -84,8 +84,9 @@ def query_parameters(request: Request[Any, Any, Any]) -> dict[str, dict[str, Any
             for operation in item.values():
                 if isinstance(operation, dict) and "operationId" in operation:
                     parameters = operation.get("parameters", ())
-                    table[operation["operationId"]] = {p["name"]: p.get("schema", {}) for p in parameters
-                                                       if p.get("in") == "query"}
+                    table[operation["operationId"]] = {
+                        p["name"]: p.get("schema", {}) for p in parameters if p.get("in") == "query"
+                    }
         state[_QUERY_KEY] = table
     operation_id = getattr(request.scope.get("route_handler"), "operation_id", None)
     return table.get(operation_id, {}) if isinstance(operation_id, str) else {}
@@ -105,13 +106,17 @@ def check_query(request: Request[Any, Any, Any]) -> None:
             raise errors.InvalidParameter(name, "is given once (it is not a list)")
         seen.add(name)
         if kind == "integer" and not _INTEGER.fullmatch(value):
-            raise errors.InvalidParameter(name, f"must be an integer written in digits, got {value[:40]!r}; leave an "
-                                                "optional parameter out rather than sending null")
+            raise errors.InvalidParameter(
+                name,
+                f"must be an integer written in digits, got {value[:40]!r}; leave an "
+                "optional parameter out rather than sending null",
+            )
 
 
 async def before_request(request: Request[Any, Any, Any]) -> Response[None] | None:
-    allowed = allowed_methods(request.url.path, route_methods(request),
-                              action_route=request.scope.get("path_template") in ACTION_ROUTES)
+    allowed = allowed_methods(
+        request.url.path, route_methods(request), action_route=request.scope.get("path_template") in ACTION_ROUTES
+    )
     allow = ", ".join(allowed)
     if request.method not in allowed:
         raise MethodNotAllowedException(headers={"Allow": allow})
@@ -128,7 +133,8 @@ async def before_request(request: Request[Any, Any, Any]) -> Response[None] | No
             await provide_tenant(request, state)
     for name, value in request.query_params.multi_items():
         if "\x00" in name or "\x00" in value:
-            raise errors.InvalidParameter(name.replace("\x00", "\\u0000"),
-                                          "must not contain the NUL character (U+0000)")
+            raise errors.InvalidParameter(
+                name.replace("\x00", "\\u0000"), "must not contain the NUL character (U+0000)"
+            )
     check_query(request)
     return None

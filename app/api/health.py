@@ -43,6 +43,12 @@ class DemoController(Controller):
     @post("/demo/echo", status_code=200)
     async def echo(self, request: Request[Any, Any, Any]) -> dict[str, object]:
         body = await request.body()
-        log.info("demo job delivered", extra={"attempt": request.headers.get("kairos-attempt"),
-                                              "job_id": request.headers.get("kairos-job-id"), "bytes": len(body)})
+        log.info(
+            "demo job delivered",
+            extra={
+                "attempt": request.headers.get("kairos-attempt"),
+                "job_id": request.headers.get("kairos-job-id"),
+                "bytes": len(body),
+            },
+        )
         return {"received": len(body)}

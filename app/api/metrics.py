@@ -162,8 +162,9 @@ class TierMetrics:
         try:
             servers.append(await _serve_unix(str(Path(self.directory) / TIER_SOCKET), self._answer))
             if self.port:
-                probes = await serve_probes(self.host, self.port, metrics=self.scrape, ready=self.ready,
-                                            metrics_token=self.metrics_token)
+                probes = await serve_probes(
+                    self.host, self.port, metrics=self.scrape, ready=self.ready, metrics_token=self.metrics_token
+                )
                 if probes is not None:
                     servers.append(probes)
         finally:
@@ -178,8 +179,7 @@ class TierMetrics:
         """Serve from a thread of its own (the supervisor's main thread waits on its workers);
         ``pids()``: the workers alive now."""
         self.pids = pids
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), name="api-tier-metrics",
-                                        daemon=True)
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), name="api-tier-metrics", daemon=True)
         self._thread.start()
         self._started.wait(timeout=5.0)
 
@@ -204,8 +204,12 @@ class MetricsController(Controller):
     @get("/metrics", media_type=EXPOSITION_MEDIA_TYPE)
     async def metrics(self, request: Request[Any, Any, Any], settings: SettingsDep) -> Response[bytes]:
         if not scrape_allowed(request.headers.get("authorization", ""), settings.metrics_token):
-            return Response(b"/metrics needs Authorization: Bearer <KAIROS_METRICS_TOKEN>\n", status_code=401,
-                            media_type="text/plain", headers={"WWW-Authenticate": "Bearer"})
+            return Response(
+                b"/metrics needs Authorization: Bearer <KAIROS_METRICS_TOKEN>\n",
+                status_code=401,
+                media_type="text/plain",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         directory = settings.api_metrics_dir
         if not directory:
             text = observability.exposition().decode()
@@ -222,5 +226,8 @@ def without_tenant_series(text: str) -> str:
     """Prometheus text without any series labelled by tenant: the API port is public, and which tenants
     exist and what they do is theirs. (The API's own counters carry no tenant label; this keeps it so
     for any that would.)"""
-    return "".join(line for line in text.splitlines(keepends=True)
-                   if line.startswith("#") or ('tenant="' not in line and "tenant_id=" not in line))
+    return "".join(
+        line
+        for line in text.splitlines(keepends=True)
+        if line.startswith("#") or ('tenant="' not in line and "tenant_id=" not in line)
+    )

@@ -26,7 +26,9 @@ PROBLEM_MEDIA = "application/problem+json"
 PUBLIC = ("/healthz", "/readyz", "/metrics", "/demo/echo")
 
 PROBLEM_SCHEMA: dict[str, Any] = {
-    "type": "object", "title": "Problem", "description": "RFC 9457 problem details.",
+    "type": "object",
+    "title": "Problem",
+    "description": "RFC 9457 problem details.",
     "required": ["type", "title", "status", "detail"],
     "properties": {
         "type": {"type": "string", "format": "uri", "example": "https://kairos.dev/problems/invalid-input"},
@@ -34,55 +36,86 @@ PROBLEM_SCHEMA: dict[str, Any] = {
         "status": {"type": "integer", "example": 422},
         "detail": {"type": "string", "example": "must be between 1 and 100"},
         "instance": {"type": "string", "example": "/v1/jobs"},
-        "field": {"type": "string", "description": "JSON Pointer (body) or parameter name of the bad input",
-                  "example": "/retry/maxAttempts"},
+        "field": {
+            "type": "string",
+            "description": "JSON Pointer (body) or parameter name of the bad input",
+            "example": "/retry/maxAttempts",
+        },
         "maxBytes": {"type": "integer", "description": "413 only: the route's body limit"},
-        "quota": {"type": "string", "enum": ["maxActiveJobs", "maxSubmitPerSecond", "maxManualRunsPerSecond",
-                                            "maxManualInFlight", "bulkReplayPerWindow"],
-                  "description": "429 of a tenant quota only: which one (docs/quotas.md)"},
+        "quota": {
+            "type": "string",
+            "enum": [
+                "maxActiveJobs",
+                "maxSubmitPerSecond",
+                "maxManualRunsPerSecond",
+                "maxManualInFlight",
+                "bulkReplayPerWindow",
+            ],
+            "description": "429 of a tenant quota only: which one (docs/quotas.md)",
+        },
         "limit": {"type": "integer", "description": "429 of a tenant quota only: the quota's value"},
-        "retryAfterSeconds": {"type": "integer", "minimum": 1,
-                              "description": "429 only: the Retry-After header's value, also on batch items"},
+        "retryAfterSeconds": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "429 only: the Retry-After header's value, also on batch items",
+        },
     },
 }
 
 STATUS_TEXT = {
-    400: "The body is not JSON (or is missing).", 401: "No valid API key (send Authorization: Bearer <key>).",
-    403: "The key does not cover this resource.", 404: "No such resource for this tenant.",
+    400: "The body is not JSON (or is missing).",
+    401: "No valid API key (send Authorization: Bearer <key>).",
+    403: "The key does not cover this resource.",
+    404: "No such resource for this tenant.",
     405: "The method is not one this path takes (Allow lists them): /v1/jobs/{jobId} with a colon in the id "
-         "names a custom method, which only POST takes.",
+    "names a custom method, which only POST takes.",
     409: "The resource is not in a state that allows this, or changed concurrently.",
     413: "The body is larger than the route allows (maxBytes).",
     422: "The JSON breaks the schema or a rule; field names it.",
     429: "A quota of the tenant is reached (quota names it), or this client address failed to authenticate too "
-         "often; come back after Retry-After seconds.",
+    "often; come back after Retry-After seconds.",
     503: "The database is unreachable or the transaction kept conflicting; retry.",
 }
 
 JOB_EXAMPLE = {
-    "name": "nightly-report", "target": {"type": "http", "ref": "https://example.com/hooks/report"},
+    "name": "nightly-report",
+    "target": {"type": "http", "ref": "https://example.com/hooks/report"},
     "schedule": {"cron": "0 2 * * *", "tz": "Europe/London", "jitterSeconds": 300},
-    "payload": {"report": "sales"}, "retry": {"maxAttempts": 5, "backoffSeconds": 10},
-    "concurrency": "forbid", "misfire": "run_once", "labels": {"team": "finance"},
+    "payload": {"report": "sales"},
+    "retry": {"maxAttempts": 5, "backoffSeconds": 10},
+    "concurrency": "forbid",
+    "misfire": "run_once",
+    "labels": {"team": "finance"},
 }
 
 ID_PARAMS = {"job_ref": ("jobId", "The job's id."), "execution_ref": ("executionId", "The execution's id.")}
 
 
-RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again.", "required": True,
-                               "schema": {"type": "integer", "minimum": 1}}}
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before trying again.",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
 
 
 def _problems(*statuses: int) -> dict[str, Any]:
-    return {str(s): {"description": STATUS_TEXT[s],
-                     "content": {PROBLEM_MEDIA: {"schema": {"$ref": "#/components/schemas/Problem"}}},
-                     **({"headers": RETRY_AFTER} if s == 429 else {})}
-            for s in statuses}
+    return {
+        str(s): {
+            "description": STATUS_TEXT[s],
+            "content": {PROBLEM_MEDIA: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+            **({"headers": RETRY_AFTER} if s == 429 else {}),
+        }
+        for s in statuses
+    }
 
 
 def _json(ref: str, description: str = "OK") -> dict[str, Any]:
-    return {"description": description,
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}}}
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}},
+    }
 
 
 def _body(ref: str, required: bool) -> dict[str, Any]:
@@ -90,15 +123,34 @@ def _body(ref: str, required: bool) -> dict[str, Any]:
 
 
 def _id_param(name: str, description: str) -> dict[str, Any]:
-    return {"name": name, "in": "path", "required": True, "description": description,
-            "schema": {"type": "string", "format": "uuid"}}
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string", "format": "uuid"},
+    }
 
 
-def _action(operation_id: str, summary: str, *, tag: str, param: tuple[str, str], body: str | None,
-            body_required: bool, answer: str, status: int, problems: tuple[int, ...]) -> dict[str, Any]:
-    op: dict[str, Any] = {"tags": [tag], "operationId": operation_id, "summary": summary,
-                          "parameters": [_id_param(*param)],
-                          "responses": {str(status): _json(answer), **_problems(*sorted({*problems, 429}))}}
+def _action(
+    operation_id: str,
+    summary: str,
+    *,
+    tag: str,
+    param: tuple[str, str],
+    body: str | None,
+    body_required: bool,
+    answer: str,
+    status: int,
+    problems: tuple[int, ...],
+) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "tags": [tag],
+        "operationId": operation_id,
+        "summary": summary,
+        "parameters": [_id_param(*param)],
+        "responses": {str(status): _json(answer), **_problems(*sorted({*problems, 429}))},
+    }
     if body:
         op["requestBody"] = _body(body, body_required)
     return {"post": op}
@@ -107,43 +159,93 @@ def _action(operation_id: str, summary: str, *, tag: str, param: tuple[str, str]
 JOB = ("jobId", "The job's id.")
 ACTIONS: dict[str, dict[str, Any]] = {
     "/v1/jobs/{jobId}:pause": _action(
-        "PauseJob", "Pause a job: no occurrence runs until it is resumed (one dispatched ahead is taken back).",
-        tag="jobs", param=JOB, body=None, body_required=False, answer="JobOut", status=200,
-        problems=(401, 404, 409, 503)),
+        "PauseJob",
+        "Pause a job: no occurrence runs until it is resumed (one dispatched ahead is taken back).",
+        tag="jobs",
+        param=JOB,
+        body=None,
+        body_required=False,
+        answer="JobOut",
+        status=200,
+        problems=(401, 404, 409, 503),
+    ),
     "/v1/jobs/{jobId}:resume": _action(
-        "ResumeJob", "Resume a paused job; `missed` says what happens to the occurrences the pause missed "
-        "(skip records them as skipped).", tag="jobs", param=JOB, body="ResumeIn", body_required=False,
-        answer="JobOut", status=200, problems=(400, 401, 404, 409, 422, 503)),
+        "ResumeJob",
+        "Resume a paused job; `missed` says what happens to the occurrences the pause missed "
+        "(skip records them as skipped).",
+        tag="jobs",
+        param=JOB,
+        body="ResumeIn",
+        body_required=False,
+        answer="JobOut",
+        status=200,
+        problems=(400, 401, 404, 409, 422, 503),
+    ),
     "/v1/jobs/{jobId}:run": _action(
-        "RunJob", "Run a job once now, outside its schedule, under its overlap policy unless `overlap` says "
-        "otherwise.", tag="jobs", param=JOB, body="RunIn", body_required=False, answer="RunOut", status=202,
-        problems=(400, 401, 404, 409, 422, 503)),
+        "RunJob",
+        "Run a job once now, outside its schedule, under its overlap policy unless `overlap` says otherwise.",
+        tag="jobs",
+        param=JOB,
+        body="RunIn",
+        body_required=False,
+        answer="RunOut",
+        status=202,
+        problems=(400, 401, 404, 409, 422, 503),
+    ),
     "/v1/jobs/{jobId}:backfill": _action(
-        "BackfillJob", "Create the occurrences of a past range [from, to) once each, paced per tenant; "
-        "1,000 per call (call again from nextFrom).", tag="jobs", param=JOB, body="BackfillIn",
-        body_required=True, answer="BackfillOut", status=202, problems=(400, 401, 404, 409, 422, 503)),
+        "BackfillJob",
+        "Create the occurrences of a past range [from, to) once each, paced per tenant; "
+        "1,000 per call (call again from nextFrom).",
+        tag="jobs",
+        param=JOB,
+        body="BackfillIn",
+        body_required=True,
+        answer="BackfillOut",
+        status=202,
+        problems=(400, 401, 404, 409, 422, 503),
+    ),
     "/v1/executions/{executionId}:replay": _action(
-        "ReplayExecution", "Make a dead execution ready again with a fresh attempt budget (optional payload "
-        "and retry overrides).", tag="dead letters", param=("executionId", "The execution's id."),
-        body="ReplayIn", body_required=False, answer="ReplayedOut", status=200,
-        problems=(400, 401, 404, 409, 422, 503)),
+        "ReplayExecution",
+        "Make a dead execution ready again with a fresh attempt budget (optional payload and retry overrides).",
+        tag="dead letters",
+        param=("executionId", "The execution's id."),
+        body="ReplayIn",
+        body_required=False,
+        answer="ReplayedOut",
+        status=200,
+        problems=(400, 401, 404, 409, 422, 503),
+    ),
 }
 
 # Problems per operation beyond 401/429/503 (which every /v1 operation can give: 429 when the client
 # address failed to authenticate too often, app.api.auth).
 PROBLEMS: dict[str, tuple[int, ...]] = {
-    "CreateJob": (400, 403, 409, 413, 422, 429), "CreateJobs": (400, 413, 422), "ListJobs": (400, 422),
-    "GetJob": (404, 405), "CancelJob": (404, 405, 409), "UpdateJob": (400, 403, 404, 405, 409, 422),
-    "ListJobExecutions": (404, 422), "PreviewSchedule": (404, 422), "ListExecutionAttempts": (404,),
-    "ListDeadLetters": (422,), "ReplayDeadLetters": (400, 422, 429),
-    **dict.fromkeys(("GetStartLag", "GetOutcomes", "GetQueueDepths", "GetDueHistogram", "ListStatsTenants",
-                     "GetStatus"), (400, 403, 404, 422)),
+    "CreateJob": (400, 403, 409, 413, 422, 429),
+    "CreateJobs": (400, 413, 422),
+    "ListJobs": (400, 422),
+    "GetJob": (404, 405),
+    "CancelJob": (404, 405, 409),
+    "UpdateJob": (400, 403, 404, 405, 409, 422),
+    "ListJobExecutions": (404, 422),
+    "PreviewSchedule": (404, 422),
+    "ListExecutionAttempts": (404,),
+    "ListDeadLetters": (422,),
+    "ReplayDeadLetters": (400, 422, 429),
+    **dict.fromkeys(
+        ("GetStartLag", "GetOutcomes", "GetQueueDepths", "GetDueHistogram", "ListStatsTenants", "GetStatus"),
+        (400, 403, 404, 422),
+    ),
 }
 
-UPDATE_BODY = {"required": True, "description": "A JSON Merge Patch (RFC 7396) of the submit body: the fields to "
-               "change; null removes a label or an optional field. Validated as a submit would be.",
-               "content": {"application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/JobIn"}},
-                           "application/json": {"schema": {"$ref": "#/components/schemas/JobIn"}}}}
+UPDATE_BODY = {
+    "required": True,
+    "description": "A JSON Merge Patch (RFC 7396) of the submit body: the fields to "
+    "change; null removes a label or an optional field. Validated as a submit would be.",
+    "content": {
+        "application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/JobIn"}},
+        "application/json": {"schema": {"$ref": "#/components/schemas/JobIn"}},
+    },
+}
 
 
 # -- the bounds the API enforces, written into the document ----------------------------------------------
@@ -155,8 +257,21 @@ UPDATE_BODY = {"required": True, "description": "A JSON Merge Patch (RFC 7396) o
 # accepted and data outside them refused.
 
 # The keywords that bound a value (those copied from msgspec's schema of a field).
-BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern",
-          "minProperties", "maxProperties", "propertyNames", "additionalProperties", "enum", "format")
+BOUNDS = (
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minProperties",
+    "maxProperties",
+    "propertyNames",
+    "additionalProperties",
+    "enum",
+    "format",
+)
 
 
 def wire_types() -> list[type[wire.Wire]]:
@@ -173,7 +288,8 @@ def wire_types() -> list[type[wire.Wire]]:
 
 def _snake(key: str) -> str:
     return {"propertyNames": "property_names", "additionalProperties": "additional_properties"}.get(
-        key, "".join("_" + c.lower() if c.isupper() else c for c in key))
+        key, "".join("_" + c.lower() if c.isupper() else c for c in key)
+    )
 
 
 def _as_schema(rule: Any) -> Any:
@@ -191,8 +307,11 @@ def _constrain(target: Any, rules: dict[str, Any]) -> None:
 
 def _value_branch(prop: Any) -> Any:
     """The schema of a property's value: the non-null branch of an optional one."""
-    branches = (prop.get("anyOf") or prop.get("oneOf")) if isinstance(prop, dict) else (
-        getattr(prop, "one_of", None) or getattr(prop, "any_of", None))
+    branches = (
+        (prop.get("anyOf") or prop.get("oneOf"))
+        if isinstance(prop, dict)
+        else (getattr(prop, "one_of", None) or getattr(prop, "any_of", None))
+    )
     for branch in branches or ():
         kind = branch.get("type") if isinstance(branch, dict) else getattr(branch, "type", None)
         if kind not in ("null", OpenAPIType.NULL):
@@ -221,8 +340,11 @@ def _bounds(known: dict[str, Any]) -> None:
             target = props[field]
             branch = _value_branch(target)
             # Litestar's enum of a Literal keeps its order (and null); msgspec's is sorted.
-            rules = {k: v for k, v in _value_branch(prop).items()
-                     if k in BOUNDS and not (k == "enum" and _keyword(branch, k) is not None)}
+            rules = {
+                k: v
+                for k, v in _value_branch(prop).items()
+                if k in BOUNDS and not (k == "enum" and _keyword(branch, k) is not None)
+            }
             if rules:
                 if branch is not target:  # Litestar puts an optional field's bounds beside oneOf
                     for key in rules:
@@ -261,43 +383,58 @@ def _batch_body(known: dict[str, Any]) -> dict[str, Any]:
     item = copy.deepcopy(known["JobIn"])
     item.title, item.examples = "BatchItemIn", None
     item.description = "A job of a batch: the fields of a single submit plus its own Idempotency-Key."
-    item.properties = {**item.properties, "idempotencyKey": Schema(type=OpenAPIType.STRING, min_length=1,
-                                                                    max_length=255)}
+    item.properties = {
+        **item.properties,
+        "idempotencyKey": Schema(type=OpenAPIType.STRING, min_length=1, max_length=255),
+    }
     known["BatchItemIn"] = item
     # Any item is taken: one that is not a BatchItemIn gets its own problem in results (the batch is 200).
-    each = {"description": "A BatchItemIn. Each item is validated on its own: one that is not valid gets a "
-            "problem in its place in `results`, and the valid ones are stored.",
-            "anyOf": [{"$ref": "#/components/schemas/BatchItemIn"}, {}]}
-    body = {"type": "object", "required": ["jobs"], "additionalProperties": False, "properties": {
-        "jobs": {"type": "array", "items": each, "maxItems": BATCH_MAX}}}
+    each = {
+        "description": "A BatchItemIn. Each item is validated on its own: one that is not valid gets a "
+        "problem in its place in `results`, and the valid ones are stored.",
+        "anyOf": [{"$ref": "#/components/schemas/BatchItemIn"}, {}],
+    }
+    body = {
+        "type": "object",
+        "required": ["jobs"],
+        "additionalProperties": False,
+        "properties": {"jobs": {"type": "array", "items": each, "maxItems": BATCH_MAX}},
+    }
     return {"required": True, "content": {"application/json": {"schema": body}}}
 
 
-_TARGET = {"type": "http (an URL) or queue (a worker pool)",
-           "ref": "the URL of an http target; the pool of a queue target: NAME (the tenant's own) or shared/NAME",
-           "method": "http only: POST (default), PUT, PATCH or GET",
-           "headers": "http only: headers sent with each delivery (Kairos's own, such as Kairos-Signature, win)",
-           "auth": "http only: {\"type\": \"oidc\"} sends each delivery with Authorization: Bearer <JWT>, an "
-                   "identity token Kairos signs (keys at /.well-known/jwks.json); null: none"}
-_TARGET_AUTH = {"type": "oidc: a short-lived JWT (iss, aud, sub = tenants/<tenant>/jobs/<job>, iat, exp)",
-                "audience": "the token's aud; absent: the target's URL"}
+_TARGET = {
+    "type": "http (an URL) or queue (a worker pool)",
+    "ref": "the URL of an http target; the pool of a queue target: NAME (the tenant's own) or shared/NAME",
+    "method": "http only: POST (default), PUT, PATCH or GET",
+    "headers": "http only: headers sent with each delivery (Kairos's own, such as Kairos-Signature, win)",
+    "auth": 'http only: {"type": "oidc"} sends each delivery with Authorization: Bearer <JWT>, an '
+    "identity token Kairos signs (keys at /.well-known/jwks.json); null: none",
+}
+_TARGET_AUTH = {
+    "type": "oidc: a short-lived JWT (iss, aud, sub = tenants/<tenant>/jobs/<job>, iat, exp)",
+    "audience": "the token's aud; absent: the target's URL",
+}
 _SCHEDULE = {
     "runAt": "one-off: the instant to run at (ISO 8601 with an offset)",
     "delaySeconds": "one-off: run this many seconds after the submit",
     "cron": "recurring: a 5-field cron expression (names, ranges, steps, H tokens); needs tz",
     "cronResolved": "the expression the scheduler evaluates: H tokens, names and shorthands resolved for this job",
     "every": "recurring: an interval such as 90s, 15m, 1h30m or 1d, anchored at startAt (or one interval after "
-             "the submit)",
+    "the submit)",
     "anchorAt": "every only: the instant the interval's grid is anchored at",
     "tz": "cron only: the IANA zone the expression is evaluated in, e.g. Europe/London",
     "jitterSeconds": "recurring: a window after each nominal time; the job runs at its own stable offset in it",
     "dst": "cron only: what a spring-forward gap and a fall-back repeat do to a fire time",
     "startAt": "recurring: no occurrence before this instant",
-    "endAt": "recurring: no occurrence after this instant; the job completes after its last one"}
-_RETRY = {"maxAttempts": "attempts before the execution is dead-lettered (first run included)",
-          "backoffSeconds": "delay before the first retry, doubled each attempt (with jitter)",
-          "maxBackoffSeconds": "the longest delay between two attempts",
-          "maxRetryDurationSeconds": "no retry starts this long after the first attempt"}
+    "endAt": "recurring: no occurrence after this instant; the job completes after its last one",
+}
+_RETRY = {
+    "maxAttempts": "attempts before the execution is dead-lettered (first run included)",
+    "backoffSeconds": "delay before the first retry, doubled each attempt (with jitter)",
+    "maxBackoffSeconds": "the longest delay between two attempts",
+    "maxRetryDurationSeconds": "no retry starts this long after the first attempt",
+}
 _JOB = {
     "name": "a name for people; not unique",
     "target": "where each occurrence is delivered",
@@ -306,7 +443,7 @@ _JOB = {
     "retry": "how failures are retried before dead-lettering",
     "timeoutSeconds": "how long one attempt may run",
     "concurrency": "when an occurrence falls due while the previous one still runs: allow, forbid (skip it) or "
-                   "replace (cancel the running one)",
+    "replace (cancel the running one)",
     "misfire": "occurrences missed while Kairos was down: run_once (default), catch_up (each, up to 100) or skip",
     "labels": "key/value pairs to filter by (GET /v1/jobs?label=key:value)",
     "dryRun": "occurrences are recorded as skipped, never delivered",
@@ -320,22 +457,40 @@ _JOB = {
     "lastOutcome": "the state of the newest finished execution: succeeded, dead, cancelled or skipped",
     "lastFinishedAt": "when the newest finished execution finished",
     "executions": "GET /v1/jobs/{jobId} only: how the job's executions ended so far, and how many are pending",
-    "payloadRef": "where a large payload is kept (the payload field then holds it whole on GET of the job)"}
+    "payloadRef": "where a large payload is kept (the payload field then holds it whole on GET of the job)",
+}
 FIELD_DESCRIPTIONS: dict[str, dict[str, str]] = {
-    "JobIn": _JOB, "JobOut": _JOB, "TargetIn": _TARGET, "TargetOut": _TARGET, "TargetAuth": _TARGET_AUTH,
+    "JobIn": _JOB,
+    "JobOut": _JOB,
+    "TargetIn": _TARGET,
+    "TargetOut": _TARGET,
+    "TargetAuth": _TARGET_AUTH,
     "ScheduleIn": _SCHEDULE,
-    "ScheduleOut": _SCHEDULE, "RetryIn": _RETRY, "RetryOut": _RETRY,
-    "DstIn": {"gap": "a fire time a spring-forward skips: shift (run at the first valid instant after it) or skip",
-              "repeat": "a fixed-hour fire time a fall-back repeats: once (the first instance) or twice"},
-    "ExecutionCounts": {"succeeded": "executions that succeeded", "dead": "executions dead-lettered",
-                        "cancelled": "executions cancelled", "skipped": "occurrences recorded as skipped",
-                        "pending": "executions still to run or running"},
-    "BackfillIn": {"from": "first instant of the range (inclusive)",
-                   "to": "end of the range (exclusive, not in the future)",
-                   "overlap": "allow (default) or forbid: one backfilled occurrence per timeoutSeconds"},
-    "BackfillOut": {"created": "occurrences created", "existing": "occurrences that already had an execution",
-                    "nextFrom": "set when the range held more than 1,000 occurrences: call again from here",
-                    "note": "why nothing was created when the range holds no occurrence"},
+    "ScheduleOut": _SCHEDULE,
+    "RetryIn": _RETRY,
+    "RetryOut": _RETRY,
+    "DstIn": {
+        "gap": "a fire time a spring-forward skips: shift (run at the first valid instant after it) or skip",
+        "repeat": "a fixed-hour fire time a fall-back repeats: once (the first instance) or twice",
+    },
+    "ExecutionCounts": {
+        "succeeded": "executions that succeeded",
+        "dead": "executions dead-lettered",
+        "cancelled": "executions cancelled",
+        "skipped": "occurrences recorded as skipped",
+        "pending": "executions still to run or running",
+    },
+    "BackfillIn": {
+        "from": "first instant of the range (inclusive)",
+        "to": "end of the range (exclusive, not in the future)",
+        "overlap": "allow (default) or forbid: one backfilled occurrence per timeoutSeconds",
+    },
+    "BackfillOut": {
+        "created": "occurrences created",
+        "existing": "occurrences that already had an execution",
+        "nextFrom": "set when the range held more than 1,000 occurrences: call again from here",
+        "note": "why nothing was created when the range holds no occurrence",
+    },
     "RunIn": {"overlap": "overrides the job's concurrency policy for this run"},
     "ResumeIn": {"missed": "occurrences missed while paused: skip (default) or run_once"},
 }
@@ -346,7 +501,7 @@ def _describe_fields(known: dict[str, Any]) -> None:
     for name, described in FIELD_DESCRIPTIONS.items():
         schema = known.get(name)
         # Litestar's own schemas are objects; those msgspec writes (the action bodies) are plain dicts.
-        properties = (schema.get("properties") if isinstance(schema, dict) else getattr(schema, "properties", None))
+        properties = schema.get("properties") if isinstance(schema, dict) else getattr(schema, "properties", None)
         for field, text in described.items():
             prop = (properties or {}).get(field)
             if isinstance(prop, dict):
@@ -360,14 +515,28 @@ def document(app: Litestar) -> None:
     api: OpenAPI = app.openapi_schema
     components = api.components if api.components is not None else Components()
     api.components = components
-    components.security_schemes = {"bearer": SecurityScheme(
-        type="http", scheme="bearer", description="A tenant API key (`kairos tenants create`) or, for "
-        "/v1/stats and /v1/status, the operator's KAIROS_ADMIN_TOKEN.")}
+    components.security_schemes = {
+        "bearer": SecurityScheme(
+            type="http",
+            scheme="bearer",
+            description="A tenant API key (`kairos tenants create`) or, for "
+            "/v1/stats and /v1/status, the operator's KAIROS_ADMIN_TOKEN.",
+        )
+    }
     api.security = [{"bearer": []}]
     _, extra = msgspec.json.schema_components(
-        [schemas.ResumeIn, schemas.RunIn, schemas.RunOut, schemas.BackfillIn, schemas.BackfillOut,
-         dead_letter_schemas.ReplayIn,
-         dead_letter_schemas.ReplayedOut, schemas.JobOut], ref_template="#/components/schemas/{name}")
+        [
+            schemas.ResumeIn,
+            schemas.RunIn,
+            schemas.RunOut,
+            schemas.BackfillIn,
+            schemas.BackfillOut,
+            dead_letter_schemas.ReplayIn,
+            dead_letter_schemas.ReplayedOut,
+            schemas.JobOut,
+        ],
+        ref_template="#/components/schemas/{name}",
+    )
     known: dict[str, Any] = dict(components.schemas or {})
     for name, schema in extra.items():
         known.setdefault(name, schema)
@@ -375,8 +544,10 @@ def document(app: Litestar) -> None:
     job_in = known.get("JobIn")
     if job_in is not None and hasattr(job_in, "examples"):
         job_in.examples = [JOB_EXAMPLE]
-        job_in.description = ("A job: where to deliver (target), when (schedule: exactly one of runAt, "
-                              "delaySeconds, cron with tz, or every), what (payload) and how to retry.")
+        job_in.description = (
+            "A job: where to deliver (target), when (schedule: exactly one of runAt, "
+            "delaySeconds, cron with tz, or every), what (payload) and how to retry."
+        )
     components.schemas = known
     _describe_fields(known)
     _bounds(known)
@@ -405,8 +576,10 @@ def _operations(item: Any) -> list[Any]:
     return [op for op in (item.get, item.post, item.put, item.patch, item.delete) if op is not None]
 
 
-READY_UNAVAILABLE = {"description": "The database is unreachable or migrations are pending.",
-                     "content": {"application/json": {"schema": {"type": "object"}}}}
+READY_UNAVAILABLE = {
+    "description": "The database is unreachable or migrations are pending.",
+    "content": {"application/json": {"schema": {"type": "object"}}},
+}
 
 
 def _finish(op: Any, *, public: bool) -> None:

@@ -27,9 +27,13 @@ class LocalSwaggerUI(SwaggerRenderPlugin):
 
     def __init__(self, schema_path: str = "/schema") -> None:
         base = f"{schema_path}{ASSETS_PATH}"
-        super().__init__(js_url=f"{base}/swagger-ui-bundle.js", css_url=f"{base}/swagger-ui.css",
-                         standalone_preset_js_url=f"{base}/swagger-ui-standalone-preset.js",
-                         path="/swagger", favicon="")
+        super().__init__(
+            js_url=f"{base}/swagger-ui-bundle.js",
+            css_url=f"{base}/swagger-ui.css",
+            standalone_preset_js_url=f"{base}/swagger-ui-standalone-preset.js",
+            path="/swagger",
+            favicon="",
+        )
 
     def receive_router(self, router: Router) -> None:
         super().receive_router(router)

@@ -54,8 +54,11 @@ def page_limit(limit: int | None, default: int = PAGE_DEFAULT) -> int:
     return value
 
 
-def split_page(rows: Sequence[Row], limit: int, key: Callable[[Row], tuple[datetime, UUID]],
-               ) -> tuple[list[Row], str | None]:
+def split_page(
+    rows: Sequence[Row],
+    limit: int,
+    key: Callable[[Row], tuple[datetime, UUID]],
+) -> tuple[list[Row], str | None]:
     """The page of ``limit`` rows out of ``limit + 1`` fetched, and the cursor of the next (None: last page)."""
     page = list(rows[:limit])
     return page, encode_cursor(*key(page[-1])) if len(rows) > limit else None

@@ -48,16 +48,34 @@ _STATUS: dict[type[errors.KairosError], tuple[int, str]] = {
 
 
 def problem_body(status: int, slug: str, title: str, detail: str, instance: str, **extra: Any) -> dict[str, Any]:
-    return {"type": f"https://kairos.dev/problems/{slug}", "title": title, "status": status,
-            "detail": detail, "instance": instance, **extra}
+    return {
+        "type": f"https://kairos.dev/problems/{slug}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": instance,
+        **extra,
+    }
 
 
-def problem(status: int, slug: str, title: str, detail: str, instance: str, *,
-            headers: dict[str, str] | None = None, **extra: Any) -> Response[dict[str, Any]]:
+def problem(
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    instance: str,
+    *,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> Response[dict[str, Any]]:
     if status == 401:
         headers = {"WWW-Authenticate": "Bearer", **(headers or {})}
-    return Response(problem_body(status, slug, title, detail, instance, **extra), status_code=status,
-                    media_type=PROBLEM, headers=headers)
+    return Response(
+        problem_body(status, slug, title, detail, instance, **extra),
+        status_code=status,
+        media_type=PROBLEM,
+        headers=headers,
+    )
 
 
 def field_of(exc: errors.InvalidInput, *, within: str = "", parameters: frozenset[str] = frozenset()) -> str | None:
@@ -76,8 +94,9 @@ def field_of(exc: errors.InvalidInput, *, within: str = "", parameters: frozense
     return within + bodies.pointer_of_path(exc.field)
 
 
-def error_body(exc: errors.KairosError, instance: str, *, within: str = "",
-               parameters: frozenset[str] = frozenset()) -> dict[str, Any]:
+def error_body(
+    exc: errors.KairosError, instance: str, *, within: str = "", parameters: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """The problem object for a Kairos error (a whole response's body, or one batch item's error:
     ``within`` is then the item's pointer, ``/jobs/3``)."""
     for cls in type(exc).__mro__:
@@ -101,8 +120,11 @@ def _parameters(request: Request[Any, Any, Any]) -> frozenset[str]:
     return frozenset({"path", *(k.lower() for k in request.query_params), *request.headers.keys()})
 
 
-def error_answer(exc: errors.KairosError, path: str, parameters: frozenset[str],
-                 ) -> tuple[dict[str, Any], dict[str, str] | None]:
+def error_answer(
+    exc: errors.KairosError,
+    path: str,
+    parameters: frozenset[str],
+) -> tuple[dict[str, Any], dict[str, str] | None]:
     """The problem body and the headers that answer a Kairos error on ``path`` (logged when a 5xx)."""
     body = error_body(exc, path, parameters=parameters)
     if body["status"] >= 500:
@@ -127,19 +149,35 @@ def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[
     if exc.status_code == 405:
         # Raised by routing (the route's methods) or by app.api.guards (already the path's own).
         given = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow") or ""
-        allow = ", ".join(guards.allowed_methods(request.url.path, [m.strip() for m in given.split(",") if m.strip()],
-                                                 action_route=guards.is_action_path(request.url.path)))
-        return problem(405, "method-not-allowed", "The method is not allowed on this resource.",
-                       f"{request.method} is not one of {allow}", request.url.path, headers={"Allow": allow})
+        allow = ", ".join(
+            guards.allowed_methods(
+                request.url.path,
+                [m.strip() for m in given.split(",") if m.strip()],
+                action_route=guards.is_action_path(request.url.path),
+            )
+        )
+        return problem(
+            405,
+            "method-not-allowed",
+            "The method is not allowed on this resource.",
+            f"{request.method} is not one of {allow}",
+            request.url.path,
+            headers={"Allow": allow},
+        )
     if exc.status_code == 413:
         try:
             limit = request.route_handler.resolve_request_max_body_size()
         except AttributeError:
             limit = None
         if limit:
-            return problem(413, "body-too-large", "The request body is too large.",
-                           f"the body is larger than this route's limit of {limit} bytes", request.url.path,
-                           maxBytes=limit)
+            return problem(
+                413,
+                "body-too-large",
+                "The request body is too large.",
+                f"the body is larger than this route's limit of {limit} bytes",
+                request.url.path,
+                maxBytes=limit,
+            )
     return problem(exc.status_code, "http-error", str(exc.detail), str(exc.detail), request.url.path)
 
 

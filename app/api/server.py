@@ -43,10 +43,13 @@ RESTART_BACKOFF_S = 1.0
 
 def _problem_response(status: int, reason: str, slug: str, title: str, detail: str) -> bytes:
     """A whole HTTP/1.1 response carrying an RFC 9457 problem, for refusals made before the app runs."""
-    body = msgspec.json.encode({"type": f"https://kairos.dev/problems/{slug}", "title": title, "status": status,
-                                "detail": detail})
-    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
+    body = msgspec.json.encode(
+        {"type": f"https://kairos.dev/problems/{slug}", "title": title, "status": status, "detail": detail}
+    )
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/problem+json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
     return head.encode("ascii") + body
 
 
@@ -113,11 +116,20 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self._too_large:
             log.warning("request head too large; refused", extra={"limit_bytes": self.max_header_bytes})
             response = _problem_response(
-                431, "Request Header Fields Too Large", "headers-too-large", "The request's headers are too large.",
-                f"the request line and headers are longer than this server's limit of {self.max_header_bytes} bytes")
+                431,
+                "Request Header Fields Too Large",
+                "headers-too-large",
+                "The request's headers are too large.",
+                f"the request line and headers are longer than this server's limit of {self.max_header_bytes} bytes",
+            )
         else:
-            response = _problem_response(400, "Bad Request", "malformed-request", "The request is not HTTP.",
-                                         "the server could not parse the request as HTTP/1.1")
+            response = _problem_response(
+                400,
+                "Bad Request",
+                "malformed-request",
+                "The request is not HTTP.",
+                "the server could not parse the request as HTTP/1.1",
+            )
         if not self.transport.is_closing():
             self.transport.write(response)
             self.transport.close()
@@ -149,10 +161,17 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:
     gc.freeze()  # the application's routes and models join what the tier froze once started (settle_gc)
     # Proxy headers only from KAIROS_TRUSTED_PROXIES (uvicorn would trust loopback's by default): a client
     # that could name its own address would pick its auth-throttle bucket, or a victim's.
-    config = uvicorn.Config(app, log_config=None, access_log=False,
-                            lifespan="on", timeout_graceful_shutdown=5, http=_protocol(settings), backlog=2048,
-                            proxy_headers=bool(settings.trusted_proxies),
-                            forwarded_allow_ips=list(settings.trusted_proxies))
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        http=_protocol(settings),
+        backlog=2048,
+        proxy_headers=bool(settings.trusted_proxies),
+        forwarded_allow_ips=list(settings.trusted_proxies),
+    )
     server = uvicorn.Server(config)
     # Under a supervisor: answer its tier-wide scrape (app.api.metrics).
     listener = await start_worker_listener(settings.api_metrics_dir, db) if settings.api_metrics_dir else None
@@ -190,9 +209,14 @@ def _supervise(settings: Settings, metrics_dir: str, tier: TierMetrics) -> int:
     # the metrics port is this process's, not theirs.
     # The metrics port is ours; the workers still refuse it as an HTTP target (KAIROS_INSTALLATION_PORTS).
     known = sorted({*settings.installation_ports, *([settings.metrics_port] if settings.metrics_port else [])})
-    env = {**os.environ, "KAIROS_API_WORKERS": "1", "KAIROS_API_REUSE_PORT": "1",
-           "KAIROS_API_METRICS_DIR": metrics_dir, "KAIROS_METRICS_PORT": "0",
-           "KAIROS_INSTALLATION_PORTS": ",".join(map(str, known))}
+    env = {
+        **os.environ,
+        "KAIROS_API_WORKERS": "1",
+        "KAIROS_API_REUSE_PORT": "1",
+        "KAIROS_API_METRICS_DIR": metrics_dir,
+        "KAIROS_METRICS_PORT": "0",
+        "KAIROS_INSTALLATION_PORTS": ",".join(map(str, known)),
+    }
     stopping = False
 
     def start() -> tuple[subprocess.Popen[bytes], float]:

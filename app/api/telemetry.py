@@ -29,8 +29,12 @@ UNMATCHED = "(unmatched)"
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _QUIET = frozenset({"/healthz", "/readyz", "/metrics"})
 # Path parameters that name a job or an execution (``{job_ref}`` may end in ``:pause``).
-_IDS = (("job_ref", "job_id"), ("job_id", "job_id"), ("execution_ref", "execution_id"),
-        ("execution_id", "execution_id"))
+_IDS = (
+    ("job_ref", "job_id"),
+    ("job_id", "job_id"),
+    ("execution_ref", "execution_id"),
+    ("execution_id", "execution_id"),
+)
 # The request-state key auth.provide_tenant sets.
 TENANT_STATE_KEY = "tenant_id"
 
@@ -72,11 +76,21 @@ class RequestTelemetry:
             elapsed = time.perf_counter() - started
             route = scope.get("path_template") or UNMATCHED
             method = scope.get("method", "")
-            observability.http_request_duration.record(elapsed, {
-                "route": route, "method": method if method in _METHODS else "other",
-                "status": str(status), "status_class": f"{status // 100}xx"})
-            fields: dict[str, Any] = {"method": method, "path": route, "status": status,
-                                      "duration_ms": round(elapsed * 1000, 2)}
+            observability.http_request_duration.record(
+                elapsed,
+                {
+                    "route": route,
+                    "method": method if method in _METHODS else "other",
+                    "status": str(status),
+                    "status_class": f"{status // 100}xx",
+                },
+            )
+            fields: dict[str, Any] = {
+                "method": method,
+                "path": route,
+                "status": status,
+                "duration_ms": round(elapsed * 1000, 2),
+            }
             if (tenant_id := state.get(TENANT_STATE_KEY)) is not None:
                 fields["tenant_id"] = str(tenant_id)
             fields.update(_ids(scope.get("path_params") or {}))

@@ -47,9 +47,14 @@ def bearer(request: Request[Any, Any, Any]) -> str:
     return key.strip() if scheme.lower() == "bearer" else ""
 
 
-async def provide_viewer(request: Request[Any, Any, Any], state: State, chosen: Annotated[str | None, QueryParameter(
-        name="tenant", description="the operator's admin token only: one tenant's figures (by name)")] = None,
-                         ) -> Viewer:
+async def provide_viewer(
+    request: Request[Any, Any, Any],
+    state: State,
+    chosen: Annotated[
+        str | None,
+        QueryParameter(name="tenant", description="the operator's admin token only: one tenant's figures (by name)"),
+    ] = None,
+) -> Viewer:
     if is_admin_token(bearer(request), state.settings.admin_token):
         # The operator's token may be short enough to guess: a throttled address gets no answer that
         # tells a right guess from a wrong one (a tenant key, a 256-bit token, is let through below).

@@ -32,8 +32,12 @@ class WellKnownController(Controller):
     include_in_schema = True
     tags = ["identity tokens"]
 
-    @get(JWKS_PATH, operation_id="JwksGet", cache_control=CacheControlHeader(max_age=JWKS_MAX_AGE_S, public=True),
-         summary="The public keys that verify the identity tokens HTTP targets receive (a JWK Set).")
+    @get(
+        JWKS_PATH,
+        operation_id="JwksGet",
+        cache_control=CacheControlHeader(max_age=JWKS_MAX_AGE_S, public=True),
+        summary="The public keys that verify the identity tokens HTTP targets receive (a JWK Set).",
+    )
     async def jwks(self, state: State) -> dict[str, Any]:
         kept: tuple[float, dict[str, Any]] | None = state.get("jwks")
         now = time.monotonic()
@@ -48,9 +52,12 @@ class WellKnownController(Controller):
         state.jwks = (now + JWKS_READ_EVERY_S, document)
         return document
 
-    @get(CONFIGURATION_PATH, operation_id="OpenidConfigurationGet",
-         cache_control=CacheControlHeader(max_age=CONFIGURATION_MAX_AGE_S, public=True),
-         summary="The identity tokens' issuer metadata (OpenID Connect Discovery): issuer and jwks_uri.")
+    @get(
+        CONFIGURATION_PATH,
+        operation_id="OpenidConfigurationGet",
+        cache_control=CacheControlHeader(max_age=CONFIGURATION_MAX_AGE_S, public=True),
+        summary="The identity tokens' issuer metadata (OpenID Connect Discovery): issuer and jwks_uri.",
+    )
     async def configuration(self, state: State) -> dict[str, Any]:
         issuer: str = state.settings.issuer
         return {

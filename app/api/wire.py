@@ -39,37 +39,80 @@ def decode_body(raw: bytes, type_: type[W]) -> W:
 NO_NUL = "^[^\\u0000]*$"  # PostgreSQL refuses NUL in text
 
 
-Name = Annotated[str, msgspec.Meta(extra_json_schema={
-    "minLength": 1, "maxLength": job_rules.MAX_NAME_LEN, "pattern": "^[^\\u0000]*\\S[^\\u0000]*$"})]
+Name = Annotated[
+    str,
+    msgspec.Meta(
+        extra_json_schema={
+            "minLength": 1,
+            "maxLength": job_rules.MAX_NAME_LEN,
+            "pattern": "^[^\\u0000]*\\S[^\\u0000]*$",
+        }
+    ),
+]
 TargetType = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["http", "queue"]})]
-TargetRef = Annotated[str, msgspec.Meta(extra_json_schema={
-    "minLength": 1, "maxLength": job_rules.MAX_URL_LEN, "pattern": NO_NUL})]
+TargetRef = Annotated[
+    str, msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": job_rules.MAX_URL_LEN, "pattern": NO_NUL})
+]
 HttpMethod = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(job_rules.HTTP_METHODS)})]
-HeaderValue = Annotated[str, msgspec.Meta(extra_json_schema={
-    "maxLength": job_rules.MAX_HEADER_VALUE_LEN, "pattern": f"^{job_rules.HEADER_VALUE.pattern}$"})]
-Headers = Annotated[dict[str, HeaderValue], msgspec.Meta(extra_json_schema={
-    "maxProperties": job_rules.MAX_HEADERS, "propertyNames": {"pattern": f"^{job_rules.HEADER_NAME.pattern}$"}})]
-LabelValue = Annotated[str, msgspec.Meta(extra_json_schema={"maxLength": job_rules.MAX_LABEL_VALUE_LEN,
-                                                            "pattern": NO_NUL})]
-Labels = Annotated[dict[str, LabelValue], msgspec.Meta(extra_json_schema={
-    "maxProperties": job_rules.MAX_LABELS, "propertyNames": {"pattern": job_rules.LABEL_KEY.pattern}})]
+HeaderValue = Annotated[
+    str,
+    msgspec.Meta(
+        extra_json_schema={
+            "maxLength": job_rules.MAX_HEADER_VALUE_LEN,
+            "pattern": f"^{job_rules.HEADER_VALUE.pattern}$",
+        }
+    ),
+]
+Headers = Annotated[
+    dict[str, HeaderValue],
+    msgspec.Meta(
+        extra_json_schema={
+            "maxProperties": job_rules.MAX_HEADERS,
+            "propertyNames": {"pattern": f"^{job_rules.HEADER_NAME.pattern}$"},
+        }
+    ),
+]
+LabelValue = Annotated[
+    str, msgspec.Meta(extra_json_schema={"maxLength": job_rules.MAX_LABEL_VALUE_LEN, "pattern": NO_NUL})
+]
+Labels = Annotated[
+    dict[str, LabelValue],
+    msgspec.Meta(
+        extra_json_schema={
+            "maxProperties": job_rules.MAX_LABELS,
+            "propertyNames": {"pattern": job_rules.LABEL_KEY.pattern},
+        }
+    ),
+]
 DstGap = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["shift", "skip"]})]
 DstRepeat = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["once", "twice"]})]
-Cron = Annotated[str, msgspec.Meta(extra_json_schema={
-    "minLength": 1, "maxLength": schedule_rules.MAX_CRON_LENGTH, "pattern": NO_NUL})]
+Cron = Annotated[
+    str,
+    msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": schedule_rules.MAX_CRON_LENGTH, "pattern": NO_NUL}),
+]
 Every = Annotated[str, msgspec.Meta(extra_json_schema={"pattern": "^[0-9dhms]{1,40}$"})]
-TimeZone = Annotated[str, msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": MAX_TZ_LENGTH,
-                                                          "pattern": NO_NUL})]
-Audience = Annotated[str, msgspec.Meta(extra_json_schema={
-    "minLength": 1, "maxLength": job_rules.MAX_AUDIENCE_LEN, "pattern": f"^{job_rules.AUDIENCE.pattern}$"})]
+TimeZone = Annotated[
+    str, msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": MAX_TZ_LENGTH, "pattern": NO_NUL})
+]
+Audience = Annotated[
+    str,
+    msgspec.Meta(
+        extra_json_schema={
+            "minLength": 1,
+            "maxLength": job_rules.MAX_AUDIENCE_LEN,
+            "pattern": f"^{job_rules.AUDIENCE.pattern}$",
+        }
+    ),
+]
 Uuid = Annotated[str, msgspec.Meta(extra_json_schema={"format": "uuid"})]
 
 # Validated while decoding; app.api.bodies words a refusal "must be between LOW and HIGH" (``low_name``
 # in ``extra``: the field named as the low end instead of a number).
 MaxAttempts = Annotated[int, msgspec.Meta(ge=1, le=job_rules.MAX_ATTEMPTS)]
 BackoffSeconds = Annotated[float, msgspec.Meta(ge=0, le=job_rules.MAX_BACKOFF_S)]
-MaxBackoffSeconds = Annotated[float, msgspec.Meta(ge=0, le=job_rules.MAX_BACKOFF_S,
-                                                  extra={"low_name": "backoffSeconds"})]
+MaxBackoffSeconds = Annotated[
+    float, msgspec.Meta(ge=0, le=job_rules.MAX_BACKOFF_S, extra={"low_name": "backoffSeconds"})
+]
 MaxRetryDurationSeconds = Annotated[float, msgspec.Meta(gt=0, le=job_rules.MAX_RETRY_DURATION_S)]
 TimeoutSeconds = Annotated[int, msgspec.Meta(ge=1, le=job_rules.MAX_TIMEOUT_S)]
 DelaySeconds = Annotated[float, msgspec.Meta(ge=0, le=job_rules.MAX_DELAY_S)]

@@ -32,16 +32,27 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
-@click.group(cls=LazyGroup, lazy={
-    "tenants": "app.cli.tenants:tenants", "pools": "app.cli.pools:pools", "worker": "app.cli.worker:worker",
-    "jobs": "app.cli.jobs:jobs", "dead-letters": "app.cli.dead_letters:dead_letters", "drill": "app.cli.drill:drill",
-    "crontab": "app.cli.crontab:crontab", "status": "app.cli.status:status", "history": "app.cli.history:history"})
+@click.group(
+    cls=LazyGroup,
+    lazy={
+        "tenants": "app.cli.tenants:tenants",
+        "pools": "app.cli.pools:pools",
+        "worker": "app.cli.worker:worker",
+        "jobs": "app.cli.jobs:jobs",
+        "dead-letters": "app.cli.dead_letters:dead_letters",
+        "drill": "app.cli.drill:drill",
+        "crontab": "app.cli.crontab:crontab",
+        "status": "app.cli.status:status",
+        "history": "app.cli.history:history",
+    },
+)
 @click.version_option(package_name="kairos")
 def main() -> None:
     """Kairos: a distributed job scheduler."""
 
 
 # -- tiers ---------------------------------------------------------------------------------------------
+
 
 @main.command()
 def api() -> None:
@@ -85,13 +96,25 @@ def executor() -> None:
     # The composition root: the executor tier hosts the gRPC transport that sits above it. On uvloop: the
     # HTTP deliveries' sockets cost a tenth less of the executor's CPU than on asyncio's own loop
     # (docs/performance.md, "HTTP delivery").
-    run_service("executor", load(), lambda settings, db, stop: serve(
-        settings, db, stop, GrpcTransport(settings.grpc_host, settings.grpc_port,
-                                          ServicerConfig(auth_failure_limit=settings.auth_failure_limit,
-                                                         auth_failure_window_s=settings.auth_failure_window_s),
-                                          supervisor_token=settings.supervisor_token,
-                                          payloads=PayloadStore.from_settings(settings))),
-                loop_factory=uvloop.new_event_loop)
+    run_service(
+        "executor",
+        load(),
+        lambda settings, db, stop: serve(
+            settings,
+            db,
+            stop,
+            GrpcTransport(
+                settings.grpc_host,
+                settings.grpc_port,
+                ServicerConfig(
+                    auth_failure_limit=settings.auth_failure_limit, auth_failure_window_s=settings.auth_failure_window_s
+                ),
+                supervisor_token=settings.supervisor_token,
+                payloads=PayloadStore.from_settings(settings),
+            ),
+        ),
+        loop_factory=uvloop.new_event_loop,
+    )
 
 
 @main.command()
@@ -106,22 +129,37 @@ def up(demo: bool) -> None:
 
 # -- database ------------------------------------------------------------------------------------------
 
-@main.group(cls=LazyGroup, lazy={"reseal-secrets": "app.cli.signing_secrets:db_reseal_secrets",
-                                 "new-secret-key": "app.cli.signing_secrets:db_new_secret_key",
-                                 "rotate-oidc-key": "app.cli.oidc_keys:db_rotate_oidc_key",
-                                 "oidc-keys": "app.cli.oidc_keys:db_oidc_keys"})
+
+@main.group(
+    cls=LazyGroup,
+    lazy={
+        "reseal-secrets": "app.cli.signing_secrets:db_reseal_secrets",
+        "new-secret-key": "app.cli.signing_secrets:db_new_secret_key",
+        "rotate-oidc-key": "app.cli.oidc_keys:db_rotate_oidc_key",
+        "oidc-keys": "app.cli.oidc_keys:db_oidc_keys",
+    },
+)
 def db() -> None:
     """Database administration."""
 
 
 @db.command("upgrade")
-@click.option("--cockroach-overlay", is_flag=True,
-              help="Then apply the CockroachDB multi-region overlay (sql/cockroach/): regions, survival goal, "
-                   "table localities, due_index splits, history TTL (docs/cockroachdb.md). CockroachDB only.")
-@click.option("--primary-region", metavar="REGION", help="With --cockroach-overlay: the database's primary "
-                                                         "region (default KAIROS_PRIMARY_REGION).")
-@click.option("--secondary-region", metavar="REGION", help="With --cockroach-overlay: the region that takes the "
-                                                           "leaseholders when the primary is lost (the standby's).")
+@click.option(
+    "--cockroach-overlay",
+    is_flag=True,
+    help="Then apply the CockroachDB multi-region overlay (sql/cockroach/): regions, survival goal, "
+    "table localities, due_index splits, history TTL (docs/cockroachdb.md). CockroachDB only.",
+)
+@click.option(
+    "--primary-region",
+    metavar="REGION",
+    help="With --cockroach-overlay: the database's primary region (default KAIROS_PRIMARY_REGION).",
+)
+@click.option(
+    "--secondary-region",
+    metavar="REGION",
+    help="With --cockroach-overlay: the region that takes the leaseholders when the primary is lost (the standby's).",
+)
 def db_upgrade(cockroach_overlay: bool, primary_region: str | None, secondary_region: str | None) -> None:
     """Apply pending migrations (idempotent; safe from several processes at once)."""
     from app.cli.oidc_keys import ensure_key
@@ -142,9 +180,12 @@ def db_upgrade(cockroach_overlay: bool, primary_region: str | None, secondary_re
             await ensure_key(d)  # the identity tokens' first signing key, when the secret key is here
             if not cockroach_overlay:
                 return applied, []
-            return applied, await overlay.apply(d, primary_region=primary_region or settings.primary_region,
-                                                secondary_region=secondary_region or None,
-                                                retention_days=settings.retention_days)
+            return applied, await overlay.apply(
+                d,
+                primary_region=primary_region or settings.primary_region,
+                secondary_region=secondary_region or None,
+                retention_days=settings.retention_days,
+            )
         finally:
             await d.close()
 
@@ -174,4 +215,3 @@ def run() -> None:
         click.echo(f"error: {exc.detail}", err=True)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
-

@@ -32,6 +32,7 @@ T = TypeVar("T")
 
 # -- what the API answers ------------------------------------------------------------------------------
 
+
 class Target(TypedDict):
     type: str
     ref: str
@@ -186,6 +187,7 @@ class Page(Generic[T]):
 
 # -- failures ------------------------------------------------------------------------------------------
 
+
 class ApiFailure(Exception):
     """A request that did not succeed: ``message`` is the one line for stderr."""
 
@@ -198,8 +200,14 @@ class ApiFailure(Exception):
 class Problem(ApiFailure):
     """An RFC 9457 problem answer (or a bare error status): 4xx exits 2, 5xx exits 1."""
 
-    def __init__(self, status: int, title: str, detail: str | None = None, field: str | None = None,
-                 body: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        detail: str | None = None,
+        field: str | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
         self.status, self.title, self.detail, self.field = status, title, detail, field
         self.body = dict(body or {})
         super().__init__(problem_line(title, detail, field), 2 if 400 <= status < 500 else 1)
@@ -208,9 +216,13 @@ class Problem(ApiFailure):
     def of(cls, status: int, body: Any) -> Problem:
         if isinstance(body, dict) and ("title" in body or "detail" in body):
             field = body.get("field")
-            return cls(status, str(body.get("title") or f"HTTP {status}"),
-                       None if body.get("detail") is None else str(body["detail"]),
-                       None if field is None else str(field), body)
+            return cls(
+                status,
+                str(body.get("title") or f"HTTP {status}"),
+                None if body.get("detail") is None else str(body["detail"]),
+                None if field is None else str(field),
+                body,
+            )
         return cls(status, f"HTTP {status}", None, None, body if isinstance(body, dict) else None)
 
 
@@ -226,6 +238,7 @@ def problem_line(title: str, detail: str | None, field: str | None) -> str:
 
 # -- the client ----------------------------------------------------------------------------------------
 
+
 def _cursor_of(response: httpx.Response, body: Any) -> str | None:
     """The next page's cursor: ``nextCursor`` in the body, or the cursor of the Link rel=next URL."""
     if isinstance(body, dict) and body.get("nextCursor"):
@@ -240,8 +253,14 @@ def _cursor_of(response: httpx.Response, body: Any) -> str | None:
 class KairosClient:
     """One tenant's view of the API. Use as a context manager, or call ``close()``."""
 
-    def __init__(self, base_url: str, api_key: str | None, *, timeout_s: float = 30.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -258,12 +277,20 @@ class KairosClient:
 
     # -- the one request path --------------------------------------------------------------------------
 
-    def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json: Any = None,
-                headers: Mapping[str, str] | None = None) -> tuple[httpx.Response, Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[httpx.Response, Any]:
         """Send one request; the response and its decoded JSON body (None when empty)."""
         if not self.api_key:
-            raise ApiFailure(f"no API key: set {API_KEY_ENV} or pass --api-key (`kairos tenants create` prints one)",
-                             exit_code=2)
+            raise ApiFailure(
+                f"no API key: set {API_KEY_ENV} or pass --api-key (`kairos tenants create` prints one)", exit_code=2
+            )
         query = {k: v for k, v in (params or {}).items() if v is not None}
         try:
             response = self._http.request(method, path, params=query, json=json, headers=headers)
@@ -278,20 +305,35 @@ class KairosClient:
                 body = response.json()
             except ValueError:
                 if response.is_success:
-                    raise ApiFailure(f"{method} {path}: the API answered {response.status_code} "
-                                     "with a body that is not JSON") from None
+                    raise ApiFailure(
+                        f"{method} {path}: the API answered {response.status_code} with a body that is not JSON"
+                    ) from None
         if not response.is_success:
             raise Problem.of(response.status_code, body)
         return response, body
 
-    def call(self, method: str, path: str, *, expect: type[T], params: Mapping[str, Any] | None = None,
-             json: Any = None, headers: Mapping[str, str] | None = None) -> T:
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        expect: type[T],
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> T:
         """One request whose JSON body must have the shape ``expect``."""
         _, body = self.request(method, path, params=params, json=json, headers=headers)
         return cast(T, self._checked(method, path, body, expect))
 
-    def page(self, path: str, *, expect: type[T], params: Mapping[str, Any] | None = None,
-             items: Callable[[Any], Any] = lambda body: body) -> Page[T]:
+    def page(
+        self,
+        path: str,
+        *,
+        expect: type[T],
+        params: Mapping[str, Any] | None = None,
+        items: Callable[[Any], Any] = lambda body: body,
+    ) -> Page[T]:
         """One page of a list endpoint (a bare array with a Link header, or an object with nextCursor)."""
         response, body = self.request("GET", path, params=params)
         rows = self._checked("GET", path, items(body), list[expect])  # type: ignore[valid-type]
@@ -315,13 +357,30 @@ class KairosClient:
         """POST /v1/jobs:batch (at most BATCH_MAX items; each may carry its own idempotencyKey)."""
         return self.call("POST", "/v1/jobs:batch", json={"jobs": items}, expect=BatchOut)["results"]
 
-    def list_jobs(self, *, state: str | None = None, name: str | None = None, limit: int | None = None,
-                  cursor: str | None = None, name_prefix: str | None = None,
-                  labels: Sequence[str] = ()) -> Page[Job]:
-        params = {"state": state, "name": name, "namePrefix": name_prefix, "label": list(labels) or None,
-                  "limit": limit, "cursor": cursor}
-        return self.page("/v1/jobs", params=params,
-                         items=lambda body: body.get("jobs") if isinstance(body, dict) else body, expect=Job)
+    def list_jobs(
+        self,
+        *,
+        state: str | None = None,
+        name: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        name_prefix: str | None = None,
+        labels: Sequence[str] = (),
+    ) -> Page[Job]:
+        params = {
+            "state": state,
+            "name": name,
+            "namePrefix": name_prefix,
+            "label": list(labels) or None,
+            "limit": limit,
+            "cursor": cursor,
+        }
+        return self.page(
+            "/v1/jobs",
+            params=params,
+            items=lambda body: body.get("jobs") if isinstance(body, dict) else body,
+            expect=Job,
+        )
 
     def update_job(self, job_id: str, patch: Mapping[str, Any], if_version: int | None = None) -> Job:
         """PATCH /v1/jobs/{jobId}: a JSON Merge Patch of the submit body."""
@@ -329,8 +388,7 @@ class KairosClient:
         return self.call("PATCH", f"/v1/jobs/{job_id}", json=patch, headers=headers, expect=Job)
 
     def run_job(self, job_id: str, overlap: str | None = None) -> RunOut:
-        return self.call("POST", f"/v1/jobs/{job_id}:run", json={"overlap": overlap} if overlap else {},
-                         expect=RunOut)
+        return self.call("POST", f"/v1/jobs/{job_id}:run", json={"overlap": overlap} if overlap else {}, expect=RunOut)
 
     def backfill_job(self, job_id: str, start: str, end: str, overlap: str | None = None) -> BackfillOut:
         body = {"from": start, "to": end, **({"overlap": overlap} if overlap else {})}
@@ -349,35 +407,55 @@ class KairosClient:
         return self.call("POST", f"/v1/jobs/{job_id}:resume", json={"missed": missed}, expect=Job)
 
     def job_executions(self, job_id: str, *, limit: int | None = None, cursor: str | None = None) -> Page[Execution]:
-        return self.page(f"/v1/jobs/{job_id}/executions", params={"limit": limit, "cursor": cursor},
-                         expect=Execution)
+        return self.page(f"/v1/jobs/{job_id}/executions", params={"limit": limit, "cursor": cursor}, expect=Execution)
 
     def preview(self, cron: str, tz: str, *, count: int = 10, start: str | None = None) -> Preview:
-        return self.call("GET", "/v1/schedules/preview", params={"cron": cron, "tz": tz, "count": count,
-                                                                 "from": start}, expect=Preview)
+        return self.call(
+            "GET",
+            "/v1/schedules/preview",
+            params={"cron": cron, "tz": tz, "count": count, "from": start},
+            expect=Preview,
+        )
 
     # -- executions and dead letters -------------------------------------------------------------------
 
     def attempts(self, execution_id: str) -> list[Attempt]:
         return self.call("GET", f"/v1/executions/{execution_id}/attempts", expect=list[Attempt])
 
-    def dead_letters(self, *, job_id: str | None = None, limit: int | None = None,
-                     cursor: str | None = None) -> Page[DeadLetter]:
-        return self.page("/v1/dead-letters", params={"jobId": job_id, "limit": limit, "cursor": cursor},
-                         expect=DeadLetter)
+    def dead_letters(
+        self, *, job_id: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> Page[DeadLetter]:
+        return self.page(
+            "/v1/dead-letters", params={"jobId": job_id, "limit": limit, "cursor": cursor}, expect=DeadLetter
+        )
 
     def replay(self, execution_id: str, body: Mapping[str, Any] | None = None) -> Replayed:
         return self.call("POST", f"/v1/executions/{execution_id}:replay", json=body or None, expect=Replayed)
 
-    def replay_dead_letters(self, *, job_id: str | None = None, finished_after: str | None = None,
-                            finished_before: str | None = None, limit: int = 100) -> BulkReplayed:
-        body = {k: v for k, v in (("jobId", job_id), ("finishedAfter", finished_after),
-                                  ("finishedBefore", finished_before), ("limit", limit)) if v is not None}
+    def replay_dead_letters(
+        self,
+        *,
+        job_id: str | None = None,
+        finished_after: str | None = None,
+        finished_before: str | None = None,
+        limit: int = 100,
+    ) -> BulkReplayed:
+        body = {
+            k: v
+            for k, v in (
+                ("jobId", job_id),
+                ("finishedAfter", finished_after),
+                ("finishedBefore", finished_before),
+                ("limit", limit),
+            )
+            if v is not None
+        }
         return self.call("POST", "/v1/dead-letters:replay", json=body, expect=BulkReplayed)
 
 
-def every_page(fetch: Callable[[str | None], Page[T]], *, cursor: str | None = None,
-               all_pages: bool = True) -> Iterator[Page[T]]:
+def every_page(
+    fetch: Callable[[str | None], Page[T]], *, cursor: str | None = None, all_pages: bool = True
+) -> Iterator[Page[T]]:
     """``fetch(cursor)`` page after page, following next cursors while ``all_pages``."""
     while True:
         page = fetch(cursor)
@@ -385,5 +463,3 @@ def every_page(fetch: Callable[[str | None], Page[T]], *, cursor: str | None = N
         if not all_pages or page.next_cursor is None:
             return
         cursor = page.next_cursor
-
-

@@ -45,8 +45,10 @@ def _entries(path: str, skipped: list[classic.SkippedLine] | None = None) -> lis
 
 
 SKIP_UNSUPPORTED = click.option(
-    "--skip-unsupported", is_flag=True,
-    help="Leave out the lines Kairos cannot schedule (@reboot) and list them, instead of refusing the file.")
+    "--skip-unsupported",
+    is_flag=True,
+    help="Leave out the lines Kairos cannot schedule (@reboot) and list them, instead of refusing the file.",
+)
 
 
 def _zone_of(entry: classic.CrontabEntry, default: str | None, path: str) -> str:
@@ -75,17 +77,34 @@ def _check_tz(tz: str | None, flag: str) -> None:
 @click.option("--url", metavar="URL", help="Deliver every job with an HTTP POST to this URL.")
 @click.option("--tz", metavar="ZONE", help="Zone of the lines without CRON_TZ/TZ (the zone cron ran in).")
 @click.option("--dry-run", is_flag=True, help="Show the jobs and their next fire times; create nothing.")
-@click.option("--as-dry-run-jobs", is_flag=True,
-              help='Create each job with "dryRun": true (occurrences recorded, never delivered).')
+@click.option(
+    "--as-dry-run-jobs",
+    is_flag=True,
+    help='Create each job with "dryRun": true (occurrences recorded, never delivered).',
+)
 @click.option("--name-prefix", default="crontab: ", show_default=True, help="Job names are this plus the command.")
-@click.option("--revision", type=click.IntRange(1), default=1, show_default=True,
-              help="A new set of idempotency keys for every line: to import again after cancelling the jobs "
-                   "of an import whose lines' settings changed.")
+@click.option(
+    "--revision",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="A new set of idempotency keys for every line: to import again after cancelling the jobs "
+    "of an import whose lines' settings changed.",
+)
 @SKIP_UNSUPPORTED
 @json_option
-def crontab_import(file: str, pool: str | None, url: str | None, tz: str | None, dry_run: bool,
-                   as_dry_run_jobs: bool, name_prefix: str, revision: int, skip_unsupported: bool,
-                   as_json: bool) -> None:
+def crontab_import(
+    file: str,
+    pool: str | None,
+    url: str | None,
+    tz: str | None,
+    dry_run: bool,
+    as_dry_run_jobs: bool,
+    name_prefix: str,
+    revision: int,
+    skip_unsupported: bool,
+    as_json: bool,
+) -> None:
     """Create a Kairos cron job per line of crontab FILE (- for stdin).
 
     Each job's payload is {"command": ..., "env": {...}} (plus "stdin", "shell" and "mailto" when
@@ -111,58 +130,86 @@ def crontab_import(file: str, pool: str | None, url: str | None, tz: str | None,
     planned: list[dict[str, Any]] = []
     for entry in entries:
         zone = _zone_of(entry, tz, file)
-        body = classic.job_body(entry, tz=zone, target_type="http" if url else "queue", target_ref=url or pool or "",
-                                name_prefix=name_prefix, dry_run=as_dry_run_jobs, revision=revision)
+        body = classic.job_body(
+            entry,
+            tz=zone,
+            target_type="http" if url else "queue",
+            target_ref=url or pool or "",
+            name_prefix=name_prefix,
+            dry_run=as_dry_run_jobs,
+            revision=revision,
+        )
         fire = preview(CronSchedule(expr=entry.fields, tz=zone), now, FIRE_TIMES, classic.JOB_KEY)
         warning = None
         if classic.ClassicEntry.of(entry.fields).day_rule_differs:
-            warning = (f"line {entry.line}: classic cron runs '{entry.schedule}' only on days matching both day "
-                       "fields (one starts with *); Kairos runs it on days matching either")
-        planned.append({"line": entry.line, "schedule": entry.schedule, "tz": zone, "command": entry.command,
-                        "nextFireTimes": [{"at": utc_iso(o.run_at), "local": _local(o.run_at, zone),
-                                           "dstNote": o.dst_note} for o in fire],
-                        "warning": warning, "job": body})
+            warning = (
+                f"line {entry.line}: classic cron runs '{entry.schedule}' only on days matching both day "
+                "fields (one starts with *); Kairos runs it on days matching either"
+            )
+        planned.append(
+            {
+                "line": entry.line,
+                "schedule": entry.schedule,
+                "tz": zone,
+                "command": entry.command,
+                "nextFireTimes": [
+                    {"at": utc_iso(o.run_at), "local": _local(o.run_at, zone), "dstNote": o.dst_note} for o in fire
+                ],
+                "warning": warning,
+                "job": body,
+            }
+        )
     for item in planned:
         if item["warning"] and not as_json:
             stderr.print(f"warning: {item['warning']}", markup=False, highlight=False)
     for line in skipped or ():
         if not as_json:
-            stderr.print(f"skipped line {line.line}: {line.text} ({line.reason})", markup=False, highlight=False,
-                         soft_wrap=True)
+            stderr.print(
+                f"skipped line {line.line}: {line.text} ({line.reason})", markup=False, highlight=False, soft_wrap=True
+            )
 
     if not dry_run:
         results: list[Any] = []
         with connected() as api, progress() as bar:
             task = bar.add_task("importing", total=len(planned))
             for start in range(0, len(planned), BATCH_MAX):
-                chunk = planned[start:start + BATCH_MAX]
+                chunk = planned[start : start + BATCH_MAX]
                 results += api.create_jobs([item["job"] for item in chunk])
                 bar.advance(task, len(chunk))
         for item, result in zip(planned, results, strict=True):
             item["jobId"] = result.get("jobId")
             error = result.get("error")
-            item["error"] = problem_line(str(error.get("title", "refused")), error.get("detail"),
-                                         error.get("field")) if error else None
+            item["error"] = (
+                problem_line(str(error.get("title", "refused")), error.get("detail"), error.get("field"))
+                if error
+                else None
+            )
             if error and str(error.get("type", "")).endswith("/idempotency-conflict"):
-                item["error"] += (f" (the line was imported before with other settings: cancel that "
-                                  f"import's jobs and import again with --revision {revision + 1})")
+                item["error"] += (
+                    f" (the line was imported before with other settings: cancel that "
+                    f"import's jobs and import again with --revision {revision + 1})"
+                )
     refused = [item for item in planned if item.get("error")]
 
     def render() -> None:
         rows = []
         for item in planned:
-            times = "\n".join(t["local"] + (f" ({t['dstNote']})" if t["dstNote"] else "")
-                              for t in item["nextFireTimes"])
+            times = "\n".join(
+                t["local"] + (f" ({t['dstNote']})" if t["dstNote"] else "") for t in item["nextFireTimes"]
+            )
             outcome = item.get("error") or item.get("jobId") or "(dry run)"
             rows.append((item["line"], item["schedule"], item["tz"], item["command"], times, outcome))
         table(["LINE", "SCHEDULE", "ZONE", "COMMAND", f"NEXT {FIRE_TIMES} FIRE TIMES", "JOB"], rows)
         if dry_run:
             stdout.print(f"{len(planned)} job(s) would be created; nothing was sent (--dry-run)", markup=False)
         else:
-            stdout.print(f"{len(planned) - len(refused)} of {len(planned)} line(s) imported"
-                         + (" as dry-run jobs" if as_dry_run_jobs else "")
-                         + (f"; {len(skipped)} skipped" if skipped else "")
-                         + "; a line imported before keeps its job", markup=False)
+            stdout.print(
+                f"{len(planned) - len(refused)} of {len(planned)} line(s) imported"
+                + (" as dry-run jobs" if as_dry_run_jobs else "")
+                + (f"; {len(skipped)} skipped" if skipped else "")
+                + "; a line imported before keeps its job",
+                markup=False,
+            )
 
     document: dict[str, Any] = {"submitted": not dry_run, "jobs": planned}
     if skipped is not None:
@@ -194,16 +241,38 @@ def _moment(text: str, zone: ZoneInfo, flag: str) -> datetime:
 @click.option("--from", "start", required=True, metavar="TIME", help="Start: a date or an ISO 8601 time.")
 @click.option("--to", "end", required=True, metavar="TIME", help="End (excluded), at most 366 days after --from.")
 @click.option("--tz", metavar="ZONE", help="Zone of the lines without CRON_TZ/TZ, and of --from/--to.")
-@click.option("--daemon-tz", metavar="ZONE",
-              help="cronie's own zone, when CRON_TZ lines name another (default: each line's zone).")
-@click.option("--dst-gap", type=click.Choice(["shift", "skip"]), default="shift", show_default=True,
-              help="The Kairos policy compared for a spring-forward gap.")
-@click.option("--dst-repeat", type=click.Choice(["once", "twice"]), default="once", show_default=True,
-              help="The Kairos policy compared for a fall-back repeat.")
+@click.option(
+    "--daemon-tz",
+    metavar="ZONE",
+    help="cronie's own zone, when CRON_TZ lines name another (default: each line's zone).",
+)
+@click.option(
+    "--dst-gap",
+    type=click.Choice(["shift", "skip"]),
+    default="shift",
+    show_default=True,
+    help="The Kairos policy compared for a spring-forward gap.",
+)
+@click.option(
+    "--dst-repeat",
+    type=click.Choice(["once", "twice"]),
+    default="once",
+    show_default=True,
+    help="The Kairos policy compared for a fall-back repeat.",
+)
 @SKIP_UNSUPPORTED
 @json_option
-def crontab_compare(file: str, start: str, end: str, tz: str | None, daemon_tz: str | None, dst_gap: str,
-                    dst_repeat: str, skip_unsupported: bool, as_json: bool) -> None:
+def crontab_compare(
+    file: str,
+    start: str,
+    end: str,
+    tz: str | None,
+    daemon_tz: str | None,
+    dst_gap: str,
+    dst_repeat: str,
+    skip_unsupported: bool,
+    as_json: bool,
+) -> None:
     """Where Kairos's fire times differ from classic cron's (cronie, Vixie cron) for each line of FILE.
 
     Classic cron catches up fixed-time jobs a spring-forward skipped and runs them once in a
@@ -223,31 +292,55 @@ def crontab_compare(file: str, start: str, end: str, tz: str | None, daemon_tz: 
     entries = _entries(file, skipped)
     for line in skipped or ():
         if not as_json:
-            stderr.print(f"skipped line {line.line}: {line.text} ({line.reason})", markup=False, highlight=False,
-                         soft_wrap=True)
+            stderr.print(
+                f"skipped line {line.line}: {line.text} ({line.reason})", markup=False, highlight=False, soft_wrap=True
+            )
     dst = DstPolicy(gap="skip" if dst_gap == "skip" else "shift", repeat="twice" if dst_repeat == "twice" else "once")
     lines: list[dict[str, Any]] = []
     for entry in entries:
         zone = _zone_of(entry, tz, file)
         cronie_tz = ZoneInfo(daemon_tz) if daemon_tz and entry.tz_variable == "CRON_TZ" else None
         result = classic.compare(entry.fields, zone, lo, hi, dst=dst, daemon_zone=cronie_tz)
-        lines.append({
-            "line": entry.line, "schedule": entry.schedule, "tz": zone, "command": entry.command,
-            "identical": result.identical, "classicRuns": len(result.classic), "kairosRuns": len(result.kairos),
-            "notes": [{"text": n.text, "differs": n.differs, "classic": [utc_iso(i) for i in n.classic],
-                       "kairos": [utc_iso(i) for i in n.kairos]} for n in result.notes],
-        })
+        lines.append(
+            {
+                "line": entry.line,
+                "schedule": entry.schedule,
+                "tz": zone,
+                "command": entry.command,
+                "identical": result.identical,
+                "classicRuns": len(result.classic),
+                "kairosRuns": len(result.kairos),
+                "notes": [
+                    {
+                        "text": n.text,
+                        "differs": n.differs,
+                        "classic": [utc_iso(i) for i in n.classic],
+                        "kairos": [utc_iso(i) for i in n.kairos],
+                    }
+                    for n in result.notes
+                ],
+            }
+        )
 
     def render() -> None:
-        stdout.print(f"classic cron against Kairos from {utc_iso(lo)} to {utc_iso(hi)} "
-                     f"(Kairos dst gap {dst_gap}, repeat {dst_repeat})", markup=False)
+        stdout.print(
+            f"classic cron against Kairos from {utc_iso(lo)} to {utc_iso(hi)} "
+            f"(Kairos dst gap {dst_gap}, repeat {dst_repeat})",
+            markup=False,
+        )
         for item in lines:
-            stdout.print(f"\nline {item['line']}  {item['schedule']}  {item['tz']}  {item['command']}",
-                         markup=False, style="bold")
+            stdout.print(
+                f"\nline {item['line']}  {item['schedule']}  {item['tz']}  {item['command']}",
+                markup=False,
+                style="bold",
+            )
             counts = f"classic cron {item['classicRuns']} runs, Kairos {item['kairosRuns']}"
             stdout.print(("  no differences" if item["identical"] else "  differs") + f" ({counts})", markup=False)
             for note in item["notes"]:
                 stdout.print(f"  {'differs' if note['differs'] else 'same   '}  {note['text']}", markup=False)
 
-    emit({"from": utc_iso(lo), "to": utc_iso(hi), "identical": all(i["identical"] for i in lines),
-          "lines": lines}, as_json, render)
+    emit(
+        {"from": utc_iso(lo), "to": utc_iso(hi), "identical": all(i["identical"] for i in lines), "lines": lines},
+        as_json,
+        render,
+    )

@@ -60,19 +60,42 @@ def _instant(value: str) -> datetime:
 
 
 def show_dead(rows: list[DeadLetter]) -> None:
-    table(["EXECUTION", "JOB", "SCHEDULED FOR", "ATTEMPTS", "FINISHED", "ERROR"],
-          [(d["executionId"], d["jobId"], when(d["scheduledFor"]), f"{d['attempt']}/{d['maxAttempts']}",
-            when(d["finishedAt"]), d["error"]) for d in rows])
+    table(
+        ["EXECUTION", "JOB", "SCHEDULED FOR", "ATTEMPTS", "FINISHED", "ERROR"],
+        [
+            (
+                d["executionId"],
+                d["jobId"],
+                when(d["scheduledFor"]),
+                f"{d['attempt']}/{d['maxAttempts']}",
+                when(d["finishedAt"]),
+                d["error"],
+            )
+            for d in rows
+        ],
+    )
 
 
-def matching(api: KairosClient, *, job_id: str | None, after: datetime | None, before: datetime | None,
-             all_pages: bool = True, limit: int | None = None, cursor: str | None = None,
-             ) -> Iterator[tuple[list[DeadLetter], str | None]]:
+def matching(
+    api: KairosClient,
+    *,
+    job_id: str | None,
+    after: datetime | None,
+    before: datetime | None,
+    all_pages: bool = True,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> Iterator[tuple[list[DeadLetter], str | None]]:
     """Pages of dead letters (newest first) finished in [after, before); stops once past ``after``."""
-    for page in every_page(lambda c: api.dead_letters(job_id=job_id, limit=limit, cursor=c), cursor=cursor,
-                           all_pages=all_pages):
-        rows = [d for d in page.items if (before is None or _instant(d["finishedAt"]) < before)
-                and (after is None or _instant(d["finishedAt"]) >= after)]
+    for page in every_page(
+        lambda c: api.dead_letters(job_id=job_id, limit=limit, cursor=c), cursor=cursor, all_pages=all_pages
+    ):
+        rows = [
+            d
+            for d in page.items
+            if (before is None or _instant(d["finishedAt"]) < before)
+            and (after is None or _instant(d["finishedAt"]) >= after)
+        ]
         older = after is not None and any(_instant(d["finishedAt"]) < after for d in page.items)
         yield rows, None if older else page.next_cursor
         if older:
@@ -87,14 +110,28 @@ def matching(api: KairosClient, *, job_id: str | None, after: datetime | None, b
 @click.option("--cursor", help="Start at this page (from an earlier --json nextCursor).")
 @json_option
 @pass_api
-def dead_letters_ls(api: KairosClient, job_id: str | None, since: float | None, limit: int | None, all_pages: bool,
-                    cursor: str | None, as_json: bool) -> None:
+def dead_letters_ls(
+    api: KairosClient,
+    job_id: str | None,
+    since: float | None,
+    limit: int | None,
+    all_pages: bool,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
     """List dead letters, newest first, with their last error."""
     found: list[DeadLetter] = []
     nxt = None
     size = limit or (PAGE_MAX if all_pages else None)
-    for rows, following in matching(api, job_id=job_id, after=None if since is None else ago(since), before=None,
-                                    all_pages=all_pages, limit=size, cursor=cursor):
+    for rows, following in matching(
+        api,
+        job_id=job_id,
+        after=None if since is None else ago(since),
+        before=None,
+        all_pages=all_pages,
+        limit=size,
+        cursor=cursor,
+    ):
         found += rows
         nxt = following
 
@@ -115,16 +152,32 @@ def dead_letters_ls(api: KairosClient, job_id: str | None, since: float | None, 
 @click.option("--all", "everything", is_flag=True, help="Replay every dead letter of the tenant.")
 @click.option("--max", "most", type=click.IntRange(1), help="Replay at most this many.")
 @click.option("--wait", is_flag=True, help="When the tenant's replay budget is spent, wait for it and go on.")
-@click.option("--payload", type=JSON_VALUE, default=_NO_DATA, show_default=False,
-              help="EXECUTION_IDs only: replay with this payload (JSON, @file).")
+@click.option(
+    "--payload",
+    type=JSON_VALUE,
+    default=_NO_DATA,
+    show_default=False,
+    help="EXECUTION_IDs only: replay with this payload (JSON, @file).",
+)
 @click.option("--max-attempts", type=click.IntRange(1, 100), help="EXECUTION_IDs only: a fresh attempt budget.")
 @click.option("--backoff", type=DURATION, help="EXECUTION_IDs only: first retry delay.")
 @json_option
 @pass_api
-def dead_letters_replay(api: KairosClient, execution_ids: tuple[str, ...], job_id: str | None, since: float | None,
-                        finished_after: datetime | None, finished_before: datetime | None, everything: bool,
-                        most: int | None, wait: bool, payload: Any, max_attempts: int | None, backoff: float | None,
-                        as_json: bool) -> None:
+def dead_letters_replay(
+    api: KairosClient,
+    execution_ids: tuple[str, ...],
+    job_id: str | None,
+    since: float | None,
+    finished_after: datetime | None,
+    finished_before: datetime | None,
+    everything: bool,
+    most: int | None,
+    wait: bool,
+    payload: Any,
+    max_attempts: int | None,
+    backoff: float | None,
+    as_json: bool,
+) -> None:
     """Replay dead letters: the EXECUTION_IDs given, or every one a filter matches.
 
     \b
@@ -132,11 +185,28 @@ def dead_letters_replay(api: KairosClient, execution_ids: tuple[str, ...], job_i
     kairos dead-letters replay --job 7f1c... --wait     all of a job's, waiting out the budget
     kairos dead-letters replay --since 2h --max 500     the newest 500 of the last two hours
     """
-    filters = [flag for flag, value in (("--job", job_id), ("--since", since), ("--finished-after", finished_after),
-                                        ("--finished-before", finished_before), ("--all", everything or None),
-                                        ("--max", most), ("--wait", wait or None)) if value is not None]
-    edits = [flag for flag, value in (("--payload", None if payload is _NO_DATA else True),
-                                      ("--max-attempts", max_attempts), ("--backoff", backoff)) if value is not None]
+    filters = [
+        flag
+        for flag, value in (
+            ("--job", job_id),
+            ("--since", since),
+            ("--finished-after", finished_after),
+            ("--finished-before", finished_before),
+            ("--all", everything or None),
+            ("--max", most),
+            ("--wait", wait or None),
+        )
+        if value is not None
+    ]
+    edits = [
+        flag
+        for flag, value in (
+            ("--payload", None if payload is _NO_DATA else True),
+            ("--max-attempts", max_attempts),
+            ("--backoff", backoff),
+        )
+        if value is not None
+    ]
     if execution_ids:
         if filters:
             fail(f"{', '.join(filters)} select dead letters in bulk; leave them out when naming EXECUTION_IDs")
@@ -177,9 +247,13 @@ def _replay_each(api: KairosClient, execution_ids: tuple[str, ...], body: dict[s
 
     def render() -> None:
         if done:
-            table(["EXECUTION", "JOB", "STATE", "ATTEMPTS", "READY AT"],
-                  [(r["executionId"], r["jobId"], r["state"], f"{r['attempt']}/{r['lastAttempt']}",
-                    when(r["readyAt"])) for r in done])
+            table(
+                ["EXECUTION", "JOB", "STATE", "ATTEMPTS", "READY AT"],
+                [
+                    (r["executionId"], r["jobId"], r["state"], f"{r['attempt']}/{r['lastAttempt']}", when(r["readyAt"]))
+                    for r in done
+                ],
+            )
         for item in refused:
             sys.stderr.write(f"{item['executionId']}: {item['error']}\n")
 
@@ -202,8 +276,16 @@ def _sleep_until(moment: datetime | None) -> None:
     time.sleep(min(max(pause, 0.5), 120.0))
 
 
-def _replay_bulk(api: KairosClient, *, job_id: str | None, after: datetime | None, before: datetime, most: int | None,
-                 wait: bool, as_json: bool) -> None:
+def _replay_bulk(
+    api: KairosClient,
+    *,
+    job_id: str | None,
+    after: datetime | None,
+    before: datetime,
+    most: int | None,
+    wait: bool,
+    as_json: bool,
+) -> None:
     matched = sum(len(rows) for rows, _ in matching(api, job_id=job_id, after=after, before=before, limit=PAGE_MAX))
     goal = matched if most is None else min(matched, most)
     replayed: list[str] = []
@@ -214,8 +296,12 @@ def _replay_bulk(api: KairosClient, *, job_id: str | None, after: datetime | Non
         while len(replayed) < goal:
             want = min(BULK_REPLAY_MAX, goal - len(replayed))
             try:
-                out = api.replay_dead_letters(job_id=job_id, limit=want, finished_before=utc_iso(before),
-                                              finished_after=None if after is None else utc_iso(after))
+                out = api.replay_dead_letters(
+                    job_id=job_id,
+                    limit=want,
+                    finished_before=utc_iso(before),
+                    finished_after=None if after is None else utc_iso(after),
+                )
             except Problem as problem:
                 if problem.status != 429:
                     raise
@@ -244,13 +330,25 @@ def _replay_bulk(api: KairosClient, *, job_id: str | None, after: datetime | Non
     complete = spent_until is None
 
     def render() -> None:
-        click.echo(f"replayed {len(replayed)} of {matched} matching dead letters"
-                   + ("" if most is None or most >= matched else f" (--max {most})"))
+        click.echo(
+            f"replayed {len(replayed)} of {matched} matching dead letters"
+            + ("" if most is None or most >= matched else f" (--max {most})")
+        )
 
-    emit({"replayed": len(replayed), "matched": matched, "complete": complete, "executionIds": replayed,
-          **budget}, as_json, render)
+    emit(
+        {"replayed": len(replayed), "matched": matched, "complete": complete, "executionIds": replayed, **budget},
+        as_json,
+        render,
+    )
     if not complete:
-        sys.stderr.write("error: " + problem_line(
-            "The tenant's bulk replay budget is spent", f"{len(replayed)} of {goal} replayed; it resets at "
-            f"{spent_until}: run the command again then, or pass --wait", None) + "\n")
+        sys.stderr.write(
+            "error: "
+            + problem_line(
+                "The tenant's bulk replay budget is spent",
+                f"{len(replayed)} of {goal} replayed; it resets at "
+                f"{spent_until}: run the command again then, or pass --wait",
+                None,
+            )
+            + "\n"
+        )
         sys.exit(2)

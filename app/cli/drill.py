@@ -32,33 +32,94 @@ def _options(*, herd: int = 1000) -> Callable[[F], F]:
 
 
 def _with_options(func: F, herd: int) -> F:
-    for option in reversed([
-        click.option("--timeout", "timeout_s", type=click.FloatRange(10, 3600), default=240.0, show_default=True,
-                     help="Seconds the whole drill may take; it stops, cleans up and fails after that."),
-        click.option("--herd", type=click.IntRange(0, 20_000), default=herd, show_default=True,
-                     help="One-off jobs all due at one instant, just before the fault."),
-        click.option("--steady", "steady_per_s", type=click.FloatRange(0.5, 200), default=10.0, show_default=True,
-                     help="One-off jobs submitted per second throughout, each due 2 s later."),
-        click.option("--recurring", type=click.IntRange(0, 2000), default=20, show_default=True,
-                     help="Recurring jobs (every --every seconds, catch-up misfires)."),
-        click.option("--every", "every_s", type=click.IntRange(10, 300), default=10, show_default=True,
-                     help="Interval of the recurring jobs, in seconds."),
-        click.option("--warmup", "warmup_s", type=click.FloatRange(0, 600), default=8.0, show_default=True,
-                     help="Seconds of traffic before the fault."),
-        click.option("--observe", "observe_s", type=click.FloatRange(0, 600), default=8.0, show_default=True,
-                     help="Seconds of traffic after the takeover before submitting stops."),
-        click.option("--lease-ttl", "lease_ttl_s", type=click.FloatRange(1, 60), default=3.0, show_default=True,
-                     help="The schedulers' shard lease TTL (KAIROS_LEASE_TTL_S)."),
-        click.option("--grace", "grace_s", type=click.FloatRange(0, 120), default=2.0, show_default=True,
-                     help="The standby region's takeover grace (KAIROS_REGION_TAKEOVER_GRACE_S)."),
-        click.option("--pg-bin", type=click.Path(file_okay=False, path_type=Path), default=PG_BIN_DEFAULT,
-                     show_default=True, help="Directory of the PostgreSQL server binaries (initdb, postgres, ...)."),
-        click.option("--keep", is_flag=True, help="Keep the drill's directory (process logs) and print where."),
-        click.option("--fail-on-loss", is_flag=True,
-                     help="Exit 1 when any owed occurrence was lost, even where the drill allows it (--async): "
-                          "for CI."),
-        click.option("--verbose", is_flag=True, help="Log the drill's own steps on stderr."),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--timeout",
+                "timeout_s",
+                type=click.FloatRange(10, 3600),
+                default=240.0,
+                show_default=True,
+                help="Seconds the whole drill may take; it stops, cleans up and fails after that.",
+            ),
+            click.option(
+                "--herd",
+                type=click.IntRange(0, 20_000),
+                default=herd,
+                show_default=True,
+                help="One-off jobs all due at one instant, just before the fault.",
+            ),
+            click.option(
+                "--steady",
+                "steady_per_s",
+                type=click.FloatRange(0.5, 200),
+                default=10.0,
+                show_default=True,
+                help="One-off jobs submitted per second throughout, each due 2 s later.",
+            ),
+            click.option(
+                "--recurring",
+                type=click.IntRange(0, 2000),
+                default=20,
+                show_default=True,
+                help="Recurring jobs (every --every seconds, catch-up misfires).",
+            ),
+            click.option(
+                "--every",
+                "every_s",
+                type=click.IntRange(10, 300),
+                default=10,
+                show_default=True,
+                help="Interval of the recurring jobs, in seconds.",
+            ),
+            click.option(
+                "--warmup",
+                "warmup_s",
+                type=click.FloatRange(0, 600),
+                default=8.0,
+                show_default=True,
+                help="Seconds of traffic before the fault.",
+            ),
+            click.option(
+                "--observe",
+                "observe_s",
+                type=click.FloatRange(0, 600),
+                default=8.0,
+                show_default=True,
+                help="Seconds of traffic after the takeover before submitting stops.",
+            ),
+            click.option(
+                "--lease-ttl",
+                "lease_ttl_s",
+                type=click.FloatRange(1, 60),
+                default=3.0,
+                show_default=True,
+                help="The schedulers' shard lease TTL (KAIROS_LEASE_TTL_S).",
+            ),
+            click.option(
+                "--grace",
+                "grace_s",
+                type=click.FloatRange(0, 120),
+                default=2.0,
+                show_default=True,
+                help="The standby region's takeover grace (KAIROS_REGION_TAKEOVER_GRACE_S).",
+            ),
+            click.option(
+                "--pg-bin",
+                type=click.Path(file_okay=False, path_type=Path),
+                default=PG_BIN_DEFAULT,
+                show_default=True,
+                help="Directory of the PostgreSQL server binaries (initdb, postgres, ...).",
+            ),
+            click.option("--keep", is_flag=True, help="Keep the drill's directory (process logs) and print where."),
+            click.option(
+                "--fail-on-loss",
+                is_flag=True,
+                help="Exit 1 when any owed occurrence was lost, even where the drill allows it (--async): for CI.",
+            ),
+            click.option("--verbose", is_flag=True, help="Log the drill's own steps on stderr."),
+        ]
+    ):
         func = option(func)
     return func
 
@@ -106,16 +167,37 @@ def _run(name: str, verbose: bool, fail_on_loss: bool = False, **kwargs: Any) ->
 
 
 @drill.command("region-failover")
-@click.option("--link-stall", "link_stall_s", type=click.FloatRange(0, 60), default=0.0, show_default=True,
-              help="Stop the primary's WAL senders this many seconds before the fault, as a stalled link between "
-                   "the regions would: synchronous commits wait for it, --async ones are acknowledged and lost.")
-@click.option("--async", "asynchronous", is_flag=True,
-              help="Replicate asynchronously and measure what is lost (default: synchronous, must lose nothing).")
-@click.option("--failover", type=click.Choice(["promote", "patroni"]), default="promote", show_default=True,
-              help="Who promotes the standby: the drill itself at the kill (promote), or Patroni with a "
-                   "three-member etcd once the leader key expires (patroni; needs the patroni and etcd commands).")
-@click.option("--patroni-ttl", "patroni_ttl_s", type=click.IntRange(3, 120), default=10, show_default=True,
-              help="With --failover patroni: the leader key's TTL in etcd (Patroni's ttl; loop_wait is 1 s).")
+@click.option(
+    "--link-stall",
+    "link_stall_s",
+    type=click.FloatRange(0, 60),
+    default=0.0,
+    show_default=True,
+    help="Stop the primary's WAL senders this many seconds before the fault, as a stalled link between "
+    "the regions would: synchronous commits wait for it, --async ones are acknowledged and lost.",
+)
+@click.option(
+    "--async",
+    "asynchronous",
+    is_flag=True,
+    help="Replicate asynchronously and measure what is lost (default: synchronous, must lose nothing).",
+)
+@click.option(
+    "--failover",
+    type=click.Choice(["promote", "patroni"]),
+    default="promote",
+    show_default=True,
+    help="Who promotes the standby: the drill itself at the kill (promote), or Patroni with a "
+    "three-member etcd once the leader key expires (patroni; needs the patroni and etcd commands).",
+)
+@click.option(
+    "--patroni-ttl",
+    "patroni_ttl_s",
+    type=click.IntRange(3, 120),
+    default=10,
+    show_default=True,
+    help="With --failover patroni: the leader key's TTL in etcd (Patroni's ttl; loop_wait is 1 s).",
+)
 @_options()
 def region_failover(asynchronous: bool, verbose: bool, failover: str, **kwargs: Any) -> None:
     """Two regions on two PostgreSQL servers (primary, streaming standby); kill the primary region."""
@@ -123,17 +205,29 @@ def region_failover(asynchronous: bool, verbose: bool, failover: str, **kwargs: 
         from app.drill.patroni import missing_binaries
 
         if missing := missing_binaries():
-            raise click.UsageError(f"--failover patroni needs {' and '.join(missing)} on PATH "
-                                   "(Debian: apt-get install patroni etcd-server etcd-client)")
+            raise click.UsageError(
+                f"--failover patroni needs {' and '.join(missing)} on PATH "
+                "(Debian: apt-get install patroni etcd-server etcd-client)"
+            )
     _run("region-failover", verbose, synchronous=not asynchronous, failover=failover, **kwargs)
 
 
 @drill.command("db-failover")
-@click.option("--link-stall", "link_stall_s", type=click.FloatRange(0, 60), default=0.0, show_default=True,
-              help="Stop the primary's WAL senders this many seconds before the fault, as a stalled link between "
-                   "the regions would: synchronous commits wait for it, --async ones are acknowledged and lost.")
-@click.option("--async", "asynchronous", is_flag=True,
-              help="Replicate asynchronously and measure what is lost (default: synchronous, must lose nothing).")
+@click.option(
+    "--link-stall",
+    "link_stall_s",
+    type=click.FloatRange(0, 60),
+    default=0.0,
+    show_default=True,
+    help="Stop the primary's WAL senders this many seconds before the fault, as a stalled link between "
+    "the regions would: synchronous commits wait for it, --async ones are acknowledged and lost.",
+)
+@click.option(
+    "--async",
+    "asynchronous",
+    is_flag=True,
+    help="Replicate asynchronously and measure what is lost (default: synchronous, must lose nothing).",
+)
 @_options()
 def db_failover(asynchronous: bool, verbose: bool, **kwargs: Any) -> None:
     """One region on a PostgreSQL primary and streaming standby; kill the primary database only."""

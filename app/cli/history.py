@@ -33,12 +33,25 @@ def _objects() -> Any:
 
 
 @history.command("archive")
-@click.option("--now", "now_", is_flag=True, required=True,
-              help="Run the retention pass now, here (the executors also run it every KAIROS_RETENTION_INTERVAL_S).")
-@click.option("--days", type=click.IntRange(1, 100_000), default=None,
-              help="Archive what finished more than this many days ago (default KAIROS_RETENTION_DAYS).")
-@click.option("--max-batches", type=click.IntRange(1, 1_000_000), default=None,
-              help="Stop after this many batches (KAIROS_RETENTION_BATCH executions each).")
+@click.option(
+    "--now",
+    "now_",
+    is_flag=True,
+    required=True,
+    help="Run the retention pass now, here (the executors also run it every KAIROS_RETENTION_INTERVAL_S).",
+)
+@click.option(
+    "--days",
+    type=click.IntRange(1, 100_000),
+    default=None,
+    help="Archive what finished more than this many days ago (default KAIROS_RETENTION_DAYS).",
+)
+@click.option(
+    "--max-batches",
+    type=click.IntRange(1, 1_000_000),
+    default=None,
+    help="Stop after this many batches (KAIROS_RETENTION_BATCH executions each).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per archive.")
 def history_archive(now_: bool, days: int | None, max_batches: int | None, as_json: bool) -> None:
     """Archive finished executions older than the retention to the object store, then delete them."""
@@ -60,20 +73,32 @@ def history_archive(now_: bool, days: int | None, max_batches: int | None, as_js
     batches = _run(work)
     for b in batches:
         if as_json:
-            click.echo(json.dumps({"archive": b.key, "executions": b.executions, "attempts": b.attempts,
-                                   "bytes": b.bytes, "oldestFinishedAt": b.oldest.isoformat() if b.oldest else None,
-                                   "newestFinishedAt": b.newest.isoformat() if b.newest else None}))
+            click.echo(
+                json.dumps(
+                    {
+                        "archive": b.key,
+                        "executions": b.executions,
+                        "attempts": b.attempts,
+                        "bytes": b.bytes,
+                        "oldestFinishedAt": b.oldest.isoformat() if b.oldest else None,
+                        "newestFinishedAt": b.newest.isoformat() if b.newest else None,
+                    }
+                )
+            )
         else:
             click.echo(f"{b.key}\t{b.executions} executions\t{b.attempts} attempts\t{b.bytes} bytes")
     if not as_json:
         total = sum(b.executions for b in batches)
-        click.echo(f"archived {total} execution(s) finished over {config.retention_days:g} days ago "
-                   f"in {len(batches)} archive(s) to {objects.url}")
+        click.echo(
+            f"archived {total} execution(s) finished over {config.retention_days:g} days ago "
+            f"in {len(batches)} archive(s) to {objects.url}"
+        )
 
 
 @history.command("list")
-@click.option("--prefix", default="history", show_default=True,
-              help="A folder of the object store, e.g. history/2026/11.")
+@click.option(
+    "--prefix", default="history", show_default=True, help="A folder of the object store, e.g. history/2026/11."
+)
 def history_list(prefix: str) -> None:
     """The archives in the object store, oldest first."""
     import asyncio
@@ -105,12 +130,22 @@ def history_restore(archive: str, as_json: bool) -> None:
     objects = _objects()
     done = _run(lambda db: restore(db, objects, archive))
     if as_json:
-        click.echo(json.dumps({"archive": done.archive, "executions": done.executions, "attempts": done.attempts,
-                               "executionsInArchive": done.executions_in_archive,
-                               "attemptsInArchive": done.attempts_in_archive}))
+        click.echo(
+            json.dumps(
+                {
+                    "archive": done.archive,
+                    "executions": done.executions,
+                    "attempts": done.attempts,
+                    "executionsInArchive": done.executions_in_archive,
+                    "attemptsInArchive": done.attempts_in_archive,
+                }
+            )
+        )
     else:
-        click.echo(f"restored {done.executions} of {done.executions_in_archive} execution(s) and {done.attempts} of "
-                   f"{done.attempts_in_archive} attempt(s) from {archive} (the rest were there already)")
+        click.echo(
+            f"restored {done.executions} of {done.executions_in_archive} execution(s) and {done.attempts} of "
+            f"{done.attempts_in_archive} attempt(s) from {archive} (the rest were there already)"
+        )
 
 
 def _run(work: Any) -> Any:

@@ -42,9 +42,22 @@ def target_text(job: Job) -> str:
 
 
 def show_jobs(rows: Sequence[Job], *, title: str | None = None) -> None:
-    table(["ID", "NAME", "STATE", "SCHEDULE", "TARGET", "LABELS", "NEXT RUN"],
-          [(j["jobId"], j["name"], j["state"] + (" (dry run)" if j.get("dryRun") else ""), schedule_text(j),
-            target_text(j), labels_text(j), when(j["nextRunAt"])) for j in rows], title=title)
+    table(
+        ["ID", "NAME", "STATE", "SCHEDULE", "TARGET", "LABELS", "NEXT RUN"],
+        [
+            (
+                j["jobId"],
+                j["name"],
+                j["state"] + (" (dry run)" if j.get("dryRun") else ""),
+                schedule_text(j),
+                target_text(j),
+                labels_text(j),
+                when(j["nextRunAt"]),
+            )
+            for j in rows
+        ],
+        title=title,
+    )
 
 
 def _auth_text(auth: dict[str, Any] | None) -> str | None:
@@ -57,18 +70,32 @@ def show_job(job: Job) -> None:
     retry = job["retry"]
     headers: dict[str, str] = job["target"].get("headers") or {}
     pairs: list[tuple[str, Any]] = [
-        ("id", job["jobId"]), ("name", job["name"]), ("state", job["state"]),
-        ("schedule", schedule_text(job)), ("bounds", bounds_text(job)), ("target", target_text(job)),
+        ("id", job["jobId"]),
+        ("name", job["name"]),
+        ("state", job["state"]),
+        ("schedule", schedule_text(job)),
+        ("bounds", bounds_text(job)),
+        ("target", target_text(job)),
         ("method", job["target"].get("method") if job["target"]["type"] == "http" else None),
         ("headers", ", ".join(f"{k}: {v}" for k, v in headers.items()) or None),
         ("auth", _auth_text(job["target"].get("auth"))),
-        ("labels", labels_text(job) or None), ("next run", when(job["nextRunAt"])),
+        ("labels", labels_text(job) or None),
+        ("next run", when(job["nextRunAt"])),
         ("paused at", when(job["pausedAt"]) if job["pausedAt"] else None),
-        ("retry", (f"{retry['maxAttempts']} attempts, backoff {retry['backoffSeconds']:g}s "
-                  f"up to {retry['maxBackoffSeconds']:g}s")),
-        ("timeout", f"{job['timeoutSeconds']}s"), ("concurrency", job["concurrency"]), ("misfire", job["misfire"]),
-        ("payload", json.dumps(job["payload"])), ("created", when(job["createdAt"])),
-        ("updated", when(job["updatedAt"])), ("version", job["version"]),
+        (
+            "retry",
+            (
+                f"{retry['maxAttempts']} attempts, backoff {retry['backoffSeconds']:g}s "
+                f"up to {retry['maxBackoffSeconds']:g}s"
+            ),
+        ),
+        ("timeout", f"{job['timeoutSeconds']}s"),
+        ("concurrency", job["concurrency"]),
+        ("misfire", job["misfire"]),
+        ("payload", json.dumps(job["payload"])),
+        ("created", when(job["createdAt"])),
+        ("updated", when(job["updatedAt"])),
+        ("version", job["version"]),
     ]
     if job.get("dryRun"):
         pairs.insert(3, ("dry run", "yes: occurrences are recorded, never delivered"))
@@ -76,15 +103,32 @@ def show_job(job: Job) -> None:
 
 
 def show_executions(rows: Sequence[Execution], *, title: str | None = None) -> None:
-    table(["EXECUTION", "SCHEDULED FOR", "STATE", "ATTEMPT", "STARTED", "FINISHED", "ERROR"],
-          [(e["executionId"], when(e["scheduledFor"]), e["state"], e["attempt"], when(e["startedAt"]),
-            when(e["finishedAt"]), e["error"]) for e in rows], title=title)
+    table(
+        ["EXECUTION", "SCHEDULED FOR", "STATE", "ATTEMPT", "STARTED", "FINISHED", "ERROR"],
+        [
+            (
+                e["executionId"],
+                when(e["scheduledFor"]),
+                e["state"],
+                e["attempt"],
+                when(e["startedAt"]),
+                when(e["finishedAt"]),
+                e["error"],
+            )
+            for e in rows
+        ],
+        title=title,
+    )
 
 
 def show_attempts(rows: Sequence[Attempt]) -> None:
-    table(["ATTEMPT", "WORKER", "LEASED", "FINISHED", "OUTCOME", "ERROR"],
-          [(a["attempt"], a["workerId"], when(a["leasedAt"]), when(a["finishedAt"]), a["outcome"], a["error"])
-           for a in rows])
+    table(
+        ["ATTEMPT", "WORKER", "LEASED", "FINISHED", "OUTCOME", "ERROR"],
+        [
+            (a["attempt"], a["workerId"], when(a["leasedAt"]), when(a["finishedAt"]), a["outcome"], a["error"])
+            for a in rows
+        ],
+    )
 
 
 def more_hint(cursor: str | None, shown: int) -> None:

@@ -102,28 +102,60 @@ def _headers(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetime | None, delay: float | None,
-              pool: str | None, url: str | None, payload: Any, jitter: float | None, max_attempts: int | None,
-              backoff: float | None, timeout: float | None, concurrency: str | None, misfire: str | None,
-              dst_gap: str | None, dst_repeat: str | None, every: str | None = None,
-              labels: Sequence[str] = (), start_at: datetime | None = None, end_at: datetime | None = None,
-              dry_run: bool = False, method: str | None = None, headers: Sequence[str] = (),
-              max_retry_duration: float | None = None, oidc: bool = False,
-              oidc_audience: str | None = None) -> dict[str, Any]:
+def build_job(
+    *,
+    name: str | None,
+    cron: str | None,
+    tz: str | None,
+    at: datetime | None,
+    delay: float | None,
+    pool: str | None,
+    url: str | None,
+    payload: Any,
+    jitter: float | None,
+    max_attempts: int | None,
+    backoff: float | None,
+    timeout: float | None,
+    concurrency: str | None,
+    misfire: str | None,
+    dst_gap: str | None,
+    dst_repeat: str | None,
+    every: str | None = None,
+    labels: Sequence[str] = (),
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
+    dry_run: bool = False,
+    method: str | None = None,
+    headers: Sequence[str] = (),
+    max_retry_duration: float | None = None,
+    oidc: bool = False,
+    oidc_audience: str | None = None,
+) -> dict[str, Any]:
     """The POST /v1/jobs body the flags describe; one line and exit 2 for flags that do not fit."""
     if not name or not name.strip():
         fail("--name is required (or give the whole job with --file)")
-    given = [flag for flag, value in (("--cron", cron), ("--every", every), ("--at", at), ("--in", delay))
-             if value is not None]
+    given = [
+        flag
+        for flag, value in (("--cron", cron), ("--every", every), ("--at", at), ("--in", delay))
+        if value is not None
+    ]
     if len(given) != 1:
-        fail("give one of --cron EXPR --tz ZONE, --every DURATION, --at TIME or --in DURATION"
-             + (f", not {' and '.join(given)}" if given else ""))
+        fail(
+            "give one of --cron EXPR --tz ZONE, --every DURATION, --at TIME or --in DURATION"
+            + (f", not {' and '.join(given)}" if given else "")
+        )
     if (pool is None) == (url is None):
         fail("give one of --pool NAME or --url URL" + (", not both" if pool and url else ""))
-    cron_only = [flag for flag, value in (("--tz", tz), ("--dst-gap", dst_gap), ("--dst-repeat", dst_repeat))
-                 if value is not None]
-    recurring_only = [flag for flag, value in (("--jitter", jitter), ("--start-at", start_at), ("--end-at", end_at))
-                      if value is not None]
+    cron_only = [
+        flag
+        for flag, value in (("--tz", tz), ("--dst-gap", dst_gap), ("--dst-repeat", dst_repeat))
+        if value is not None
+    ]
+    recurring_only = [
+        flag
+        for flag, value in (("--jitter", jitter), ("--start-at", start_at), ("--end-at", end_at))
+        if value is not None
+    ]
     schedule: dict[str, Any]
     if cron is not None:
         if tz is None:
@@ -165,19 +197,38 @@ def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetim
             target["auth"] = {"type": "oidc"} | ({"audience": oidc_audience} if oidc_audience is not None else {})
     else:
         assert pool is not None
-        http_only = [flag for flag, value in (("--method", method), ("--header", headers), ("--oidc", oidc),
-                                              ("--oidc-audience", oidc_audience)) if value]
+        http_only = [
+            flag
+            for flag, value in (
+                ("--method", method),
+                ("--header", headers),
+                ("--oidc", oidc),
+                ("--oidc-audience", oidc_audience),
+            )
+            if value
+        ]
         if http_only:
             fail(f"{', '.join(http_only)} only apply to --url targets")
         target = {"type": "queue", "ref": check_pool_ref(pool)}
-    body: dict[str, Any] = {"name": name, "target": target, "schedule": schedule,
-                            "payload": None if payload is _NO_DATA else payload}
+    body: dict[str, Any] = {
+        "name": name,
+        "target": target,
+        "schedule": schedule,
+        "payload": None if payload is _NO_DATA else payload,
+    }
     if labels:
         body["labels"] = _labels(labels)
     if dry_run:
         body["dryRun"] = True
-    retry = {k: v for k, v in (("maxAttempts", max_attempts), ("backoffSeconds", backoff),
-                               ("maxRetryDurationSeconds", max_retry_duration)) if v is not None}
+    retry = {
+        k: v
+        for k, v in (
+            ("maxAttempts", max_attempts),
+            ("backoffSeconds", backoff),
+            ("maxRetryDurationSeconds", max_retry_duration),
+        )
+        if v is not None
+    }
     if retry:
         body["retry"] = retry
     if timeout is not None:
@@ -190,32 +241,57 @@ def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetim
 
 
 @jobs.command("submit")
-@click.option("--file", "file", metavar="PATH", help="The whole job as JSON (POST /v1/jobs body; - for stdin). "
-              "An array submits each item through /v1/jobs:batch.")
+@click.option(
+    "--file",
+    "file",
+    metavar="PATH",
+    help="The whole job as JSON (POST /v1/jobs body; - for stdin). An array submits each item through /v1/jobs:batch.",
+)
 @click.option("--name", help="Job name.")
 @click.option("--cron", metavar="EXPR", help="Cron expression (5 fields, names, H tokens); needs --tz.")
 @click.option("--tz", metavar="ZONE", help="IANA zone of --cron, e.g. Europe/London.")
 @click.option("--every", metavar="DURATION", help="Run every DURATION (90s, 15m, 1h30m, 1d), from --start-at or now.")
-@click.option("--start-at", type=INSTANT, help="Cron or every: no occurrence before this instant (the every grid's "
-                                               "anchor).")
+@click.option(
+    "--start-at", type=INSTANT, help="Cron or every: no occurrence before this instant (the every grid's anchor)."
+)
 @click.option("--end-at", type=INSTANT, help="Cron or every: no occurrence at or after this instant.")
 @click.option("--at", "at", type=INSTANT, help="Run once at this instant (ISO 8601 with an offset).")
 @click.option("--in", "delay", type=DURATION, help="Run once after this long: 90s, 5m, 1h30m, 2d.")
 @click.option("--pool", metavar="NAME", help="Deliver to this worker pool: NAME (the tenant's own) or shared/NAME.")
 @click.option("--url", metavar="URL", help="Deliver with an HTTP request (POST unless --method) to this URL.")
 @click.option("--method", type=click.Choice(["POST", "PUT", "PATCH", "GET"]), help="HTTP method of --url.")
-@click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'",
-              help="A header sent with each --url delivery (repeatable).")
-@click.option("--oidc", is_flag=True, default=False,
-              help="Send each delivery of --url with Authorization: Bearer <JWT>, an identity token Kairos signs "
-                   "(audience: the URL).")
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="'NAME: VALUE'",
+    help="A header sent with each --url delivery (repeatable).",
+)
+@click.option(
+    "--oidc",
+    is_flag=True,
+    default=False,
+    help="Send each delivery of --url with Authorization: Bearer <JWT>, an identity token Kairos signs "
+    "(audience: the URL).",
+)
 @click.option("--oidc-audience", metavar="AUDIENCE", help="Like --oidc, with this audience (the token's aud).")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="A label (repeatable); filter with "
-                                                                             "jobs ls --label KEY:VALUE.")
-@click.option("--dry-run", is_flag=True, default=False,
-              help="A dry-run job: occurrences are recorded, never delivered.")
-@click.option("--payload", type=JSON_VALUE, default=_NO_DATA, show_default=False,
-              help="Payload as JSON (@file reads it from a file).")
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A label (repeatable); filter with jobs ls --label KEY:VALUE.",
+)
+@click.option(
+    "--dry-run", is_flag=True, default=False, help="A dry-run job: occurrences are recorded, never delivered."
+)
+@click.option(
+    "--payload",
+    type=JSON_VALUE,
+    default=_NO_DATA,
+    show_default=False,
+    help="Payload as JSON (@file reads it from a file).",
+)
 @click.option("--idempotency-key", metavar="KEY", help="Makes a retried submit return the same job.")
 @click.option("--jitter", type=DURATION, help="Cron or every: jitter window.")
 @click.option("--max-attempts", type=click.IntRange(1, 100), help="Attempts before dead-lettering.")
@@ -228,8 +304,9 @@ def build_job(*, name: str | None, cron: str | None, tz: str | None, at: datetim
 @click.option("--dst-repeat", type=click.Choice(["once", "twice"]), help="Cron: a time a fall-back repeats.")
 @json_option
 @pass_api
-def jobs_submit(api: KairosClient, /, file: str | None, idempotency_key: str | None, as_json: bool,
-                **flags: Any) -> None:
+def jobs_submit(
+    api: KairosClient, /, file: str | None, idempotency_key: str | None, as_json: bool, **flags: Any
+) -> None:
     """Submit a job: the whole body with --file, or the common cases with flags.
 
     \b
@@ -239,8 +316,11 @@ def jobs_submit(api: KairosClient, /, file: str | None, idempotency_key: str | N
     kairos jobs submit --file job.json
     """
     if file is not None:
-        used = sorted(f"--{k.replace('_', '-')}" for k, v in flags.items()
-                      if v is not None and v is not _NO_DATA and v != () and v is not False)
+        used = sorted(
+            f"--{k.replace('_', '-')}"
+            for k, v in flags.items()
+            if v is not None and v is not _NO_DATA and v != () and v is not False
+        )
         if used:
             fail(f"--file holds the whole job; leave out {', '.join(used)}")
         document = _read_file(file)
@@ -269,7 +349,7 @@ def _submit_many(api: KairosClient, items: list[Any], as_json: bool) -> None:
     with progress() as bar:
         task = bar.add_task("submitting", total=len(items))
         for start in range(0, len(items), BATCH_MAX):
-            chunk = items[start:start + BATCH_MAX]
+            chunk = items[start : start + BATCH_MAX]
             for result in api.create_jobs(chunk):
                 if "index" in result:
                     result["index"] += start
@@ -278,8 +358,10 @@ def _submit_many(api: KairosClient, items: list[Any], as_json: bool) -> None:
     refused = [r for r in results if r.get("error")]
 
     def render() -> None:
-        table(["#", "JOB", "NEXT RUN", "ERROR"],
-              [(i, r.get("jobId"), when(r.get("nextRunAt")), _item_error(r)) for i, r in enumerate(results)])
+        table(
+            ["#", "JOB", "NEXT RUN", "ERROR"],
+            [(i, r.get("jobId"), when(r.get("nextRunAt")), _item_error(r)) for i, r in enumerate(results)],
+        )
 
     emit({"results": results}, as_json, render)
     if refused:
@@ -298,20 +380,35 @@ def _item_error(result: Any) -> str | None:
 
 # -- reading -------------------------------------------------------------------------------------------
 
+
 @jobs.command("ls")
 @click.option("--state", type=click.Choice(REPORTED_JOB_STATES), help="Only jobs in this state.")
 @click.option("--name", help="Only jobs with exactly this name.")
 @click.option("--name-prefix", help="Only jobs whose name starts with this.")
-@click.option("--label", "labels", multiple=True, metavar="SELECTOR",
-              help="Only jobs matching this label selector: KEY:VALUE, KEY!=VALUE, 'KEY in (A,B)', "
-                   "'KEY notin (A,B)', KEY or !KEY (repeatable: all must hold).")
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="SELECTOR",
+    help="Only jobs matching this label selector: KEY:VALUE, KEY!=VALUE, 'KEY in (A,B)', "
+    "'KEY notin (A,B)', KEY or !KEY (repeatable: all must hold).",
+)
 @click.option("--limit", type=click.IntRange(1, PAGE_MAX), default=None, help="Jobs per page (default 50).")
 @click.option("--all", "all_pages", is_flag=True, help="Follow the cursors to the last page.")
 @click.option("--cursor", help="Start at this page (from an earlier --json nextCursor).")
 @json_option
 @pass_api
-def jobs_ls(api: KairosClient, state: str | None, name: str | None, name_prefix: str | None,
-            labels: tuple[str, ...], limit: int | None, all_pages: bool, cursor: str | None, as_json: bool) -> None:
+def jobs_ls(
+    api: KairosClient,
+    state: str | None,
+    name: str | None,
+    name_prefix: str | None,
+    labels: tuple[str, ...],
+    limit: int | None,
+    all_pages: bool,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
     """List jobs, newest first."""
     if labels:
         from app.domain.jobs import parse_label_selectors  # only when given: it loads the schedule code
@@ -323,9 +420,11 @@ def jobs_ls(api: KairosClient, state: str | None, name: str | None, name_prefix:
     found: list[Job] = []
     nxt = None
     size = limit or (PAGE_MAX if all_pages else None)
-    for page in every_page(lambda c: api.list_jobs(state=state, name=name, limit=size, cursor=c,
-                                                   name_prefix=name_prefix, labels=labels),
-                           cursor=cursor, all_pages=all_pages):
+    for page in every_page(
+        lambda c: api.list_jobs(state=state, name=name, limit=size, cursor=c, name_prefix=name_prefix, labels=labels),
+        cursor=cursor,
+        all_pages=all_pages,
+    ):
         found += page.items
         nxt = page.next_cursor
 
@@ -353,14 +452,16 @@ def jobs_show(api: KairosClient, job_id: str, as_json: bool) -> None:
 @click.option("--cursor", help="Start at this page (from an earlier --json nextCursor).")
 @json_option
 @pass_api
-def jobs_history(api: KairosClient, job_id: str, limit: int | None, all_pages: bool, cursor: str | None,
-                 as_json: bool) -> None:
+def jobs_history(
+    api: KairosClient, job_id: str, limit: int | None, all_pages: bool, cursor: str | None, as_json: bool
+) -> None:
     """A job's executions, newest first."""
     found: list[Execution] = []
     nxt = None
     size = limit or (PAGE_MAX if all_pages else None)
-    for page in every_page(lambda c: api.job_executions(job_id, limit=size, cursor=c), cursor=cursor,
-                           all_pages=all_pages):
+    for page in every_page(
+        lambda c: api.job_executions(job_id, limit=size, cursor=c), cursor=cursor, all_pages=all_pages
+    ):
         found += page.items
         nxt = page.next_cursor
 
@@ -383,9 +484,13 @@ def jobs_attempts(api: KairosClient, execution_id: str, as_json: bool) -> None:
 
 # -- state changes -------------------------------------------------------------------------------------
 
+
 def _changed(job: Job, as_json: bool, verb: str) -> None:
-    emit(job, as_json, lambda: click.echo(f"{verb} {job['jobId']} ({job['name']}): {job['state']}, "
-                                          f"next run {when(job['nextRunAt'])}"))
+    emit(
+        job,
+        as_json,
+        lambda: click.echo(f"{verb} {job['jobId']} ({job['name']}): {job['state']}, next run {when(job['nextRunAt'])}"),
+    )
 
 
 @jobs.command("pause")
@@ -399,8 +504,13 @@ def jobs_pause(api: KairosClient, job_id: str, as_json: bool) -> None:
 
 @jobs.command("resume")
 @click.argument("job_id", type=JOB_ID)
-@click.option("--missed", type=click.Choice(["skip", "run_once"]), default="skip", show_default=True,
-              help="What happens to the occurrences missed while paused.")
+@click.option(
+    "--missed",
+    type=click.Choice(["skip", "run_once"]),
+    default="skip",
+    show_default=True,
+    help="What happens to the occurrences missed while paused.",
+)
 @json_option
 @pass_api
 def jobs_resume(api: KairosClient, job_id: str, missed: Literal["skip", "run_once"], as_json: bool) -> None:
@@ -419,6 +529,7 @@ def jobs_cancel(api: KairosClient, job_id: str, as_json: bool) -> None:
 
 
 # -- update, run now, backfill ---------------------------------------------------------------------------
+
 
 def _label_patch(pairs: Sequence[str]) -> dict[str, str | None]:
     """KEY=VALUE sets a label, KEY= removes it (JSON Merge Patch null)."""
@@ -445,9 +556,21 @@ def _label_patch(pairs: Sequence[str]) -> dict[str, str | None]:
 @click.option("--if-version", type=click.IntRange(1), help="Refuse the update unless the job is at this version.")
 @json_option
 @pass_api
-def jobs_update(api: KairosClient, job_id: str, patch_doc: Any, file: str | None, name: str | None,
-                cron: str | None, tz: str | None, every: str | None, payload: Any, labels: tuple[str, ...],
-                dry_run: bool | None, if_version: int | None, as_json: bool) -> None:
+def jobs_update(
+    api: KairosClient,
+    job_id: str,
+    patch_doc: Any,
+    file: str | None,
+    name: str | None,
+    cron: str | None,
+    tz: str | None,
+    every: str | None,
+    payload: Any,
+    labels: tuple[str, ...],
+    dry_run: bool | None,
+    if_version: int | None,
+    as_json: bool,
+) -> None:
     """Change a job; its next occurrence follows the new schedule."""
     patch: dict[str, Any] = {}
     if patch_doc is not None or file is not None:
@@ -473,8 +596,11 @@ def jobs_update(api: KairosClient, job_id: str, patch_doc: Any, file: str | None
 
 @jobs.command("run")
 @click.argument("job_id", type=JOB_ID)
-@click.option("--overlap", type=click.Choice(["allow", "forbid", "replace"]),
-              help="Override the job's concurrency policy for this run.")
+@click.option(
+    "--overlap",
+    type=click.Choice(["allow", "forbid", "replace"]),
+    help="Override the job's concurrency policy for this run.",
+)
 @json_option
 @pass_api
 def jobs_run(api: KairosClient, job_id: str, overlap: str | None, as_json: bool) -> None:
@@ -490,8 +616,9 @@ def jobs_run(api: KairosClient, job_id: str, overlap: str | None, as_json: bool)
 @click.option("--overlap", type=click.Choice(["allow", "forbid"]), help="allow (default) or forbid overlaps.")
 @json_option
 @pass_api
-def jobs_backfill(api: KairosClient, job_id: str, start: datetime, end: datetime, overlap: str | None,
-                  as_json: bool) -> None:
+def jobs_backfill(
+    api: KairosClient, job_id: str, start: datetime, end: datetime, overlap: str | None, as_json: bool
+) -> None:
     """Create the occurrences of a past range, paced like catch-up; 1,000 per call, as many calls as needed."""
     if start >= end:
         raise click.BadParameter("must be after --from", param_hint="--to")
@@ -512,5 +639,10 @@ def jobs_backfill(api: KairosClient, job_id: str, start: datetime, end: datetime
     summary: dict[str, Any] = {"created": created, "existing": existing}
     if note:
         summary["note"] = note
-    emit(summary, as_json, lambda: click.echo(f"backfilled {job_id}: {created} created, {existing} already there"
-                                              + (f" ({note})" if note else "")))
+    emit(
+        summary,
+        as_json,
+        lambda: click.echo(
+            f"backfilled {job_id}: {created} created, {existing} already there" + (f" ({note})" if note else "")
+        ),
+    )

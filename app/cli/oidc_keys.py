@@ -55,20 +55,39 @@ async def reseal_keys(db: Database) -> int:
 
 
 def _key_json(key: Any) -> dict[str, Any]:
-    return {"keyId": key.key_id, "algorithm": key.algorithm, "createdAt": key.created_at.isoformat(),
-            "signsFrom": key.signs_from.isoformat(),
-            "retireAt": key.retire_at.isoformat() if key.retire_at else None}
+    return {
+        "keyId": key.key_id,
+        "algorithm": key.algorithm,
+        "createdAt": key.created_at.isoformat(),
+        "signsFrom": key.signs_from.isoformat(),
+        "retireAt": key.retire_at.isoformat() if key.retire_at else None,
+    }
 
 
 @click.command("rotate-oidc-key")
-@click.option("--overlap", type=DURATION, default=None, metavar="DURATION",
-              help="How long the replaced key stays published, so tokens it signed still verify (at least "
-                   "KAIROS_OIDC_TOKEN_TTL_S)  [default: KAIROS_OIDC_KEY_OVERLAP_S, 24h]")
-@click.option("--publish-ahead", "ahead", type=DURATION, default=None, metavar="DURATION",
-              help="How long the new key is published before it signs, so receivers caching the key set have it "
-                   "(0: signs at once)  [default: KAIROS_OIDC_KEY_PUBLISH_AHEAD_S, 15m]")
-@click.option("--algorithm", type=click.Choice(["ES256", "RS256"], case_sensitive=False), default=None,
-              help="The new key's algorithm  [default: KAIROS_OIDC_KEY_ALGORITHM, ES256]")
+@click.option(
+    "--overlap",
+    type=DURATION,
+    default=None,
+    metavar="DURATION",
+    help="How long the replaced key stays published, so tokens it signed still verify (at least "
+    "KAIROS_OIDC_TOKEN_TTL_S)  [default: KAIROS_OIDC_KEY_OVERLAP_S, 24h]",
+)
+@click.option(
+    "--publish-ahead",
+    "ahead",
+    type=DURATION,
+    default=None,
+    metavar="DURATION",
+    help="How long the new key is published before it signs, so receivers caching the key set have it "
+    "(0: signs at once)  [default: KAIROS_OIDC_KEY_PUBLISH_AHEAD_S, 15m]",
+)
+@click.option(
+    "--algorithm",
+    type=click.Choice(["ES256", "RS256"], case_sensitive=False),
+    default=None,
+    help="The new key's algorithm  [default: KAIROS_OIDC_KEY_ALGORITHM, ES256]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def db_rotate_oidc_key(overlap: float | None, ahead: float | None, algorithm: str | None, as_json: bool) -> None:
     """Make a new key to sign HTTP targets' identity tokens.
@@ -83,8 +102,10 @@ def db_rotate_oidc_key(overlap: float | None, ahead: float | None, algorithm: st
     settings = load()
     overlap_s = settings.oidc_key_overlap_s if overlap is None else overlap
     if not settings.oidc_token_ttl_s <= overlap_s <= MAX_OVERLAP_S:
-        fail(f"--overlap must be between KAIROS_OIDC_TOKEN_TTL_S ({settings.oidc_token_ttl_s}s) and "
-             f"{MAX_OVERLAP_S // 86400} days")
+        fail(
+            f"--overlap must be between KAIROS_OIDC_TOKEN_TTL_S ({settings.oidc_token_ttl_s}s) and "
+            f"{MAX_OVERLAP_S // 86400} days"
+        )
     ahead_s = settings.oidc_key_publish_ahead_s if ahead is None else ahead
     if not 0 <= ahead_s <= MAX_OVERLAP_S:
         fail(f"--publish-ahead must be between 0 and {MAX_OVERLAP_S // 86400} days")
@@ -92,13 +113,15 @@ def db_rotate_oidc_key(overlap: float | None, ahead: float | None, algorithm: st
     keyring = sealing.keyring_for(settings)
 
     async def run(db: Database) -> Any:
-        return await db.transaction(lambda tx: tx.oidc_keys.rotate(chosen, keyring, ahead_s=ahead_s,
-                                                                   overlap_s=overlap_s))
+        return await db.transaction(
+            lambda tx: tx.oidc_keys.rotate(chosen, keyring, ahead_s=ahead_s, overlap_s=overlap_s)
+        )
 
     rotated = run_command(run)
     if as_json:
-        click.echo(json.dumps({"newest": _key_json(rotated.newest), "retired": rotated.retired,
-                               "deleted": rotated.deleted}))
+        click.echo(
+            json.dumps({"newest": _key_json(rotated.newest), "retired": rotated.retired, "deleted": rotated.deleted})
+        )
         return
     new = rotated.newest
     click.echo(f"new        {new.key_id} ({new.algorithm}), published now, signs from {new.signs_from.isoformat()}")
@@ -124,5 +147,7 @@ def db_oidc_keys(as_json: bool) -> None:
         return
     click.echo(f"{'KEY ID':<18} {'ALG':<6} {'SIGNS FROM':<33} UNPUBLISHED AT")
     for k in keys:
-        click.echo(f"{k.key_id:<18} {k.algorithm:<6} {k.signs_from.isoformat():<33} "
-                   f"{k.retire_at.isoformat() if k.retire_at else '-'}")
+        click.echo(
+            f"{k.key_id:<18} {k.algorithm:<6} {k.signs_from.isoformat():<33} "
+            f"{k.retire_at.isoformat() if k.retire_at else '-'}"
+        )

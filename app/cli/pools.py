@@ -36,8 +36,12 @@ def pools() -> None:
 
 @pools.command("create")
 @click.argument("name")
-@click.option("--shared", is_flag=True, required=True,
-              help="Create an operator-run shared pool (a tenant's own pools need no creation).")
+@click.option(
+    "--shared",
+    is_flag=True,
+    required=True,
+    help="Create an operator-run shared pool (a tenant's own pools need no creation).",
+)
 @click.option("--allow", "allow", multiple=True, metavar="TENANT", help="Tenant allowed to target it (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def pools_create(name: str, shared: bool, allow: tuple[str, ...], as_json: bool) -> None:
@@ -49,11 +53,21 @@ def pools_create(name: str, shared: bool, allow: tuple[str, ...], as_json: bool)
     pool = shared_pool_name(name)
     created = run_command(lambda db: service.create(db, pool, allow))
     if as_json:
-        click.echo(json.dumps({"pool": queues.shared_ref(created.name), "name": created.name,
-                               "workerKey": created.worker_key, "tenants": list(created.tenants)}))
+        click.echo(
+            json.dumps(
+                {
+                    "pool": queues.shared_ref(created.name),
+                    "name": created.name,
+                    "workerKey": created.worker_key,
+                    "tenants": list(created.tenants),
+                }
+            )
+        )
     else:
-        click.echo(f"pool        {queues.shared_ref(created.name)} (target it as such; workers lease it by "
-                   "that name with the key below)")
+        click.echo(
+            f"pool        {queues.shared_ref(created.name)} (target it as such; workers lease it by "
+            "that name with the key below)"
+        )
         click.echo(f"tenants     {', '.join(created.tenants) or '(none yet: kairos pools grant)'}")
         click.echo(f"worker key  {created.worker_key}")
 
@@ -94,7 +108,15 @@ def pools_list(as_json: bool) -> None:
         click.echo("no shared pools (kairos pools create NAME --shared makes one)")
     for p in found:
         if as_json:
-            click.echo(json.dumps({"pool": queues.shared_ref(p.name), "name": p.name, "tenants": list(p.tenants),
-                                   "createdAt": p.created_at.isoformat()}))
+            click.echo(
+                json.dumps(
+                    {
+                        "pool": queues.shared_ref(p.name),
+                        "name": p.name,
+                        "tenants": list(p.tenants),
+                        "createdAt": p.created_at.isoformat(),
+                    }
+                )
+            )
         else:
             click.echo(f"{queues.shared_ref(p.name)}\t{', '.join(p.tenants) or '-'}")

@@ -46,10 +46,17 @@ def api_group(name: str, **attrs: Any) -> Callable[[Callable[..., Any]], click.G
     """A command group taking --api-url and --api-key, which every command under it uses."""
 
     def decorate(f: Callable[..., Any]) -> click.Group:
-        @click.option("--api-url", metavar="URL", envvar=API_URL_ENV, default=DEFAULT_API_URL, show_default=True,
-                      help=f"REST API base URL (env {API_URL_ENV}).")
-        @click.option("--api-key", metavar="KEY", envvar=API_KEY_ENV, default=None,
-                      help=f"Tenant API key (env {API_KEY_ENV}).")
+        @click.option(
+            "--api-url",
+            metavar="URL",
+            envvar=API_URL_ENV,
+            default=DEFAULT_API_URL,
+            show_default=True,
+            help=f"REST API base URL (env {API_URL_ENV}).",
+        )
+        @click.option(
+            "--api-key", metavar="KEY", envvar=API_KEY_ENV, default=None, help=f"Tenant API key (env {API_KEY_ENV})."
+        )
         @functools.wraps(f)
         def callback(api_url: str | None, api_key: str | None, **kwargs: Any) -> Any:
             click.get_current_context().meta[_META] = ApiOptions(api_url, api_key)
@@ -116,8 +123,15 @@ def progress() -> Progress:
     """A progress bar on stderr (stdout stays one document); drawn only on a terminal."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    console=stderr, transient=True, disable=not stderr.is_terminal)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=stderr,
+        transient=True,
+        disable=not stderr.is_terminal,
+    )
 
 
 def when(value: str | None) -> str:
@@ -133,6 +147,7 @@ if TYPE_CHECKING:
     ParamType = click.ParamType[Any, Any]
 else:
     ParamType = click.ParamType  # not subscriptable at run time before click 8.3
+
 
 class Identifier(ParamType):
     """A job or execution id: a UUID, checked before any request."""
@@ -151,8 +166,10 @@ class Identifier(ParamType):
 JOB_ID = Identifier("job")
 EXECUTION_ID = Identifier("execution")
 
-_DURATION = re.compile(r"^(?:(?P<d>\d+(?:\.\d+)?)d)?(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?"
-                       r"(?:(?P<s>\d+(?:\.\d+)?)s?)?$")
+_DURATION = re.compile(
+    r"^(?:(?P<d>\d+(?:\.\d+)?)d)?(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?"
+    r"(?:(?P<s>\d+(?:\.\d+)?)s?)?$"
+)
 _UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 

@@ -58,8 +58,10 @@ async def open_database_patiently(settings: Settings, name: str, stop: asyncio.E
         try:
             return await open_database(settings, name=name)
         except errors.DatabaseUnavailable as exc:
-            log.warning("database unreachable at start; retrying", extra={
-                "service": name, "error": exc.detail[:300], "in_s": delay})
+            log.warning(
+                "database unreachable at start; retrying",
+                extra={"service": name, "error": exc.detail[:300], "in_s": delay},
+            )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), delay)
         delay = min(OPEN_RETRY_MAX_S, delay * 2)
@@ -121,8 +123,9 @@ def settle_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
-def run_service(name: str, settings: Settings, serve: Serve,
-                loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
+def run_service(
+    name: str, settings: Settings, serve: Serve, loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+) -> None:
     """Run one tier until SIGTERM/SIGINT, then let it shut down gracefully.
 
     The metrics port (KAIROS_METRICS_PORT, unless 0) is served from before the database is opened
@@ -146,13 +149,19 @@ def run_service(name: str, settings: Settings, serve: Serve,
 
         probes = None
         if settings.metrics_port:
-            probes = await serve_probes(settings.metrics_host, settings.metrics_port, metrics=metrics,
-                                        ready=lambda: database_ready(opened[0] if opened else None),
-                                        token=settings.supervisor_token, metrics_token=settings.metrics_token)
+            probes = await serve_probes(
+                settings.metrics_host,
+                settings.metrics_port,
+                metrics=metrics,
+                ready=lambda: database_ready(opened[0] if opened else None),
+                token=settings.supervisor_token,
+                metrics_token=settings.metrics_token,
+            )
         beating = None
         if settings.up_heartbeat_file:  # `kairos up`'s liveness check, from the first second like the probes
-            beating = asyncio.create_task(heartbeat(settings.up_heartbeat_file, settings.supervisor_token),
-                                          name=f"{name}-heartbeat")
+            beating = asyncio.create_task(
+                heartbeat(settings.up_heartbeat_file, settings.supervisor_token), name=f"{name}-heartbeat"
+            )
         try:
             db = await open_database_patiently(settings, name, stop)
             if db is None:

@@ -25,9 +25,12 @@ MAX_OVERLAP_S = 30 * 86400
 
 def _secrets_json(name: str, stored: StoredSigningSecrets) -> dict[str, Any]:
     s = stored.secrets
-    return {"name": name, "signingSecret": s.current,
-            "previousValidUntil": s.previous_until.isoformat() if s.previous is not None and s.previous_until else None,
-            "rotatedAt": stored.rotated_at.isoformat() if stored.rotated_at else None}
+    return {
+        "name": name,
+        "signingSecret": s.current,
+        "previousValidUntil": s.previous_until.isoformat() if s.previous is not None and s.previous_until else None,
+        "rotatedAt": stored.rotated_at.isoformat() if stored.rotated_at else None,
+    }
 
 
 def _for_tenant(name: str, work: Any) -> Any:
@@ -45,9 +48,14 @@ def _for_tenant(name: str, work: Any) -> Any:
 
 @click.command("rotate-secret")
 @click.argument("name")
-@click.option("--overlap", type=DURATION, default=None, metavar="DURATION",
-              help="How long deliveries are signed with the previous secret as well (90m, 24h, 2d; 0: not at "
-                   "all)  [default: KAIROS_SIGNING_SECRET_OVERLAP_S, 24h]")
+@click.option(
+    "--overlap",
+    type=DURATION,
+    default=None,
+    metavar="DURATION",
+    help="How long deliveries are signed with the previous secret as well (90m, 24h, 2d; 0: not at "
+    "all)  [default: KAIROS_SIGNING_SECRET_OVERLAP_S, 24h]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def tenants_rotate_secret(name: str, overlap: float | None, as_json: bool) -> None:
     """Give tenant NAME a new HTTP signing secret and print it.

@@ -32,8 +32,12 @@ def fetch_status(api_url: str, token: str, tenant: str | None) -> dict[str, Any]
     """The body of GET /v1/status; exits 2 on a problem response, 1 when the API is unreachable."""
     url = api_url.rstrip("/") + "/v1/status"
     try:
-        resp = httpx.get(url, params={"tenant": tenant} if tenant else None, timeout=TIMEOUT_S,
-                         headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+        resp = httpx.get(
+            url,
+            params={"tenant": tenant} if tenant else None,
+            timeout=TIMEOUT_S,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+        )
     except httpx.InvalidURL as exc:
         _fail(f"--api-url: {exc}", 2)
     except httpx.TransportError as exc:
@@ -45,8 +49,9 @@ def fetch_status(api_url: str, token: str, tenant: str | None) -> dict[str, Any]
     if resp.status_code != 200 or not isinstance(body, dict):
         if isinstance(body, dict) and "title" in body:
             detail = body.get("detail") or ""
-            _fail(f"{resp.status_code} {body['title']}" + (f" {detail}" if detail and detail != body["title"] else ""),
-                  2)
+            _fail(
+                f"{resp.status_code} {body['title']}" + (f" {detail}" if detail and detail != body["title"] else ""), 2
+            )
         _fail(f"{url} answered {resp.status_code} {resp.reason_phrase}", 2)
     return body
 
@@ -69,16 +74,22 @@ def _pool(q: dict[str, Any]) -> str:
 
 def render(status: dict[str, Any], console: Console) -> None:
     scope = status["scope"]
-    who = (f"tenant {scope['tenant']}" if scope["viewer"] == "tenant"
-           else f"operator, tenant {scope['tenant']}" if scope["tenant"] else "operator, every tenant")
+    who = (
+        f"tenant {scope['tenant']}"
+        if scope["viewer"] == "tenant"
+        else f"operator, tenant {scope['tenant']}"
+        if scope["tenant"]
+        else "operator, every tenant"
+    )
     lag, shards, dead = status["startLag"], status["shards"], status["deadLetters"]
-    summary = Table(title=f"Kairos status ({who})", show_header=False, title_justify="left", box=None,
-                    padding=(0, 2))
+    summary = Table(title=f"Kairos status ({who})", show_header=False, title_justify="left", box=None, padding=(0, 2))
     summary.add_column(style="bold")
     summary.add_column()
-    summary.add_row(f"start lag, last {lag['windowMinutes']} min",
-                    f"p50 {_ms(lag['p50Ms'])}   p99 {_ms(lag['p99Ms'])}   "
-                    f"({lag['started']} of {lag['occurrences']} occurrences started)")
+    summary.add_row(
+        f"start lag, last {lag['windowMinutes']} min",
+        f"p50 {_ms(lag['p50Ms'])}   p99 {_ms(lag['p99Ms'])}   "
+        f"({lag['started']} of {lag['occurrences']} occurrences started)",
+    )
     if lag["oldestWaitingMs"] is not None:
         summary.add_row("oldest not started", _ms(lag["oldestWaitingMs"]))
     summary.add_row("shards owned", f"{shards['owned']} / {shards['total']} by {shards['schedulers']} scheduler(s)")
@@ -109,12 +120,27 @@ def render(status: dict[str, Any], console: Console) -> None:
 
 
 @click.command()
-@click.option("--api-url", envvar="KAIROS_API_URL", default=DEFAULT_API_URL, show_default=True,
-              help="The Kairos API (env KAIROS_API_URL).")
-@click.option("--api-key", envvar="KAIROS_API_KEY", default="", show_default=False,
-              help="A tenant's API key (env KAIROS_API_KEY): that tenant's figures.")
-@click.option("--admin-token", envvar="KAIROS_ADMIN_TOKEN", default="", show_default=False,
-              help="The operator's admin token (env KAIROS_ADMIN_TOKEN): every tenant's figures.")
+@click.option(
+    "--api-url",
+    envvar="KAIROS_API_URL",
+    default=DEFAULT_API_URL,
+    show_default=True,
+    help="The Kairos API (env KAIROS_API_URL).",
+)
+@click.option(
+    "--api-key",
+    envvar="KAIROS_API_KEY",
+    default="",
+    show_default=False,
+    help="A tenant's API key (env KAIROS_API_KEY): that tenant's figures.",
+)
+@click.option(
+    "--admin-token",
+    envvar="KAIROS_ADMIN_TOKEN",
+    default="",
+    show_default=False,
+    help="The operator's admin token (env KAIROS_ADMIN_TOKEN): every tenant's figures.",
+)
 @click.option("--tenant", default=None, help="With the admin token: one tenant's figures.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON body of GET /v1/status.")
 def status(api_url: str, api_key: str, admin_token: str, tenant: str | None, as_json: bool) -> None:

@@ -143,8 +143,10 @@ class StartFailed(RuntimeError):
 
 def ports(settings: Settings) -> dict[str, tuple[str, int, str]]:
     """The tier that listens on each port -> (host, port, the variable that moves it)."""
-    return {"api": (settings.api_host, settings.api_port, "KAIROS_API_PORT"),
-            "executor": (settings.grpc_host, settings.grpc_port, "KAIROS_GRPC_PORT")}
+    return {
+        "api": (settings.api_host, settings.api_port, "KAIROS_API_PORT"),
+        "executor": (settings.grpc_host, settings.grpc_port, "KAIROS_GRPC_PORT"),
+    }
 
 
 def port_problem(host: str, port: int, variable: str) -> str | None:
@@ -195,8 +197,12 @@ def metrics_ports(settings: Settings) -> dict[str, int]:
     """Each child's KAIROS_METRICS_PORT: the scheduler's is ours, the executor's the next one, `kairos up`'s
     own the one after (none when ours is 0); the API has none of its own, its /metrics is on the API port."""
     base = settings.metrics_port
-    return {"api": 0, "scheduler": base, "executor": base + 1 if 0 < base < 65535 else 0,
-            "up": base + 2 if 0 < base < 65534 else 0}
+    return {
+        "api": 0,
+        "scheduler": base,
+        "executor": base + 1 if 0 < base < 65535 else 0,
+        "up": base + 2 if 0 < base < 65534 else 0,
+    }
 
 
 def installation_ports(settings: Settings, url: str) -> list[int]:
@@ -232,8 +238,13 @@ class Supervisor:
         logs.mkdir(parents=True, exist_ok=True)
         self.children = [Child(name, logs / f"{name}.log", backoff_s=config.restart_backoff_s) for name in TIERS]
         self.token = secrets.token_hex(16)
-        self.env = {**os.environ, "KAIROS_DATABASE_URL": url, **extra_env, "KAIROS_SUPERVISOR_TOKEN": self.token,
-                    "KAIROS_INSTALLATION_PORTS": ",".join(map(str, installation_ports(settings, url)))}
+        self.env = {
+            **os.environ,
+            "KAIROS_DATABASE_URL": url,
+            **extra_env,
+            "KAIROS_SUPERVISOR_TOKEN": self.token,
+            "KAIROS_INSTALLATION_PORTS": ",".join(map(str, installation_ports(settings, url))),
+        }
         self.ports = ports(settings)
         self.stopping = False
         # The embedded server's data directory when we run one (KAIROS_DATABASE_URL unset), else None.
@@ -252,8 +263,13 @@ class Supervisor:
             beat.parent.mkdir(parents=True, exist_ok=True)
             beat.unlink(missing_ok=True)  # the previous start's file is no sign of this one's life
             env["KAIROS_UP_HEARTBEAT_FILE"] = str(beat)
-        child.proc = subprocess.Popen([sys.executable, "-m", "app.cli", child.name], env=env,
-                                      stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        child.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", child.name],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         out.close()
         child.started_at = time.monotonic()
         child.healthy_at = None
@@ -279,8 +295,11 @@ class Supervisor:
         if problem := await self.port_taken(child):
             return problem
         reason = last_log_line(child)
-        return (f"{child.name} exited with code {child.proc.returncode} during start-up"
-                + (f": {reason}" if reason else "") + f" (log: {child.log_path})")
+        return (
+            f"{child.name} exited with code {child.proc.returncode} during start-up"
+            + (f": {reason}" if reason else "")
+            + f" (log: {child.log_path})"
+        )
 
     async def watch(self) -> None:
         """Restart children that exit while we are not stopping; StartFailed for one whose port another
@@ -290,15 +309,24 @@ class Supervisor:
                 if child.proc is not None and child.proc.poll() is not None and not self.stopping:
                     code = child.proc.returncode
                     if problem := await self.port_taken(child):
-                        log.error("child exited and another process holds its port; not restarting",
-                                  extra={"tier": child.name, "code": code})
+                        log.error(
+                            "child exited and another process holds its port; not restarting",
+                            extra={"tier": child.name, "code": code},
+                        )
                         raise StartFailed(problem)
                     if time.monotonic() - child.started_at > 60:
                         child.backoff_s = self.config.restart_backoff_s
                     reason = "unresponsive" if child.wedged else "exited"
-                    log.warning("child exited; restarting", extra={
-                        "tier": child.name, "code": code, "reason": reason, "in_s": child.backoff_s,
-                        "restarts": child.restarts + 1})
+                    log.warning(
+                        "child exited; restarting",
+                        extra={
+                            "tier": child.name,
+                            "code": code,
+                            "reason": reason,
+                            "in_s": child.backoff_s,
+                            "restarts": child.restarts + 1,
+                        },
+                    )
                     if not child.wedged:  # a wedged one was counted when it was killed
                         observability.supervisor_restarts.add(1, {"tier": child.name, "reason": reason})
                     await asyncio.sleep(child.backoff_s)
@@ -354,8 +382,15 @@ class Supervisor:
 
     def kill_wedged(self, child: Child, silent_s: float) -> None:
         assert child.proc is not None
-        log.error("child unresponsive; killing and restarting it", extra={
-            "tier": child.name, "pid": child.proc.pid, "silent_s": round(silent_s, 1), "probe": child.last_probe})
+        log.error(
+            "child unresponsive; killing and restarting it",
+            extra={
+                "tier": child.name,
+                "pid": child.proc.pid,
+                "silent_s": round(silent_s, 1),
+                "probe": child.last_probe,
+            },
+        )
         observability.supervisor_restarts.add(1, {"tier": child.name, "reason": "unresponsive"})
         child.wedged = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -376,8 +411,13 @@ class Supervisor:
                         continue
                     child.last_probe = problem
                     since = self.silent_since(child)
-                    if (since is not None and now - since > self.config.liveness_timeout_s
-                            and not self.stopping and child.proc is not None and child.proc.poll() is None):
+                    if (
+                        since is not None
+                        and now - since > self.config.liveness_timeout_s
+                        and not self.stopping
+                        and child.proc is not None
+                        and child.proc.poll() is None
+                    ):
                         self.kill_wedged(child, now - since)
                         child.healthy_at = None
                 await asyncio.sleep(self.config.health_interval_s)
@@ -394,8 +434,10 @@ class Supervisor:
                     down_s = time.monotonic() - self.database_down_since
                     self.database_down_since, delay = None, self.config.database_backoff_s
                     observability.supervisor_restarts.add(1, {"tier": "postgres", "reason": "exited"})
-                    log.warning("embedded PostgreSQL restarted; the tiers reconnect by themselves",
-                                extra={"down_s": round(down_s, 2)})
+                    log.warning(
+                        "embedded PostgreSQL restarted; the tiers reconnect by themselves",
+                        extra={"down_s": round(down_s, 2)},
+                    )
                 await asyncio.sleep(self.config.database_check_s)
                 continue
             if self.database_down_since is None:
@@ -404,8 +446,10 @@ class Supervisor:
             try:
                 await asyncio.to_thread(embedded.restart, pgdata)
             except Exception as exc:  # noqa: BLE001 - pg_ctl failed: an old backend may still hold its shared memory
-                log.warning("embedded PostgreSQL did not start; retrying", extra={
-                    "error": str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__, "in_s": delay})
+                log.warning(
+                    "embedded PostgreSQL did not start; retrying",
+                    extra={"error": str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__, "in_s": delay},
+                )
                 await asyncio.sleep(delay)
                 delay = min(self.config.database_backoff_max_s, delay * 2)
 
@@ -473,12 +517,17 @@ class Supervisor:
 
 async def submit_demo_job(settings: Settings, key: str) -> dict[str, object]:
     """The demo job, submitted through the API; StartFailed with the API's answer when it is refused."""
-    body = {"name": "demo-echo", "target": {"type": "http", "ref": f"{settings.api_url}/demo/echo"},
-            "payload": {"hello": "from kairos up --demo"}, "schedule": {"delaySeconds": 3}}
+    body = {
+        "name": "demo-echo",
+        "target": {"type": "http", "ref": f"{settings.api_url}/demo/echo"},
+        "payload": {"hello": "from kairos up --demo"},
+        "schedule": {"delaySeconds": 3},
+    }
     async with httpx.AsyncClient(timeout=5.0) as client:
         try:
-            resp = await client.post(f"{settings.api_url}/v1/jobs", json=body,
-                                     headers={"Authorization": f"Bearer {key}"})
+            resp = await client.post(
+                f"{settings.api_url}/v1/jobs", json=body, headers={"Authorization": f"Bearer {key}"}
+            )
         except httpx.HTTPError as exc:
             raise StartFailed(f"the demo job could not be submitted: {type(exc).__name__}") from None
         if resp.status_code != 201:
@@ -547,33 +596,44 @@ def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig 
         check_ports(settings)  # again: starting the database took a while
         probes = None
         if port := metrics_ports(settings)["up"]:
+
             async def metrics() -> bytes:
                 return observability.exposition()
 
-            probes = await serve_probes(settings.metrics_host, port, metrics=metrics, ready=sup.readiness,
-                                        token=sup.token, metrics_token=settings.metrics_token)
+            probes = await serve_probes(
+                settings.metrics_host,
+                port,
+                metrics=metrics,
+                ready=sup.readiness,
+                token=sup.token,
+                metrics_token=settings.metrics_token,
+            )
         for child in sup.children:
             sup.start(child)
         await sup.wait_ready()
         # The demo job before the banner: a refused one ends `kairos up` before it says it is up.
         created = await submit_demo_job(settings, key) if demo else None
         where = "embedded PostgreSQL in " + str(settings.pgdata) if not settings.database_url else "KAIROS_DATABASE_URL"
-        console.print(f"[bold]Kairos is up[/]\n"
-                      f"  API       {settings.api_url}   (OpenAPI: {settings.api_url}/schema)\n"
-                      f"  gRPC      {settings.grpc_addr}\n"
-                      f"  metrics   {metrics_urls(settings)}\n"
-                      f"  database  {where}\n"
-                      f"  logs      {settings.home / 'logs'}\n"
-                      f"  demo key  {key}\n"
-                      f"  signing   {demo_tenant.signing_secret}   (the demo tenant's HTTP signing secret)\n"
-                      f"Try:  curl -H 'Authorization: Bearer {key}' {settings.api_url}/v1/jobs\n"
-                      f"Stop with Ctrl-C.", soft_wrap=True)
+        console.print(
+            f"[bold]Kairos is up[/]\n"
+            f"  API       {settings.api_url}   (OpenAPI: {settings.api_url}/schema)\n"
+            f"  gRPC      {settings.grpc_addr}\n"
+            f"  metrics   {metrics_urls(settings)}\n"
+            f"  database  {where}\n"
+            f"  logs      {settings.home / 'logs'}\n"
+            f"  demo key  {key}\n"
+            f"  signing   {demo_tenant.signing_secret}   (the demo tenant's HTTP signing secret)\n"
+            f"Try:  curl -H 'Authorization: Bearer {key}' {settings.api_url}/v1/jobs\n"
+            f"Stop with Ctrl-C.",
+            soft_wrap=True,
+        )
         if created is not None:
             console.print(f"demo job submitted: {json.dumps(created)}")
         watcher = asyncio.create_task(sup.watch(), name="supervisor-watch")
-        duties = [asyncio.create_task(supervise("supervisor-health", sup.check_health, stop), name="supervisor-health"),
-                  asyncio.create_task(supervise("supervisor-database", sup.watch_database, stop),
-                                      name="supervisor-database")]
+        duties = [
+            asyncio.create_task(supervise("supervisor-health", sup.check_health, stop), name="supervisor-health"),
+            asyncio.create_task(supervise("supervisor-database", sup.watch_database, stop), name="supervisor-database"),
+        ]
         stopped = asyncio.create_task(stop.wait(), name="supervisor-stop")
         done, _ = await asyncio.wait([watcher, stopped], return_when=asyncio.FIRST_COMPLETED)
         sup.stopping = True

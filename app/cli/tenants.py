@@ -29,24 +29,51 @@ def tenants() -> None:
 
 
 def _tenant_json(t: Any) -> dict[str, Any]:
-    return {"tenantId": str(t.tenant_id), "name": t.name, "weight": t.weight, "maxInflight": t.max_inflight,
-            "maxDispatchPerSecond": t.max_dispatch_per_s, "maxActiveJobs": t.max_active_jobs,
-            "maxSubmitPerSecond": t.max_submit_per_s, "maxManualRunsPerSecond": t.max_manual_per_s,
-            "maxManualInFlight": t.max_manual_inflight, "createdAt": t.created_at.isoformat()}
+    return {
+        "tenantId": str(t.tenant_id),
+        "name": t.name,
+        "weight": t.weight,
+        "maxInflight": t.max_inflight,
+        "maxDispatchPerSecond": t.max_dispatch_per_s,
+        "maxActiveJobs": t.max_active_jobs,
+        "maxSubmitPerSecond": t.max_submit_per_s,
+        "maxManualRunsPerSecond": t.max_manual_per_s,
+        "maxManualInFlight": t.max_manual_inflight,
+        "createdAt": t.created_at.isoformat(),
+    }
 
 
 def _limit(value: int | None) -> str:
     return "none" if value is None else str(value)
 
 
-QUOTA_COLUMNS = ["NAME", "ID", "WEIGHT", "MAX INFLIGHT", "MAX DISPATCH/S", "MAX ACTIVE JOBS", "MAX SUBMIT/S",
-                 "MAX MANUAL/S", "MAX MANUAL INFLIGHT", "CREATED"]
+QUOTA_COLUMNS = [
+    "NAME",
+    "ID",
+    "WEIGHT",
+    "MAX INFLIGHT",
+    "MAX DISPATCH/S",
+    "MAX ACTIVE JOBS",
+    "MAX SUBMIT/S",
+    "MAX MANUAL/S",
+    "MAX MANUAL INFLIGHT",
+    "CREATED",
+]
 
 
 def _quota_row(t: Any) -> tuple[Any, ...]:
-    return (t.name, t.tenant_id, t.weight, t.max_inflight, t.max_dispatch_per_s, _limit(t.max_active_jobs),
-            _limit(t.max_submit_per_s), _limit(t.max_manual_per_s), _limit(t.max_manual_inflight),
-            t.created_at.strftime("%Y-%m-%d %H:%M:%SZ"))
+    return (
+        t.name,
+        t.tenant_id,
+        t.weight,
+        t.max_inflight,
+        t.max_dispatch_per_s,
+        _limit(t.max_active_jobs),
+        _limit(t.max_submit_per_s),
+        _limit(t.max_manual_per_s),
+        _limit(t.max_manual_inflight),
+        t.created_at.strftime("%Y-%m-%d %H:%M:%SZ"),
+    )
 
 
 def _show(t: Any) -> None:
@@ -90,11 +117,16 @@ def tenants_create(name: str, as_json: bool) -> None:
     tenant, key = created
     signing = signing_secrets_of(tenant).current  # stored sealed (app.store.sealing)
     if as_json:
-        click.echo(json.dumps({"tenantId": str(tenant.tenant_id), "name": tenant.name, "apiKey": key,
-                               "signingSecret": signing}))
+        click.echo(
+            json.dumps(
+                {"tenantId": str(tenant.tenant_id), "name": tenant.name, "apiKey": key, "signingSecret": signing}
+            )
+        )
     else:
-        console.print(f"tenant     {tenant.name}\nid         {tenant.tenant_id}\napi key    {key}\n"
-                      f"signing    {signing}\n[dim]The key is stored only as a hash: keep it now.[/]")
+        console.print(
+            f"tenant     {tenant.name}\nid         {tenant.tenant_id}\napi key    {key}\n"
+            f"signing    {signing}\n[dim]The key is stored only as a hash: keep it now.[/]"
+        )
 
 
 def _need_tenant(tenant_work: Callable[[Store, Any], Awaitable[T]], name: str) -> T:
@@ -124,28 +156,69 @@ def tenants_rotate_key(name: str, as_json: bool) -> None:
 @click.option("--weight", type=click.IntRange(1, 1000), help="Fairness weight in shared pools.")
 @click.option("--max-inflight", type=click.IntRange(1, 1_000_000), help="Leased executions per pool at once.")
 @click.option("--max-dispatch-per-s", type=click.IntRange(1, 1_000_000), help="Occurrences dispatched per second.")
-@click.option("--max-active-jobs", type=_QuotaOrNone(100_000_000), default=UNCHANGED,
-              help="Active or paused jobs the tenant may hold; none: no limit (docs/quotas.md).")
-@click.option("--max-submit-per-s", type=_QuotaOrNone(1_000_000), default=UNCHANGED,
-              help="Jobs the tenant may submit per second, per API process; none: no limit.")
-@click.option("--max-manual-per-s", type=_QuotaOrNone(1_000_000), default=UNCHANGED,
-              help="Executions :run and :backfill may make per second, per API process; none: no limit.")
-@click.option("--max-manual-inflight", type=_QuotaOrNone(100_000_000), default=UNCHANGED,
-              help="Unfinished executions made by :run and :backfill the tenant may hold; none: no limit.")
+@click.option(
+    "--max-active-jobs",
+    type=_QuotaOrNone(100_000_000),
+    default=UNCHANGED,
+    help="Active or paused jobs the tenant may hold; none: no limit (docs/quotas.md).",
+)
+@click.option(
+    "--max-submit-per-s",
+    type=_QuotaOrNone(1_000_000),
+    default=UNCHANGED,
+    help="Jobs the tenant may submit per second, per API process; none: no limit.",
+)
+@click.option(
+    "--max-manual-per-s",
+    type=_QuotaOrNone(1_000_000),
+    default=UNCHANGED,
+    help="Executions :run and :backfill may make per second, per API process; none: no limit.",
+)
+@click.option(
+    "--max-manual-inflight",
+    type=_QuotaOrNone(100_000_000),
+    default=UNCHANGED,
+    help="Unfinished executions made by :run and :backfill the tenant may hold; none: no limit.",
+)
 @json_flag
-def tenants_set_quota(name: str, weight: int | None, max_inflight: int | None, max_dispatch_per_s: int | None,
-                      max_active_jobs: int | None, max_submit_per_s: int | None, max_manual_per_s: int | None,
-                      max_manual_inflight: int | None, as_json: bool) -> None:
+def tenants_set_quota(
+    name: str,
+    weight: int | None,
+    max_inflight: int | None,
+    max_dispatch_per_s: int | None,
+    max_active_jobs: int | None,
+    max_submit_per_s: int | None,
+    max_manual_per_s: int | None,
+    max_manual_inflight: int | None,
+    as_json: bool,
+) -> None:
     """Change a tenant's quotas (the ones not given stay as they are); prints them all."""
-    if (weight is None and max_inflight is None and max_dispatch_per_s is None
-            and max_active_jobs is UNCHANGED and max_submit_per_s is UNCHANGED
-            and max_manual_per_s is UNCHANGED and max_manual_inflight is UNCHANGED):
-        fail("give at least one of --weight, --max-inflight, --max-dispatch-per-s, --max-active-jobs, "
-             "--max-submit-per-s, --max-manual-per-s, --max-manual-inflight")
-    tenant = _need_tenant(lambda tx, t: tx.tenants.set_quota(
-        t.tenant_id, weight=weight, max_inflight=max_inflight, max_dispatch_per_s=max_dispatch_per_s,
-        max_active_jobs=max_active_jobs, max_submit_per_s=max_submit_per_s, max_manual_per_s=max_manual_per_s,
-        max_manual_inflight=max_manual_inflight), name)
+    if (
+        weight is None
+        and max_inflight is None
+        and max_dispatch_per_s is None
+        and max_active_jobs is UNCHANGED
+        and max_submit_per_s is UNCHANGED
+        and max_manual_per_s is UNCHANGED
+        and max_manual_inflight is UNCHANGED
+    ):
+        fail(
+            "give at least one of --weight, --max-inflight, --max-dispatch-per-s, --max-active-jobs, "
+            "--max-submit-per-s, --max-manual-per-s, --max-manual-inflight"
+        )
+    tenant = _need_tenant(
+        lambda tx, t: tx.tenants.set_quota(
+            t.tenant_id,
+            weight=weight,
+            max_inflight=max_inflight,
+            max_dispatch_per_s=max_dispatch_per_s,
+            max_active_jobs=max_active_jobs,
+            max_submit_per_s=max_submit_per_s,
+            max_manual_per_s=max_manual_per_s,
+            max_manual_inflight=max_manual_inflight,
+        ),
+        name,
+    )
     if as_json:
         click.echo(json.dumps(_tenant_json(tenant)))
     else:

@@ -62,33 +62,74 @@ def command_problem(program: str) -> str | None:
 
 
 @click.command(context_settings={"ignore_unknown_options": True}, epilog=EPILOG)
-@click.option("--pool", required=True,
-              help="Pool to serve: NAME, a pool of the key's tenant, or shared/NAME, the shared pool of a pool key.")
-@click.option("--addr", default=None, metavar="HOST:PORT",
-              help="Executor address [default: KAIROS_GRPC_ADDR, else KAIROS_GRPC_HOST:KAIROS_GRPC_PORT].")
-@click.option("--concurrency", type=click.IntRange(1, 1000), default=4, show_default=True,
-              help="Executions run at once.")
-@click.option("--lease-seconds", type=click.FloatRange(1, 3600), default=30.0, show_default=True,
-              help="Lease length asked for each execution: heartbeats renew it every third of this, and the "
-                   "executions of a worker that died are leased again once it runs out.")
+@click.option(
+    "--pool",
+    required=True,
+    help="Pool to serve: NAME, a pool of the key's tenant, or shared/NAME, the shared pool of a pool key.",
+)
+@click.option(
+    "--addr",
+    default=None,
+    metavar="HOST:PORT",
+    help="Executor address [default: KAIROS_GRPC_ADDR, else KAIROS_GRPC_HOST:KAIROS_GRPC_PORT].",
+)
+@click.option(
+    "--concurrency", type=click.IntRange(1, 1000), default=4, show_default=True, help="Executions run at once."
+)
+@click.option(
+    "--lease-seconds",
+    type=click.FloatRange(1, 3600),
+    default=30.0,
+    show_default=True,
+    help="Lease length asked for each execution: heartbeats renew it every third of this, and the "
+    "executions of a worker that died are leased again once it runs out.",
+)
 @click.option("--worker-id", default=None, help="Identity recorded with each attempt (default host:pid).")
-@click.option("--report-ms", type=click.FloatRange(0, 1000), default=5.0, show_default=True,
-              help="Finished outcomes are batched this long into one CompleteMany/FailMany call.")
+@click.option(
+    "--report-ms",
+    type=click.FloatRange(0, 1000),
+    default=5.0,
+    show_default=True,
+    help="Finished outcomes are batched this long into one CompleteMany/FailMany call.",
+)
 # 60: kairos_sdk.worker.IDLE_NOTICE_S_DEFAULT, not imported here so that every other command starts without grpc.
-@click.option("--idle-notice-s", type=click.FloatRange(0, 86400), default=60.0, show_default=True,
-              help="After this long with nothing leased, log that no work came from the pool (again every "
-                   "such stretch; 0: never).")
-@click.option("--prefetch", type=click.IntRange(0, 1000), default=None,
-              help="Executions leased ahead of free slots, waiting in the worker (heartbeaten) for one "
-                   "[default: sized from the measured Lease round trip against the commands' run time, "
-                   "about 0 for commands that run for seconds; 0: never].")
-@click.option("--lease-calls", type=click.IntRange(1, 8), default=1, show_default=True,
-              help="Lease calls in flight at once under load: more fill slots that free during a round trip "
-                   "sooner, which pays with an executor far away.")
+@click.option(
+    "--idle-notice-s",
+    type=click.FloatRange(0, 86400),
+    default=60.0,
+    show_default=True,
+    help="After this long with nothing leased, log that no work came from the pool (again every "
+    "such stretch; 0: never).",
+)
+@click.option(
+    "--prefetch",
+    type=click.IntRange(0, 1000),
+    default=None,
+    help="Executions leased ahead of free slots, waiting in the worker (heartbeaten) for one "
+    "[default: sized from the measured Lease round trip against the commands' run time, "
+    "about 0 for commands that run for seconds; 0: never].",
+)
+@click.option(
+    "--lease-calls",
+    type=click.IntRange(1, 8),
+    default=1,
+    show_default=True,
+    help="Lease calls in flight at once under load: more fill slots that free during a round trip "
+    "sooner, which pays with an executor far away.",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def worker(pool: str, addr: str | None, concurrency: int, lease_seconds: float, worker_id: str | None,
-           report_ms: float, idle_notice_s: float, prefetch: int | None, lease_calls: int,
-           command: tuple[str, ...]) -> None:
+def worker(
+    pool: str,
+    addr: str | None,
+    concurrency: int,
+    lease_seconds: float,
+    worker_id: str | None,
+    report_ms: float,
+    idle_notice_s: float,
+    prefetch: int | None,
+    lease_calls: int,
+    command: tuple[str, ...],
+) -> None:
     """Run COMMAND once per execution of POOL, with the payload as JSON on stdin.
 
     Exit 0 completes the execution, 65 dead-letters it, any other exit (75 by convention)
@@ -111,11 +152,20 @@ def worker(pool: str, addr: str | None, concurrency: int, lease_seconds: float, 
     if not settings.api_key:
         fail("set KAIROS_API_KEY (a tenant key, or a shared pool's worker key)")
     executor = addr or settings.executor_addr
-    w = Worker(check_pool_ref(pool), command_handler(argv), addr=executor, api_key=settings.api_key,
-               concurrency=concurrency, lease_seconds=lease_seconds, worker_id=worker_id, report_s=report_ms / 1000,
-               idle_notice_s=idle_notice_s, prefetch=prefetch, lease_calls=lease_calls)
-    logging.getLogger("kairos.worker").info("worker starting", extra={
-        "pool": pool, "addr": executor, "command": argv})
+    w = Worker(
+        check_pool_ref(pool),
+        command_handler(argv),
+        addr=executor,
+        api_key=settings.api_key,
+        concurrency=concurrency,
+        lease_seconds=lease_seconds,
+        worker_id=worker_id,
+        report_s=report_ms / 1000,
+        idle_notice_s=idle_notice_s,
+        prefetch=prefetch,
+        lease_calls=lease_calls,
+    )
+    logging.getLogger("kairos.worker").info("worker starting", extra={"pool": pool, "addr": executor, "command": argv})
     try:
         w.run_forever()
     except Exception as exc:  # grpc refusals (bad key, wrong pool) end the worker with a message

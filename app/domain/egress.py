@@ -41,15 +41,17 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 # Cloud metadata endpoints, named explicitly so an allow-listed range never exposes them.
-METADATA = frozenset({
-    ipaddress.ip_address("169.254.169.254"),  # AWS, GCP, Azure, OpenStack
-    ipaddress.ip_address("169.254.170.2"),    # AWS ECS task metadata
-    ipaddress.ip_address("169.254.170.23"),   # AWS EKS pod identity agent
-    ipaddress.ip_address("100.100.100.200"),  # Alibaba Cloud
-    ipaddress.ip_address("fd00:ec2::254"),    # AWS IMDS over IPv6
-    ipaddress.ip_address("fd00:ec2::23"),     # AWS EKS pod identity agent over IPv6
-})
-_NAT64_WELL_KNOWN = ipaddress.ip_network("64:ff9b::/96")   # RFC 6052: the IPv4 address is the last 32 bits
+METADATA = frozenset(
+    {
+        ipaddress.ip_address("169.254.169.254"),  # AWS, GCP, Azure, OpenStack
+        ipaddress.ip_address("169.254.170.2"),  # AWS ECS task metadata
+        ipaddress.ip_address("169.254.170.23"),  # AWS EKS pod identity agent
+        ipaddress.ip_address("100.100.100.200"),  # Alibaba Cloud
+        ipaddress.ip_address("fd00:ec2::254"),  # AWS IMDS over IPv6
+        ipaddress.ip_address("fd00:ec2::23"),  # AWS EKS pod identity agent over IPv6
+    }
+)
+_NAT64_WELL_KNOWN = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: the IPv4 address is the last 32 bits
 _NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215: where the IPv4 sits depends on the site
 _LABEL = r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?"
 _HOST_NAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
@@ -182,7 +184,7 @@ def parse_allow_entry(text: str) -> AllowEntry | str:
         close = entry.find("]")
         if close < 0:
             return "an opening [ without its ]"
-        where, rest = entry[1:close], entry[close + 1:]
+        where, rest = entry[1:close], entry[close + 1 :]
         if rest and not rest.startswith(":"):
             return "expected :PORT after ]"
         port_text = rest[1:]
@@ -217,8 +219,9 @@ class EgressPolicy:
     own_addresses: frozenset[IPAddress] = field(default_factory=frozenset)
 
     @classmethod
-    def from_allow_list(cls, entries: Iterable[str], *, own_ports: Iterable[int] = (),
-                        own_addresses: Iterable[IPAddress] = ()) -> EgressPolicy:
+    def from_allow_list(
+        cls, entries: Iterable[str], *, own_ports: Iterable[int] = (), own_addresses: Iterable[IPAddress] = ()
+    ) -> EgressPolicy:
         allow: list[AllowEntry] = []
         invalid: list[tuple[str, str]] = []
         for text in entries:
@@ -229,8 +232,7 @@ class EgressPolicy:
                 invalid.append((text.strip(), parsed))
             else:
                 allow.append(parsed)
-        return cls(tuple(allow), tuple(invalid), frozenset(p for p in own_ports if p > 0),
-                   frozenset(own_addresses))
+        return cls(tuple(allow), tuple(invalid), frozenset(p for p in own_ports if p > 0), frozenset(own_addresses))
 
     def allowed(self, host: str, address: IPAddress, port: int) -> bool:
         return any(entry.matches(host, address, port) for entry in self.allow)
@@ -244,8 +246,9 @@ class EgressPolicy:
         embedded = embedded_ipv4(address)
         if any(v4 in METADATA for v4 in embedded):
             return f"{address} embeds a cloud metadata address"
-        if port in self.own_ports and any(address_kind(a) is not None or a in self.own_addresses
-                                          for a in (address, *embedded)):
+        if port in self.own_ports and any(
+            address_kind(a) is not None or a in self.own_addresses for a in (address, *embedded)
+        ):
             return f"port {port} is one of Kairos's own listening ports"
         if self.allowed(host, address, port):
             return None
@@ -288,14 +291,18 @@ class EgressPolicy:
                 found.append((entry.text, "a cloud metadata address, always refused"))
             elif net.num_addresses == 1 and (net.network_address.is_unspecified or net.network_address.is_multicast):
                 found.append((entry.text, "not a unicast address: nothing can be delivered to it"))
-            elif address_kind(net.network_address) is None and address_kind(net.broadcast_address) is None \
-                    and not embedded_ipv4(net.network_address):
+            elif (
+                address_kind(net.network_address) is None
+                and address_kind(net.broadcast_address) is None
+                and not embedded_ipv4(net.network_address)
+            ):
                 found.append((entry.text, "public: the policy allows it anyway, the entry changes nothing"))
         return found
 
 
 @lru_cache(maxsize=16)
-def cached_policy(entries: tuple[str, ...], own_ports: frozenset[int],
-                  own_addresses: frozenset[IPAddress]) -> EgressPolicy:
+def cached_policy(
+    entries: tuple[str, ...], own_ports: frozenset[int], own_addresses: frozenset[IPAddress]
+) -> EgressPolicy:
     """One parsed policy per configuration (the API validates every submitted URL against it)."""
     return EgressPolicy.from_allow_list(entries, own_ports=own_ports, own_addresses=own_addresses)

@@ -29,6 +29,6 @@ def random_uuid() -> UUID:
     global _pool, _offset  # noqa: PLW0603 - a per-process pool of random bytes, the hot path of every id
     if _offset >= len(_pool):
         _pool, _offset = os.urandom(16 * _IDS_PER_READ), 0
-    chunk = _pool[_offset:_offset + 16]
+    chunk = _pool[_offset : _offset + 16]
     _offset += 16
     return UUID(bytes=chunk, version=4)

@@ -58,8 +58,9 @@ HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}", re.ASCII)
 # value must reach the receiver as the tenant wrote it. CTLs (0x00-0x1F but HTAB, and DEL) are refused.
 HEADER_VALUE = re.compile(r"(?:[\x21-\x7e](?:[\x20\x09\x21-\x7e]*[\x21-\x7e])?)?", re.ASCII)
 # Set by the HTTP delivery itself (content, signature, idempotency); a job cannot override them.
-RESERVED_HEADERS = frozenset({"content-type", "content-length", "host", "transfer-encoding", "connection",
-                              "idempotency-key", "traceparent"})
+RESERVED_HEADERS = frozenset(
+    {"content-type", "content-length", "host", "transfer-encoding", "connection", "idempotency-key", "traceparent"}
+)
 RESERVED_HEADER_PREFIX = "kairos-"
 MAX_RETRY_DURATION_S = 30 * 86400
 
@@ -134,8 +135,9 @@ def format_every(seconds: int) -> str:
     return out or "0s"
 
 
-def every_schedule(value: str, jitter_s: int | None, start_at: datetime | None, now: datetime,
-                   min_interval_s: int = MIN_EVERY_S) -> EverySchedule:
+def every_schedule(
+    value: str, jitter_s: int | None, start_at: datetime | None, now: datetime, min_interval_s: int = MIN_EVERY_S
+) -> EverySchedule:
     window = jitter_s or 0
     if not 0 <= window <= MAX_JITTER_S:
         raise InvalidSchedule("schedule.jitterSeconds", f"must be between 0 and {MAX_JITTER_S}")
@@ -189,8 +191,9 @@ class JobSpec:
         if isinstance(self.schedule, OnceSchedule):
             return self.schedule.run_at
         if isinstance(self.schedule, EverySchedule):
-            return self.first_nominal_at + timedelta(seconds=cron.jitter_offset_s(str(self.job_id),
-                                                                                  self.schedule.jitter_s))
+            return self.first_nominal_at + timedelta(
+                seconds=cron.jitter_offset_s(str(self.job_id), self.schedule.jitter_s)
+            )
         assert self.first is not None
         return self.first.run_at
 
@@ -220,8 +223,9 @@ def parse_instant(value: str, field_name: str) -> datetime:
     except OverflowError:
         at = None
     if at is None or not EARLIEST_INSTANT <= at <= LATEST_INSTANT:
-        raise InvalidInput(field_name, f"must lie between {EARLIEST_INSTANT.isoformat()} and "
-                                       f"{LATEST_INSTANT.isoformat()}")
+        raise InvalidInput(
+            field_name, f"must lie between {EARLIEST_INSTANT.isoformat()} and {LATEST_INSTANT.isoformat()}"
+        )
     return at
 
 
@@ -281,9 +285,12 @@ def validate_target(kind: str, ref: str, egress: EgressPolicy | None = None) -> 
         if egress is not None:
             reason = egress.refused_literal(parts.hostname, port or (443 if parts.scheme == "https" else 80))
             if reason:
-                raise InvalidInput("target.ref", f"refused by the egress policy: {reason}; HTTP targets must be "
-                                                 "public (an operator can allow addresses with "
-                                                 "KAIROS_HTTP_EGRESS_ALLOW)")
+                raise InvalidInput(
+                    "target.ref",
+                    f"refused by the egress policy: {reason}; HTTP targets must be "
+                    "public (an operator can allow addresses with "
+                    "KAIROS_HTTP_EGRESS_ALLOW)",
+                )
         return Target("http", ref)
     if kind == "queue":
         if queues.parse_pool_ref(ref) is None:
@@ -325,8 +332,9 @@ def validate_retry(max_attempts: int | None, backoff_s: float | None, max_backof
     return policy
 
 
-def validate_http(target: Target, method: str | None,
-                  headers: dict[str, str] | None) -> tuple[HttpMethod, dict[str, str]]:
+def validate_http(
+    target: Target, method: str | None, headers: dict[str, str] | None
+) -> tuple[HttpMethod, dict[str, str]]:
     if target.type != "http":
         if method is not None or headers:
             raise InvalidInput("target", "method and headers apply to http targets only")
@@ -338,16 +346,20 @@ def validate_http(target: Target, method: str | None,
     for name, value in (headers or {}).items():
         where = _header_pointer(name)
         if not HEADER_NAME.fullmatch(name):
-            raise InvalidInput(where, "is not a valid HTTP header name (RFC 9110 token: 1-128 of A-Z a-z 0-9 "
-                                      "!#$%&'*+.^_`|~-)")
+            raise InvalidInput(
+                where, "is not a valid HTTP header name (RFC 9110 token: 1-128 of A-Z a-z 0-9 !#$%&'*+.^_`|~-)"
+            )
         lowered = name.lower()
         if lowered in RESERVED_HEADERS or lowered.startswith(RESERVED_HEADER_PREFIX):
             raise InvalidInput(where, "is set by Kairos itself and cannot be overridden")
         if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE_LEN:
             raise InvalidInput(where, f"a header value is a string of at most {MAX_HEADER_VALUE_LEN} characters")
         if not HEADER_VALUE.fullmatch(value):
-            raise InvalidInput(where, "a header value is visible ASCII characters, with spaces or tabs only between "
-                                      "them (RFC 9110 field-value; no control or non-ASCII characters)")
+            raise InvalidInput(
+                where,
+                "a header value is visible ASCII characters, with spaces or tabs only between "
+                "them (RFC 9110 field-value; no control or non-ASCII characters)",
+            )
         out[name] = value
     if len(out) > MAX_HEADERS:
         raise InvalidInput("target.headers", f"at most {MAX_HEADERS} headers")
@@ -360,8 +372,9 @@ MAX_AUDIENCE_LEN = 2048
 AUDIENCE = re.compile(rf"[\x21-\x7e]{{1,{MAX_AUDIENCE_LEN}}}", re.ASCII)
 
 
-def validate_auth(target: Target, auth_type: str | None, audience: str | None,
-                  headers: dict[str, str]) -> dict[str, str] | None:
+def validate_auth(
+    target: Target, auth_type: str | None, audience: str | None, headers: dict[str, str]
+) -> dict[str, str] | None:
     """An HTTP target's auth object as stored ({"type": "oidc"} and the audience when given; without one the
     token's ``aud`` is the target's URL, as Cloud Scheduler does); None without auth."""
     if auth_type is None:
@@ -374,13 +387,17 @@ def validate_auth(target: Target, auth_type: str | None, audience: str | None,
         raise InvalidInput("target.auth.type", f"must be one of {', '.join(AUTH_TYPES)}")
     for name in headers:
         if name.lower() == "authorization":
-            raise InvalidInput(_header_pointer(name), "cannot be set with target.auth: the identity token is the "
-                                                      "Authorization header")
+            raise InvalidInput(
+                _header_pointer(name), "cannot be set with target.auth: the identity token is the Authorization header"
+            )
     if audience is None:
         return {"type": auth_type}
     if not isinstance(audience, str) or not AUDIENCE.fullmatch(audience):
-        raise InvalidInput("target.auth.audience", f"an audience is 1-{MAX_AUDIENCE_LEN} visible ASCII characters "
-                                                   "without spaces (a URL or another string the receiver expects)")
+        raise InvalidInput(
+            "target.auth.audience",
+            f"an audience is 1-{MAX_AUDIENCE_LEN} visible ASCII characters "
+            "without spaces (a URL or another string the receiver expects)",
+        )
     return {"type": auth_type, "audience": audience}
 
 
@@ -400,8 +417,7 @@ def validate_bounds(start_at: str | None, end_at: str | None) -> tuple[datetime 
 
 def validate_retry_duration(value: float | None) -> float | None:
     if value is not None and not 0 < value <= MAX_RETRY_DURATION_S:
-        raise InvalidInput("retry.maxRetryDurationSeconds",
-                           f"must be between 0 (exclusive) and {MAX_RETRY_DURATION_S}")
+        raise InvalidInput("retry.maxRetryDurationSeconds", f"must be between 0 (exclusive) and {MAX_RETRY_DURATION_S}")
     return None if value is None else float(value)
 
 
@@ -425,8 +441,16 @@ def once_schedule(run_at: str | None, delay_s: float | None, now: datetime, hori
     return OnceSchedule(within_horizon(at, now, horizon_days, "schedule.runAt"))
 
 
-def cron_schedule(expr: str, tz: str | None, jitter_s: int | None, gap: str | None, repeat: str | None,
-                  job_key: str, *, min_interval_s: int = 0) -> tuple[cron.CronSchedule, str]:
+def cron_schedule(
+    expr: str,
+    tz: str | None,
+    jitter_s: int | None,
+    gap: str | None,
+    repeat: str | None,
+    job_key: str,
+    *,
+    min_interval_s: int = 0,
+) -> tuple[cron.CronSchedule, str]:
     if not tz:
         raise InvalidSchedule("schedule.tz", "a cron schedule needs an IANA time zone, e.g. Europe/London or UTC")
     cron.validate_tz(tz)
@@ -444,8 +468,11 @@ def validate_cron_interval(expr: str, job_key: str, min_interval_s: int) -> str:
     if min_interval_s > 60:
         shortest = cron.min_interval_s(expr, job_key)
         if shortest < min_interval_s:
-            raise InvalidSchedule(cron.CRON_FIELD, f"fires {shortest} s apart at its closest; this server allows "
-                                                   f"no less than {min_interval_s} s between fire times")
+            raise InvalidSchedule(
+                cron.CRON_FIELD,
+                f"fires {shortest} s apart at its closest; this server allows "
+                f"no less than {min_interval_s} s between fire times",
+            )
     return resolved
 
 
@@ -473,8 +500,13 @@ def misfire_policy(value: str) -> Misfire:
     return policy
 
 
-def stored_schedule(expr: str, tz: str, jitter_s: int | None, gap: str | None, repeat: str | None,
-                    ) -> cron.CronSchedule:
+def stored_schedule(
+    expr: str,
+    tz: str,
+    jitter_s: int | None,
+    gap: str | None,
+    repeat: str | None,
+) -> cron.CronSchedule:
     """The schedule a stored job row evaluates: its resolved expression (no H tokens), zone,
     jitter window and DST policy, as the jobs and dispatch rows hold them."""
     return cron.CronSchedule(expr=expr, tz=tz, jitter_s=jitter_s or 0, dst=dst_policy(gap, repeat))
@@ -489,8 +521,9 @@ def resolved_schedule(s: cron.CronSchedule, resolved: str) -> cron.CronSchedule:
 MAX_GAP_SKIPS = 16
 
 
-def first_occurrence(s: cron.CronSchedule, resolved: str, now: datetime, job_key: str,
-                     horizon_days: int) -> tuple[cron.Occurrence, tuple[cron.Occurrence, ...]]:
+def first_occurrence(
+    s: cron.CronSchedule, resolved: str, now: datetime, job_key: str, horizon_days: int
+) -> tuple[cron.Occurrence, tuple[cron.Occurrence, ...]]:
     """The first occurrence that runs, and the DST-gap skips before it (recorded as skipped)."""
     skipped: list[cron.Occurrence] = []
     first = None

@@ -22,11 +22,13 @@ def validate_labels(labels: dict[str, str] | None) -> dict[str, str]:
         raise InvalidInput("labels", f"at most {MAX_LABELS} labels")
     for key, value in labels.items():
         if not LABEL_KEY.match(key):
-            raise InvalidInput(f"labels.{key}", "a label key is 1-63 of a-z 0-9 . _ / - starting and ending "
-                                                "with a letter or digit")
+            raise InvalidInput(
+                f"labels.{key}", "a label key is 1-63 of a-z 0-9 . _ / - starting and ending with a letter or digit"
+            )
         if not isinstance(value, str) or len(value) > MAX_LABEL_VALUE_LEN:
-            raise InvalidInput(f"labels.{key}", f"a label value is a string of at most {MAX_LABEL_VALUE_LEN} "
-                                                "characters")
+            raise InvalidInput(
+                f"labels.{key}", f"a label value is a string of at most {MAX_LABEL_VALUE_LEN} characters"
+            )
         refuse_nul(value, f"labels.{key}")
     return dict(labels)
 
@@ -42,8 +44,10 @@ class LabelSelector:
 
 
 _SET_REQUIREMENT = re.compile(r"^(?P<key>[^\s!=:()]+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)$")
-_LABEL_SELECTOR_HELP = ("a label selector is key:value, key=value, key!=value, 'key in (a,b)', 'key notin (a,b)', "
-                        "key (has it) or !key (has not), several joined by commas")
+_LABEL_SELECTOR_HELP = (
+    "a label selector is key:value, key=value, key!=value, 'key in (a,b)', 'key notin (a,b)', "
+    "key (has it) or !key (has not), several joined by commas"
+)
 
 
 def _requirements(text: str) -> list[str]:

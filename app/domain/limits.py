@@ -52,8 +52,9 @@ class TokenBuckets:
         tokens, stamp = entry
         return min(capacity, tokens + max(0.0, now - stamp) * rate_per_s)
 
-    def take(self, key: Hashable, wanted: int, capacity: float, rate_per_s: float, now: float, *,
-             partial: bool = True) -> Taken:
+    def take(
+        self, key: Hashable, wanted: int, capacity: float, rate_per_s: float, now: float, *, partial: bool = True
+    ) -> Taken:
         """Take up to ``wanted`` whole tokens (``partial``: as many as there are; otherwise all or none)."""
         if rate_per_s <= 0 or capacity < 1:
             raise ValueError("a bucket needs a positive rate and room for one token")

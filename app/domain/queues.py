@@ -33,8 +33,9 @@ POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 POOL_NAME_HELP = "1-63 of A-Z a-z 0-9 . _ - starting with a letter or digit"
 # How a queue target (and a worker's Lease) names a shared pool rather than one of the tenant's own.
 SHARED_PREFIX = "shared/"
-POOL_REF_HELP = (f"a pool is NAME (the tenant's own pool) or {SHARED_PREFIX}NAME (a shared pool), "
-                 f"NAME being {POOL_NAME_HELP}")
+POOL_REF_HELP = (
+    f"a pool is NAME (the tenant's own pool) or {SHARED_PREFIX}NAME (a shared pool), NAME being {POOL_NAME_HELP}"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ def is_pool_name(name: str) -> bool:
 def parse_pool_ref(ref: str) -> PoolRef | None:
     """``emails`` -> the tenant's own pool, ``shared/emails`` -> the shared pool; None if neither."""
     shared = ref.startswith(SHARED_PREFIX)
-    name = ref[len(SHARED_PREFIX):] if shared else ref
+    name = ref[len(SHARED_PREFIX) :] if shared else ref
     return PoolRef(name, shared) if is_pool_name(name) else None
 
 
@@ -91,7 +92,7 @@ def is_shared(queue: str) -> bool:
 def pool_of_queue(queue: str) -> str:
     """The ref a queue key stands for: ``shared/<pool>``, the tenant's ``<pool>``, or ``@http``."""
     if queue.startswith(_SHARED):
-        return shared_ref(queue[len(_SHARED):])
+        return shared_ref(queue[len(_SHARED) :])
     if queue.startswith(_TENANT):
         return queue.split(":", 2)[-1]
     return queue

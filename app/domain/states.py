@@ -24,18 +24,27 @@ class JobState(StrEnum):
 
 
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.ACTIVE: frozenset({
-        JobState.PAUSED, JobState.COMPLETED, JobState.CANCELLED,
-        JobState.ACTIVE,  # the scheduler advances a cron job to its next occurrence
-    }),
-    JobState.PAUSED: frozenset({
-        JobState.ACTIVE, JobState.CANCELLED,
-        JobState.COMPLETED,  # resume of a one-off whose time passed while paused, with missed: skip
-    }),
-    JobState.COMPLETED: frozenset({
-        JobState.CANCELLED,
-        JobState.PAUSED,  # pause withdraws a one-off's execution dispatched ahead of its due time
-    }),
+    JobState.ACTIVE: frozenset(
+        {
+            JobState.PAUSED,
+            JobState.COMPLETED,
+            JobState.CANCELLED,
+            JobState.ACTIVE,  # the scheduler advances a cron job to its next occurrence
+        }
+    ),
+    JobState.PAUSED: frozenset(
+        {
+            JobState.ACTIVE,
+            JobState.CANCELLED,
+            JobState.COMPLETED,  # resume of a one-off whose time passed while paused, with missed: skip
+        }
+    ),
+    JobState.COMPLETED: frozenset(
+        {
+            JobState.CANCELLED,
+            JobState.PAUSED,  # pause withdraws a one-off's execution dispatched ahead of its due time
+        }
+    ),
     JobState.CANCELLED: frozenset(),
 }
 
@@ -78,10 +87,15 @@ class ExecutionState(StrEnum):
 
 EXECUTION_TRANSITIONS: dict[ExecutionState, frozenset[ExecutionState]] = {
     ExecutionState.READY: frozenset({ExecutionState.LEASED, ExecutionState.CANCELLED, ExecutionState.DEAD}),
-    ExecutionState.LEASED: frozenset({
-        ExecutionState.SUCCEEDED, ExecutionState.READY, ExecutionState.DEAD, ExecutionState.CANCELLED,
-        ExecutionState.LEASED,  # a heartbeat extends the lease of the same attempt
-    }),
+    ExecutionState.LEASED: frozenset(
+        {
+            ExecutionState.SUCCEEDED,
+            ExecutionState.READY,
+            ExecutionState.DEAD,
+            ExecutionState.CANCELLED,
+            ExecutionState.LEASED,  # a heartbeat extends the lease of the same attempt
+        }
+    ),
     ExecutionState.SUCCEEDED: frozenset(),
     ExecutionState.DEAD: frozenset({ExecutionState.READY}),
     ExecutionState.CANCELLED: frozenset(),

@@ -38,8 +38,9 @@ async def region_failover(options: DrillOptions) -> Report:
     if options.failover == "patroni":
         from app.drill.patroni_failover import region_failover_patroni
 
-        return await run_drill(f"region-failover ({mode} replication, Patroni failover)", options,
-                            region_failover_patroni)
+        return await run_drill(
+            f"region-failover ({mode} replication, Patroni failover)", options, region_failover_patroni
+        )
     return await run_drill(f"region-failover ({mode} replication)", options, _region_failover)
 
 
@@ -61,13 +62,24 @@ async def _region_failover(h: Harness, report: Report) -> None:
         apis[region] = fleet.api(f"{region}-api", env)
         fleet.scheduler(f"{region}-scheduler", env)
         executor = fleet.executor(f"{region}-executor", env)
-        fleet.worker(f"{region}-worker", env, executor=executor, api_key=key, pool=POOL,
-                     concurrency=o.worker_concurrency, lease_s=o.worker_lease_s, work_s=0.0)
+        fleet.worker(
+            f"{region}-worker",
+            env,
+            executor=executor,
+            api_key=key,
+            pool=POOL,
+            concurrency=o.worker_concurrency,
+            lease_s=o.worker_lease_s,
+            work_s=0.0,
+        )
     await fleet.wait_ready()
     await until(lambda: owned_by_region(db, PRIMARY), timeout_s=60, what=f"{PRIMARY} to own every shard")
-    report.add("regions", f"{PRIMARY} (primary: PostgreSQL primary, api, scheduler, executor, SDK worker), "
-               f"{STANDBY} (standby: {'synchronous' if o.synchronous else 'asynchronous'} streaming standby, "
-               f"api, scheduler, executor, SDK worker); every process on {redacted(url)}")
+    report.add(
+        "regions",
+        f"{PRIMARY} (primary: PostgreSQL primary, api, scheduler, executor, SDK worker), "
+        f"{STANDBY} (standby: {'synchronous' if o.synchronous else 'asynchronous'} streaming standby, "
+        f"api, scheduler, executor, SDK worker); every process on {redacted(url)}",
+    )
     urls = [f"http://127.0.0.1:{apis[r].ports['api']}" for r in (PRIMARY, STANDBY)]
     async with Submitter(urls, key) as submitter:
         flow = Flow(submitter, o, [p for p in fleet.procs if p.role == "worker"])
@@ -86,31 +98,54 @@ async def _region_failover(h: Harness, report: Report) -> None:
         tail = await wal_tail(cluster, primary_db, standby_db)
         promote_s = cluster.promote(standby_db)
         direct = h.database(standby_db.url(DATABASE))
-        await until(lambda: owned_by_region(direct, STANDBY), timeout_s=max(1.0, deadline - time.monotonic()),
-                    what=f"{STANDBY} to own every shard")
+        await until(
+            lambda: owned_by_region(direct, STANDBY),
+            timeout_s=max(1.0, deadline - time.monotonic()),
+            what=f"{STANDBY} to own every shard",
+        )
         takeover_s = time.time() - fault_at
         await asyncio.sleep(o.observe_s)  # the flow goes on after the takeover, so lag is measured on it
         result, _ = await flow.finish(fault_at, deadline, direct)
-        present = await direct.transaction(lambda tx: drill(tx).jobs_present(
-            tenant_id, [ow.job_id for ow in submitter.owed]))
+        present = await direct.transaction(
+            lambda tx: drill(tx).jobs_present(tenant_id, [ow.job_id for ow in submitter.owed])
+        )
     flow_lines(report, flow, result)
-    report.add("fault", f"{PRIMARY} killed at {h.since_start(fault_at)} (its PostgreSQL and {len(victims)} "
-               f"processes, SIGKILL), {(fault_at - herd_due):.1f} s after the herd was due"
-               + (f", its WAL senders stopped {o.link_stall_s:g} s before" if o.link_stall_s else "") + "; "
-               + replication_at_failure(lag, tail, o.synchronous))
-    report.add("detection time", "none: the drill promoted the standby itself right after the kill "
-               "(--failover patroni measures a real failure detection)")
-    report.add("promotion", f"{promote_s:.2f} s ({STANDBY}'s PostgreSQL accepts writes; processes follow "
-               "through the multi-host URL)")
-    report.add("takeover time", f"{takeover_s:.1f} s ({STANDBY} owns {SHARDS}/{SHARDS} shards; lease TTL "
-               f"{o.lease_ttl_s:g} s + takeover grace {o.grace_s:g} s)")
-    await outcome_lines(report, direct, result, "started again once its lease expired: its worker was killed, or "
-                         "its outcome could not be reported while the database failed over"
-                         + ("" if o.synchronous else ", or its completion was lost with the primary") +
-                         "; same idempotency key")
+    report.add(
+        "fault",
+        f"{PRIMARY} killed at {h.since_start(fault_at)} (its PostgreSQL and {len(victims)} "
+        f"processes, SIGKILL), {(fault_at - herd_due):.1f} s after the herd was due"
+        + (f", its WAL senders stopped {o.link_stall_s:g} s before" if o.link_stall_s else "")
+        + "; "
+        + replication_at_failure(lag, tail, o.synchronous),
+    )
+    report.add(
+        "detection time",
+        "none: the drill promoted the standby itself right after the kill "
+        "(--failover patroni measures a real failure detection)",
+    )
+    report.add(
+        "promotion",
+        f"{promote_s:.2f} s ({STANDBY}'s PostgreSQL accepts writes; processes follow through the multi-host URL)",
+    )
+    report.add(
+        "takeover time",
+        f"{takeover_s:.1f} s ({STANDBY} owns {SHARDS}/{SHARDS} shards; lease TTL "
+        f"{o.lease_ttl_s:g} s + takeover grace {o.grace_s:g} s)",
+    )
+    await outcome_lines(
+        report,
+        direct,
+        result,
+        "started again once its lease expired: its worker was killed, or "
+        "its outcome could not be reported while the database failed over"
+        + ("" if o.synchronous else ", or its completion was lost with the primary")
+        + "; same idempotency key",
+    )
     missing = len(submitter.owed) - len(present)
-    report.add("missing after failover", f"{missing} of {len(submitter.owed)} acknowledged jobs are not in the "
-               "promoted database")
+    report.add(
+        "missing after failover",
+        f"{missing} of {len(submitter.owed)} acknowledged jobs are not in the promoted database",
+    )
     report.add("drill time", f"{time.time() - h.started:.0f} s")
     report.ok = result.lost == 0 or not o.synchronous
 
@@ -125,13 +160,15 @@ async def _database_failover(h: Harness, report: Report) -> None:
     o = h.options
     assert h.cluster is not None
     deadline = time.monotonic() + o.timeout_s
-    site = await single_region(h, schedulers=1, workers=1, work_s=0.0, worker_lease_s=o.worker_lease_s,
-                                standby=True)
+    site = await single_region(h, schedulers=1, workers=1, work_s=0.0, worker_lease_s=o.worker_lease_s, standby=True)
     assert site.standby is not None
     await until(lambda: owned_by_region(site.db, PRIMARY), timeout_s=60, what="the scheduler to own every shard")
-    report.add("processes", f"PostgreSQL primary and {'synchronous' if o.synchronous else 'asynchronous'} "
-               "streaming standby; api, scheduler, executor, SDK worker on one multi-host URL "
-               "(target_session_attrs=read-write)")
+    report.add(
+        "processes",
+        f"PostgreSQL primary and {'synchronous' if o.synchronous else 'asynchronous'} "
+        "streaming standby; api, scheduler, executor, SDK worker on one multi-host URL "
+        "(target_session_attrs=read-write)",
+    )
     async with Submitter([api_url(site.api)], site.key) as submitter:
         flow = Flow(submitter, o, site.workers)
         await flow.start()
@@ -150,24 +187,39 @@ async def _database_failover(h: Harness, report: Report) -> None:
             starts = [r.started for r in flow.runs() if r.at > fault_at]
             return min(starts) if starts else None
 
-        recovered_at = await until(first_start_after_fault, timeout_s=max(1.0, deadline - time.monotonic()),
-                                   what="an occurrence due after the fault to start")
+        recovered_at = await until(
+            first_start_after_fault,
+            timeout_s=max(1.0, deadline - time.monotonic()),
+            what="an occurrence due after the fault to start",
+        )
         await asyncio.sleep(o.observe_s)
         result, _ = await flow.finish(fault_at, deadline, direct)
-        present = await direct.transaction(lambda tx: drill(tx).jobs_present(
-            site.tenant_id, [ow.job_id for ow in submitter.owed]))
+        present = await direct.transaction(
+            lambda tx: drill(tx).jobs_present(site.tenant_id, [ow.job_id for ow in submitter.owed])
+        )
     flow_lines(report, flow, result)
-    report.add("fault", f"the primary PostgreSQL killed (SIGKILL) at {h.since_start(fault_at)}"
-               + (f", its WAL senders stopped {o.link_stall_s:g} s before" if o.link_stall_s else "") + "; "
-               + replication_at_failure(lag, tail, o.synchronous))
+    report.add(
+        "fault",
+        f"the primary PostgreSQL killed (SIGKILL) at {h.since_start(fault_at)}"
+        + (f", its WAL senders stopped {o.link_stall_s:g} s before" if o.link_stall_s else "")
+        + "; "
+        + replication_at_failure(lag, tail, o.synchronous),
+    )
     report.add("promotion", f"{promote_s:.2f} s")
     report.add("recovery time", f"{recovered_at - fault_at:.1f} s (the first occurrence due after the fault started)")
-    await outcome_lines(report, direct, result, "started again once its lease expired: its outcome could not be "
-                         "reported while the database failed over"
-                         + ("" if o.synchronous else ", or its completion was lost with the primary") +
-                         "; same idempotency key")
+    await outcome_lines(
+        report,
+        direct,
+        result,
+        "started again once its lease expired: its outcome could not be "
+        "reported while the database failed over"
+        + ("" if o.synchronous else ", or its completion was lost with the primary")
+        + "; same idempotency key",
+    )
     missing = len(submitter.owed) - len(present)
-    report.add("missing after failover", f"{missing} of {len(submitter.owed)} acknowledged jobs are not in the "
-               "promoted database")
+    report.add(
+        "missing after failover",
+        f"{missing} of {len(submitter.owed)} acknowledged jobs are not in the promoted database",
+    )
     report.add("drill time", f"{time.time() - h.started:.0f} s")
     report.ok = result.lost == 0 or not o.synchronous

@@ -39,17 +39,21 @@ class Flow:
 
     async def start(self) -> None:
         o = self.options
-        await asyncio.gather(*(self.submitter.one(recurring(f"recurring-{i}", POOL, o.every_s), "recurring",
-                                                  every_s=float(o.every_s)) for i in range(o.recurring)))
+        await asyncio.gather(
+            *(
+                self.submitter.one(recurring(f"recurring-{i}", POOL, o.every_s), "recurring", every_s=float(o.every_s))
+                for i in range(o.recurring)
+            )
+        )
         self.steady_task = asyncio.create_task(
             self.submitter.steady(self.stop, pool=POOL, rate_per_s=o.steady_per_s, lead_s=STEADY_LEAD_S),
-            name="drill.steady")
+            name="drill.steady",
+        )
 
     async def herd(self) -> float:
         """Send the herd, due HERD_LEAD_S from now; returns its due instant."""
         self.herd_due = time.time() + HERD_LEAD_S
-        await self.submitter.many([one_off(f"herd-{i}", POOL, self.herd_due) for i in range(self.options.herd)],
-                                  "herd")
+        await self.submitter.many([one_off(f"herd-{i}", POOL, self.herd_due) for i in range(self.options.herd)], "herd")
         return self.herd_due
 
     def runs(self) -> list[Run]:
@@ -61,8 +65,7 @@ class Flow:
         executions = await safely(db, lambda tx: drill(tx).executions_of(ids))
         if executions is None:
             return None
-        return {(job, round(at.timestamp(), 3)) for job, at, state in executions
-                if state == ExecutionState.SUCCEEDED}
+        return {(job, round(at.timestamp(), 3)) for job, at, state in executions if state == ExecutionState.SUCCEEDED}
 
     async def finish(self, fault_at: float, deadline: float, db: Database) -> tuple[Tally, float]:
         """Stop submitting, wait for what is owed to succeed (bounded), and count; returns (tally, until).
@@ -94,9 +97,12 @@ def flow_lines(report: Report, flow: Flow, result: Tally) -> None:
     kinds: dict[str, int] = {}
     for o in flow.submitter.owed:
         kinds[o.kind] = kinds.get(o.kind, 0) + 1
-    report.add("acknowledged", f"{len(flow.submitter.owed)} jobs owing {result.owed} occurrences (herd "
-               f"{kinds.get('herd', 0)}, steady {kinds.get('steady', 0)}, recurring {kinds.get('recurring', 0)} "
-               f"every {flow.options.every_s} s); submits not acknowledged: {flow.submitter.refused}")
+    report.add(
+        "acknowledged",
+        f"{len(flow.submitter.owed)} jobs owing {result.owed} occurrences (herd "
+        f"{kinds.get('herd', 0)}, steady {kinds.get('steady', 0)}, recurring {kinds.get('recurring', 0)} "
+        f"every {flow.options.every_s} s); submits not acknowledged: {flow.submitter.refused}",
+    )
 
 
 async def where_lost(db: Database, result: Tally) -> str:
@@ -115,8 +121,10 @@ async def where_lost(db: Database, result: Tally) -> str:
             dispatched[states[key]] = dispatched.get(states[key], 0) + 1
     nowhere = result.lost - waiting - sum(dispatched.values())
     shown = ", ".join(f"{n} {state}" for state, n in sorted(dispatched.items())) or "none"
-    return (f"in the database: {waiting} still waiting in due_index, dispatched: {shown}, {nowhere} with no trace; "
-            f"first: {', '.join(occurrence_text(j, at) for j, at in result.lost_examples)}")
+    return (
+        f"in the database: {waiting} still waiting in due_index, dispatched: {shown}, {nowhere} with no trace; "
+        f"first: {', '.join(occurrence_text(j, at) for j, at in result.lost_examples)}"
+    )
 
 
 async def outcome_lines(report: Report, db: Database, result: Tally, duplicated_reason: str) -> None:
@@ -124,7 +132,13 @@ async def outcome_lines(report: Report, db: Database, result: Tally, duplicated_
     report.add("lost", str(result.lost) + (f" ({await where_lost(db, result)})" if result.lost else ""))
     report.add("duplicated", f"{result.duplicated}" + (f" ({duplicated_reason})" if result.duplicated else ""))
     back = "not by the end of the drill" if result.lag_back_s is None else f"{result.lag_back_s:.1f} s after the fault"
-    report.add("lag back under 2 s", f"{back} (max start lag {result.max_lag_s:.1f} s; {result.late_after_fault} "
-               "occurrences started 2 s late or more after the fault)")
-    report.add("ran", f"{result.ran} of {result.owed} owed occurrences succeeded ({result.started} started; "
-               f"{result.started_not_succeeded} started but never succeeded)")
+    report.add(
+        "lag back under 2 s",
+        f"{back} (max start lag {result.max_lag_s:.1f} s; {result.late_after_fault} "
+        "occurrences started 2 s late or more after the fault)",
+    )
+    report.add(
+        "ran",
+        f"{result.ran} of {result.owed} owed occurrences succeeded ({result.started} started; "
+        f"{result.started_not_succeeded} started but never succeeded)",
+    )

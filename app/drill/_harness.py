@@ -104,8 +104,13 @@ class Harness:
 
     def settings(self) -> dict[str, str]:
         o = self.options
-        return {"KAIROS_LEASE_TTL_S": str(o.lease_ttl_s), "KAIROS_REGION_TAKEOVER_GRACE_S": str(o.grace_s),
-                "KAIROS_DB_POOL_SIZE": "4", "KAIROS_LOG_LEVEL": "INFO", "KAIROS_SECRET_KEY": self.secret_key}
+        return {
+            "KAIROS_LEASE_TTL_S": str(o.lease_ttl_s),
+            "KAIROS_REGION_TAKEOVER_GRACE_S": str(o.grace_s),
+            "KAIROS_DB_POOL_SIZE": "4",
+            "KAIROS_LOG_LEVEL": "INFO",
+            "KAIROS_SECRET_KEY": self.secret_key,
+        }
 
     async def tenant(self, db: Database) -> tuple[UUID, str]:
         """The drill's tenant: its id and API key."""
@@ -115,8 +120,13 @@ class Harness:
         return created[0].tenant_id, created[1]
 
     def region(self, name: str, url: str, primary_region: str = "") -> RegionEnv:
-        return RegionEnv(region=name, primary_region=primary_region, database_url=url,
-                         home=self.directory / f"home-{name}", settings=self.settings())
+        return RegionEnv(
+            region=name,
+            primary_region=primary_region,
+            database_url=url,
+            home=self.directory / f"home-{name}",
+            settings=self.settings(),
+        )
 
     def since_start(self, at: float) -> str:
         return f"+{at - self.started:.1f} s"
@@ -145,11 +155,15 @@ async def live_shards(db: Database) -> list[LiveShards] | None:
     return await safely(db, lambda tx: drill(tx).live_shards())
 
 
-def owned(shards: list[LiveShards] | None, *, region: str | None = None,
-          owner_ok: Callable[[str], bool] | None = None) -> int:
+def owned(
+    shards: list[LiveShards] | None, *, region: str | None = None, owner_ok: Callable[[str], bool] | None = None
+) -> int:
     """Live shards held in ``region`` (any) by owners ``owner_ok`` accepts (any)."""
-    return sum(s.shards for s in shards or () if (region is None or s.region == region)
-               and (owner_ok is None or owner_ok(s.owner)))
+    return sum(
+        s.shards
+        for s in shards or ()
+        if (region is None or s.region == region) and (owner_ok is None or owner_ok(s.owner))
+    )
 
 
 def redacted(url: str) -> str:
@@ -191,8 +205,16 @@ class Site:
     standby: Node | None = None
 
 
-async def single_region(h: Harness, *, schedulers: int, workers: int, work_s: float, worker_lease_s: float,
-                         standby: bool = False, concurrency: int | None = None) -> Site:
+async def single_region(
+    h: Harness,
+    *,
+    schedulers: int,
+    workers: int,
+    work_s: float,
+    worker_lease_s: float,
+    standby: bool = False,
+    concurrency: int | None = None,
+) -> Site:
     assert h.cluster is not None and h.fleet is not None
     node = h.cluster.start_primary("primary")
     replica = await h.cluster.add_standby(node, "standby", synchronous=h.options.synchronous) if standby else None
@@ -205,10 +227,19 @@ async def single_region(h: Harness, *, schedulers: int, workers: int, work_s: fl
     api = h.fleet.api("api", env)
     scheds = [h.fleet.scheduler(f"scheduler-{i + 1}", env) for i in range(schedulers)]
     executor = h.fleet.executor("executor", env)
-    pool_workers = [h.fleet.worker(f"worker-{i + 1}", env, executor=executor, api_key=key, pool=POOL,
-                                   concurrency=concurrency or h.options.worker_concurrency, lease_s=worker_lease_s,
-                                   work_s=work_s)
-                    for i in range(workers)]
+    pool_workers = [
+        h.fleet.worker(
+            f"worker-{i + 1}",
+            env,
+            executor=executor,
+            api_key=key,
+            pool=POOL,
+            concurrency=concurrency or h.options.worker_concurrency,
+            lease_s=worker_lease_s,
+            work_s=work_s,
+        )
+        for i in range(workers)
+    ]
     await h.fleet.wait_ready()
     return Site(db, tenant_id, key, api, scheds, pool_workers, node, replica)
 
@@ -218,6 +249,7 @@ def api_url(api: Proc) -> str:
 
 
 # -- replication at the fault (the failovers) ------------------------------------------------------
+
 
 async def stall_link(cluster: Cluster, primary: Node, stall_s: float) -> None:
     """--link-stall: replication held back for ``stall_s`` before the fault, as a stalled link would."""
@@ -239,6 +271,8 @@ def replication_at_failure(lag: StandbyState | None, tail: WalTail | None, synch
     if lag is None or tail is None:
         return "replication lag at the failure: the standby was not connected"
     acknowledged = "none of them acknowledged to a client" if synchronous else "acknowledged or not"
-    return (f"replication lag at the failure: {tail.bytes} bytes of WAL and {tail.commits} committed transactions "
-            f"the standby never received ({acknowledged}; {lag.sync_state} standby, which had last reported "
-            f"{lag.flush_lag_bytes} bytes not flushed, {lag.replay_lag_bytes} not replayed)")
+    return (
+        f"replication lag at the failure: {tail.bytes} bytes of WAL and {tail.commits} committed transactions "
+        f"the standby never received ({acknowledged}; {lag.sync_state} standby, which had last reported "
+        f"{lag.flush_lag_bytes} bytes not flushed, {lag.replay_lag_bytes} not replayed)"
+    )

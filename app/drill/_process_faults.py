@@ -53,8 +53,11 @@ async def _scheduler_kill(h: Harness, report: Report) -> None:
     before = await until(split, timeout_s=60, what="both schedulers to hold shards")
     victim = scheds[0]
     victim_owner = next(s for s in before if _owner_pid(s.owner) == victim.pid)
-    report.add("processes", "PostgreSQL, api, 2 schedulers, executor, SDK worker "
-               f"(shards: {', '.join(f'{s.owner} {s.shards}' for s in before)})")
+    report.add(
+        "processes",
+        "PostgreSQL, api, 2 schedulers, executor, SDK worker "
+        f"(shards: {', '.join(f'{s.owner} {s.shards}' for s in before)})",
+    )
     async with Submitter([api_url(site.api)], site.key) as submitter:
         flow = Flow(submitter, o, site.workers)
         await flow.start()
@@ -63,16 +66,24 @@ async def _scheduler_kill(h: Harness, report: Report) -> None:
         await asyncio.sleep(max(0.0, herd_due - 0.5 - time.time()))  # killed while the herd is being dispatched
         fault_at = time.time()
         h.fleet.kill(victim)
-        await until(lambda: _all_owned_by_others(db, victim_owner.owner),
-                    timeout_s=max(1.0, deadline - time.monotonic()), what="the survivor to own every shard")
+        await until(
+            lambda: _all_owned_by_others(db, victim_owner.owner),
+            timeout_s=max(1.0, deadline - time.monotonic()),
+            what="the survivor to own every shard",
+        )
         takeover_s = time.time() - fault_at
         await asyncio.sleep(o.observe_s)
         result, _ = await flow.finish(fault_at, deadline, db)
     flow_lines(report, flow, result)
-    report.add("fault", f"{victim.name} ({victim_owner.owner}, {victim_owner.shards} shards) killed with SIGKILL "
-               f"at {h.since_start(fault_at)}, {herd_due - fault_at:.1f} s before the herd was due")
-    report.add("takeover time", f"{takeover_s:.1f} s ({scheds[1].name} owns {SHARDS}/{SHARDS} shards; lease TTL "
-               f"{o.lease_ttl_s:g} s)")
+    report.add(
+        "fault",
+        f"{victim.name} ({victim_owner.owner}, {victim_owner.shards} shards) killed with SIGKILL "
+        f"at {h.since_start(fault_at)}, {herd_due - fault_at:.1f} s before the herd was due",
+    )
+    report.add(
+        "takeover time",
+        f"{takeover_s:.1f} s ({scheds[1].name} owns {SHARDS}/{SHARDS} shards; lease TTL {o.lease_ttl_s:g} s)",
+    )
     await outcome_lines(report, db, result, "started twice; same idempotency key")
     report.add("drill time", f"{time.time() - h.started:.0f} s")
     report.ok = result.lost == 0
@@ -80,6 +91,7 @@ async def _scheduler_kill(h: Harness, report: Report) -> None:
 
 async def _all_owned_by_others(db: Database, owner: str) -> bool:
     return owned(await live_shards(db), owner_ok=lambda o: o != owner) == SHARDS
+
 
 # -- worker stall --------------------------------------------------------------------------------
 
@@ -112,12 +124,16 @@ async def _worker_stall(h: Harness, report: Report) -> None:
     o = h.options
     assert h.fleet is not None
     deadline = time.monotonic() + o.timeout_s
-    site = await single_region(h, schedulers=1, workers=2, work_s=WORK_S, worker_lease_s=STALL_LEASE_S,
-                                concurrency=STALL_CONCURRENCY)
+    site = await single_region(
+        h, schedulers=1, workers=2, work_s=WORK_S, worker_lease_s=STALL_LEASE_S, concurrency=STALL_CONCURRENCY
+    )
     db, tenant_id = site.db, site.tenant_id
     stalled, other = site.workers
-    report.add("processes", f"PostgreSQL, api, scheduler, executor, 2 SDK workers ({STALL_CONCURRENCY} runs at once "
-               f"each, every run works {WORK_S:g} s; worker lease {STALL_LEASE_S:g} s, renewed every third)")
+    report.add(
+        "processes",
+        f"PostgreSQL, api, scheduler, executor, 2 SDK workers ({STALL_CONCURRENCY} runs at once "
+        f"each, every run works {WORK_S:g} s; worker lease {STALL_LEASE_S:g} s, renewed every third)",
+    )
     async with Submitter([api_url(site.api)], site.key) as submitter:
         flow = Flow(submitter, o, site.workers)
         await flow.start()
@@ -138,14 +154,23 @@ async def _worker_stall(h: Harness, report: Report) -> None:
         held_ids = {str(x.execution_id) for x in held}
 
         async def retried() -> float | None:
-            again = [r.started for r in read_runs([other.runs_path] if other.runs_path else [])
-                     if r.key in keys and r.started >= fault_at]
-            done = {r.key for r in read_runs([other.runs_path] if other.runs_path else [])
-                    if r.key in keys and r.started >= fault_at}
+            again = [
+                r.started
+                for r in read_runs([other.runs_path] if other.runs_path else [])
+                if r.key in keys and r.started >= fault_at
+            ]
+            done = {
+                r.key
+                for r in read_runs([other.runs_path] if other.runs_path else [])
+                if r.key in keys and r.started >= fault_at
+            }
             return max(again) if keys and done == keys else None
 
-        retried_at = await until(retried, timeout_s=max(1.0, deadline - time.monotonic()),
-                                 what=f"{other.name} to run what {stalled.name} held")
+        retried_at = await until(
+            retried,
+            timeout_s=max(1.0, deadline - time.monotonic()),
+            what=f"{other.name} to run what {stalled.name} held",
+        )
         takeover_s = retried_at - fault_at
         h.fleet.resume(stalled)
         resumed_at = time.time()
@@ -161,15 +186,25 @@ async def _worker_stall(h: Harness, report: Report) -> None:
     discarded = sum(c.attempts for c in outcomes if c.worker_id == stalled.name and c.outcome == "discarded")
     expired = sum(c.attempts for c in outcomes if c.worker_id == stalled.name and c.outcome == "expired")
     flow_lines(report, flow, result)
-    report.add("fault", f"{stalled.name} stopped (SIGSTOP) at {h.since_start(fault_at)} holding {len(held)} leased "
-               f"executions; resumed (SIGCONT) {resumed_at - fault_at:.1f} s later")
-    report.add("takeover time", f"{takeover_s:.1f} s (its {len(held)} executions' leases expired, the reaper "
-               f"returned them to the queue and {other.name} ran them)")
+    report.add(
+        "fault",
+        f"{stalled.name} stopped (SIGSTOP) at {h.since_start(fault_at)} holding {len(held)} leased "
+        f"executions; resumed (SIGCONT) {resumed_at - fault_at:.1f} s later",
+    )
+    report.add(
+        "takeover time",
+        f"{takeover_s:.1f} s (its {len(held)} executions' leases expired, the reaper "
+        f"returned them to the queue and {other.name} ran them)",
+    )
     refused, dropped = _lease_lost_lines(stalled, held_ids)
-    report.add("late outcomes refused", f"{refused + dropped} of {len(held)} (LEASE_LOST: {refused} outcomes "
-               f"refused and kept as discarded attempts, {dropped} heartbeats refused before the handler "
-               f"finished; {stalled.name}'s attempts in the database: {discarded} discarded, {expired} expired)")
-    await outcome_lines(report, db, result,
-                         f"the stalled worker's runs, run again by {other.name}; same idempotency key")
+    report.add(
+        "late outcomes refused",
+        f"{refused + dropped} of {len(held)} (LEASE_LOST: {refused} outcomes "
+        f"refused and kept as discarded attempts, {dropped} heartbeats refused before the handler "
+        f"finished; {stalled.name}'s attempts in the database: {discarded} discarded, {expired} expired)",
+    )
+    await outcome_lines(
+        report, db, result, f"the stalled worker's runs, run again by {other.name}; same idempotency key"
+    )
     report.add("drill time", f"{time.time() - h.started:.0f} s")
     report.ok = result.lost == 0

@@ -123,8 +123,9 @@ def _system_user() -> pwd.struct_passwd | None:
     try:
         return pwd.getpwnam(SYSTEM_USER_AS_ROOT)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", SYSTEM_USER_AS_ROOT],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", SYSTEM_USER_AS_ROOT], check=True, capture_output=True
+        )
         return pwd.getpwnam(SYSTEM_USER_AS_ROOT)
 
 
@@ -172,8 +173,13 @@ async def _read(node: Node, work: Any) -> Any:
 class Cluster:
     """A temporary directory of PostgreSQL nodes; a context manager that always cleans up."""
 
-    def __init__(self, *, base_dir: Path | None = None, pg_bin: Path = PG_BIN_DEFAULT,
-                 start_timeout_s: float = START_TIMEOUT_S_DEFAULT):
+    def __init__(
+        self,
+        *,
+        base_dir: Path | None = None,
+        pg_bin: Path = PG_BIN_DEFAULT,
+        start_timeout_s: float = START_TIMEOUT_S_DEFAULT,
+    ):
         if not (pg_bin / "postgres").exists():
             raise ClusterError(f"no PostgreSQL binaries in {pg_bin}")
         self.pg_bin = pg_bin
@@ -194,8 +200,17 @@ class Cluster:
 
     def start_primary(self, name: str = "primary") -> Node:
         node = self._new_node(name)
-        self._run("initdb", "-D", str(node.pgdata), "-U", "postgres", "--auth=trust", "--encoding=UTF8",
-                  "--locale=C", "--no-sync")
+        self._run(
+            "initdb",
+            "-D",
+            str(node.pgdata),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+        )
         with open(node.pgdata / "postgresql.conf", "a") as conf:
             conf.write(f"\ninclude_if_exists = '{DRILL_CONF}'\n")
         self._write_drill_conf(node, "")
@@ -211,9 +226,24 @@ class Cluster:
         """
         node = self._new_node(name)
         node.pgdata.rmdir()  # pg_basebackup creates it
-        await asyncio.to_thread(self._run, "pg_basebackup", "-h", "127.0.0.1", "-p", str(source.port),
-                                "-U", "postgres", "-D", str(node.pgdata), "-R", "-X", "stream", "--no-sync",
-                                "-c", "fast")
+        await asyncio.to_thread(
+            self._run,
+            "pg_basebackup",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(source.port),
+            "-U",
+            "postgres",
+            "-D",
+            str(node.pgdata),
+            "-R",
+            "-X",
+            "stream",
+            "--no-sync",
+            "-c",
+            "fast",
+        )
         self._write_drill_conf(node, "")  # the copy of the source's would make a promoted clone wait
         node.extra_settings["cluster_name"] = name
         self._start(node)  # from this thread: see die_with_parent
@@ -229,8 +259,9 @@ class Cluster:
             assert node.process is not None
             node.process.send_signal(signal.SIGHUP)
 
-    async def wait_streaming(self, source: Node, standby_name: str, *, sync: bool,
-                             timeout_s: float | None = None) -> StandbyState:
+    async def wait_streaming(
+        self, source: Node, standby_name: str, *, sync: bool, timeout_s: float | None = None
+    ) -> StandbyState:
         want = "sync" if sync else "async"
         deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
         while True:
@@ -267,8 +298,9 @@ class Cluster:
         commits wait for a synchronous standby, an asynchronous one falls behind. Returns how many."""
         if node.process is None:
             return 0
-        senders = [child for child in psutil.Process(node.process.pid).children()
-                   if "walsender" in " ".join(child.cmdline())]
+        senders = [
+            child for child in psutil.Process(node.process.pid).children() if "walsender" in " ".join(child.cmdline())
+        ]
         for sender in senders:
             sender.suspend()
         return len(senders)
@@ -276,9 +308,14 @@ class Cluster:
     def wal_not_received(self, dead: Node, received: int) -> WalTail:
         """Read a stopped node's own WAL (pg_waldump) from ``received`` on: the bytes and the committed
         transactions its standby never got. Run after the kill: nothing is written any more."""
-        result = subprocess.run([str(self.pg_bin / "pg_waldump"), "-p", str(dead.pgdata / "pg_wal"),
-                                 "-s", lsn_text(received)], capture_output=True, cwd=self.base_dir, timeout=60,
-                                check=False, **self._as_user())
+        result = subprocess.run(
+            [str(self.pg_bin / "pg_waldump"), "-p", str(dead.pgdata / "pg_wal"), "-s", lsn_text(received)],
+            capture_output=True,
+            cwd=self.base_dir,
+            timeout=60,
+            check=False,
+            **self._as_user(),
+        )
         end, commits = received, 0
         for line in result.stdout.decode(errors="replace").splitlines():
             record = _WALDUMP_RECORD.search(line)
@@ -370,9 +407,16 @@ class Cluster:
             args += ["-c", f"{key}={value}"]
         handle = open(node.log_path, "ab")  # noqa: SIM115 - lives as long as the node
         self._logs.append(handle)
-        node.process = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True, cwd=self.base_dir, preexec_fn=die_with_parent,
-                                        **self._as_user())
+        node.process = subprocess.Popen(
+            args,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=self.base_dir,
+            preexec_fn=die_with_parent,
+            **self._as_user(),
+        )
         deadline = time.monotonic() + self.start_timeout_s
         ready = [str(self.pg_bin / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(node.port), "-t", "1"]
         while subprocess.run(ready, check=False).returncode != 0:
@@ -384,11 +428,18 @@ class Cluster:
         log.info("drill node started", extra={"node": node.name, "port": node.port, "pid": node.process.pid})
 
     def _run(self, binary: str, *args: str) -> None:
-        result = subprocess.run([str(self.pg_bin / binary), *args], capture_output=True, cwd=self.base_dir,
-                                timeout=120, check=False, **self._as_user())
+        result = subprocess.run(
+            [str(self.pg_bin / binary), *args],
+            capture_output=True,
+            cwd=self.base_dir,
+            timeout=120,
+            check=False,
+            **self._as_user(),
+        )
         if result.returncode != 0:
-            raise ClusterError(f"{binary} failed ({result.returncode}): "
-                               f"{result.stderr.decode(errors='replace').strip()}")
+            raise ClusterError(
+                f"{binary} failed ({result.returncode}): {result.stderr.decode(errors='replace').strip()}"
+            )
 
     def as_postgres_user(self) -> dict[str, Any]:
         """``subprocess`` arguments that run a child as the user PostgreSQL runs as (empty: as ourselves)."""
@@ -401,8 +452,12 @@ class Cluster:
     def _as_user(self) -> dict[str, Any]:
         if self._user is None:
             return {}
-        return {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": [],
-                "env": {**os.environ, "HOME": str(self.base_dir), "LC_ALL": "C"}}
+        return {
+            "user": self._user.pw_uid,
+            "group": self._user.pw_gid,
+            "extra_groups": [],
+            "env": {**os.environ, "HOME": str(self.base_dir), "LC_ALL": "C"},
+        }
 
     def _chown(self, path: Path) -> None:
         if self._user is not None:
@@ -420,8 +475,9 @@ def multi_host_url(nodes: list[Node], database: str) -> str:
     return f"postgresql+psycopg://postgres@/{database}?{hosts}&target_session_attrs=read-write&connect_timeout=2"
 
 
-async def start_pair(*, synchronous: bool = True, base_dir: Path | None = None,
-                     pg_bin: Path = PG_BIN_DEFAULT) -> tuple[Cluster, Node, Node]:
+async def start_pair(
+    *, synchronous: bool = True, base_dir: Path | None = None, pg_bin: Path = PG_BIN_DEFAULT
+) -> tuple[Cluster, Node, Node]:
     """A primary and one streaming standby (application_name ``standby``); the caller closes the cluster."""
     cluster = Cluster(base_dir=base_dir, pg_bin=pg_bin)
     try:

@@ -83,13 +83,26 @@ class Fleet:
         handle = open(log_path, "ab")  # noqa: SIM115 - lives as long as the process
         self._logs.append(handle)
         region.home.mkdir(parents=True, exist_ok=True)
-        full_env = {**os.environ, **region.settings, **env,
-                    "KAIROS_DATABASE_URL": region.database_url, "KAIROS_HOME": str(region.home),
-                    "KAIROS_REGION": region.region, "KAIROS_PRIMARY_REGION": region.primary_region,
-                    "KAIROS_LOG_FORMAT": "json"}
-        popen = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env=full_env, start_new_session=True, cwd=self.directory,
-                                 preexec_fn=die_with_parent)
+        full_env = {
+            **os.environ,
+            **region.settings,
+            **env,
+            "KAIROS_DATABASE_URL": region.database_url,
+            "KAIROS_HOME": str(region.home),
+            "KAIROS_REGION": region.region,
+            "KAIROS_PRIMARY_REGION": region.primary_region,
+            "KAIROS_LOG_FORMAT": "json",
+        }
+        popen = subprocess.Popen(
+            args,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            start_new_session=True,
+            cwd=self.directory,
+            preexec_fn=die_with_parent,
+        )
         proc = Proc(name=name, region=region.region, role=role, popen=popen, log_path=log_path)
         self.procs.append(proc)
         log.info("drill process started", extra={"proc": name, "pid": popen.pid, "role": role})
@@ -97,37 +110,86 @@ class Fleet:
 
     def api(self, name: str, region: RegionEnv) -> Proc:
         port = free_port()
-        proc = self._spawn(name, region, "api", [*kairos_command(), "api"], {
-            "KAIROS_API_HOST": "127.0.0.1", "KAIROS_API_PORT": str(port), "KAIROS_API_WORKERS": "1",
-            "KAIROS_METRICS_PORT": "0"})
+        proc = self._spawn(
+            name,
+            region,
+            "api",
+            [*kairos_command(), "api"],
+            {
+                "KAIROS_API_HOST": "127.0.0.1",
+                "KAIROS_API_PORT": str(port),
+                "KAIROS_API_WORKERS": "1",
+                "KAIROS_METRICS_PORT": "0",
+            },
+        )
         proc.ports["api"] = port
         proc.ready_url = f"http://127.0.0.1:{port}/readyz"
         return proc
 
     def scheduler(self, name: str, region: RegionEnv) -> Proc:
         metrics = free_port()
-        proc = self._spawn(name, region, "scheduler", [*kairos_command(), "scheduler"], {
-            "KAIROS_METRICS_HOST": "127.0.0.1", "KAIROS_METRICS_PORT": str(metrics)})
+        proc = self._spawn(
+            name,
+            region,
+            "scheduler",
+            [*kairos_command(), "scheduler"],
+            {"KAIROS_METRICS_HOST": "127.0.0.1", "KAIROS_METRICS_PORT": str(metrics)},
+        )
         proc.ports["metrics"] = metrics
         proc.ready_url = f"http://127.0.0.1:{metrics}/readyz"
         return proc
 
     def executor(self, name: str, region: RegionEnv) -> Proc:
         grpc_port, metrics = free_port(), free_port()
-        proc = self._spawn(name, region, "executor", [*kairos_command(), "executor"], {
-            "KAIROS_GRPC_HOST": "127.0.0.1", "KAIROS_GRPC_PORT": str(grpc_port),
-            "KAIROS_METRICS_HOST": "127.0.0.1", "KAIROS_METRICS_PORT": str(metrics)})
+        proc = self._spawn(
+            name,
+            region,
+            "executor",
+            [*kairos_command(), "executor"],
+            {
+                "KAIROS_GRPC_HOST": "127.0.0.1",
+                "KAIROS_GRPC_PORT": str(grpc_port),
+                "KAIROS_METRICS_HOST": "127.0.0.1",
+                "KAIROS_METRICS_PORT": str(metrics),
+            },
+        )
         proc.ports.update(grpc=grpc_port, metrics=metrics)
         proc.ready_url = f"http://127.0.0.1:{metrics}/readyz"
         return proc
 
-    def worker(self, name: str, region: RegionEnv, *, executor: Proc, api_key: str, pool: str,
-               concurrency: int, lease_s: float, work_s: float) -> Proc:
+    def worker(
+        self,
+        name: str,
+        region: RegionEnv,
+        *,
+        executor: Proc,
+        api_key: str,
+        pool: str,
+        concurrency: int,
+        lease_s: float,
+        work_s: float,
+    ) -> Proc:
         runs = self.directory / f"{name}.runs"
         runs.touch()
-        args = [sys.executable, "-m", "app.drill.tenant_worker", "--pool", pool,
-                "--addr", f"127.0.0.1:{executor.ports['grpc']}", "--runs", str(runs), "--worker-id", name,
-                "--concurrency", str(concurrency), "--lease-seconds", str(lease_s), "--work-s", str(work_s)]
+        args = [
+            sys.executable,
+            "-m",
+            "app.drill.tenant_worker",
+            "--pool",
+            pool,
+            "--addr",
+            f"127.0.0.1:{executor.ports['grpc']}",
+            "--runs",
+            str(runs),
+            "--worker-id",
+            name,
+            "--concurrency",
+            str(concurrency),
+            "--lease-seconds",
+            str(lease_s),
+            "--work-s",
+            str(work_s),
+        ]
         proc = self._spawn(name, region, "worker", args, {"KAIROS_API_KEY": api_key})
         proc.runs_path, proc.worker_id = runs, name
         return proc
@@ -140,8 +202,9 @@ class Fleet:
             while pending:
                 for proc in list(pending):
                     if not proc.alive():
-                        raise RuntimeError(f"{proc.name} exited at start (code {proc.popen.returncode}):\n"
-                                           f"{self.log_tail(proc)}")
+                        raise RuntimeError(
+                            f"{proc.name} exited at start (code {proc.popen.returncode}):\n{self.log_tail(proc)}"
+                        )
                     with contextlib.suppress(httpx.HTTPError):
                         assert proc.ready_url is not None
                         if (await client.get(proc.ready_url)).status_code == 200:

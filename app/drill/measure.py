@@ -76,8 +76,14 @@ def owed_keys(owed: Iterable[Owed], until: float) -> set[tuple[UUID, float]]:
     return {(o.job_id, round(at, 3)) for o in owed for at in o.occurrences(until)}
 
 
-def tally(owed: Iterable[Owed], runs: list[Run], *, fault_at: float, until: float,
-          succeeded: set[tuple[UUID, float]] | None = None) -> Tally:
+def tally(
+    owed: Iterable[Owed],
+    runs: list[Run],
+    *,
+    fault_at: float,
+    until: float,
+    succeeded: set[tuple[UUID, float]] | None = None,
+) -> Tally:
     """Count against the occurrences owed up to ``until`` (unix seconds); ``succeeded``: the keys
     (job_id, due instant rounded to the millisecond) whose execution succeeded."""
     expected = owed_keys(owed, until)
@@ -87,8 +93,9 @@ def tally(owed: Iterable[Owed], runs: list[Run], *, fault_at: float, until: floa
     started = expected & set(by_key)
     lost = sorted(expected - (started if succeeded is None else succeeded), key=lambda k: k[1])
     duplicated = sum(1 for k in expected if len(by_key.get(k, ())) > 1)
-    firsts = sorted((min(rs, key=lambda r: r.started) for k, rs in by_key.items() if k in expected),
-                    key=lambda r: r.started)
+    firsts = sorted(
+        (min(rs, key=lambda r: r.started) for k, rs in by_key.items() if k in expected), key=lambda r: r.started
+    )
     lags = [(r.started, r.started - r.at) for r in firsts]
     after = [(started, lag) for started, lag in lags if started >= fault_at]
     late = [i for i, (_, lag) in enumerate(after) if lag >= LAG_TARGET_S]
@@ -98,10 +105,19 @@ def tally(owed: Iterable[Owed], runs: list[Run], *, fault_at: float, until: floa
         lag_back = after[late[-1] + 1][0] - fault_at
     else:
         lag_back = None
-    return Tally(owed=len(expected), ran=len(expected) - len(lost), lost=len(lost), duplicated=duplicated,
-                 lost_examples=lost[:5], lost_keys=lost, lag_back_s=lag_back,
-                 max_lag_s=max((lag for _, lag in lags), default=0.0), late_after_fault=len(late),
-                 started=len(started), started_not_succeeded=sum(1 for k in lost if k in started))
+    return Tally(
+        owed=len(expected),
+        ran=len(expected) - len(lost),
+        lost=len(lost),
+        duplicated=duplicated,
+        lost_examples=lost[:5],
+        lost_keys=lost,
+        lag_back_s=lag_back,
+        max_lag_s=max((lag for _, lag in lags), default=0.0),
+        late_after_fault=len(late),
+        started=len(started),
+        started_not_succeeded=sum(1 for k in lost if k in started),
+    )
 
 
 def occurrence_text(job_id: UUID, at_unix: float) -> str:

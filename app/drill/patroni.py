@@ -131,8 +131,15 @@ class PatroniMember:
 class PatroniSite:
     """Three etcd members and one Patroni member per PostgreSQL region, inside ``cluster``'s directory."""
 
-    def __init__(self, cluster: Cluster, *, synchronous: bool, ttl_s: int = TTL_S_DEFAULT,
-                 loop_wait_s: int = LOOP_WAIT_S_DEFAULT, start_timeout_s: float = START_TIMEOUT_S_DEFAULT):
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        synchronous: bool,
+        ttl_s: int = TTL_S_DEFAULT,
+        loop_wait_s: int = LOOP_WAIT_S_DEFAULT,
+        start_timeout_s: float = START_TIMEOUT_S_DEFAULT,
+    ):
         if missing := missing_binaries():
             raise ClusterError(f"not installed: {', '.join(missing)} (Debian: apt-get install patroni etcd-server)")
         # Patroni's rule: a lost DCS or PostgreSQL call is retried for retry_timeout, twice within a TTL.
@@ -154,18 +161,41 @@ class PatroniSite:
 
     def start_etcd(self, regions: list[str]) -> None:
         """One etcd member per region, in one new Raft group; returns once every member is healthy."""
-        self.etcd = [EtcdMember(f"etcd-{region}", region, free_port(), free_port(), self.directory / f"etcd-{region}")
-                     for region in regions]
+        self.etcd = [
+            EtcdMember(f"etcd-{region}", region, free_port(), free_port(), self.directory / f"etcd-{region}")
+            for region in regions
+        ]
         initial = ",".join(f"{m.name}={m.peer_url}" for m in self.etcd)
         for member in self.etcd:
             # Heartbeat and election timeout are etcd's defaults (100 ms, 1 s): a lost Raft leader costs
             # about a second, and the shortest lease etcd grants is 1.5 election timeouts.
-            member.process = self._spawn(member.name, [
-                ETCD, "--name", member.name, "--data-dir", str(member.data_dir),
-                "--listen-client-urls", member.client_url, "--advertise-client-urls", member.client_url,
-                "--listen-peer-urls", member.peer_url, "--initial-advertise-peer-urls", member.peer_url,
-                "--initial-cluster", initial, "--initial-cluster-state", "new",
-                "--initial-cluster-token", f"kairos-drill-{os.getpid()}", "--log-level", "warn"], as_postgres=False)
+            member.process = self._spawn(
+                member.name,
+                [
+                    ETCD,
+                    "--name",
+                    member.name,
+                    "--data-dir",
+                    str(member.data_dir),
+                    "--listen-client-urls",
+                    member.client_url,
+                    "--advertise-client-urls",
+                    member.client_url,
+                    "--listen-peer-urls",
+                    member.peer_url,
+                    "--initial-advertise-peer-urls",
+                    member.peer_url,
+                    "--initial-cluster",
+                    initial,
+                    "--initial-cluster-state",
+                    "new",
+                    "--initial-cluster-token",
+                    f"kairos-drill-{os.getpid()}",
+                    "--log-level",
+                    "warn",
+                ],
+                as_postgres=False,
+            )
         deadline = time.monotonic() + self.start_timeout_s
         for member in self.etcd:
             while not self._etcd_healthy(member):
@@ -226,8 +256,13 @@ class PatroniSite:
         self.cluster.chown(home)
         pgdata = home / "data"
         node = Node(name=name, pgdata=pgdata, port=pg_port, log_path=home / "postgresql.log")
-        member = PatroniMember(name=name, node=node, api_port=api_port, config_path=home / "patroni.yml",
-                               log_path=self.directory / f"patroni-{name}.log")
+        member = PatroniMember(
+            name=name,
+            node=node,
+            api_port=api_port,
+            config_path=home / "patroni.yml",
+            log_path=self.directory / f"patroni-{name}.log",
+        )
         member.config_path.write_text(json.dumps(self._config(member, home)))  # JSON is YAML
         self.cluster.chown(member.config_path)
         member.process = self._spawn(f"patroni-{name}", [PATRONI, str(member.config_path)], as_postgres=True)
@@ -238,21 +273,29 @@ class PatroniSite:
     def _config(self, member: PatroniMember, home: Path) -> dict[str, Any]:
         address = f"127.0.0.1:{member.node.port}"
         return {
-            "scope": SCOPE, "namespace": NAMESPACE, "name": member.name,
+            "scope": SCOPE,
+            "namespace": NAMESPACE,
+            "name": member.name,
             "log": {"level": "INFO", "format": "%(asctime)s %(levelname)s: %(message)s"},
             "restapi": {"listen": f"127.0.0.1:{member.api_port}", "connect_address": f"127.0.0.1:{member.api_port}"},
             "etcd3": {"hosts": [f"127.0.0.1:{m.client_port}" for m in self.etcd], "protocol": "http"},
             "bootstrap": {
-                "dcs": {"ttl": self.ttl_s, "loop_wait": self.loop_wait_s, "retry_timeout": self.retry_timeout_s,
-                        "maximum_lag_on_failover": MAX_LAG_ON_FAILOVER_BYTES,
-                        "synchronous_mode": self.synchronous, "synchronous_mode_strict": False,
-                        "postgresql": {"use_pg_rewind": False, "use_slots": True,
-                                       "parameters": _DCS_PARAMETERS}},
+                "dcs": {
+                    "ttl": self.ttl_s,
+                    "loop_wait": self.loop_wait_s,
+                    "retry_timeout": self.retry_timeout_s,
+                    "maximum_lag_on_failover": MAX_LAG_ON_FAILOVER_BYTES,
+                    "synchronous_mode": self.synchronous,
+                    "synchronous_mode_strict": False,
+                    "postgresql": {"use_pg_rewind": False, "use_slots": True, "parameters": _DCS_PARAMETERS},
+                },
                 "initdb": [{"encoding": "UTF8"}, {"locale": "C"}, "no-sync"],
             },
             "postgresql": {
-                "listen": address, "connect_address": address,
-                "data_dir": str(member.node.pgdata), "bin_dir": str(self.cluster.pg_bin),
+                "listen": address,
+                "connect_address": address,
+                "data_dir": str(member.node.pgdata),
+                "bin_dir": str(self.cluster.pg_bin),
                 "pgpass": str(home / "pgpass"),
                 "authentication": {"superuser": {"username": "postgres"}, "replication": {"username": "postgres"}},
                 "parameters": {**_MEMBER_PARAMETERS, "unix_socket_directories": str(home)},
@@ -273,8 +316,10 @@ class PatroniSite:
             if member.process is not None and member.process.poll() is not None:
                 raise ClusterError(f"patroni {member.name} exited:\n{self.log_tail(f'patroni-{member.name}')}")
             if time.monotonic() > deadline:
-                raise ClusterError(f"patroni {member.name} not {role} within {timeout_s or self.start_timeout_s:.0f} s:"
-                                   f"\n{self.log_tail(f'patroni-{member.name}')}")
+                raise ClusterError(
+                    f"patroni {member.name} not {role} within {timeout_s or self.start_timeout_s:.0f} s:"
+                    f"\n{self.log_tail(f'patroni-{member.name}')}"
+                )
             time.sleep(POLL_S * 2)
 
     # -- the fault --------------------------------------------------------------------------
@@ -285,8 +330,7 @@ class PatroniSite:
         if pid is None:
             return 0
         try:
-            senders = [child for child in psutil.Process(pid).children()
-                       if "walsender" in " ".join(child.cmdline())]
+            senders = [child for child in psutil.Process(pid).children() if "walsender" in " ".join(child.cmdline())]
         except psutil.Error:
             return 0
         for sender in senders:
@@ -364,6 +408,14 @@ class PatroniSite:
         extra = self.cluster.as_postgres_user() if as_postgres else {}
         inherited = {**os.environ}
         env = {**extra.pop("env", inherited), "PATH": inherited.get("PATH", "/usr/bin:/bin")}
-        return subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=self.directory, preexec_fn=die_with_parent,
-                                env=env, **extra)
+        return subprocess.Popen(
+            args,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=self.directory,
+            preexec_fn=die_with_parent,
+            env=env,
+            **extra,
+        )

@@ -112,17 +112,31 @@ async def _run(h: Harness, report: Report, site: PatroniSite) -> None:
         apis[region] = fleet.api(f"{region}-api", env)
         fleet.scheduler(f"{region}-scheduler", env)
         executor = fleet.executor(f"{region}-executor", env)
-        fleet.worker(f"{region}-worker", env, executor=executor, api_key=key, pool=POOL,
-                     concurrency=o.worker_concurrency, lease_s=o.worker_lease_s, work_s=0.0)
+        fleet.worker(
+            f"{region}-worker",
+            env,
+            executor=executor,
+            api_key=key,
+            pool=POOL,
+            concurrency=o.worker_concurrency,
+            lease_s=o.worker_lease_s,
+            work_s=0.0,
+        )
     await fleet.wait_ready()
     await until(lambda: owned_by_region(db, PRIMARY), timeout_s=60, what=f"{PRIMARY} to own every shard")
     replication = "synchronous mode" if o.synchronous else "asynchronous"
-    report.add("regions", f"{PRIMARY} (Patroni leader: PostgreSQL primary; etcd member; api, scheduler, executor, "
-               f"SDK worker), {STANDBY} (Patroni replica, {replication}: streaming standby; etcd member; api, "
-               f"scheduler, executor, SDK worker), {WITNESS} (etcd member only); every process on "
-               f"{redacted(url)}")
-    report.add("patroni", f"leader key TTL {site.ttl_s} s, loop_wait {site.loop_wait_s} s, retry_timeout "
-               f"{site.retry_timeout_s} s, synchronous_mode {'on' if o.synchronous else 'off'}")
+    report.add(
+        "regions",
+        f"{PRIMARY} (Patroni leader: PostgreSQL primary; etcd member; api, scheduler, executor, "
+        f"SDK worker), {STANDBY} (Patroni replica, {replication}: streaming standby; etcd member; api, "
+        f"scheduler, executor, SDK worker), {WITNESS} (etcd member only); every process on "
+        f"{redacted(url)}",
+    )
+    report.add(
+        "patroni",
+        f"leader key TTL {site.ttl_s} s, loop_wait {site.loop_wait_s} s, retry_timeout "
+        f"{site.retry_timeout_s} s, synchronous_mode {'on' if o.synchronous else 'off'}",
+    )
     urls = [f"http://127.0.0.1:{apis[r].ports['api']}" for r in (PRIMARY, STANDBY)]
     async with Submitter(urls, key) as submitter:
         flow = Flow(submitter, o, [p for p in fleet.procs if p.role == "worker"])
@@ -143,37 +157,64 @@ async def _run(h: Harness, report: Report, site: PatroniSite) -> None:
             fleet.kill(proc)
         tail = await wal_tail(cluster, primary_db, standby_db)
         seen = await watch_failover(site, standby_db, timeout_s=max(1.0, deadline - time.monotonic()))
-        await until(lambda: owned_by_region(db, STANDBY), timeout_s=max(1.0, deadline - time.monotonic()),
-                    what=f"{STANDBY} to own every shard")
+        await until(
+            lambda: owned_by_region(db, STANDBY),
+            timeout_s=max(1.0, deadline - time.monotonic()),
+            what=f"{STANDBY} to own every shard",
+        )
         takeover_s = time.time() - fault_at
         await asyncio.sleep(o.observe_s)  # the flow goes on after the takeover, so lag is measured on it
         result, _ = await flow.finish(fault_at, deadline, db)
-        present = await db.transaction(lambda tx: drill(tx).jobs_present(
-            tenant_id, [ow.job_id for ow in submitter.owed]))
+        present = await db.transaction(
+            lambda tx: drill(tx).jobs_present(tenant_id, [ow.job_id for ow in submitter.owed])
+        )
     survivors = fleet.in_region(STANDBY)
     assert seen.detected is not None and seen.locked is not None and seen.writable is not None
     flow_lines(report, flow, result)
-    report.add("fault", f"{PRIMARY} killed at {h.since_start(fault_at)} (its Patroni, PostgreSQL, etcd member and "
-               f"{len(victims)} processes, SIGKILL; etcd's Raft leader was {etcd_leader or 'unknown'}), "
-               f"{(fault_at - herd_due):.1f} s after the herd was due"
-               + (f", its WAL senders stopped {o.link_stall_s:g} s before" if o.link_stall_s else "") + "; "
-               + replication_at_failure(lag, tail, o.synchronous))
-    report.add("detection time", f"{seen.detected - fault_at:.1f} s (the leader key in etcd expired: nothing "
-               f"renewed it after the fault; TTL {site.ttl_s} s)")
-    report.add("promotion time", f"{seen.writable - seen.detected:.2f} s after the detection ({STANDBY}'s Patroni "
-               f"took the leader key {seen.locked - fault_at:.1f} s and its PostgreSQL accepted writes "
-               f"{seen.writable - fault_at:.1f} s after the fault)")
-    report.add("takeover time", f"{takeover_s:.1f} s ({STANDBY} owns {SHARDS}/{SHARDS} shards, "
-               f"{fault_at + takeover_s - seen.writable:.1f} s after the promotion; shard lease TTL "
-               f"{o.lease_ttl_s:g} s + takeover grace {o.grace_s:g} s, both counted from the fault)")
-    report.add("reconnected", f"{sum(p.alive() for p in survivors)} of {len(survivors)} {STANDBY} processes kept "
-               "running, never restarted or reconfigured: they found the new primary through the multi-host URL")
-    await outcome_lines(report, db, result, "started again once its lease expired: its worker was killed, or "
-                         "its outcome could not be reported while Patroni failed over"
-                         + ("" if o.synchronous else ", or its completion was lost with the primary") +
-                         "; same idempotency key")
+    report.add(
+        "fault",
+        f"{PRIMARY} killed at {h.since_start(fault_at)} (its Patroni, PostgreSQL, etcd member and "
+        f"{len(victims)} processes, SIGKILL; etcd's Raft leader was {etcd_leader or 'unknown'}), "
+        f"{(fault_at - herd_due):.1f} s after the herd was due"
+        + (f", its WAL senders stopped {o.link_stall_s:g} s before" if o.link_stall_s else "")
+        + "; "
+        + replication_at_failure(lag, tail, o.synchronous),
+    )
+    report.add(
+        "detection time",
+        f"{seen.detected - fault_at:.1f} s (the leader key in etcd expired: nothing "
+        f"renewed it after the fault; TTL {site.ttl_s} s)",
+    )
+    report.add(
+        "promotion time",
+        f"{seen.writable - seen.detected:.2f} s after the detection ({STANDBY}'s Patroni "
+        f"took the leader key {seen.locked - fault_at:.1f} s and its PostgreSQL accepted writes "
+        f"{seen.writable - fault_at:.1f} s after the fault)",
+    )
+    report.add(
+        "takeover time",
+        f"{takeover_s:.1f} s ({STANDBY} owns {SHARDS}/{SHARDS} shards, "
+        f"{fault_at + takeover_s - seen.writable:.1f} s after the promotion; shard lease TTL "
+        f"{o.lease_ttl_s:g} s + takeover grace {o.grace_s:g} s, both counted from the fault)",
+    )
+    report.add(
+        "reconnected",
+        f"{sum(p.alive() for p in survivors)} of {len(survivors)} {STANDBY} processes kept "
+        "running, never restarted or reconfigured: they found the new primary through the multi-host URL",
+    )
+    await outcome_lines(
+        report,
+        db,
+        result,
+        "started again once its lease expired: its worker was killed, or "
+        "its outcome could not be reported while Patroni failed over"
+        + ("" if o.synchronous else ", or its completion was lost with the primary")
+        + "; same idempotency key",
+    )
     missing = len(submitter.owed) - len(present)
-    report.add("missing after failover", f"{missing} of {len(submitter.owed)} acknowledged jobs are not in the "
-               "promoted database")
+    report.add(
+        "missing after failover",
+        f"{missing} of {len(submitter.owed)} acknowledged jobs are not in the promoted database",
+    )
     report.add("drill time", f"{time.time() - h.started:.0f} s")
     report.ok = result.lost == 0 or not o.synchronous

@@ -68,8 +68,9 @@ class Drill(Table):
     async def jobs_present(self, tenant_id: UUID, job_ids: Sequence[UUID]) -> set[UUID]:
         if not job_ids:
             return set()
-        rows = await self._conn.execute(statement("DrillJobsPresent"),
-                                        {"tenant_id": tenant_id, "job_ids": plain(job_ids)})
+        rows = await self._conn.execute(
+            statement("DrillJobsPresent"), {"tenant_id": tenant_id, "job_ids": plain(job_ids)}
+        )
         return {r.job_id for r in rows}
 
     async def attempt_outcomes(self, tenant_id: UUID) -> list[AttemptOutcomeCount]:
@@ -77,8 +78,9 @@ class Drill(Table):
         return [AttemptOutcomeCount(r.worker_id, r.outcome, int(r.attempts)) for r in rows]
 
     async def leased_by(self, tenant_id: UUID, worker_id: str) -> list[LeasedExecution]:
-        rows = await self._conn.execute(statement("DrillExecutionsLeasedBy"),
-                                        {"tenant_id": tenant_id, "worker_id": worker_id})
+        rows = await self._conn.execute(
+            statement("DrillExecutionsLeasedBy"), {"tenant_id": tenant_id, "worker_id": worker_id}
+        )
         return [LeasedExecution(r.execution_id, r.job_id, r.scheduled_for, r.attempt) for r in rows]
 
     async def due_of(self, job_ids: Sequence[UUID]) -> dict[UUID, datetime]:
@@ -103,8 +105,12 @@ class Replication(Table):
         row = (await self._conn.execute(statement("ReplicationStandbyGet"), {"name": name})).first()
         if row is None:
             return None
-        return StandbyState(state=row.state, sync_state=row.sync_state,
-                            flush_lag_bytes=row.flush_lag_bytes, replay_lag_bytes=row.replay_lag_bytes)
+        return StandbyState(
+            state=row.state,
+            sync_state=row.sync_state,
+            flush_lag_bytes=row.flush_lag_bytes,
+            replay_lag_bytes=row.replay_lag_bytes,
+        )
 
     async def in_recovery(self) -> bool:
         return bool((await self._conn.execute(statement("ReplicationInRecovery"))).scalar_one())

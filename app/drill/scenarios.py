@@ -23,8 +23,15 @@ from app.drill._harness import FAILOVERS, DrillOptions
 from app.drill._process_faults import scheduler_kill, worker_stall
 from app.drill.measure import Report
 
-__all__ = ["DRILLS", "FAILOVERS", "DrillOptions", "database_failover", "region_failover", "scheduler_kill",
-           "worker_stall"]
+__all__ = [
+    "DRILLS",
+    "FAILOVERS",
+    "DrillOptions",
+    "database_failover",
+    "region_failover",
+    "scheduler_kill",
+    "worker_stall",
+]
 
 DRILLS: dict[str, Callable[[DrillOptions], Coroutine[Any, Any, Report]]] = {
     "region-failover": region_failover,

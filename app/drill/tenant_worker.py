@@ -35,14 +35,29 @@ def main(argv: list[str] | None = None) -> None:
     work_s: float = args.work_s
 
     async def handler(execution: Execution) -> None:
-        line = {"job": execution.job_id, "at": execution.scheduled_for.timestamp(), "attempt": execution.attempt,
-                "execution": execution.execution_id, "worker": args.worker_id, "started": time.time()}
+        line = {
+            "job": execution.job_id,
+            "at": execution.scheduled_for.timestamp(),
+            "attempt": execution.attempt,
+            "execution": execution.execution_id,
+            "worker": args.worker_id,
+            "started": time.time(),
+        }
         os.write(fd, (json.dumps(line) + "\n").encode())
         if work_s:
             await asyncio.sleep(work_s)
 
-    Worker(args.pool, handler, addr=args.addr, concurrency=args.concurrency, lease_seconds=args.lease_seconds,
-           wait_seconds=1.0, worker_id=args.worker_id, grace_s=1.0, idle_notice_s=None).run_forever()
+    Worker(
+        args.pool,
+        handler,
+        addr=args.addr,
+        concurrency=args.concurrency,
+        lease_seconds=args.lease_seconds,
+        wait_seconds=1.0,
+        worker_id=args.worker_id,
+        grace_s=1.0,
+        idle_notice_s=None,
+    ).run_forever()
 
 
 if __name__ == "__main__":

@@ -62,13 +62,22 @@ def _instant(text: str) -> float:
 
 
 def one_off(name: str, pool: str, due: float) -> dict[str, Any]:
-    return {"name": name, "target": {"type": "queue", "ref": pool}, "schedule": {"runAt": _iso(due)},
-            "retry": {"maxAttempts": 10, "backoffSeconds": 0.5, "maxBackoffSeconds": 2}}
+    return {
+        "name": name,
+        "target": {"type": "queue", "ref": pool},
+        "schedule": {"runAt": _iso(due)},
+        "retry": {"maxAttempts": 10, "backoffSeconds": 0.5, "maxBackoffSeconds": 2},
+    }
 
 
 def recurring(name: str, pool: str, every_s: int) -> dict[str, Any]:
-    return {"name": name, "target": {"type": "queue", "ref": pool}, "schedule": {"every": f"{every_s}s"},
-            "misfire": "catch_up", "retry": {"maxAttempts": 10, "backoffSeconds": 0.5, "maxBackoffSeconds": 2}}
+    return {
+        "name": name,
+        "target": {"type": "queue", "ref": pool},
+        "schedule": {"every": f"{every_s}s"},
+        "misfire": "catch_up",
+        "retry": {"maxAttempts": 10, "backoffSeconds": 0.5, "maxBackoffSeconds": 2},
+    }
 
 
 @dataclass
@@ -124,7 +133,7 @@ class Submitter:
         """Submit in batches; returns how many were acknowledged."""
         acknowledged = 0
         for start in range(0, len(bodies), BATCH_MAX):
-            chunk = [{**b, "idempotencyKey": str(uuid.uuid4())} for b in bodies[start:start + BATCH_MAX]]
+            chunk = [{**b, "idempotencyKey": str(uuid.uuid4())} for b in bodies[start : start + BATCH_MAX]]
             resp = await self._post("/v1/jobs:batch", {"jobs": chunk}, {})
             if resp is None or resp.status_code != 200:
                 self.refused += len(chunk)

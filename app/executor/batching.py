@@ -34,8 +34,14 @@ Out = TypeVar("Out")
 
 
 class Coalescer(Generic[In, Out]):
-    def __init__(self, name: str, flush: Callable[[Sequence[In]], Awaitable[Sequence[Out]]], *,
-                 max_batch: int = 500, max_flushes: int = 2) -> None:
+    def __init__(
+        self,
+        name: str,
+        flush: Callable[[Sequence[In]], Awaitable[Sequence[Out]]],
+        *,
+        max_batch: int = 500,
+        max_flushes: int = 2,
+    ) -> None:
         self.name = name
         self._flush = flush
         self.max_batch = max_batch
@@ -57,7 +63,7 @@ class Coalescer(Generic[In, Out]):
     async def _drain(self) -> None:
         try:
             while self._pending:
-                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
+                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
                 try:
                     answers = await self._flush([item for item, _ in batch])
                 except BaseException as exc:  # every caller of the batch gets the failure
@@ -131,9 +137,16 @@ class Outcomes:
                 if previous is not None:
                     tracing.end_attempt(previous.span, "lease_lost")
                 leased_at = item.lease_until - timedelta(seconds=min(lease_s, float(item.timeout_s)))
-                span = tracing.start_attempt(item.traceparent, leased_at, {
-                    "kairos.job_id": item.job_id, "kairos.execution_id": item.execution_id,
-                    "kairos.attempt": item.attempt, "kairos.queue_kind": kind})
+                span = tracing.start_attempt(
+                    item.traceparent,
+                    leased_at,
+                    {
+                        "kairos.job_id": item.job_id,
+                        "kairos.execution_id": item.execution_id,
+                        "kairos.attempt": item.attempt,
+                        "kairos.queue_kind": kind,
+                    },
+                )
             leases[item.execution_id] = _Lease(item.job_id, item.tenant_id, item.attempt, round(lag_s * 1000, 1), span)
         while len(leases) > TRACKED_LEASES_MAX:
             tracing.end_attempt(leases.popitem(last=False)[1].span, "untracked")
@@ -143,14 +156,16 @@ class Outcomes:
         attempt and the outcome line."""
         lag_s = (at - item.scheduled_for).total_seconds()
         if item.attempt == 1 and item.trigger == "schedule":
-            observability.start_lag.record(max(0.0, lag_s),
-                                           {"tenant": item.tenant_id, "queue": observability.queue_kind(queue)})
+            observability.start_lag.record(
+                max(0.0, lag_s), {"tenant": item.tenant_id, "queue": observability.queue_kind(queue)}
+            )
         lease = self._leases.get(item.execution_id)
         if lease is not None and lease.attempt == item.attempt:
             lease.lag_ms = round(lag_s * 1000, 1)
 
-    def _settled(self, settled: Sequence[tuple[ex.ExecutionRef, int, str]],
-                 more: Sequence[dict[str, object]] | None = None) -> None:
+    def _settled(
+        self, settled: Sequence[tuple[ex.ExecutionRef, int, str]], more: Sequence[dict[str, object]] | None = None
+    ) -> None:
         """The outcome lines of a batch, (execution_id, attempt, outcome) each with ``more[i]``'s fields,
         and (but for a deferral, which is no attempt's outcome) their counts: one add per outcome, one
         write for the lines."""
@@ -198,22 +213,35 @@ class Outcomes:
     async def _complete(self, items: Sequence[ex.Success]) -> list[bool]:
         answers = await self.db.statement(lambda tx: tx.executions.complete_many(items))
         out = [answers.get(i.execution_id, False) for i in items]
-        self._settled([(item.execution_id, item.attempt, "succeeded" if ok else "lease_lost")
-                       for item, ok in zip(items, out, strict=True)])
+        self._settled(
+            [
+                (item.execution_id, item.attempt, "succeeded" if ok else "lease_lost")
+                for item, ok in zip(items, out, strict=True)
+            ]
+        )
         return out
 
     async def _fail(self, items: Sequence[ex.Failure]) -> list[ex.FailOutcome]:
         answers = await self.db.transaction(lambda tx: tx.executions.fail_many(items), isolation=self.isolation)
         out = [answers.get(i.execution_id) or ex.FailOutcome(i.execution_id, None, None) for i in items]
-        self._settled([(item.execution_id, item.attempt,
-                         "lease_lost" if o.state is None else "retried" if o.state == ExecutionState.READY else "dead")
-                        for item, o in zip(items, out, strict=True)])
+        self._settled(
+            [
+                (
+                    item.execution_id,
+                    item.attempt,
+                    "lease_lost" if o.state is None else "retried" if o.state == ExecutionState.READY else "dead",
+                )
+                for item, o in zip(items, out, strict=True)
+            ]
+        )
         return out
 
     async def _defer(self, items: Sequence[Deferral]) -> list[bool]:
         refs = [ex.AttemptRef(i.execution_id, i.attempt) for i in items]
-        await self.db.transaction(lambda tx: tx.executions.defer_many(refs, [i.delay_s for i in items]),
-                                  isolation=self.isolation)
-        self._settled([(i.execution_id, i.attempt, "deferred") for i in items],
-                      [{"delay_s": round(i.delay_s, 3)} for i in items])
+        await self.db.transaction(
+            lambda tx: tx.executions.defer_many(refs, [i.delay_s for i in items]), isolation=self.isolation
+        )
+        self._settled(
+            [(i.execution_id, i.attempt, "deferred") for i in items], [{"delay_s": round(i.delay_s, 3)} for i in items]
+        )
         return [True] * len(items)

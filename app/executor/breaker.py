@@ -98,9 +98,15 @@ class Breakers:
         if c.probing or (c.open_until is None and c.failures >= self.config.failure_threshold):
             c.open_until = self.clock() + self.config.cooldown_s
             c.probing = False
-            log.warning("circuit open", extra={"tenant_id": str(key[0]), "origin": key[1],
-                                               "failures": c.failures,
-                                               "cooldown_s": self.config.cooldown_s})
+            log.warning(
+                "circuit open",
+                extra={
+                    "tenant_id": str(key[0]),
+                    "origin": key[1],
+                    "failures": c.failures,
+                    "cooldown_s": self.config.cooldown_s,
+                },
+            )
             return True
         return False
 

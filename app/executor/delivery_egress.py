@@ -123,8 +123,7 @@ async def resolve(policy: EgressPolicy, host: str, port: int) -> IPAddress:
     addresses = await _addresses(host, port)
     for address in addresses:
         if reason := policy.refusal(host, address, port):
-            log.warning("egress refused", extra={"host": host, "port": port, "address": str(address),
-                                                 "reason": reason})
+            log.warning("egress refused", extra={"host": host, "port": port, "address": str(address), "reason": reason})
             raise EgressRefused(REFUSED)
     return addresses[0]
 

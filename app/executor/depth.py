@@ -51,8 +51,9 @@ class ReadyDepth:
     depths: dict[str, int] | None = field(default=None)
 
     async def run_once(self) -> dict[str, int]:
-        counted = await self.db.transaction(lambda tx: tx.executions.count_ready_by_queue(),
-                                            isolation=self.config.isolation)
+        counted = await self.db.transaction(
+            lambda tx: tx.executions.count_ready_by_queue(), isolation=self.config.isolation
+        )
         depths = dict.fromkeys(self.depths or {}, 0) | {queues.HTTP_QUEUE: 0} | counted
         self.depths = depths
         return depths

@@ -121,8 +121,12 @@ class _Connection(asyncio.Protocol):
 
     def _error_answer(self) -> Answer:
         encoding, retry_after = self._headers.get(b"content-encoding"), self._headers.get(b"retry-after")
-        return Answer(self._status, encoding.decode("latin-1") if encoding else None,
-                      retry_after.decode("latin-1") if retry_after else None, bytes(self._body))
+        return Answer(
+            self._status,
+            encoding.decode("latin-1") if encoding else None,
+            retry_after.decode("latin-1") if retry_after else None,
+            bytes(self._body),
+        )
 
     # the client's side
     def send(self, request: bytes) -> tuple[asyncio.Future[Answer], asyncio.Future[bool]]:
@@ -163,8 +167,13 @@ class _NoAnswer(Exception):
 def _request(method: str, path: str, body: bytes, headers: dict[str, str]) -> bytes:
     """The request's bytes. Names and values were checked against RFC 9110 before (the job's at submission and
     again before sending, Kairos's own are valid); a line break that slipped through is refused here anyway."""
-    head = "\r\n".join([f"{method} {path} HTTP/1.1", *(f"{k}: {v}" for k, v in headers.items()),
-                         f"Content-Length: {len(body)}\r\n\r\n" if body or method != "GET" else "\r\n"])
+    head = "\r\n".join(
+        [
+            f"{method} {path} HTTP/1.1",
+            *(f"{k}: {v}" for k, v in headers.items()),
+            f"Content-Length: {len(body)}\r\n\r\n" if body or method != "GET" else "\r\n",
+        ]
+    )
     if head.count("\n") != len(headers) + 2 + (1 if body or method != "GET" else 0) or "\r" in path:
         raise SendFailed("the request cannot be sent: a line break in its path or headers")
     return head.encode("latin-1") + body
@@ -174,8 +183,14 @@ class HttpClient:
     """Keep-alive HTTP/1.1 connections per ``Origin``; a call is one exchange under one deadline (the pool's
     ``Sender``). At most ``idle_max`` connections are kept idle in all, none longer than ``idle_s``."""
 
-    def __init__(self, error_body_bytes: int, *, idle_max: int = 512, idle_s: float = IDLE_S,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        error_body_bytes: int,
+        *,
+        idle_max: int = 512,
+        idle_s: float = IDLE_S,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.error_body_bytes = error_body_bytes
         self.idle_max = idle_max
         self.idle_s = idle_s
@@ -205,8 +220,13 @@ class HttpClient:
         loop = asyncio.get_running_loop()
         try:
             if origin.scheme == "https":
-                _, conn = await loop.create_connection(self._new, origin.address, origin.port, ssl=self._ssl_context(),
-                                                       server_hostname=origin.server_hostname or origin.address)
+                _, conn = await loop.create_connection(
+                    self._new,
+                    origin.address,
+                    origin.port,
+                    ssl=self._ssl_context(),
+                    server_hostname=origin.server_hostname or origin.address,
+                )
             else:
                 _, conn = await loop.create_connection(self._new, origin.address, origin.port)
         except ssl.SSLError as exc:
@@ -237,6 +257,7 @@ class HttpClient:
 
     def _keep_when_read(self, origin: Origin, conn: _Connection, done: asyncio.Future[bool]) -> None:
         """Back to the idle connections once its answer is read to the end (if the answer allows reuse)."""
+
         def settle(fut: asyncio.Future[bool]) -> None:
             if timer is not None:
                 timer.cancel()
@@ -246,6 +267,7 @@ class HttpClient:
                 self._idle_count += 1
             else:
                 conn.close()
+
         timer = None
         if done.done():
             settle(done)
@@ -254,8 +276,9 @@ class HttpClient:
         timer = asyncio.get_running_loop().call_later(self.idle_s, conn.close)
         done.add_done_callback(settle)
 
-    async def __call__(self, method: str, origin: Origin, path: str, body: bytes, headers: dict[str, str],
-                       timeout_s: float) -> Answer:
+    async def __call__(
+        self, method: str, origin: Origin, path: str, body: bytes, headers: dict[str, str], timeout_s: float
+    ) -> Answer:
         """One request and its answer within ``timeout_s`` (else TimeoutError); SendFailed when none came."""
         request = _request(method, path, body, headers)
         async with asyncio.timeout(timeout_s):

@@ -62,6 +62,8 @@ READY_RECHECK_SKIPPED_S = 0.1
 TARGETS_CACHED_MAX = 10_000  # (tenant, URL) targets and literal addresses kept
 # A request must end this long before its lease can no longer be renewed (started_at + the job's timeout).
 _TIMEOUT_MARGIN_S = 0.5
+
+
 @dataclass(eq=False)
 class _Held:
     """A delivery this pool holds the lease of, from the lease to its outcome."""
@@ -86,10 +88,18 @@ class _Held:
 
 
 class HttpPool:
-    def __init__(self, db: Database, outcomes: Outcomes, config: HttpPoolConfig | None = None, *,
-                 egress: EgressPolicy = EgressPolicy(), breakers: Breakers | None = None,
-                 transport: Sender | None = None, payloads: PayloadStore | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        db: Database,
+        outcomes: Outcomes,
+        config: HttpPoolConfig | None = None,
+        *,
+        egress: EgressPolicy = EgressPolicy(),
+        breakers: Breakers | None = None,
+        transport: Sender | None = None,
+        payloads: PayloadStore | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         config = config or HttpPoolConfig()
         self.db = db
         self.payloads = payloads  # reads the payloads kept in the object store (app.executor.payloads)
@@ -146,8 +156,9 @@ class HttpPool:
         """Deliveries this pool could start: free slots less what already waits for them. Deliveries of a
         tenant left out of leasing, or at its own limit, wait for that tenant's slots, not for these."""
         skipped, most = set(self._skipped), self.config.tenant_slots
-        waiting = sum(n for t, n in self._waiting_by_tenant.items()
-                      if t not in skipped and self._sending_by_tenant[t] < most)
+        waiting = sum(
+            n for t, n in self._waiting_by_tenant.items() if t not in skipped and self._sending_by_tenant[t] < most
+        )
         return self.config.concurrency - self._sending - waiting
 
     async def lease_batch(self) -> list[ex.Leased]:
@@ -161,16 +172,19 @@ class HttpPool:
         # One deadline for the whole exchange, connecting to the last byte read (the sender keeps it).
         began = self.clock()
         got = await self.db.statement(
-            lambda tx: tx.executions.lease(HTTP_QUEUE, self.config.worker_id, limit,
-                                           self.config.lease_s, skip_tenants=self._skipped))
+            lambda tx: tx.executions.lease(
+                HTTP_QUEUE, self.config.worker_id, limit, self.config.lease_s, skip_tenants=self._skipped
+            )
+        )
         self._want_room = len(got) >= limit
         if got:
             observability.leased.add(len(got), {"queue": observability.queue_kind(HTTP_QUEUE)})
             self.outcomes.track(got, self.config.lease_s, HTTP_QUEUE, started=False)
         for item in got:
             target = self._target(item)
-            entry = _Held(item, None if isinstance(target, Verdict) else target, began + item.timeout_s,
-                          leased_at=began)
+            entry = _Held(
+                item, None if isinstance(target, Verdict) else target, began + item.timeout_s, leased_at=began
+            )
             self._held[item.execution_id] = entry
             if isinstance(target, Verdict):
                 self._spawn(self._settle(entry, target), item)
@@ -203,15 +217,17 @@ class HttpPool:
     def _limit(self, key: Key) -> AdaptiveLimit:
         found = self._limits.get(key)
         if found is None:
-            found = self._limits[key] = AdaptiveLimit(min(self.config.per_origin_start, self.config.per_origin),
-                                                      self.config.per_origin, clock=self.clock)
+            found = self._limits[key] = AdaptiveLimit(
+                min(self.config.per_origin_start, self.config.per_origin), self.config.per_origin, clock=self.clock
+            )
         return found
 
     def _can_start(self, key: Key) -> bool:
-        return (self._sending < self.config.concurrency
-                and self._sending_by_key[key] < min(self.breakers.limit(key, self.config.per_origin),
-                                                    self.limit_of(key))
-                and self._sending_by_tenant[key[0]] < self.config.tenant_slots)
+        return (
+            self._sending < self.config.concurrency
+            and self._sending_by_key[key] < min(self.breakers.limit(key, self.config.per_origin), self.limit_of(key))
+            and self._sending_by_tenant[key[0]] < self.config.tenant_slots
+        )
 
     def _held_back_for(self, key: Key) -> float | None:
         """Seconds the circuit sends nothing: its breaker is open, or its origin asked (Retry-After)."""
@@ -320,8 +336,11 @@ class HttpPool:
         pause left (bounded memory); below it, a circuit keeps what it learned for its next herd."""
         if len(self._limits) <= TARGETS_CACHED_MAX:
             return
-        for key in [k for k, lim in self._limits.items()
-                    if k not in self._sending_by_key and k not in self._waiting and lim.paused_for() is None]:
+        for key in [
+            k
+            for k, lim in self._limits.items()
+            if k not in self._sending_by_key and k not in self._waiting and lim.paused_for() is None
+        ]:
             del self._limits[key]
 
     # -- the loops -----------------------------------------------------------------------------------
@@ -417,7 +436,8 @@ class HttpPool:
         renewals = [ex.Renewal(e.item.execution_id, e.item.attempt, restart=e.waiting) for e in entries]
         renewed = await self.db.transaction(
             lambda tx: tx.executions.renew_many(renewals, self.config.worker_id, self.config.lease_s),
-            isolation=self.config.isolation)
+            isolation=self.config.isolation,
+        )
         for entry, renewal in zip(entries, renewals, strict=True):
             if entry.item.execution_id in renewed:
                 if renewal.restart and entry.waiting:
@@ -428,8 +448,14 @@ class HttpPool:
                 if not self._waiting[entry.key]:
                     del self._waiting[entry.key]
                 self._unwait(entry)
-                log.info("execution outcome", extra={"execution_id": entry.item.execution_id,
-                                                     "attempt": entry.item.attempt, "outcome": "lease_lost"})
+                log.info(
+                    "execution outcome",
+                    extra={
+                        "execution_id": entry.item.execution_id,
+                        "attempt": entry.item.attempt,
+                        "outcome": "lease_lost",
+                    },
+                )
                 self._let_go(entry)
         return len(renewed)
 
@@ -439,7 +465,8 @@ class HttpPool:
         renewals = [ex.Renewal(e.item.execution_id, e.item.attempt, restart=True) for e in entries]
         renewed = await self.db.transaction(
             lambda tx: tx.executions.renew_many(renewals, self.config.worker_id, self.config.lease_s),
-            isolation=self.config.isolation)
+            isolation=self.config.isolation,
+        )
         for entry in entries:
             if entry.item.execution_id in renewed:
                 entry.deadline = began + entry.item.timeout_s
@@ -473,8 +500,14 @@ class HttpPool:
     async def _deliver(self, entry: _Held, *, restart: bool) -> None:
         try:
             if restart and not await self._restarter.submit(entry):
-                log.info("execution outcome", extra={"execution_id": entry.item.execution_id,
-                                                     "attempt": entry.item.attempt, "outcome": "lease_lost"})
+                log.info(
+                    "execution outcome",
+                    extra={
+                        "execution_id": entry.item.execution_id,
+                        "attempt": entry.item.attempt,
+                        "outcome": "lease_lost",
+                    },
+                )
                 return
             item = entry.item
             if item.payload_ref is not None:  # the job's payload is in the object store: read it first
@@ -502,16 +535,24 @@ class HttpPool:
 
     async def _report(self, item: ex.Leased, verdict: Verdict, sent_at: datetime | None) -> None:
         if verdict.outcome == "succeeded":
-            await self.outcomes.complete(ex.Success(item.execution_id, item.attempt, {"status": int(verdict.detail)},
-                                                    sent_at=sent_at))
+            await self.outcomes.complete(
+                ex.Success(item.execution_id, item.attempt, {"status": int(verdict.detail)}, sent_at=sent_at)
+            )
         elif verdict.outcome == "deferred":
             # Jittered, so deliveries deferred together do not all come back in the same instant.
             delay = float(verdict.detail) * random.uniform(1.0, 1.2)
             await self.outcomes.defer(Deferral(item.execution_id, item.attempt, delay))
         else:
-            await self.outcomes.fail(ex.Failure(item.execution_id, item.attempt, verdict.detail,
-                                                retryable=verdict.outcome == "retry", sent_at=sent_at,
-                                                retry_after_s=verdict.retry_after_s))
+            await self.outcomes.fail(
+                ex.Failure(
+                    item.execution_id,
+                    item.attempt,
+                    verdict.detail,
+                    retryable=verdict.outcome == "retry",
+                    sent_at=sent_at,
+                    retry_after_s=verdict.retry_after_s,
+                )
+            )
 
     async def _attempt(self, entry: _Held, item: ex.Leased, sent: list[datetime]) -> Verdict:
         target = entry.target
@@ -521,8 +562,10 @@ class HttpPool:
             address = await self._address(target)
         except EgressRefused as exc:
             self.breakers.abandon(circuit)  # nothing was sent: no news of the origin
-            log.warning("delivery refused by the egress policy", extra={
-                "execution_id": item.execution_id, "tenant_id": item.tenant_id, "host": target.host})
+            log.warning(
+                "delivery refused by the egress policy",
+                extra={"execution_id": item.execution_id, "tenant_id": item.tenant_id, "host": target.host},
+            )
             return Verdict("dead", exc.detail)
         except TargetUnresolved as exc:
             return self._failed(circuit, 0.0, Verdict("retry", exc.detail))
@@ -538,8 +581,11 @@ class HttpPool:
         for name, value in (item.http_headers or {}).items():
             if not FIELD_NAME(name) or not FIELD_VALUE(value):
                 self.breakers.abandon(circuit)
-                return Verdict("dead", f"the request cannot be sent: header {name!r} is not a valid HTTP field "
-                                       "(visible ASCII, spaces and tabs only)")
+                return Verdict(
+                    "dead",
+                    f"the request cannot be sent: header {name!r} is not a valid HTTP field "
+                    "(visible ASCII, spaces and tabs only)",
+                )
         # Connect to the address the egress policy checked (no second DNS answer can differ).
         to = Origin(target.scheme, str(address), target.port, target.host if target.scheme == "https" else None)
         began = self.clock()
@@ -547,9 +593,16 @@ class HttpPool:
         self.outcomes.sent(item, sent[0], HTTP_QUEUE)
         try:
             if tracing.enabled():
-                with tracing.span("kairos.deliver", parent=item.traceparent, attributes={
-                        "kairos.job_id": item.job_id, "kairos.execution_id": item.execution_id,
-                        "kairos.attempt": item.attempt, "http.request.method": method}) as traceparent:
+                with tracing.span(
+                    "kairos.deliver",
+                    parent=item.traceparent,
+                    attributes={
+                        "kairos.job_id": item.job_id,
+                        "kairos.execution_id": item.execution_id,
+                        "kairos.attempt": item.attempt,
+                        "http.request.method": method,
+                    },
+                ) as traceparent:
                     # The occurrence's trace goes to the target: its own spans join it.
                     headers["traceparent"] = traceparent or tracing.child_of(item.traceparent)
                     answer = await self.send(method, to, target.path, body, headers, timeout)
@@ -557,13 +610,15 @@ class HttpPool:
                 headers["traceparent"] = tracing.child_of(item.traceparent)
                 answer = await self.send(method, to, target.path, body, headers, timeout)
         except TimeoutError:
-            return self._failed(circuit, self.clock() - began, Verdict("retry", f"timed out after {timeout:.3g}s"),
-                                congested=True)
+            return self._failed(
+                circuit, self.clock() - began, Verdict("retry", f"timed out after {timeout:.3g}s"), congested=True
+            )
         except SendFailed as exc:
             # The error may name the address connected to: say the host the tenant wrote instead.
             text = str(exc).replace(str(address), target.host)
-            return self._failed(circuit, self.clock() - began, Verdict("retry", f"connection error: {text}"),
-                                congested=True)
+            return self._failed(
+                circuit, self.clock() - began, Verdict("retry", f"connection error: {text}"), congested=True
+            )
         latency = self.clock() - began
         status = answer.status
         if 200 <= status < 300:
@@ -574,14 +629,26 @@ class HttpPool:
         detail = detail.strip().rstrip(":")
         if status in RETRYABLE_STATUS or status >= 500:
             wait = retry_after_s(answer.retry_after) if status in CONGESTION_STATUS else None
-            return self._failed(circuit, latency, Verdict("retry", detail, wait),
-                                congested=status in CONGESTION_STATUS or status == 408, retry_after=wait)
+            return self._failed(
+                circuit,
+                latency,
+                Verdict("retry", detail, wait),
+                congested=status in CONGESTION_STATUS or status == 408,
+                retry_after=wait,
+            )
         self.breakers.record_success(circuit)  # the origin answers; this request never will
         self._limit(circuit).succeeded(latency)
         return Verdict("dead", detail)
 
-    def _failed(self, circuit: Key, latency_s: float, verdict: Verdict, *, congested: bool = False,
-                retry_after: float | None = None) -> Verdict:
+    def _failed(
+        self,
+        circuit: Key,
+        latency_s: float,
+        verdict: Verdict,
+        *,
+        congested: bool = False,
+        retry_after: float | None = None,
+    ) -> Verdict:
         """A failure the origin is to blame for: counted by the breaker and the limit. Once the circuit is
         open (this failure opened it, or it was in flight when another did) the delivery is deferred to the
         end of the cool-down, its attempt refunded: an outage spends only the attempts that reveal it."""

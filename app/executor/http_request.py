@@ -18,11 +18,25 @@ from app.store import executions as ex
 
 # Headers Kairos writes on every delivery. A job's static header of one of these names, in any case, is
 # dropped: the delivery's own value wins (receivers rely on them, and two of one name would be ambiguous).
-RESERVED_HEADERS = frozenset({
-    "content-type", "content-length", "transfer-encoding", "connection", "host", "user-agent",
-    "accept-encoding", "idempotency-key", "traceparent", "tracestate", "kairos-job-id", "kairos-execution-id",
-    "kairos-attempt", "kairos-scheduled-for", "kairos-signature",
-})
+RESERVED_HEADERS = frozenset(
+    {
+        "content-type",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "host",
+        "user-agent",
+        "accept-encoding",
+        "idempotency-key",
+        "traceparent",
+        "tracestate",
+        "kairos-job-id",
+        "kairos-execution-id",
+        "kairos-attempt",
+        "kairos-scheduled-for",
+        "kairos-signature",
+    }
+)
 
 
 # RFC 9110 5.1 and 5.5: a field name is a token; a value, visible ASCII with spaces and tabs inside (obs-text,
@@ -86,18 +100,20 @@ def delivery_headers(item: ex.Leased, target: Target, body: bytes) -> dict[str, 
     # The job's static headers first, less those Kairos writes itself (compared in any case).
     headers = {k: v for k, v in (item.http_headers or {}).items() if k.lower() not in RESERVED_HEADERS}
     scheduled = scheduled_text(item.scheduled_for)  # as Leased.idempotency_key writes it
-    headers.update({
-        "Content-Type": "application/json",
-        "User-Agent": "Kairos/1",
-        "Accept-Encoding": "identity",  # the excerpt of a failure's answer is read as it comes
-        "Host": target.netloc,
-        "Idempotency-Key": f"{item.job_id}:{scheduled}",
-        "Kairos-Job-Id": item.job_id,
-        "Kairos-Execution-Id": item.execution_id,
-        "Kairos-Attempt": str(item.attempt),
-        "Kairos-Scheduled-For": scheduled,
-        "Kairos-Signature": sign(item.signing_secret, body),
-    })
+    headers.update(
+        {
+            "Content-Type": "application/json",
+            "User-Agent": "Kairos/1",
+            "Accept-Encoding": "identity",  # the excerpt of a failure's answer is read as it comes
+            "Host": target.netloc,
+            "Idempotency-Key": f"{item.job_id}:{scheduled}",
+            "Kairos-Job-Id": item.job_id,
+            "Kairos-Execution-Id": item.execution_id,
+            "Kairos-Attempt": str(item.attempt),
+            "Kairos-Scheduled-For": scheduled,
+            "Kairos-Signature": sign(item.signing_secret, body),
+        }
+    )
     if item.http_auth is not None:  # its identity token, the only Authorization sent (app.executor.oidc)
         authorize(headers, item)
     return headers

@@ -40,8 +40,9 @@ class Sender(Protocol):
     """Sends one request within ``timeout_s`` (else TimeoutError; SendFailed when no answer came); the pool's
     own (``HttpClient``) or a test's."""
 
-    async def __call__(self, method: str, origin: Origin, path: str, body: bytes, headers: dict[str, str],
-                       timeout_s: float) -> Answer: ...
+    async def __call__(
+        self, method: str, origin: Origin, path: str, body: bytes, headers: dict[str, str], timeout_s: float
+    ) -> Answer: ...
 
     async def close(self) -> None: ...
 

@@ -110,7 +110,8 @@ class AdaptiveLimit:
         elif binding:
             grow = self.limit if self.slow_start else math.sqrt(self.limit)
             self.limit = min(float(self.ceiling), self.limit + max(1.0, grow))
-        self.baseline_s = mean if self.baseline_s is None else (
-            (1 - BASELINE_WEIGHT) * self.baseline_s + BASELINE_WEIGHT * mean)
+        self.baseline_s = (
+            mean if self.baseline_s is None else ((1 - BASELINE_WEIGHT) * self.baseline_s + BASELINE_WEIGHT * mean)
+        )
         self._answers, self._latency_sum, self._peak, self._congested = 0, 0.0, 0, False
         self._window_began = now

@@ -102,8 +102,15 @@ def _mint(cache_key: tuple[str, str, str, str], sealed: str, now: float) -> str:
     key_id, tenant_id, job_id, audience = cache_key
     algorithm, private_key = _opened(sealed)
     iat = int(now)
-    claims = {"iss": config.issuer, "aud": audience, "sub": f"tenants/{tenant_id}/jobs/{job_id}",
-              "iat": iat, "exp": iat + config.ttl_s, "tenant_id": tenant_id, "job_id": job_id}
+    claims = {
+        "iss": config.issuer,
+        "aud": audience,
+        "sub": f"tenants/{tenant_id}/jobs/{job_id}",
+        "iat": iat,
+        "exp": iat + config.ttl_s,
+        "tenant_id": tenant_id,
+        "job_id": job_id,
+    }
     value = "Bearer " + jwt.encode(claims, private_key, algorithm=algorithm, headers={"kid": key_id})
     if len(_tokens) >= TOKENS_CACHED_MAX:
         _tokens.clear()
@@ -126,5 +133,7 @@ def _missing_key() -> None:
     now = time.monotonic()
     if now - _missing_logged_at >= MISSING_KEY_LOG_EVERY_S:
         _missing_logged_at = now
-        log.error("an HTTP target asks for an identity token but no signing key exists: the delivery goes "
-                  "without one (run `kairos db rotate-oidc-key`, or any `kairos db upgrade`, to make it)")
+        log.error(
+            "an HTTP target asks for an identity token but no signing key exists: the delivery goes "
+            "without one (run `kairos db rotate-oidc-key`, or any `kairos db upgrade`, to make it)"
+        )

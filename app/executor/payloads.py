@@ -27,8 +27,13 @@ log = logging.getLogger(__name__)
 LEASE_PAYLOAD_BUDGET_BYTES_DEFAULT = 32 * 1024 * 1024
 
 
-async def resolve_leased(payloads: PayloadStore | None, got: Sequence[ex.Leased], outcomes: Outcomes, *,
-                         budget_bytes: int = LEASE_PAYLOAD_BUDGET_BYTES_DEFAULT) -> list[ex.Leased]:
+async def resolve_leased(
+    payloads: PayloadStore | None,
+    got: Sequence[ex.Leased],
+    outcomes: Outcomes,
+    *,
+    budget_bytes: int = LEASE_PAYLOAD_BUDGET_BYTES_DEFAULT,
+) -> list[ex.Leased]:
     """``got`` with every referenced payload read, less those that could not be read (failed) or did not
     fit in ``budget_bytes`` (handed back)."""
     out: list[ex.Leased] = []
@@ -49,8 +54,10 @@ async def resolve_leased(payloads: PayloadStore | None, got: Sequence[ex.Leased]
             out.append(replace(item, payload=json.loads(data)))
             spent += len(data)
         except (errors.ObjectStoreUnavailable, errors.ObjectNotFound) as exc:
-            log.error("payload unavailable", extra={"execution_id": item.execution_id,
-                                                    "payload_ref": item.payload_ref, "error": exc.detail})
+            log.error(
+                "payload unavailable",
+                extra={"execution_id": item.execution_id, "payload_ref": item.payload_ref, "error": exc.detail},
+            )
             failed.append(ex.Failure(item.execution_id, item.attempt, f"payload unavailable: {exc.detail}"))
     if failed:
         await outcomes.fail_batch(failed)

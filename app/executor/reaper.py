@@ -58,8 +58,9 @@ class LeaseReaper:
     total: ReapResult = ReapResult()
 
     async def run_once(self) -> ReapResult:
-        reaped = await self.db.transaction(lambda tx: tx.executions.reap_expired(self.config.batch),
-                                           isolation=self.config.isolation)
+        reaped = await self.db.transaction(
+            lambda tx: tx.executions.reap_expired(self.config.batch), isolation=self.config.isolation
+        )
         result = ReapResult(reaped.get(ExecutionState.READY, 0), reaped.get(ExecutionState.DEAD, 0))
         if result.total:
             self.total += result
@@ -75,5 +76,10 @@ class LeaseReaper:
 
     async def run(self, stop: asyncio.Event) -> None:
         # A full batch: more are waiting, so the next pass runs at once.
-        await run_every("lease-reaper", self.config.interval_s, stop, self.run_once,
-                        again=lambda reaped: reaped.total >= self.config.batch)
+        await run_every(
+            "lease-reaper",
+            self.config.interval_s,
+            stop,
+            self.run_once,
+            again=lambda reaped: reaped.total >= self.config.batch,
+        )

@@ -63,8 +63,11 @@ class RetentionConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RetentionConfig:
-        return cls(retention_days=settings.retention_days, interval_s=settings.retention_interval_s,
-                   batch=settings.retention_batch)
+        return cls(
+            retention_days=settings.retention_days,
+            interval_s=settings.retention_interval_s,
+            batch=settings.retention_batch,
+        )
 
 
 @dataclass(frozen=True)
@@ -89,8 +92,9 @@ class Restored:
 
 
 def objects_for(settings: Settings) -> ObjectStore:
-    return open_store(settings.archive_url, settings.home, endpoint=settings.archive_endpoint,
-                      region=settings.archive_region)
+    return open_store(
+        settings.archive_url, settings.home, endpoint=settings.archive_endpoint, region=settings.archive_region
+    )
 
 
 @dataclass
@@ -124,10 +128,19 @@ class RetentionPruner:
             self.total["archives"] += 1
             observability.history_archived.add(batch.executions, {"table": "executions"})
             observability.history_archived.add(batch.attempts, {"table": "attempts"})
-            log.info("history archived", extra={
-                "archive": batch.key, "store": self.objects.url, "executions": batch.executions,
-                "attempts": batch.attempts, "bytes": batch.bytes, "oldest_finished_at": _iso(batch.oldest),
-                "newest_finished_at": _iso(batch.newest), "duration_ms": round((time.monotonic() - started) * 1000)})
+            log.info(
+                "history archived",
+                extra={
+                    "archive": batch.key,
+                    "store": self.objects.url,
+                    "executions": batch.executions,
+                    "attempts": batch.attempts,
+                    "bytes": batch.bytes,
+                    "oldest_finished_at": _iso(batch.oldest),
+                    "newest_finished_at": _iso(batch.newest),
+                    "duration_ms": round((time.monotonic() - started) * 1000),
+                },
+            )
         return batch
 
     async def drain(self, *, now: datetime | None = None, max_batches: int | None = None) -> list[ArchiveBatch]:
@@ -147,8 +160,13 @@ class RetentionPruner:
             log.info("history retention off (KAIROS_RETENTION_DAYS=0)")
             await stop.wait()
             return
-        await run_every("retention-pruner", self.config.interval_s, stop, self.run_once,
-                        again=lambda batch: batch.executions >= self.config.batch)
+        await run_every(
+            "retention-pruner",
+            self.config.interval_s,
+            stop,
+            self.run_once,
+            again=lambda batch: batch.executions >= self.config.batch,
+        )
 
 
 async def restore(db: Database, objects: ObjectStore, name: str) -> Restored:
@@ -164,18 +182,26 @@ async def restore(db: Database, objects: ObjectStore, name: str) -> Restored:
     executions = [{**e, "restored_at": restored_at} for e in held.executions]
     put_back = attempts_back = 0
     for i in range(0, max(len(executions), 1), RESTORE_CHUNK):
-        chunk = executions[i:i + RESTORE_CHUNK]
+        chunk = executions[i : i + RESTORE_CHUNK]
         ids = {e.get("execution_id") for e in chunk}
         chunk_attempts = [a for a in held.attempts if a.get("execution_id") in ids]
+
         async def put(tx: Store, c: list[Any] = chunk, a: list[Any] = chunk_attempts) -> tuple[int, int]:
             return await tx.retention.restore(c, a)
 
         n, m = await db.transaction(put)
         put_back += n
         attempts_back += m
-    log.info("history restored", extra={"archive": name, "executions": put_back, "attempts": attempts_back,
-                                        "executions_in_archive": len(executions),
-                                        "attempts_in_archive": len(held.attempts)})
+    log.info(
+        "history restored",
+        extra={
+            "archive": name,
+            "executions": put_back,
+            "attempts": attempts_back,
+            "executions_in_archive": len(executions),
+            "attempts_in_archive": len(held.attempts),
+        },
+    )
     return Restored(name, put_back, attempts_back, len(executions), len(held.attempts))
 
 

@@ -42,10 +42,13 @@ BREAKER_ORIGINS_MAX = 200
 
 def breaker_readings(pool: HttpPool) -> list[tuple[float, dict[str, str]]]:
     """kairos_breaker_state per (tenant, origin) circuit the pool tracks (those with recent failures)."""
-    levels = sorted(((BREAKER_LEVELS[state], str(tenant), origin)
-                     for (tenant, origin), state in pool.breakers.states()), reverse=True)
-    return [(float(level), {"origin": origin, "tenant": tenant})
-            for level, tenant, origin in levels[:BREAKER_ORIGINS_MAX]]
+    levels = sorted(
+        ((BREAKER_LEVELS[state], str(tenant), origin) for (tenant, origin), state in pool.breakers.states()),
+        reverse=True,
+    )
+    return [
+        (float(level), {"origin": origin, "tenant": tenant}) for level, tenant, origin in levels[:BREAKER_ORIGINS_MAX]
+    ]
 
 
 class WorkerTransport(Protocol):
@@ -71,11 +74,18 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event, transport
     await db.transaction(lambda tx: tx.oidc_keys.ensure(oidc_keys.algorithm_of(settings.oidc_key_algorithm), keyring))
     outcomes = Outcomes(db)
     addr = await transport.start(db, outcomes)
-    pool = HttpPool(db, outcomes, HttpPoolConfig(concurrency=settings.http_concurrency, lease_s=settings.http_lease_s,
-                                                 per_tenant=settings.http_per_tenant or None,
-                                                 per_origin=settings.http_per_origin),
-                    egress=policy_for(settings),
-                    payloads=PayloadStore.from_settings(settings))
+    pool = HttpPool(
+        db,
+        outcomes,
+        HttpPoolConfig(
+            concurrency=settings.http_concurrency,
+            lease_s=settings.http_lease_s,
+            per_tenant=settings.http_per_tenant or None,
+            per_origin=settings.http_per_origin,
+        ),
+        egress=policy_for(settings),
+        payloads=PayloadStore.from_settings(settings),
+    )
 
     def ready(count: int) -> None:
         transport.notify_ready(count)
@@ -84,8 +94,10 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event, transport
     reaper = LeaseReaper(db, on_ready=ready)
     pruner = RetentionPruner(db, objects_for(settings), RetentionConfig.from_settings(settings))
     depth = ReadyDepth(db)
-    unwatch = [observability.ready_queue_depth.watch(depth.readings),
-               observability.breaker_state.watch(lambda: breaker_readings(pool))]
+    unwatch = [
+        observability.ready_queue_depth.watch(depth.readings),
+        observability.breaker_state.watch(lambda: breaker_readings(pool)),
+    ]
     tasks = [
         asyncio.create_task(supervise("http-pool", lambda: pool.run(stop), stop), name="http-pool"),
         asyncio.create_task(supervise("lease-reaper", lambda: reaper.run(stop), stop), name="lease-reaper"),
@@ -93,8 +105,7 @@ async def serve(settings: Settings, db: Database, stop: asyncio.Event, transport
         asyncio.create_task(supervise("ready-depth", lambda: depth.run(stop), stop), name="ready-depth"),
         asyncio.create_task(supervise("retention-pruner", lambda: pruner.run(stop), stop), name="retention-pruner"),
     ]
-    log.info("executor serving", extra={"transport": addr,
-                                        "http_concurrency": settings.http_concurrency})
+    log.info("executor serving", extra={"transport": addr, "http_concurrency": settings.http_concurrency})
     stopped = asyncio.create_task(stop.wait(), name="stop")
     try:
         done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)

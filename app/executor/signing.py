@@ -67,6 +67,7 @@ async def seal_plaintext(db: Database, keyring: sealing.Keyring | None = None) -
     keyring = keyring or sealing.current()
     total = 0
     while True:
+
         async def work(tx: Store) -> int:
             return await tx.tenants.seal_plaintext_signing_secrets(keyring)
 
@@ -83,6 +84,7 @@ async def reseal_all(db: Database, keyring: sealing.Keyring | None = None) -> Se
     sealed = await seal_plaintext(db, keyring)
     resealed, after = 0, None
     while True:
+
         async def work(tx: Store, start: UUID | None = after) -> tuple[int, UUID | None]:
             return await tx.tenants.reseal_signing_secrets(start, keyring)
 

@@ -14,11 +14,16 @@ from typing import Any
 import msgspec
 
 # Record attributes that are not fields; uvicorn's color_message repeats msg with terminal escapes.
-_RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName",
-                                                                         "color_message"}
+_RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",
+}
 # Extra fields that would carry a credential: written as "[redacted]" whoever passes them.
-SECRET_FIELDS = frozenset({"authorization", "api_key", "key", "signing_secret", "secret", "token", "password",
-                           "worker_key"})
+SECRET_FIELDS = frozenset(
+    {"authorization", "api_key", "key", "signing_secret", "secret", "token", "password", "worker_key"}
+)
 REDACTED = "[redacted]"
 
 
@@ -27,8 +32,9 @@ def _redacted(fields: Iterable[tuple[str, Any]]) -> dict[str, Any]:
 
 
 # Field names that need no redaction, whatever their case: a row of only these is written as it is.
-_SAFE_FIELDS = frozenset({"execution_id", "job_id", "tenant_id", "attempt", "outcome", "lag_ms", "delay_s",
-                          "error", "queue", "pool"})
+_SAFE_FIELDS = frozenset(
+    {"execution_id", "job_id", "tenant_id", "attempt", "outcome", "lag_ms", "delay_s", "error", "queue", "pool"}
+)
 
 
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
@@ -75,8 +81,9 @@ class JsonFormatter(logging.Formatter):
             "pid": self.pid,
         }
 
-    def line(self, created: float, level: str, logger: str, message: str, fields: Mapping[str, Any],
-             exc: str | None = None) -> str:
+    def line(
+        self, created: float, level: str, logger: str, message: str, fields: Mapping[str, Any], exc: str | None = None
+    ) -> str:
         """One record's JSON object from its parts (``fields`` already redacted)."""
         out = self._head(created, level, logger, message)
         out.update(fields)
@@ -84,8 +91,7 @@ class JsonFormatter(logging.Formatter):
             out["exc"] = exc
         return self._encode(out).decode()
 
-    def lines(self, created: float, level: str, logger: str, message: str,
-              rows: Iterable[Mapping[str, Any]]) -> str:
+    def lines(self, created: float, level: str, logger: str, message: str, rows: Iterable[Mapping[str, Any]]) -> str:
         """A record per row, one JSON object a line, each ended by a newline: what :meth:`line` writes
         for each (``rows`` redacted here), encoded in one call."""
         head = self._head(created, level, logger, message)
@@ -146,8 +152,7 @@ def log_many(logger: logging.Logger, level: int, message: str, rows: Iterable[Ma
 
 # Loggers of libraries that configure their own output unless told not to: their records are
 # routed to the root handler (propagate, no handlers of their own).
-_ROUTED = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi", "litestar", "grpc", "asyncio",
-           "py.warnings")
+_ROUTED = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi", "litestar", "grpc", "asyncio", "py.warnings")
 
 
 def setup_logging(level: str = "INFO", fmt: str = "json", process: str = "kairos") -> None:
@@ -186,5 +191,7 @@ def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackTy
 def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
     if args.exc_value is not None:
         logging.getLogger("kairos").critical(
-            "uncaught exception in a thread", exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
-            extra={"thread_name": getattr(args.thread, "name", None)})
+            "uncaught exception in a thread",
+            exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+            extra={"thread_name": getattr(args.thread, "name", None)},
+        )

@@ -43,18 +43,27 @@ def setup_metrics(service: str, *, otlp_endpoint: str = "", otlp_interval_s: flo
         registry = CollectorRegistry(auto_describe=False)
         # Series carry only their own attributes: the scrape adds job and instance, and the API tier
         # merges its workers' series by name and labels.
-        readers: list[MetricReader] = [PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False,
-                                                              registry=registry)]
+        readers: list[MetricReader] = [
+            PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False, registry=registry)
+        ]
         if otlp_endpoint:
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
             url = otlp_endpoint.rstrip("/")
             if not url.endswith(OTLP_METRICS_PATH):
                 url += OTLP_METRICS_PATH
-            readers.append(PeriodicExportingMetricReader(
-                OTLPMetricExporter(endpoint=url), export_interval_millis=otlp_interval_s * 1000))
-        resource = Resource.create({"service.name": f"kairos-{service}", "service.namespace": "kairos",
-                                    "service.instance.id": f"{os.uname().nodename}:{os.getpid()}"})
+            readers.append(
+                PeriodicExportingMetricReader(
+                    OTLPMetricExporter(endpoint=url), export_interval_millis=otlp_interval_s * 1000
+                )
+            )
+        resource = Resource.create(
+            {
+                "service.name": f"kairos-{service}",
+                "service.namespace": "kairos",
+                "service.instance.id": f"{os.uname().nodename}:{os.getpid()}",
+            }
+        )
         _provider = MeterProvider(metric_readers=readers, resource=resource)
         _registry = registry
         metrics.set_meter_provider(_provider)
@@ -119,46 +128,66 @@ jobs_submitted = meter.create_counter("kairos.jobs.submitted", description="Jobs
 quota_refusals = meter.create_counter(
     "kairos.quota.refusals",
     description="Submitted jobs and manual executions refused by a tenant quota, by quota (max_active_jobs, "
-                "max_submit_per_s, max_manual_per_s, max_manual_inflight); no tenant label: the API port is public")
+    "max_submit_per_s, max_manual_per_s, max_manual_inflight); no tenant label: the API port is public",
+)
 auth_throttled = meter.create_counter(
     "kairos.auth.throttled",
     description="API requests answered 429 without checking their key: their client address failed to "
-                "authenticate too often")
+    "authenticate too often",
+)
 http_request_duration = meter.create_histogram(
-    "kairos.http.request.duration", unit="s", explicit_bucket_boundaries_advisory=REQUEST_BUCKETS_S,
-    description="API requests by route template, method, status and status class (2xx, 4xx, ...)")
+    "kairos.http.request.duration",
+    unit="s",
+    explicit_bucket_boundaries_advisory=REQUEST_BUCKETS_S,
+    description="API requests by route template, method, status and status class (2xx, 4xx, ...)",
+)
 # Scheduler
 dispatched = meter.create_counter("kairos.dispatch.executions", description="Occurrences dispatched into executions")
 dispatch_lag = meter.create_histogram(
-    "kairos.dispatch.lag", unit="s", explicit_bucket_boundaries_advisory=LAG_BUCKETS_S,
-    description="dispatched_at - due time (a sample of each batch), by tenant and queue kind")
+    "kairos.dispatch.lag",
+    unit="s",
+    explicit_bucket_boundaries_advisory=LAG_BUCKETS_S,
+    description="dispatched_at - due time (a sample of each batch), by tenant and queue kind",
+)
 dispatch_fenced = meter.create_counter(
-    "kairos.fenced_batches", description="Dispatch batches refused because a shard lease was lost")
+    "kairos.fenced_batches", description="Dispatch batches refused because a shard lease was lost"
+)
 shards_owned = meter.create_up_down_counter("kairos.shards_owned", description="Shards this process owns")
 # Execution
 leased = meter.create_counter("kairos.executions.leased", description="Executions handed to workers")
 start_lag = meter.create_histogram(
-    "kairos.start.lag", unit="s", explicit_bucket_boundaries_advisory=LAG_BUCKETS_S,
-    description="first lease time - scheduled time of each first attempt, by tenant and queue kind")
+    "kairos.start.lag",
+    unit="s",
+    explicit_bucket_boundaries_advisory=LAG_BUCKETS_S,
+    description="first lease time - scheduled time of each first attempt, by tenant and queue kind",
+)
 executions = meter.create_counter(
     "kairos.executions",
-    description="Attempt outcomes: succeeded, retried, dead, lease_lost (a stale report), skipped (not run)")
+    description="Attempt outcomes: succeeded, retried, dead, lease_lost (a stale report), skipped (not run)",
+)
 lease_lost = meter.create_counter(
-    "kairos.heartbeats.lease_lost", description="Heartbeats refused: the attempt is no longer current")
+    "kairos.heartbeats.lease_lost", description="Heartbeats refused: the attempt is no longer current"
+)
 lease_expiries = meter.create_counter(
-    "kairos.lease_expiries", description="Leases that ran out and were reaped (to ready or dead)")
+    "kairos.lease_expiries", description="Leases that ran out and were reaped (to ready or dead)"
+)
 ready_queue_depth = ObservedGauge(
     "kairos.ready_queue.depth",
     "Executions due and waiting for a worker, by pool; installation-wide (every executor reports the same "
-    "count: aggregate with max, not sum)")
+    "count: aggregate with max, not sum)",
+)
 breaker_state = ObservedGauge(
-    "kairos.breaker.state", "Circuit breaker per HTTP origin with failures: 0 closed, 1 half-open, 2 open")
+    "kairos.breaker.state", "Circuit breaker per HTTP origin with failures: 0 closed, 1 half-open, 2 open"
+)
 # Store
 tx_retries = meter.create_counter("kairos.db.tx_retries", description="Transactions re-run after 40001/40P01")
 tx_ambiguous = meter.create_counter(
-    "kairos.db.tx_ambiguous", description="Commits whose outcome the database could not tell (CockroachDB 40003)")
+    "kairos.db.tx_ambiguous", description="Commits whose outcome the database could not tell (CockroachDB 40003)"
+)
 # Data lifecycle (app.executor.retention)
 history_archived = meter.create_counter(
-    "kairos.history.archived", description="Rows archived to the object store and deleted, by table")
+    "kairos.history.archived", description="Rows archived to the object store and deleted, by table"
+)
 supervisor_restarts = meter.create_counter(
-    "kairos.supervisor.restarts", description="Tiers and the embedded PostgreSQL restarted by kairos up")
+    "kairos.supervisor.restarts", description="Tiers and the embedded PostgreSQL restarted by kairos up"
+)

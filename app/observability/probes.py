@@ -33,8 +33,14 @@ log = logging.getLogger(__name__)
 
 # A request head must arrive within this long and fit in the stream's 64 KiB limit.
 REQUEST_TIMEOUT_S = 5.0
-_REASONS = {200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error",
-            503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 Metrics = Callable[[], Awaitable[bytes]]
 Ready = Callable[[], Awaitable[str | None]]
@@ -69,8 +75,9 @@ LIVENESS = Liveness()
 HEARTBEAT_INTERVAL_S = 1.0
 
 
-async def heartbeat(path: str, token: str, *, live: Live = LIVENESS.silent,
-                    interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+async def heartbeat(
+    path: str, token: str, *, live: Live = LIVENESS.silent, interval_s: float = HEARTBEAT_INTERVAL_S
+) -> None:
     """Touch ``path`` every ``interval_s`` while this event loop runs and ``live()`` finds no silent loop:
     `kairos up`'s liveness check of its scheduler and executor, which needs no port (a metrics port is
     optional and may be taken by another process). The file holds ``token`` and the pid, so the
@@ -101,11 +108,20 @@ def scrape_allowed(authorization: str, metrics_token: str) -> bool:
         return True
     scheme, _, presented = authorization.partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(
-        hashlib.sha256(presented.strip().encode()).digest(), hashlib.sha256(metrics_token.encode()).digest())
+        hashlib.sha256(presented.strip().encode()).digest(), hashlib.sha256(metrics_token.encode()).digest()
+    )
 
 
-async def serve_probes(host: str, port: int, *, metrics: Metrics, ready: Ready, live: Live = LIVENESS.silent,
-                       token: str = "", metrics_token: str = "") -> asyncio.Server | None:
+async def serve_probes(
+    host: str,
+    port: int,
+    *,
+    metrics: Metrics,
+    ready: Ready,
+    live: Live = LIVENESS.silent,
+    token: str = "",
+    metrics_token: str = "",
+) -> asyncio.Server | None:
     """Listen on ``host:port``; None (logged as an error) when the port cannot be bound. ``token`` (the
     run's KAIROS_SUPERVISOR_TOKEN) is echoed by ``/healthz`` so ``kairos up`` knows it reached its own child.
 
@@ -128,16 +144,25 @@ async def serve_probes(host: str, port: int, *, metrics: Metrics, ready: Ready, 
     try:
         server = await asyncio.start_server(handle, host, port)
     except OSError as exc:
-        log.error("cannot listen on the metrics port; /metrics, /healthz and /readyz are not served",
-                  extra={"host": host, "port": port, "error": exc.strerror or str(exc)})
+        log.error(
+            "cannot listen on the metrics port; /metrics, /healthz and /readyz are not served",
+            extra={"host": host, "port": port, "error": exc.strerror or str(exc)},
+        )
         return None
     bound = server.sockets[0].getsockname()[1] if server.sockets else port
     log.info("metrics listening", extra={"url": f"http://{host}:{bound}/metrics"})
     return server
 
 
-async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, metrics: Metrics,
-                  ready: Ready, live: Live, token: str, metrics_token: str) -> None:
+async def _answer(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    metrics: Metrics,
+    ready: Ready,
+    live: Live,
+    token: str,
+    metrics_token: str,
+) -> None:
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
     request_line, *header_lines = head.decode("latin-1").split("\r\n")
     method, _, rest = request_line.partition(" ")
@@ -158,12 +183,16 @@ async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, me
     elif path == "/readyz":
         reason = await ready()
         status = 200 if reason is None else 503
-        body = json.dumps({"status": "ready"} if reason is None else {"status": "unavailable", "reason": reason},
-                          separators=(",", ":")).encode()
+        body = json.dumps(
+            {"status": "ready"} if reason is None else {"status": "unavailable", "reason": reason},
+            separators=(",", ":"),
+        ).encode()
     else:
         status, body = 404, b'{"status":"not found"}'
-    writer.write(f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n{extra}"
-                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1"))
+    writer.write(
+        f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n{extra}"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1")
+    )
     if method != "HEAD":
         writer.write(body)
     await writer.drain()

@@ -45,8 +45,13 @@ def setup_tracing(service: str, otlp_endpoint: str) -> bool:
     url = otlp_endpoint.rstrip("/")
     if not url.endswith(OTLP_TRACES_PATH):
         url += OTLP_TRACES_PATH
-    resource = Resource.create({"service.name": f"kairos-{service}", "service.namespace": "kairos",
-                                "service.instance.id": f"{os.uname().nodename}:{os.getpid()}"})
+    resource = Resource.create(
+        {
+            "service.name": f"kairos-{service}",
+            "service.namespace": "kairos",
+            "service.instance.id": f"{os.uname().nodename}:{os.getpid()}",
+        }
+    )
     _provider = TracerProvider(resource=resource)
     _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
     trace.set_tracer_provider(_provider)
@@ -106,8 +111,9 @@ def child_of(traceparent: str | None) -> str:
 
 
 @contextmanager
-def span(name: str, *, parent: str | None = None, link: str | None = None,
-         attributes: Mapping[str, Any] | None = None) -> Iterator[str | None]:
+def span(
+    name: str, *, parent: str | None = None, link: str | None = None, attributes: Mapping[str, Any] | None = None
+) -> Iterator[str | None]:
     """A span under ``parent`` (or a new trace, linked to ``link``) while the block runs; yields its
     ``traceparent``, or None when tracing is off (callers decide what to store then)."""
     if _provider is None:
@@ -117,8 +123,13 @@ def span(name: str, *, parent: str | None = None, link: str | None = None,
     context = trace.set_span_in_context(NonRecordingSpan(parent_ctx)) if parent_ctx else None
     linked = parse(link)
     tracer = trace.get_tracer("kairos")
-    with tracer.start_as_current_span(name, context=context, links=[Link(linked)] if linked else None,
-                                      attributes=dict(attributes or {}), record_exception=True) as current:
+    with tracer.start_as_current_span(
+        name,
+        context=context,
+        links=[Link(linked)] if linked else None,
+        attributes=dict(attributes or {}),
+        record_exception=True,
+    ) as current:
         yield format_context(current.get_span_context())
 
 
@@ -127,8 +138,12 @@ def occurrence(job_traceparent: str | None, *, one_off: bool, attributes: Mappin
     recurring job's occurrence starts a trace linked to the submit."""
     if _provider is None:
         return fresh()
-    with span("kairos.dispatch", parent=job_traceparent if one_off else None,
-              link=None if one_off else job_traceparent, attributes=attributes) as tp:
+    with span(
+        "kairos.dispatch",
+        parent=job_traceparent if one_off else None,
+        link=None if one_off else job_traceparent,
+        attributes=attributes,
+    ) as tp:
         assert tp is not None
         return tp
 
@@ -140,8 +155,9 @@ def start_attempt(traceparent: str | None, started_at: datetime, attributes: Map
         return None
     parent = parse(traceparent)
     context = trace.set_span_in_context(NonRecordingSpan(parent)) if parent else None
-    return trace.get_tracer("kairos").start_span("kairos.attempt", context=context, attributes=dict(attributes),
-                                                 start_time=int(started_at.timestamp() * 1e9))
+    return trace.get_tracer("kairos").start_span(
+        "kairos.attempt", context=context, attributes=dict(attributes), start_time=int(started_at.timestamp() * 1e9)
+    )
 
 
 def end_attempt(span: Any, outcome: str) -> None:

@@ -40,14 +40,16 @@ def _supervisor_token_handler(token: str) -> grpc.GenericRpcHandler:
         return token.encode()
 
     return grpc.method_handlers_generic_handler(
-        SUPERVISOR_TOKEN_SERVICE, {SUPERVISOR_TOKEN_METHOD: grpc.unary_unary_rpc_method_handler(answer)})
+        SUPERVISOR_TOKEN_SERVICE, {SUPERVISOR_TOKEN_METHOD: grpc.unary_unary_rpc_method_handler(answer)}
+    )
 
 
 async def supervisor_token(addr: str, timeout_s: float) -> str | None:
     """The supervisor token the executor at ``addr`` answers; None when nothing there answers one."""
     async with grpc.aio.insecure_channel(addr) as channel:
         call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
-            f"/{SUPERVISOR_TOKEN_SERVICE}/{SUPERVISOR_TOKEN_METHOD}")
+            f"/{SUPERVISOR_TOKEN_SERVICE}/{SUPERVISOR_TOKEN_METHOD}"
+        )
         try:
             answer: bytes = await call(b"", timeout=timeout_s)
             return answer.decode()
@@ -55,10 +57,15 @@ async def supervisor_token(addr: str, timeout_s: float) -> str | None:
             return None
 
 
-async def start(db: Database, outcomes: Outcomes, host: str, port: int,
-                config: ServicerConfig = ServicerConfig(),
-                supervisor_token: str = "",
-                payloads: PayloadStore | None = None) -> tuple[grpc.aio.Server, WorkerServicer, int]:
+async def start(
+    db: Database,
+    outcomes: Outcomes,
+    host: str,
+    port: int,
+    config: ServicerConfig = ServicerConfig(),
+    supervisor_token: str = "",
+    payloads: PayloadStore | None = None,
+) -> tuple[grpc.aio.Server, WorkerServicer, int]:
     """Start serving; returns the server, its servicer and the bound port (``port`` 0 picks one)."""
     server = grpc.aio.server(options=_OPTIONS)
     servicer = WorkerServicer(db, outcomes, config, payloads)
@@ -84,8 +91,14 @@ async def stop(server: grpc.aio.Server, servicer: WorkerServicer, grace_s: float
 class GrpcTransport:
     """The Worker service on ``host:port`` (``port`` 0 picks one), started and stopped by the executor."""
 
-    def __init__(self, host: str, port: int, config: ServicerConfig = ServicerConfig(),
-                 supervisor_token: str = "", payloads: PayloadStore | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        config: ServicerConfig = ServicerConfig(),
+        supervisor_token: str = "",
+        payloads: PayloadStore | None = None,
+    ) -> None:
         self.host, self.port, self.config = host, port, config
         self.supervisor_token = supervisor_token
         self.payloads = payloads
@@ -93,8 +106,9 @@ class GrpcTransport:
         self.servicer: WorkerServicer | None = None
 
     async def start(self, db: Database, outcomes: Outcomes) -> str:
-        self.server, self.servicer, bound = await start(db, outcomes, self.host, self.port, self.config,
-                                                        self.supervisor_token, self.payloads)
+        self.server, self.servicer, bound = await start(
+            db, outcomes, self.host, self.port, self.config, self.supervisor_token, self.payloads
+        )
         return f"{self.host}:{bound}"
 
     def notify_ready(self, count: int) -> None:

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
-
 @dataclass(frozen=True)
 class ServicerConfig:
     # Resolved credentials are cached this long (a revoked key stops working within it).
@@ -72,12 +71,15 @@ class Credential:
             # A pool key serves its one shared pool. Its bare name is accepted as well (workers from
             # before the shared/ prefix): from such a key it cannot mean a tenant's own pool.
             if ref.name != p.pool:
-                raise PermissionError(f"this worker key serves shared pool {queues.shared_ref(p.pool)!r}, "
-                                      f"not {str(ref)!r}")
+                raise PermissionError(
+                    f"this worker key serves shared pool {queues.shared_ref(p.pool)!r}, not {str(ref)!r}"
+                )
             return queues.shared_queue(p.pool)
         if ref.shared:
-            raise PermissionError(f"{str(ref)!r} is a shared pool, served by its own worker keys (kairos pools "
-                                  "issue-key); a tenant key serves the tenant's own pools")
+            raise PermissionError(
+                f"{str(ref)!r} is a shared pool, served by its own worker keys (kairos pools "
+                "issue-key); a tenant key serves the tenant's own pools"
+            )
         assert p.tenant_id is not None  # a key without a pool is a tenant's
         return queues.tenant_queue(p.tenant_id, ref.name)
 
@@ -148,8 +150,13 @@ def _canonical_id(value: str) -> str:
 
 
 class WorkerServicer(pb_grpc.WorkerServicer):
-    def __init__(self, db: Database, outcomes: Outcomes, config: ServicerConfig = ServicerConfig(),
-                 payloads: PayloadStore | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        outcomes: Outcomes,
+        config: ServicerConfig = ServicerConfig(),
+        payloads: PayloadStore | None = None,
+    ) -> None:
         self.db = db
         self.outcomes = outcomes
         self.config = config
@@ -174,8 +181,9 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         client = _peer_host(context.peer())
         throttled = self._auth_wait_s(client) > 0
         if scheme.lower() != "bearer" or not token:
-            await self._refuse(context, client, throttled,
-                               "send metadata 'authorization: Bearer <key>' (a tenant or pool worker key)")
+            await self._refuse(
+                context, client, throttled, "send metadata 'authorization: Bearer <key>' (a tenant or pool worker key)"
+            )
         # A throttled address's keys are looked up one at a time (after the key cache): its guesses cost
         # the database one lookup at a time, and a valid key still passes (docs/quotas.md).
         principal = await self._call(context, lambda: self._keys.resolve(self.db, token, queued=throttled))
@@ -197,16 +205,23 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             observability.auth_throttled.add(1)
             retry = max(1, math.ceil(self._auth_wait_s(client)))
             context.set_trailing_metadata((("retry-after", str(retry)),))
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"too many failed authentications from this address; retry after {retry} s")
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many failed authentications from this address; retry after {retry} s",
+            )
         limit = self.config.auth_failure_limit
         if limit:
-            left = self._auth_failures.spend(client, limit, limit / self.config.auth_failure_window_s,
-                                             time.monotonic())
+            left = self._auth_failures.spend(client, limit, limit / self.config.auth_failure_window_s, time.monotonic())
             if left < 1:
-                log.warning("authentication throttled", extra={
-                    "client": client, "limit": limit, "window_s": self.config.auth_failure_window_s,
-                    "transport": "grpc"})
+                log.warning(
+                    "authentication throttled",
+                    extra={
+                        "client": client,
+                        "limit": limit,
+                        "window_s": self.config.auth_failure_window_s,
+                        "transport": "grpc",
+                    },
+                )
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
     async def _call(self, context: Context, fn: Callable[[], Awaitable[T]]) -> T:
@@ -238,12 +253,12 @@ class WorkerServicer(pb_grpc.WorkerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "error must not contain the NUL character")
         return [text or "failed" for text in texts]
 
-    async def _batch_ids(self, context: Context,
-                         items: Sequence[pb.CompleteRequest | pb.FailRequest]) -> list[str]:
+    async def _batch_ids(self, context: Context, items: Sequence[pb.CompleteRequest | pb.FailRequest]) -> list[str]:
         """The items' execution ids as canonical text: at most max_batch, each a UUID, none twice."""
         if len(items) > self.config.max_batch:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"at most {self.config.max_batch} items per call, got {len(items)}")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"at most {self.config.max_batch} items per call, got {len(items)}"
+            )
         try:
             ids = [_canonical_id(i.execution_id) for i in items]
         except ValueError:
@@ -273,8 +288,9 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         deadline = time.monotonic() + wait_s
         while True:
             ready = self._ready
-            got = await self._call(context, lambda: self.db.statement(
-                lambda tx: tx.executions.lease(queue, worker_id, limit, lease_s)))
+            got = await self._call(
+                context, lambda: self.db.statement(lambda tx: tx.executions.lease(queue, worker_id, limit, lease_s))
+            )
             if got and any(e.payload_ref is not None for e in got):  # only rows whose payload is by reference
                 got = await resolve_leased(self.payloads, got, self.outcomes)
             remaining = deadline - time.monotonic()
@@ -282,8 +298,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                 break
             # Work dispatched ahead is ready at its due time: wake for it then, not at the next poll.
             # (Due already but not leased means quotas or other leasers hold it: poll as usual.)
-            due_in = await self._call(context, lambda: self.db.statement(
-                lambda tx: tx.executions.next_ready_in(queue)))
+            due_in = await self._call(context, lambda: self.db.statement(lambda tx: tx.executions.next_ready_in(queue)))
             pause_s = min(self.config.poll_interval_s, remaining)
             if due_in is not None and due_in > 0:
                 pause_s = min(pause_s, due_in)
@@ -302,22 +317,35 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         for e in got:
             job_id = e.job_id
             when, scheduled_for = times(e.scheduled_for)
-            add(execution_id=e.execution_id, job_id=job_id, attempt=e.attempt,
+            add(
+                execution_id=e.execution_id,
+                job_id=job_id,
+                attempt=e.attempt,
                 payload=b"{}" if e.payload == {} else json.dumps(e.payload, separators=(",", ":")).encode(),
-                idempotency_key=f"{job_id}:{when}", max_attempts=e.max_attempts, timeout_seconds=e.timeout_s,
-                scheduled_for=scheduled_for, lease_until=times(e.lease_until)[1])
+                idempotency_key=f"{job_id}:{when}",
+                max_attempts=e.max_attempts,
+                timeout_seconds=e.timeout_s,
+                scheduled_for=scheduled_for,
+                lease_until=times(e.lease_until)[1],
+            )
         return response
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Context) -> pb.HeartbeatResponse:
         cred = await self._credential(context)
         eid = await self._execution_id(context, request.execution_id)
         lease_s = max(1.0, min(request.lease_seconds or self.config.default_lease_s, self.config.max_lease_s))
-        until = await self._call(context, lambda: self.db.statement(
-            lambda tx: tx.executions.heartbeat(eid, request.attempt, lease_s, scope=cred.scope)))
+        until = await self._call(
+            context,
+            lambda: self.db.statement(
+                lambda tx: tx.executions.heartbeat(eid, request.attempt, lease_s, scope=cred.scope)
+            ),
+        )
         if until is None:
             observability.lease_lost.add(1, {"call": "heartbeat"})
-            return pb.HeartbeatResponse(outcome=pb.LEASE_LOST, message=(
-                "attempt is not current: the execution was re-leased, cancelled, finished or timed out"))
+            return pb.HeartbeatResponse(
+                outcome=pb.LEASE_LOST,
+                message=("attempt is not current: the execution was re-leased, cancelled, finished or timed out"),
+            )
         return pb.HeartbeatResponse(outcome=pb.OK, lease_until=_ts(until))
 
     async def Complete(self, request: pb.CompleteRequest, context: Context) -> pb.CompleteResponse:
@@ -329,28 +357,34 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                 result = json.loads(request.result)
             except ValueError:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "result must be UTF-8 JSON")
-        ok = await self._call(context, lambda: self.outcomes.complete(
-            ex.Success(eid, request.attempt, result, scope=cred.scope)))
+        ok = await self._call(
+            context, lambda: self.outcomes.complete(ex.Success(eid, request.attempt, result, scope=cred.scope))
+        )
         if not ok:
-            return pb.CompleteResponse(outcome=pb.LEASE_LOST,
-                                       message="attempt is not current: its result was recorded as discarded")
+            return pb.CompleteResponse(
+                outcome=pb.LEASE_LOST, message="attempt is not current: its result was recorded as discarded"
+            )
         return pb.CompleteResponse(outcome=pb.OK)
 
     async def Fail(self, request: pb.FailRequest, context: Context) -> pb.FailResponse:
         cred = await self._credential(context)
         eid = await self._execution_id(context, request.execution_id)
         [error] = await self._error_texts(context, [request.error])
-        out = await self._call(context, lambda: self.outcomes.fail(
-            ex.Failure(eid, request.attempt, error, retryable=request.retryable, scope=cred.scope)))
+        out = await self._call(
+            context,
+            lambda: self.outcomes.fail(
+                ex.Failure(eid, request.attempt, error, retryable=request.retryable, scope=cred.scope)
+            ),
+        )
         if out.state is None:
-            return pb.FailResponse(outcome=pb.LEASE_LOST,
-                                   message="attempt is not current: its error was recorded as discarded")
+            return pb.FailResponse(
+                outcome=pb.LEASE_LOST, message="attempt is not current: its error was recorded as discarded"
+            )
         if out.state == ExecutionState.DEAD:
             return pb.FailResponse(outcome=pb.DEAD, message="no attempts left or not retryable: dead letter")
         return pb.FailResponse(outcome=pb.RETRY_SCHEDULED, retry_at=_ts(out.retry_at))
 
-    async def CompleteMany(self, request: pb.CompleteManyRequest,
-                           context: Context) -> pb.CompleteManyResponse:
+    async def CompleteMany(self, request: pb.CompleteManyRequest, context: Context) -> pb.CompleteManyResponse:
         cred = await self._credential(context)
         ids = await self._batch_ids(context, request.items)
         done = []
@@ -360,24 +394,33 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                 try:
                     result = json.loads(item.result)
                 except ValueError:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                        f"result of {item.execution_id} must be UTF-8 JSON")
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT, f"result of {item.execution_id} must be UTF-8 JSON"
+                    )
             done.append(ex.Success(eid, item.attempt, result, scope=cred.scope))
         oks = await self._call(context, lambda: self.outcomes.complete_batch(done))
-        return pb.CompleteManyResponse(results=[
-            pb.CompleteManyItem(execution_id=item.execution_id, attempt=item.attempt, outcome=pb.OK)
-            if ok else
-            pb.CompleteManyItem(execution_id=item.execution_id, attempt=item.attempt, outcome=pb.LEASE_LOST,
-                                message="attempt is not current: its result was recorded as discarded")
-            for item, ok in zip(request.items, oks, strict=True)
-        ])
+        return pb.CompleteManyResponse(
+            results=[
+                pb.CompleteManyItem(execution_id=item.execution_id, attempt=item.attempt, outcome=pb.OK)
+                if ok
+                else pb.CompleteManyItem(
+                    execution_id=item.execution_id,
+                    attempt=item.attempt,
+                    outcome=pb.LEASE_LOST,
+                    message="attempt is not current: its result was recorded as discarded",
+                )
+                for item, ok in zip(request.items, oks, strict=True)
+            ]
+        )
 
     async def FailMany(self, request: pb.FailManyRequest, context: Context) -> pb.FailManyResponse:
         cred = await self._credential(context)
         ids = await self._batch_ids(context, request.items)
         texts = await self._error_texts(context, [item.error for item in request.items])
-        failed = [ex.Failure(eid, item.attempt, text, retryable=item.retryable, scope=cred.scope)
-                  for item, eid, text in zip(request.items, ids, texts, strict=True)]
+        failed = [
+            ex.Failure(eid, item.attempt, text, retryable=item.retryable, scope=cred.scope)
+            for item, eid, text in zip(request.items, ids, texts, strict=True)
+        ]
         outs = await self._call(context, lambda: self.outcomes.fail_batch(failed))
         results = []
         for item, out in zip(request.items, outs, strict=True):

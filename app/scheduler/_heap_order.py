@@ -217,7 +217,7 @@ class _Order(_Slots):
         self._held = [item for item in self._held if keep(item[2])]
         heapq.heapify(self._held)
         for tenant, fifo in list(self._deferred.items()):
-            kept_slots = array("i", [s for s in fifo.slots[fifo.head:] if keep(s)])
+            kept_slots = array("i", [s for s in fifo.slots[fifo.head :] if keep(s)])
             if kept_slots:
                 fifo.slots, fifo.head = kept_slots, 0
             else:
@@ -250,9 +250,21 @@ class _Order(_Slots):
             if due_minute is None:
                 due_minute = datetimes[due_us] = _EPOCH + _US * due_us
             fence, profile = fences[slot], profiles[slot]
-            out.append(DueEntry(fence_shard[fence], fence_revision[fence], due_minute, run_at,
-                                UUID(int=(hi[slot] << 64) | lo[slot]), tenant_ids[profile_tenant[profile]],
-                                nominal_at, weights[profile], quotas[profile], slot, generation[slot]))
+            out.append(
+                DueEntry(
+                    fence_shard[fence],
+                    fence_revision[fence],
+                    due_minute,
+                    run_at,
+                    UUID(int=(hi[slot] << 64) | lo[slot]),
+                    tenant_ids[profile_tenant[profile]],
+                    nominal_at,
+                    weights[profile],
+                    quotas[profile],
+                    slot,
+                    generation[slot],
+                )
+            )
         return out
 
     def _bucket(self, profile: int, now_ts: float) -> TokenBucket:
@@ -274,4 +286,3 @@ class _Order(_Slots):
                 return slot
             self._free_dead(fifo.pop())
         return -1
-

@@ -129,7 +129,7 @@ class _Fifo:
         slot = self.slots[self.head]
         self.head += 1
         if self.head >= 1024 and 2 * self.head >= len(self.slots):
-            del self.slots[:self.head]
+            del self.slots[: self.head]
             self.head = 0
         return slot
 
@@ -143,4 +143,3 @@ class _RecentBatch:
         self.first_us = now_us
         self.last_us = now_us
         self.slots = array("i")
-

@@ -74,8 +74,18 @@ class _Slots:
 
     def _grow(self) -> None:
         start = len(self._state)
-        for column in (self._job_hi, self._job_lo, self._run_us, self._nominal_us, self._due_us,
-                       self._profile, self._fence, self._generation, self._shard_next, self._shard_prev):
+        for column in (
+            self._job_hi,
+            self._job_lo,
+            self._run_us,
+            self._nominal_us,
+            self._due_us,
+            self._profile,
+            self._fence,
+            self._generation,
+            self._shard_next,
+            self._shard_prev,
+        ):
             column.frombytes(bytes(GROW_SLOTS * column.itemsize))
         self._state.extend(bytes(GROW_SLOTS))
         self._free.extend(range(start + GROW_SLOTS - 1, start - 1, -1))
@@ -219,7 +229,6 @@ class _Slots:
         if after >= 0:
             self._shard_prev[after] = before
 
-
     # ------------------------------------------------------------------------------------------
     # Recently settled keys
     # ------------------------------------------------------------------------------------------
@@ -263,4 +272,3 @@ class _Slots:
                 if state[slot] == _RECENT and settled_at[slot] <= horizon:
                     self._unindex(slot)
                     self._release_slot(slot)
-

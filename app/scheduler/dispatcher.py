@@ -77,8 +77,7 @@ class DispatcherConfig:
 
     def __post_init__(self) -> None:
         if not 0 <= self.ahead_s <= self.ahead_max_s or self.batch_size < 1 or self.max_inflight_batches < 1:
-            raise ValueError("0 <= ahead_s <= ahead_max_s, batch_size >= 1 and max_inflight_batches >= 1 "
-                             "are required")
+            raise ValueError("0 <= ahead_s <= ahead_max_s, batch_size >= 1 and max_inflight_batches >= 1 are required")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DispatcherConfig:
@@ -117,14 +116,27 @@ def _trace(c: store.Claim, e: store.NewExecution) -> str | None:
     """The traceparent of an occurrence about to run (app.observability.tracing); none for a record."""
     if e.state != ExecutionState.READY:
         return None
-    return tracing.occurrence(c.job_traceparent, one_off=c.schedule_kind == "once", attributes={
-        "kairos.job_id": str(c.job_id), "kairos.tenant_id": str(c.tenant_id),
-        "kairos.scheduled_for": e.scheduled_for.isoformat()})
+    return tracing.occurrence(
+        c.job_traceparent,
+        one_off=c.schedule_kind == "once",
+        attributes={
+            "kairos.job_id": str(c.job_id),
+            "kairos.tenant_id": str(c.tenant_id),
+            "kairos.scheduled_for": e.scheduled_for.isoformat(),
+        },
+    )
 
 
 class Dispatcher:
-    def __init__(self, db: Database, owner: str, heap: DueHeap, config: DispatcherConfig = DispatcherConfig(),
-                 clock: Clock | None = None, wake: asyncio.Event | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        owner: str,
+        heap: DueHeap,
+        config: DispatcherConfig = DispatcherConfig(),
+        clock: Clock | None = None,
+        wake: asyncio.Event | None = None,
+    ) -> None:
         self.db = db
         self.owner = owner
         self.heap = heap
@@ -200,8 +212,10 @@ class Dispatcher:
         except errors.TransactionRetriesExhausted:
             self.inflight_limit = max(1, self.inflight_limit // 2)
             self._clean_batches = 0
-            log.warning("dispatch batch kept conflicting; fewer batches in flight",
-                        extra={"entries": len(batch), "inflight_limit": self.inflight_limit})
+            log.warning(
+                "dispatch batch kept conflicting; fewer batches in flight",
+                extra={"entries": len(batch), "inflight_limit": self.inflight_limit},
+            )
             result.failed = len(batch)
             self.heap.requeue(batch)
             return result
@@ -233,8 +247,10 @@ class Dispatcher:
             self.heap.forget(fenced)
             result.fenced = len(fenced)
             observability.dispatch_fenced.add(1)
-            log.warning("dispatch batch refused by the shard fence", extra={
-                "owner": self.owner, "fenced": len(fenced), "shards": sorted({e.shard_id for e in fenced})})
+            log.warning(
+                "dispatch batch refused by the shard fence",
+                extra={"owner": self.owner, "fenced": len(fenced), "shards": sorted({e.shard_id for e in fenced})},
+            )
         if recorded is not None:
             result.ready, result.skipped = recorded.ready, recorded.skipped
             if recorded.ready:
@@ -243,15 +259,18 @@ class Dispatcher:
                 observability.executions.add(recorded.skipped, {"outcome": "skipped"})
         result.lags_s = [p.lag_s for p in plans if p.lag_s is not None]
         # plans are the claimed claims' plans, in order: a lag's tenant and queue are its claim's.
-        lagged = [(c, p.lag_s) for c, p in zip([c for c in claims if c.claimed], plans, strict=True)
-                  if p.lag_s is not None]
+        lagged = [
+            (c, p.lag_s) for c, p in zip([c for c in claims if c.claimed], plans, strict=True) if p.lag_s is not None
+        ]
         # Recording a histogram point costs ~25 us: a big batch records an even sample of its lags.
         stride = max(1, len(lagged) // LAG_SAMPLES_PER_BATCH)
         for c, lag in lagged[::stride]:
-            observability.dispatch_lag.record(lag, {"tenant": str(c.tenant_id),
-                                                    "queue": observability.queue_kind(c.queue or "")})
-        self.totals.add(BatchResult(result.claimed, result.fenced, result.vanished, result.ready,
-                                    result.skipped, result.failed))
+            observability.dispatch_lag.record(
+                lag, {"tenant": str(c.tenant_id), "queue": observability.queue_kind(c.queue or "")}
+            )
+        self.totals.add(
+            BatchResult(result.claimed, result.fenced, result.vanished, result.ready, result.skipped, result.failed)
+        )
         return result
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -60,7 +60,6 @@ class DueHeap(_Order):
     def deferred_count(self) -> int:
         return self._deferred_live
 
-
     def add(self, entries: Iterable[DueEntry]) -> int:
         """Queue entries not already known; returns how many were new."""
         now_us = self._now_us()
@@ -231,8 +230,10 @@ class DueHeap(_Order):
                 starts.append(self._side[0][0])
             out.append((min(starts) / 1_000_000, head))
         until_us = _micros_at_or_before(until_ts)
-        out.extend((bucket * BUCKET_US / 1_000_000, len(self._buckets[bucket]))
-                   for bucket in sorted(b for b in self._buckets if b * BUCKET_US <= until_us))
+        out.extend(
+            (bucket * BUCKET_US / 1_000_000, len(self._buckets[bucket]))
+            for bucket in sorted(b for b in self._buckets if b * BUCKET_US <= until_us)
+        )
         return out
 
     def requeue(self, entries: Iterable[DueEntry]) -> None:

@@ -83,9 +83,14 @@ class LeaserConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LeaserConfig:
-        return cls(ttl_s=settings.lease_ttl_s, interval_s=settings.leaser_interval_s,
-                   region=settings.region.strip(), primary_region=settings.primary_region.strip(),
-                   standby_grace_s=settings.region_takeover_grace_s, failback=settings.region_failback)
+        return cls(
+            ttl_s=settings.lease_ttl_s,
+            interval_s=settings.leaser_interval_s,
+            region=settings.region.strip(),
+            primary_region=settings.primary_region.strip(),
+            standby_grace_s=settings.region_takeover_grace_s,
+            failback=settings.region_failback,
+        )
 
 
 def fair_share(members: Iterable[str], me: str, shard_count: int = SHARD_COUNT) -> int:
@@ -115,15 +120,20 @@ def share_target(members: Iterable[Member], as_of: datetime | None, me: str, con
     primary = [m for m in members if in_primary_region(m.region, config.primary_region)]
     if not config.standby:
         return ShareTarget(fair_share((m.owner for m in primary), me))
-    primary_back = [m for m in primary if m.owner != me and as_of is not None
-                    and (as_of - m.started_at).total_seconds() >= config.standby_grace_s]
+    primary_back = [
+        m
+        for m in primary
+        if m.owner != me and as_of is not None and (as_of - m.started_at).total_seconds() >= config.standby_grace_s
+    ]
     if config.failback and primary_back:
         return ShareTarget(0, config.standby_grace_s, never_owned=False)
     standbys = [m.owner for m in members if not in_primary_region(m.region, config.primary_region)]
     # Never-owned shards (a fresh installation) are the primary region's while any of it is live, and
     # a standby takes them only after standing by for the grace without seeing it.
-    waited = any(m.owner == me and as_of is not None and (as_of - m.started_at).total_seconds()
-                 >= config.standby_grace_s for m in members)
+    waited = any(
+        m.owner == me and as_of is not None and (as_of - m.started_at).total_seconds() >= config.standby_grace_s
+        for m in members
+    )
     return ShareTarget(fair_share(standbys, me), config.standby_grace_s, never_owned=not primary and waited)
 
 
@@ -160,8 +170,14 @@ class Ownership:
 
 
 class ShardLeaser:
-    def __init__(self, db: Database, owner: str, ownership: Ownership, config: LeaserConfig = LeaserConfig(),
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        owner: str,
+        ownership: Ownership,
+        config: LeaserConfig = LeaserConfig(),
+        clock: Clock | None = None,
+    ) -> None:
         self.db = db
         self.owner = owner
         self.ownership = ownership
@@ -195,10 +211,17 @@ class ShardLeaser:
                 for shard_id in await tx.shard_leases.release(self.owner, excess, now):
                     held.pop(shard_id, None)
             elif len(held) < target:
-                got = await tx.shard_leases.acquire(self.owner, target - len(held), cfg.ttl_s,
-                                                  salt=self._salt, now=now, region=region, grace_s=share.grace_s,
-                                                  primary_region=cfg.primary_region or None,
-                                                  never_owned=share.never_owned)
+                got = await tx.shard_leases.acquire(
+                    self.owner,
+                    target - len(held),
+                    cfg.ttl_s,
+                    salt=self._salt,
+                    now=now,
+                    region=region,
+                    grace_s=share.grace_s,
+                    primary_region=cfg.primary_region or None,
+                    never_owned=share.never_owned,
+                )
                 held.update({h.shard_id: h.revision for h in got})
             return held
 
@@ -206,16 +229,23 @@ class ShardLeaser:
         self._valid_until = started + cfg.ttl_s
         gained, lost = self.ownership.replace(held)
         if gained or lost:
-            log.info("shard ownership changed", extra={
-                "owner": self.owner, "held": len(held), "gained": len(gained), "lost": len(lost),
-                "region": cfg.region or None, "standby": cfg.standby})
+            log.info(
+                "shard ownership changed",
+                extra={
+                    "owner": self.owner,
+                    "held": len(held),
+                    "gained": len(gained),
+                    "lost": len(lost),
+                    "region": cfg.region or None,
+                    "standby": cfg.standby,
+                },
+            )
         return LeaseChanges(gained, lost)
 
     def expire_if_stale(self) -> None:
         """No renewal within the TTL (database unreachable): stop acting on any shard."""
         if self.ownership.held and time.monotonic() > self._valid_until:
-            log.warning("shard leases presumed expired: no renewal within the TTL",
-                        extra={"owner": self.owner})
+            log.warning("shard leases presumed expired: no renewal within the TTL", extra={"owner": self.owner})
             self.ownership.replace({})
 
     async def sweep(self) -> None:

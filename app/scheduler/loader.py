@@ -75,9 +75,15 @@ class LoadResult:
 
 
 class DueLoader:
-    def __init__(self, db: Database, ownership: Ownership, heap: DueHeap,
-                 config: LoaderConfig = LoaderConfig(), clock: Clock | None = None,
-                 wake_dispatcher: asyncio.Event | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        ownership: Ownership,
+        heap: DueHeap,
+        config: LoaderConfig = LoaderConfig(),
+        clock: Clock | None = None,
+        wake_dispatcher: asyncio.Event | None = None,
+    ) -> None:
         self.db = db
         self.ownership = ownership
         self.heap = heap
@@ -106,12 +112,30 @@ class DueLoader:
             revision = held.get(r.shard_id)
             if revision is None:
                 continue  # lost while we read
-            out.append(DueEntry(r.shard_id, revision, r.due_minute, r.next_run_at, r.job_id, r.tenant_id,
-                                r.nominal_at, r.weight, r.max_dispatch_per_s))
+            out.append(
+                DueEntry(
+                    r.shard_id,
+                    revision,
+                    r.due_minute,
+                    r.next_run_at,
+                    r.job_id,
+                    r.tenant_id,
+                    r.nominal_at,
+                    r.weight,
+                    r.max_dispatch_per_s,
+                )
+            )
         return out
 
-    async def _read(self, shards: list[int], until: datetime, after: tuple[datetime, UUID] | None,
-                    limit: int, *, latest: bool = False) -> list[dispatch_store.DueRow]:
+    async def _read(
+        self,
+        shards: list[int],
+        until: datetime,
+        after: tuple[datetime, UUID] | None,
+        limit: int,
+        *,
+        latest: bool = False,
+    ) -> list[dispatch_store.DueRow]:
         async def read(tx: Store) -> list[dispatch_store.DueRow]:
             if latest:
                 return await tx.dispatch.load_latest_due(shards, until, limit)
@@ -164,12 +188,19 @@ class DueLoader:
                 scan.after = (rows[-1].next_run_at, rows[-1].job_id)
         result.window_done = self._scan is None
         # The near scan: what is due soon, whatever the window scan has reached.
-        near = await self._read(sorted(self.ownership.held), now + timedelta(seconds=cfg.near_s), None,
-                                cfg.near_limit, latest=True)
+        near = await self._read(
+            sorted(self.ownership.held), now + timedelta(seconds=cfg.near_s), None, cfg.near_limit, latest=True
+        )
         self._add(near, result)
         return result
 
     async def run(self, stop: asyncio.Event) -> None:
         # A bounded tick that did not reach the end of the window: the rest of the backlog follows at once.
-        await run_every("due-loader", self.config.interval_s, stop, self.run_once,
-                        again=lambda result: not result.window_done, wakes=(self.wake,))
+        await run_every(
+            "due-loader",
+            self.config.interval_s,
+            stop,
+            self.run_once,
+            again=lambda result: not result.window_done,
+            wakes=(self.wake,),
+        )

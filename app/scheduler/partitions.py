@@ -82,8 +82,9 @@ class PartitionPass:
 
 
 def objects_for(settings: Settings) -> ObjectStore:
-    return open_store(settings.archive_url, settings.home, endpoint=settings.archive_endpoint,
-                      region=settings.archive_region)
+    return open_store(
+        settings.archive_url, settings.home, endpoint=settings.archive_endpoint, region=settings.archive_region
+    )
 
 
 @dataclass
@@ -100,7 +101,8 @@ class HistoryPartitioner:
     async def run_once(self, *, now: datetime | None = None) -> PartitionPass:
         now = now or datetime.now(timezone.utc)
         created = await self.db.transaction(
-            lambda tx: tx.partitions.ensure(now, now + self.config.weeks_ahead * WEEK), isolation="READ COMMITTED")
+            lambda tx: tx.partitions.ensure(now, now + self.config.weeks_ahead * WEEK), isolation="READ COMMITTED"
+        )
         self.total["created"] += created
         if created:
             log.info("history partitions created", extra={"partitions": created})
@@ -116,13 +118,15 @@ class HistoryPartitioner:
         started = time.monotonic()
         held: Held = await self.db.read(lambda tx: tx.partitions.held(week))
         if held.keeps(cutoff):
-            log.info("history week kept", extra={"week": week.lo.isoformat(), "ready": held.ready,
-                                                 "leased": held.leased})
+            log.info(
+                "history week kept", extra={"week": week.lo.isoformat(), "ready": held.ready, "leased": held.leased}
+            )
             return WeekOut(week, "held")
         keys: list[str] = []
         executions = attempts = 0
         after: UUID | None = None
         while True:
+
             async def batch(tx: Store, after: UUID | None = after) -> tuple[list[archive.Row], list[archive.Row]]:
                 rows = await tx.partitions.executions(week, after=after, limit=self.config.batch)
                 return rows, (await tx.partitions.attempts(week, [r["execution_id"] for r in rows]) if rows else [])
@@ -144,9 +148,18 @@ class HistoryPartitioner:
             self.total["executions"] += executions
             observability.history_archived.add(executions, {"table": "executions"})
             observability.history_archived.add(attempts, {"table": "attempts"})
-        log.info("history week retired" if outcome == "dropped" else "history week kept", extra={
-            "week": week.lo.isoformat(), "outcome": outcome, "executions": executions, "attempts": attempts,
-            "archives": len(keys), "store": self.objects.url, "duration_ms": round(took * 1000)})
+        log.info(
+            "history week retired" if outcome == "dropped" else "history week kept",
+            extra={
+                "week": week.lo.isoformat(),
+                "outcome": outcome,
+                "executions": executions,
+                "attempts": attempts,
+                "archives": len(keys),
+                "store": self.objects.url,
+                "duration_ms": round(took * 1000),
+            },
+        )
         return WeekOut(week, outcome, executions, attempts, tuple(keys), took)
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -42,8 +42,13 @@ MAX_SKIPPED_AHEAD = 16
 
 
 @functools.lru_cache(maxsize=65_536)
-def _chain_step(expr: str, tz: str, gap: str, repeat: str, after: datetime,
-                ) -> tuple[tuple[cron.Occurrence, ...], cron.Occurrence | None]:
+def _chain_step(
+    expr: str,
+    tz: str,
+    gap: str,
+    repeat: str,
+    after: datetime,
+) -> tuple[tuple[cron.Occurrence, ...], cron.Occurrence | None]:
     """Gap-skipped occurrences, then the first one that runs, strictly after ``after`` (no jitter).
 
     ``expr`` is the resolved expression (no H tokens), so the job key plays no part here.
@@ -92,14 +97,19 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
     tenant_id, queue, max_attempts = c.tenant_id, c.queue, c.max_attempts
     if c.next_run_at > now and c.concurrency != "allow":
         plan.held = True
-        plan.next_due = store.NextDue(c.shard_id, due_minute(c.next_run_at), c.next_run_at, c.job_id, tenant_id,
-                                      c.nominal_at)
+        plan.next_due = store.NextDue(
+            c.shard_id, due_minute(c.next_run_at), c.next_run_at, c.job_id, tenant_id, c.nominal_at
+        )
         return plan
 
-    def execution(nominal: datetime, ready_at: datetime, state: ExecutionState = ExecutionState.READY,
-                  reason: str | None = None, note: str | None = None) -> store.NewExecution:
-        return store.NewExecution(c.job_id, tenant_id, queue, nominal, max_attempts, state, ready_at,
-                                  reason, note)
+    def execution(
+        nominal: datetime,
+        ready_at: datetime,
+        state: ExecutionState = ExecutionState.READY,
+        reason: str | None = None,
+        note: str | None = None,
+    ) -> store.NewExecution:
+        return store.NewExecution(c.job_id, tenant_id, queue, nominal, max_attempts, state, ready_at, reason, note)
 
     if c.end_at is not None and c.nominal_at > c.end_at:
         # endAt moved before this occurrence (an update): the schedule is over.
@@ -128,23 +138,26 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
             if following is not None and following.nominal_utc > c.end_at:
                 following = None  # the schedule's last occurrence has run (or runs now)
         for occ in gap_skipped:
-            plan.executions.append(execution(occ.nominal_utc, occ.nominal_utc + jitter, ExecutionState.SKIPPED,
-                                             "dst_gap", occ.dst_note))
+            plan.executions.append(
+                execution(occ.nominal_utc, occ.nominal_utc + jitter, ExecutionState.SKIPPED, "dst_gap", occ.dst_note)
+            )
         if c.concurrency == "forbid" and len(runs) > 1:
             # Catch-up under forbid runs one missed occurrence at a time: the next one becomes the
             # due row, and its own dispatch applies the overlap rule then (runs, or is recorded as
             # skipped because this one is still unfinished); the misfire maths resumes from it.
             (nominal, ready_at), runs = runs[1], runs[:1]
-            plan.next_due = store.NextDue(shard_of(c.job_id), due_minute(ready_at), ready_at,
-                                          c.job_id, c.tenant_id, nominal)
+            plan.next_due = store.NextDue(
+                shard_of(c.job_id), due_minute(ready_at), ready_at, c.job_id, c.tenant_id, nominal
+            )
             plan.advance = store.JobAdvance(c.job_id, JobState.ACTIVE, nominal, ready_at)
             following = None
         elif following is None:
             plan.advance = store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
         else:
             run_at = following.nominal_utc + jitter
-            plan.next_due = store.NextDue(shard_of(c.job_id), due_minute(run_at), run_at,
-                                          c.job_id, c.tenant_id, following.nominal_utc)
+            plan.next_due = store.NextDue(
+                shard_of(c.job_id), due_minute(run_at), run_at, c.job_id, c.tenant_id, following.nominal_utc
+            )
             plan.advance = store.JobAdvance(c.job_id, JobState.ACTIVE, following.nominal_utc, run_at)
     if not runs:
         return plan
@@ -165,9 +178,14 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
     return plan
 
 
-def _every_step(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime], jitter: timedelta,
-                ) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime, ExecutionState, str, str]],
-                           cron.Occurrence | None]:
+def _every_step(
+    c: store.Claim,
+    now: datetime,
+    catch_up_slot: Callable[[UUID], datetime],
+    jitter: timedelta,
+) -> tuple[
+    list[tuple[datetime, datetime]], list[tuple[datetime, datetime, ExecutionState, str, str]], cron.Occurrence | None
+]:
     """An interval schedule's step: runs, skipped records and the next occurrence, with the same misfire
     rules as cron (occurrences are nominal + k * every, in UTC)."""
     assert c.every_s and c.nominal_at and c.misfire and c.tenant_id
@@ -181,24 +199,36 @@ def _every_step(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], d
     if not missed_total:
         return [(c.nominal_at, c.next_run_at)], [], following
     misfire = jobs.misfire_policy(c.misfire)
-    newest = [occurrence(c.nominal_at + step * k)
-              for k in range(max(1, missed_total - MISFIRE_CAP + 1), missed_total + 1)]
+    newest = [
+        occurrence(c.nominal_at + step * k) for k in range(max(1, missed_total - MISFIRE_CAP + 1), missed_total + 1)
+    ]
     this = cron.Occurrence(c.nominal_at, c.next_run_at, c.nominal_at, False, None, None)
     listed = [this, *newest][-MISFIRE_CAP:]
     decision = cron.plan_misfire(misfire, listed, missed_total + 1, cap=MISFIRE_CAP)
     run_ids = {occ.nominal_utc for occ in decision.run}
     note = f"missed while no scheduler ran; misfire policy {misfire}"
-    records = [(o.nominal_utc, o.run_at, ExecutionState.SKIPPED, "misfire", note)
-               for o in listed if o.nominal_utc not in run_ids]
-    runs = [(o.nominal_utc, max(o.run_at, catch_up_slot(c.tenant_id)) if misfire == "catch_up" else o.run_at)
-            for o in decision.run]
+    records = [
+        (o.nominal_utc, o.run_at, ExecutionState.SKIPPED, "misfire", note)
+        for o in listed
+        if o.nominal_utc not in run_ids
+    ]
+    runs = [
+        (o.nominal_utc, max(o.run_at, catch_up_slot(c.tenant_id)) if misfire == "catch_up" else o.run_at)
+        for o in decision.run
+    ]
     return runs, records, following
 
 
-def _plan_misfire(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime],
-                  ) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime, ExecutionState, str, str]],
-                             cron.Occurrence | None,
-                             tuple[cron.Occurrence, ...]]:
+def _plan_misfire(
+    c: store.Claim,
+    now: datetime,
+    catch_up_slot: Callable[[UUID], datetime],
+) -> tuple[
+    list[tuple[datetime, datetime]],
+    list[tuple[datetime, datetime, ExecutionState, str, str]],
+    cron.Occurrence | None,
+    tuple[cron.Occurrence, ...],
+]:
     """Runs, skipped records, the next occurrence after now and gap-skips before it."""
     assert c.cron_resolved and c.tz and c.nominal_at and c.misfire and c.tenant_id and c.dst_gap and c.dst_repeat
     key = str(c.job_id)

@@ -52,9 +52,17 @@ class DispatchProgress:
     process joins again and tries.
     """
 
-    def __init__(self, dispatcher: Dispatcher, heap: DueHeap, *, stall_s: float, sit_out_s: float,
-                 sit_out_max_s: float = 300.0, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        heap: DueHeap,
+        *,
+        stall_s: float,
+        sit_out_s: float,
+        sit_out_max_s: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    ) -> None:
         self.dispatcher = dispatcher
         self.heap = heap
         self.stall_s = stall_s
@@ -91,8 +99,10 @@ class DispatchProgress:
         if not self.stalled():
             return True
         self.stand_downs += 1
-        log.warning("no dispatch batch finished while work is overdue; standing down", extra={
-            "stalled_s": round(now - self._progress_at, 1), "sit_out_s": self._next_sit_out_s})
+        log.warning(
+            "no dispatch batch finished while work is overdue; standing down",
+            extra={"stalled_s": round(now - self._progress_at, 1), "sit_out_s": self._next_sit_out_s},
+        )
         self._out_until = now + self._next_sit_out_s
         self._next_sit_out_s = min(self.sit_out_max_s, self._next_sit_out_s * 2)
         self._progress_at = self._out_until  # joining again starts a fresh stall clock
@@ -113,15 +123,17 @@ class Scheduler:
         self.heap = DueHeap()
         self.dispatcher = Dispatcher(db, self.owner, self.heap, DispatcherConfig.from_settings(settings))
         self.leaser = ShardLeaser(db, self.owner, self.ownership, LeaserConfig.from_settings(settings))
-        self.loader = DueLoader(db, self.ownership, self.heap, LoaderConfig.from_settings(settings),
-                                wake_dispatcher=self.dispatcher.wake)
+        self.loader = DueLoader(
+            db, self.ownership, self.heap, LoaderConfig.from_settings(settings), wake_dispatcher=self.dispatcher.wake
+        )
         self.statistics = StatisticsKeeper(db)
         self.partitions = HistoryPartitioner(db, objects_for(settings), PartitionerConfig.from_settings(settings))
         ttl_s = self.leaser.config.ttl_s
         # Twice the TTL: a leaser tick that hangs costs the shards after one TTL; a dispatcher that hangs
         # while the leaser still renews (it found a fresh connection) costs them after two.
-        self.progress = DispatchProgress(self.dispatcher, self.heap, stall_s=max(2 * ttl_s, STALL_MIN_S),
-                                         sit_out_s=ttl_s)
+        self.progress = DispatchProgress(
+            self.dispatcher, self.heap, stall_s=max(2 * ttl_s, STALL_MIN_S), sit_out_s=ttl_s
+        )
         self.leaser_silence_s = 3 * ttl_s + LEASER_SILENCE_SLACK_S
 
     def leaser_silent(self) -> str | None:
@@ -133,16 +145,22 @@ class Scheduler:
 
     async def run(self, stop: asyncio.Event) -> None:
         config = self.leaser.config
-        log.info("scheduler starting", extra={"owner": self.owner, "region": config.region or None,
-                                              "standby": config.standby})
+        log.info(
+            "scheduler starting",
+            extra={"owner": self.owner, "region": config.region or None, "standby": config.standby},
+        )
         duties_stop = asyncio.Event()
         duties: list[tuple[str, Callable[[asyncio.Event], Awaitable[None]]]] = [
             ("leaser", lambda s: self.leaser.run(s, may_hold=self.progress.may_hold)),
-            ("loader", self.loader.run), ("dispatcher", self.dispatcher.run), ("statistics", self.statistics.run),
-            ("partitions", self.partitions.run)]
+            ("loader", self.loader.run),
+            ("dispatcher", self.dispatcher.run),
+            ("statistics", self.statistics.run),
+            ("partitions", self.partitions.run),
+        ]
         tasks = [
-            asyncio.create_task(supervise(name, functools.partial(duty, duties_stop), duties_stop),
-                                name=f"scheduler.{name}")
+            asyncio.create_task(
+                supervise(name, functools.partial(duty, duties_stop), duties_stop), name=f"scheduler.{name}"
+            )
             for name, duty in duties
         ]
         LIVENESS.watch("scheduler.leaser", self.leaser_silent)
@@ -160,8 +178,7 @@ class Scheduler:
                 await asyncio.wait_for(self.leaser.release_all(), timeout=SHUTDOWN_GRACE_S)
             except Exception:
                 log.exception("could not hand shards back; they expire after the lease TTL")
-            log.info("scheduler stopped",
-                     extra={"owner": self.owner, "dispatched": self.dispatcher.totals.ready})
+            log.info("scheduler stopped", extra={"owner": self.owner, "dispatched": self.dispatcher.totals.ready})
 
 
 async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:

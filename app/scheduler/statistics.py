@@ -81,7 +81,8 @@ class StatisticsKeeper:
     async def run_once(self) -> StatisticsResult:
         cfg = self.config
         stale = await self.db.transaction(
-            lambda tx: tx.planner_statistics.stale_tables(min_rows=cfg.min_rows, fraction=cfg.fraction))
+            lambda tx: tx.planner_statistics.stale_tables(min_rows=cfg.min_rows, fraction=cfg.fraction)
+        )
         now = time.monotonic()
         due = sorted(t for t in stale if now - self._analyzed_at.get(t, -math.inf) >= cfg.min_gap_s)
         for table in due:

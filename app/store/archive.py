@@ -43,15 +43,49 @@ Row = dict[str, Any]
 
 # The columns history keeps (every column of the tables; tests/integration/test_retention.py checks an archived
 # row against them). A restore refuses any other key rather than dropping it unseen.
-EXECUTION_COLUMNS = frozenset({
-    "execution_id", "job_id", "tenant_id", "queue", "scheduled_for", "attempt", "max_attempts", "state", "ready_at",
-    "dispatched_at", "lease_owner", "lease_until", "started_at", "finished_at", "error", "result", "skip_reason",
-    "payload", "backoff_s", "max_backoff_s", "trigger", "traceparent", "restored_at",
-})
-ATTEMPT_COLUMNS = frozenset({
-    "execution_id", "attempt", "tenant_id", "worker_id", "leased_at", "lease_until", "finished_at", "outcome",
-    "error", "result", "sent_at", "scheduled_for",
-})
+EXECUTION_COLUMNS = frozenset(
+    {
+        "execution_id",
+        "job_id",
+        "tenant_id",
+        "queue",
+        "scheduled_for",
+        "attempt",
+        "max_attempts",
+        "state",
+        "ready_at",
+        "dispatched_at",
+        "lease_owner",
+        "lease_until",
+        "started_at",
+        "finished_at",
+        "error",
+        "result",
+        "skip_reason",
+        "payload",
+        "backoff_s",
+        "max_backoff_s",
+        "trigger",
+        "traceparent",
+        "restored_at",
+    }
+)
+ATTEMPT_COLUMNS = frozenset(
+    {
+        "execution_id",
+        "attempt",
+        "tenant_id",
+        "worker_id",
+        "leased_at",
+        "lease_until",
+        "finished_at",
+        "outcome",
+        "error",
+        "result",
+        "sent_at",
+        "scheduled_for",
+    }
+)
 FINAL_STATES = frozenset({"succeeded", "dead", "cancelled", "skipped"})
 
 
@@ -76,8 +110,17 @@ def encode(executions: Sequence[Row], attempts: Sequence[Row], keyring: sealing.
     for a in attempts:
         by_execution[a["execution_id"]].append(a)
     encoder = msgspec.json.Encoder()
-    body = b"".join(encoder.encode({"v": VERSION, "execution": e, "attempts": sorted(
-        by_execution.get(e["execution_id"], ()), key=lambda a: a["attempt"])}) + b"\n" for e in executions)
+    body = b"".join(
+        encoder.encode(
+            {
+                "v": VERSION,
+                "execution": e,
+                "attempts": sorted(by_execution.get(e["execution_id"], ()), key=lambda a: a["attempt"]),
+            }
+        )
+        + b"\n"
+        for e in executions
+    )
     mac = (keyring or sealing.current()).mac(body)
     return gzip.compress(body + encoder.encode({"v": VERSION, "mac": mac}) + b"\n", compresslevel=6)
 
@@ -91,8 +134,11 @@ def decode(data: bytes, name: str = "archive", keyring: sealing.Keyring | None =
         raise InvalidInput(name, f"is not a gzipped history archive ({exc})") from None
     body, mac = _signed_body(text, name)
     if not (keyring or sealing.current()).mac_matches(body, mac):
-        raise InvalidInput(name, "its MAC does not match: the archive was changed after it was written, or another "
-                                 "installation (another KAIROS_SECRET_KEY) wrote it; nothing was restored")
+        raise InvalidInput(
+            name,
+            "its MAC does not match: the archive was changed after it was written, or another "
+            "installation (another KAIROS_SECRET_KEY) wrote it; nothing was restored",
+        )
     decoder = msgspec.json.Decoder()
     executions: list[Row] = []
     attempts: list[Row] = []
@@ -103,8 +149,12 @@ def decode(data: bytes, name: str = "archive", keyring: sealing.Keyring | None =
             record = decoder.decode(line)
         except msgspec.DecodeError as exc:
             raise InvalidInput(name, f"line {number} is not JSON ({exc})") from None
-        if (not isinstance(record, dict) or record.get("v") != VERSION or not isinstance(record.get("execution"), dict)
-                or not isinstance(record.get("attempts"), list)):
+        if (
+            not isinstance(record, dict)
+            or record.get("v") != VERSION
+            or not isinstance(record.get("execution"), dict)
+            or not isinstance(record.get("attempts"), list)
+        ):
             raise InvalidInput(name, f"line {number} is not a version-{VERSION} archived execution")
         executions.append(_history_execution(record["execution"], name, number))
         attempts += [_history_attempt(a, name, number) for a in record["attempts"]]
@@ -120,8 +170,11 @@ def _signed_body(text: bytes, name: str) -> tuple[bytes, str]:
     except msgspec.DecodeError:
         last = None
     if not isinstance(last, dict) or not isinstance(last.get("mac"), str):
-        raise InvalidInput(name, "carries no MAC line: only archives this installation wrote (and signed) can be "
-                                 "restored; nothing was restored")
+        raise InvalidInput(
+            name,
+            "carries no MAC line: only archives this installation wrote (and signed) can be "
+            "restored; nothing was restored",
+        )
     return text[:cut], last["mac"]
 
 
@@ -130,8 +183,11 @@ def _history_execution(row: Any, name: str, number: int) -> Row:
     if extra := set(row) - EXECUTION_COLUMNS:
         raise InvalidInput(name, f"line {number}: {', '.join(sorted(extra))} is not a column of execution history")
     if row.get("state") not in FINAL_STATES or row.get("finished_at") is None:
-        raise InvalidInput(name, f"line {number}: state {row.get('state')!r} is not a final state (history holds "
-                                 f"finished executions only: {', '.join(sorted(FINAL_STATES))})")
+        raise InvalidInput(
+            name,
+            f"line {number}: state {row.get('state')!r} is not a final state (history holds "
+            f"finished executions only: {', '.join(sorted(FINAL_STATES))})",
+        )
     if row.get("lease_owner") is not None or row.get("lease_until") is not None:
         raise InvalidInput(name, f"line {number}: a finished execution holds no lease")
     return dict(row)

@@ -23,8 +23,11 @@ def plain(values: Iterable[Any]) -> str:
     kind = type(items[0])
     if kind is not type(None) and all(type(v) is kind for v in items):
         return "{" + ",".join(map(kind.isoformat if kind is datetime else str, items)) + "}"
-    return "{" + ",".join(_NULL if v is None else v.isoformat() if isinstance(v, datetime) else str(v)
-                          for v in items) + "}"
+    return (
+        "{"
+        + ",".join(_NULL if v is None else v.isoformat() if isinstance(v, datetime) else str(v) for v in items)
+        + "}"
+    )
 
 
 def texts(values: Iterable[str | None]) -> str:
@@ -39,5 +42,8 @@ def texts(values: Iterable[str | None]) -> str:
         flat = "".join(strings)  # raises TypeError on a non-string, as the quoting below would
         if "\\" not in flat and '"' not in flat:
             return '{"' + '","'.join(strings) + '"}'
-    return "{" + ",".join(_NULL if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-                          for v in items) + "}"
+    return (
+        "{"
+        + ",".join(_NULL if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in items)
+        + "}"
+    )

@@ -50,24 +50,26 @@ class Attempts(Table):
     """The attempts statements of one transaction."""
 
     async def list_for_execution(self, tenant_id: UUID, execution_id: UUID) -> list[Attempt]:
-        rows = await self._conn.execute(q("AttemptListForExecution"),
-                                        {"tenant_id": tenant_id, "execution_id": execution_id})
+        rows = await self._conn.execute(
+            q("AttemptListForExecution"), {"tenant_id": tenant_id, "execution_id": execution_id}
+        )
         return [Attempt(**{**r._mapping, "outcome": AttemptOutcome(r.outcome)}) for r in rows]
 
-    async def list_for_executions(self, tenant_id: UUID,
-                                  execution_ids: Sequence[UUID]) -> dict[UUID, list[Attempt]]:
+    async def list_for_executions(self, tenant_id: UUID, execution_ids: Sequence[UUID]) -> dict[UUID, list[Attempt]]:
         """execution_id -> its attempts, oldest first (executions with none are absent)."""
         if not execution_ids:
             return {}
-        rows = await self._conn.execute(q("AttemptListForExecutions"),
-                                        {"tenant_id": tenant_id, "execution_ids": plain(execution_ids)})
+        rows = await self._conn.execute(
+            q("AttemptListForExecutions"), {"tenant_id": tenant_id, "execution_ids": plain(execution_ids)}
+        )
         out: dict[UUID, list[Attempt]] = {}
         for r in rows:
             out.setdefault(r.execution_id, []).append(Attempt(**{**r._mapping, "outcome": AttemptOutcome(r.outcome)}))
         return out
 
-    async def replay_budget(self, tenant_id: UUID, *, per_window: int, window_s: float,
-                            now: datetime | None = None) -> ReplayBudget:
+    async def replay_budget(
+        self, tenant_id: UUID, *, per_window: int, window_s: float, now: datetime | None = None
+    ) -> ReplayBudget:
         await self._conn.execute(q("ReplayBudgetEnsure"), {"tenant_id": tenant_id})
         row = (await self._conn.execute(q("ReplayBudgetGet"), {"tenant_id": tenant_id, "now": now})).one()
         start, used = row.window_start, row.used
@@ -77,6 +79,7 @@ class Attempts(Table):
 
     async def spend_replay_budget(self, tenant_id: UUID, budget: ReplayBudget, n: int) -> ReplayBudget:
         spent = ReplayBudget(budget.window_start, budget.used + n, budget.per_window, budget.window_s)
-        await self._conn.execute(q("ReplayBudgetPut"), {"tenant_id": tenant_id, "window_start": spent.window_start,
-                                                        "used": spent.used})
+        await self._conn.execute(
+            q("ReplayBudgetPut"), {"tenant_id": tenant_id, "window_start": spent.window_start, "used": spent.used}
+        )
         return spent

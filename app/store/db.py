@@ -136,8 +136,9 @@ def translate(exc: DBAPIError | psycopg.Error) -> errors.KairosError:
     that re-running the transaction will not cure."""
     state = sqlstate(exc)
     detail = (str(getattr(exc, "orig", exc)).splitlines() or [type(exc).__name__])[0]
-    if state is None and isinstance(exc, (OperationalError, InterfaceError,
-                                          psycopg.OperationalError, psycopg.InterfaceError)):
+    if state is None and isinstance(
+        exc, (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+    ):
         return errors.DatabaseUnavailable(detail)
     if state is not None and state[:2] in ("08", "57", "53"):  # connection lost, shutdown or cancel, resources
         return errors.DatabaseUnavailable(detail)  # 57014 is statement_timeout: a slow database
@@ -152,10 +153,13 @@ def translate(exc: DBAPIError | psycopg.Error) -> errors.KairosError:
 
 def normalise_url(url: str) -> str:
     """Pick the psycopg (async) driver for postgresql:// and cockroachdb:// URLs."""
-    for scheme, driver in (("postgresql://", "postgresql+psycopg://"), ("postgres://", "postgresql+psycopg://"),
-                           ("cockroachdb://", "cockroachdb+psycopg://")):
+    for scheme, driver in (
+        ("postgresql://", "postgresql+psycopg://"),
+        ("postgres://", "postgresql+psycopg://"),
+        ("cockroachdb://", "cockroachdb+psycopg://"),
+    ):
         if url.startswith(scheme):
-            return driver + url[len(scheme):]
+            return driver + url[len(scheme) :]
     return url
 
 
@@ -184,8 +188,14 @@ def connect_args(url: str, statement_timeout_s: float = 0.0, application_name: s
     return args
 
 
-def create_engine(url: str, *, isolation: str = "SERIALIZABLE", pool_size: int = 10,
-                  statement_timeout_s: float = 0.0, application_name: str = "") -> AsyncEngine:
+def create_engine(
+    url: str,
+    *,
+    isolation: str = "SERIALIZABLE",
+    pool_size: int = 10,
+    statement_timeout_s: float = 0.0,
+    application_name: str = "",
+) -> AsyncEngine:
     """An engine for ``url``; ``statement_timeout_s`` > 0 bounds statements and idle transactions on the
     server; ``application_name`` names the connections in ``pg_stat_activity``."""
     args = connect_args(url, statement_timeout_s, application_name)
@@ -253,8 +263,14 @@ class _OneStatement:
 class Database:
     """An engine plus the retrying transaction runner every write goes through."""
 
-    def __init__(self, engine: AsyncEngine, retry: RetryConfig = RetryConfig(), *,
-                 transaction_timeout_s: float = 0.0, read_engine: AsyncEngine | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        retry: RetryConfig = RetryConfig(),
+        *,
+        transaction_timeout_s: float = 0.0,
+        read_engine: AsyncEngine | None = None,
+    ) -> None:
         self.engine = engine
         # KAIROS_READ_DATABASE_URL (a streaming standby): where ``read`` goes; None: the primary.
         self.read_engine = read_engine
@@ -272,14 +288,22 @@ class Database:
         """The tier's database: ``name`` (the tier) labels its connections; ``bounded`` False leaves out the
         statement timeout (migrations, whose DDL may legitimately run long)."""
         timeout_s = settings.db_statement_timeout_s if bounded else 0.0
-        engine = create_engine(url, isolation=settings.db_isolation, pool_size=settings.db_pool_size,
-                               statement_timeout_s=timeout_s,
-                               application_name=f"kairos-{name}:{os.getpid()}" if name else "")
+        engine = create_engine(
+            url,
+            isolation=settings.db_isolation,
+            pool_size=settings.db_pool_size,
+            statement_timeout_s=timeout_s,
+            application_name=f"kairos-{name}:{os.getpid()}" if name else "",
+        )
         reader = None
         if settings.read_database_url:  # a hot standby: REPEATABLE READ, since it refuses SERIALIZABLE
-            reader = create_engine(settings.read_database_url, isolation="REPEATABLE READ",
-                                   pool_size=settings.db_pool_size, statement_timeout_s=timeout_s,
-                                   application_name=f"kairos-{name}-read:{os.getpid()}" if name else "")
+            reader = create_engine(
+                settings.read_database_url,
+                isolation="REPEATABLE READ",
+                pool_size=settings.db_pool_size,
+                statement_timeout_s=timeout_s,
+                application_name=f"kairos-{name}-read:{os.getpid()}" if name else "",
+            )
         return cls(engine, transaction_timeout_s=timeout_s * TRANSACTION_TIMEOUT_FACTOR, read_engine=reader)
 
     @property
@@ -306,7 +330,8 @@ class Database:
         """
         return await self._retrying(
             lambda: self._run(work, isolation, read_only, _primary),
-            lambda exc: self._after_ambiguous_commit(work, isolation, on_ambiguous, exc))
+            lambda exc: self._after_ambiguous_commit(work, isolation, on_ambiguous, exc),
+        )
 
     async def statement(self, work: Callable[[Store], Awaitable[T]]) -> T:
         """Run ``work``, which runs exactly one statement, as that statement alone: on psycopg directly,
@@ -320,6 +345,7 @@ class Database:
         (RuntimeError) before it runs. An ambiguous result (CockroachDB) raises CommitAmbiguous: the
         statements that come here are fenced, so the caller's retry is safe.
         """
+
         async def ambiguous_result(exc: Exception) -> T:
             raise errors.CommitAmbiguous(str(exc).splitlines()[0]) from exc
 
@@ -342,8 +368,7 @@ class Database:
                 await asyncio.sleep(random.uniform(0, delay))
                 delay = min(self.retry.max_s, delay * 2)
 
-    async def _retrying(self, once: Callable[[], Awaitable[T]],
-                        after_ambiguous: Callable[[Any], Awaitable[T]]) -> T:
+    async def _retrying(self, once: Callable[[], Awaitable[T]], after_ambiguous: Callable[[Any], Awaitable[T]]) -> T:
         delay = self.retry.base_s
         for attempt in range(1, self.retry.attempts + 1):
             bound = asyncio.timeout(self.transaction_timeout_s or None)
@@ -356,7 +381,8 @@ class Database:
                 # Cancelled in flight: psycopg cancels the statement or closes the connection, so the
                 # pool never hands out a connection in an unknown state.
                 raise errors.DatabaseUnavailable(
-                    f"no answer from the database within {self.transaction_timeout_s:g} s") from exc
+                    f"no answer from the database within {self.transaction_timeout_s:g} s"
+                ) from exc
             except (DBAPIError, psycopg.Error) as exc:
                 if ambiguous(exc):
                     return await after_ambiguous(exc)
@@ -388,13 +414,17 @@ class Database:
                     # nothing measurable on a new connection (loadtest/warmup_probe.py).
                     args = {**from_url, **_ENGINE_ARGS.get(self.engine.sync_engine, {}), "autocommit": True}
                     pool = AsyncConnectionPool(
-                        "", kwargs=args,
+                        "",
+                        kwargs=args,
                         # As many as the engine may open, overflow included; a call waits for a connection
                         # (or the database) as long as a connection attempt may take, then fails.
                         min_size=min(DIRECT_POOL_MIN, self._engine_pool_size()),
                         max_size=self._engine_pool_size() * 2,
-                        timeout=CONNECT_TIMEOUT_S, reconnect_timeout=CONNECT_TIMEOUT_S,
-                        name=f"kairos-direct:{os.getpid()}", open=False)
+                        timeout=CONNECT_TIMEOUT_S,
+                        reconnect_timeout=CONNECT_TIMEOUT_S,
+                        name=f"kairos-direct:{os.getpid()}",
+                        open=False,
+                    )
                     await pool.open(wait=False)
                     self._direct[loop] = pool
         return pool
@@ -419,8 +449,13 @@ class Database:
         async with pool.connection() as conn:
             return await work(Store(cast(AsyncConnection, _OneStatement(conn, self.engine.dialect))))
 
-    async def _run(self, work: Callable[[Store], Awaitable[T]], isolation: str | None,
-                   read_only: bool = False, primary: bool = False) -> T:
+    async def _run(
+        self,
+        work: Callable[[Store], Awaitable[T]],
+        isolation: str | None,
+        read_only: bool = False,
+        primary: bool = False,
+    ) -> T:
         replica = read_only and not primary
         engine = (self.read_engine or self.engine) if replica else self.engine
         async with engine.connect() as conn:
@@ -434,9 +469,13 @@ class Database:
                     await store.schema.follower_read()
                 return await work(store)
 
-    async def _after_ambiguous_commit(self, work: Callable[[Store], Awaitable[T]], isolation: str | None,
-                                      on_ambiguous: Callable[[Store], Awaitable[T | None]] | None,
-                                      exc: DBAPIError) -> T:
+    async def _after_ambiguous_commit(
+        self,
+        work: Callable[[Store], Awaitable[T]],
+        isolation: str | None,
+        on_ambiguous: Callable[[Store], Awaitable[T | None]] | None,
+        exc: DBAPIError,
+    ) -> T:
         """The commit may have landed. ``on_ambiguous`` reads, in a new transaction, whether it did
         (by keys the work chose before it first ran) and returns the work's result if so, None if
         not; only then is the work run again. Reading a key the ambiguous transaction wrote makes
@@ -452,8 +491,13 @@ class Database:
             return found
         return await self.transaction(work, isolation=isolation, on_ambiguous=on_ambiguous)
 
-    async def read(self, work: Callable[[Store], Awaitable[T]], *, isolation: str = "REPEATABLE READ",
-                   fresh_if: tuple[type[Exception], ...] = ()) -> T:
+    async def read(
+        self,
+        work: Callable[[Store], Awaitable[T]],
+        *,
+        isolation: str = "REPEATABLE READ",
+        fresh_if: tuple[type[Exception], ...] = (),
+    ) -> T:
         """Run ``work`` in a read-only transaction where reads that tolerate a few seconds of
         staleness belong (history, attempts, dead letters, the dashboard): on the read database
         (KAIROS_READ_DATABASE_URL, a streaming standby) when there is one; on CockroachDB without

@@ -132,84 +132,114 @@ class Recorded:
 class Dispatch(Table):
     """The dispatch statements of one transaction."""
 
-    async def load_due(self, shard_ids: Sequence[int], until: datetime,
-                       after: tuple[datetime, UUID] | None, limit: int) -> list[DueRow]:
-        rows = await self._conn.execute(q("DueIndexLoadShards"), {
-            "shard_ids": _plain(shard_ids), "until": until,
-            "after_run_at": after[0] if after else None, "after_job_id": after[1] if after else None,
-            "limit": limit,
-        })
+    async def load_due(
+        self, shard_ids: Sequence[int], until: datetime, after: tuple[datetime, UUID] | None, limit: int
+    ) -> list[DueRow]:
+        rows = await self._conn.execute(
+            q("DueIndexLoadShards"),
+            {
+                "shard_ids": _plain(shard_ids),
+                "until": until,
+                "after_run_at": after[0] if after else None,
+                "after_job_id": after[1] if after else None,
+                "limit": limit,
+            },
+        )
         return [DueRow(*r) for r in rows]
 
-    async def load_latest_due(self, shard_ids: Sequence[int], until: datetime,
-                              limit: int) -> list[DueRow]:
-        rows = await self._conn.execute(q("DueIndexLoadShardsLatest"), {
-            "shard_ids": _plain(shard_ids), "until": until, "limit": limit})
+    async def load_latest_due(self, shard_ids: Sequence[int], until: datetime, limit: int) -> list[DueRow]:
+        rows = await self._conn.execute(
+            q("DueIndexLoadShardsLatest"), {"shard_ids": _plain(shard_ids), "until": until, "limit": limit}
+        )
         return [DueRow(*r) for r in rows]
 
-    async def claim(self, owner: str, keys: Sequence[ClaimKey],
-                    now: datetime | None = None) -> list[Claim]:
+    async def claim(self, owner: str, keys: Sequence[ClaimKey], now: datetime | None = None) -> list[Claim]:
         """Claim a batch; one Claim per key, in the keys' order."""
         if not keys:
             return []
-        rows = await self._conn.execute(q("DispatchClaimDue"), {
-            "owner": owner, "now": now,
-            "shard_ids": _plain([k.shard_id for k in keys]),
-            "revisions": _plain([k.revision for k in keys]),
-            "due_minutes": _plain([k.due_minute for k in keys]),
-            "next_run_ats": _plain([k.next_run_at for k in keys]),
-            "job_ids": _plain([k.job_id for k in keys]),
-        })
+        rows = await self._conn.execute(
+            q("DispatchClaimDue"),
+            {
+                "owner": owner,
+                "now": now,
+                "shard_ids": _plain([k.shard_id for k in keys]),
+                "revisions": _plain([k.revision for k in keys]),
+                "due_minutes": _plain([k.due_minute for k in keys]),
+                "next_run_ats": _plain([k.next_run_at for k in keys]),
+                "job_ids": _plain([k.job_id for k in keys]),
+            },
+        )
         out: list[Claim | None] = [None] * len(keys)
         for ordinal, claimed, fenced, job_state, *job in rows:
             k = keys[ordinal - 1]
-            out[ordinal - 1] = Claim(k.shard_id, k.next_run_at, k.job_id, claimed, fenced,
-                                     k.tenant_id if claimed else None, k.nominal_at if claimed else None,
-                                     JobState(job_state) if job_state is not None else None, *job)
+            out[ordinal - 1] = Claim(
+                k.shard_id,
+                k.next_run_at,
+                k.job_id,
+                claimed,
+                fenced,
+                k.tenant_id if claimed else None,
+                k.nominal_at if claimed else None,
+                JobState(job_state) if job_state is not None else None,
+                *job,
+            )
         assert all(c is not None for c in out), "the claim must answer every batch row"
         return out  # type: ignore[return-value]
 
-    async def cancel_replaced(self, replacements: Sequence[Replacement],
-                              now: datetime | None = None) -> None:
+    async def cancel_replaced(self, replacements: Sequence[Replacement], now: datetime | None = None) -> None:
         if not replacements:
             return
-        await self._conn.execute(q("DispatchCancelReplaced"), {
-            "now": now,
-            "job_ids": _plain([r.job_id for r in replacements]),
-            "scheduled_fors": _plain([r.scheduled_for for r in replacements]),
-            "errors": _texts([r.error for r in replacements]),
-        })
+        await self._conn.execute(
+            q("DispatchCancelReplaced"),
+            {
+                "now": now,
+                "job_ids": _plain([r.job_id for r in replacements]),
+                "scheduled_fors": _plain([r.scheduled_for for r in replacements]),
+                "errors": _texts([r.error for r in replacements]),
+            },
+        )
 
-    async def record(self, executions: Sequence[NewExecution], next_due: Sequence[NextDue],
-                     advances: Sequence[JobAdvance], now: datetime | None = None, *,
-                     traceparents: Sequence[str | None] | None = None) -> Recorded:
+    async def record(
+        self,
+        executions: Sequence[NewExecution],
+        next_due: Sequence[NextDue],
+        advances: Sequence[JobAdvance],
+        now: datetime | None = None,
+        *,
+        traceparents: Sequence[str | None] | None = None,
+    ) -> Recorded:
         """``traceparents``: one per execution (or None), the trace its attempts continue."""
         e, n, a = executions, next_due, advances
         # A catch-up may reach back past the weekly partitions kept (nothing to do in the usual case).
         await Partitions(self._conn).cover([x.scheduled_for for x in e], now=now)
-        row = (await self._conn.execute(q("DispatchRecord"), {
-            "now": now,
-            "e_job_ids": _plain([x.job_id for x in e]),
-            "e_tenant_ids": _plain([x.tenant_id for x in e]),
-            "e_queues": _texts([x.queue for x in e]),
-            "e_scheduled_fors": _plain([x.scheduled_for for x in e]),
-            "e_max_attempts": _plain([x.max_attempts for x in e]),
-            "e_states": _texts([x.state for x in e]),
-            "e_ready_ats": _plain([x.ready_at for x in e]),
-            "e_skip_reasons": _texts([x.skip_reason for x in e]),
-            "e_notes": _texts([x.note for x in e]),
-            "e_traceparents": _texts(traceparents if traceparents is not None else [None] * len(e)),
-            "n_shard_ids": _plain([x.shard_id for x in n]),
-            "n_due_minutes": _plain([x.due_minute for x in n]),
-            "n_next_run_ats": _plain([x.next_run_at for x in n]),
-            "n_job_ids": _plain([x.job_id for x in n]),
-            "n_tenant_ids": _plain([x.tenant_id for x in n]),
-            "n_nominal_ats": _plain([x.nominal_at for x in n]),
-            "a_job_ids": _plain([x.job_id for x in a]),
-            "a_states": _texts([x.state for x in a]),
-            # Guard on the state the claim read: a job paused or cancelled since keeps its own.
-            "a_from_states": _texts(["active"] * len(a)),
-            "a_next_nominal_ats": _plain([x.next_nominal_at for x in a]),
-            "a_next_run_ats": _plain([x.next_run_at for x in a]),
-        })).one()
+        row = (
+            await self._conn.execute(
+                q("DispatchRecord"),
+                {
+                    "now": now,
+                    "e_job_ids": _plain([x.job_id for x in e]),
+                    "e_tenant_ids": _plain([x.tenant_id for x in e]),
+                    "e_queues": _texts([x.queue for x in e]),
+                    "e_scheduled_fors": _plain([x.scheduled_for for x in e]),
+                    "e_max_attempts": _plain([x.max_attempts for x in e]),
+                    "e_states": _texts([x.state for x in e]),
+                    "e_ready_ats": _plain([x.ready_at for x in e]),
+                    "e_skip_reasons": _texts([x.skip_reason for x in e]),
+                    "e_notes": _texts([x.note for x in e]),
+                    "e_traceparents": _texts(traceparents if traceparents is not None else [None] * len(e)),
+                    "n_shard_ids": _plain([x.shard_id for x in n]),
+                    "n_due_minutes": _plain([x.due_minute for x in n]),
+                    "n_next_run_ats": _plain([x.next_run_at for x in n]),
+                    "n_job_ids": _plain([x.job_id for x in n]),
+                    "n_tenant_ids": _plain([x.tenant_id for x in n]),
+                    "n_nominal_ats": _plain([x.nominal_at for x in n]),
+                    "a_job_ids": _plain([x.job_id for x in a]),
+                    "a_states": _texts([x.state for x in a]),
+                    # Guard on the state the claim read: a job paused or cancelled since keeps its own.
+                    "a_from_states": _texts(["active"] * len(a)),
+                    "a_next_nominal_ats": _plain([x.next_nominal_at for x in a]),
+                    "a_next_run_ats": _plain([x.next_run_at for x in a]),
+                },
+            )
+        ).one()
         return Recorded(row.ready, row.skipped, row.next_due, row.advanced)

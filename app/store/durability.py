@@ -27,8 +27,7 @@ class Durability(Table):
 
     async def set_critical(self, tenant_id: UUID, critical: bool) -> bool | None:
         """The tenant's new flag; None when there is no such tenant."""
-        row = (await self._conn.execute(q("TenantSetCritical"),
-                                        {"tenant_id": tenant_id, "critical": critical})).first()
+        row = (await self._conn.execute(q("TenantSetCritical"), {"tenant_id": tenant_id, "critical": critical})).first()
         return None if row is None else bool(row.critical)
 
     async def critical_tenants(self) -> frozenset[UUID]:

@@ -168,28 +168,52 @@ def _by_text(ids: Sequence[ExecutionRef]) -> dict[str, ExecutionRef]:
 class Executions(Table):
     """The executions statements of one transaction."""
 
-    async def lease(self, queue: str, worker_id: str, limit: int, lease_s: float,
-                    *, skip_tenants: Sequence[UUID | str] = (), now: datetime | None = None) -> list[Leased]:
+    async def lease(
+        self,
+        queue: str,
+        worker_id: str,
+        limit: int,
+        lease_s: float,
+        *,
+        skip_tenants: Sequence[UUID | str] = (),
+        now: datetime | None = None,
+    ) -> list[Leased]:
         """Lease up to ``limit`` ready executions of ``queue``, fairly across tenants, none of ``skip_tenants``'s
         (the HTTP pool's tenants whose deliveries already wait in it)."""
-        rows = await self._conn.execute(q("ExecutionLeaseFair"), {
-            "queue": queue, "worker_id": worker_id, "limit": limit, "lease_s": lease_s, "now": now,
-            "salt": secrets.token_hex(4), "skip_tenants": plain(list(skip_tenants)),
-        })
+        rows = await self._conn.execute(
+            q("ExecutionLeaseFair"),
+            {
+                "queue": queue,
+                "worker_id": worker_id,
+                "limit": limit,
+                "lease_s": lease_s,
+                "now": now,
+                "salt": secrets.token_hex(4),
+                "skip_tenants": plain(list(skip_tenants)),
+            },
+        )
         if tuple(rows.keys()) != _LEASED_COLUMNS:
             raise RuntimeError(f"ExecutionLeaseFair returns {tuple(rows.keys())}, Leased expects {_LEASED_COLUMNS}")
         return [Leased(*r) for r in rows]
 
-    async def renew_many(self, held: Sequence[Renewal], worker_id: str, lease_s: float,
-                         *, now: datetime | None = None) -> dict[ExecutionRef, datetime]:
+    async def renew_many(
+        self, held: Sequence[Renewal], worker_id: str, lease_s: float, *, now: datetime | None = None
+    ) -> dict[ExecutionRef, datetime]:
         """execution_id -> new lease_until of each renewed lease; one not held by ``worker_id`` at that
         attempt (or past its timeout, unless restarted) is missing."""
         if not held:
             return {}
-        rows = await self._conn.execute(q("ExecutionLeaseRenewMany"), {
-            "execution_ids": plain([h.execution_id for h in held]), "attempts": plain([h.attempt for h in held]),
-            "restarts": plain([h.restart for h in held]), "worker_id": worker_id, "lease_s": lease_s, "now": now,
-        })
+        rows = await self._conn.execute(
+            q("ExecutionLeaseRenewMany"),
+            {
+                "execution_ids": plain([h.execution_id for h in held]),
+                "attempts": plain([h.attempt for h in held]),
+                "restarts": plain([h.restart for h in held]),
+                "worker_id": worker_id,
+                "lease_s": lease_s,
+                "now": now,
+            },
+        )
         given = _by_text([h.execution_id for h in held])
         return {given[str(execution_id)]: lease_until for execution_id, lease_until in rows}
 
@@ -199,16 +223,31 @@ class Executions(Table):
         seconds: float | None = rows.scalar_one()
         return seconds
 
-    async def heartbeat(self, execution_id: ExecutionRef, attempt: int, lease_s: float,
-                        *, scope: str | None = None, now: datetime | None = None) -> datetime | None:
+    async def heartbeat(
+        self,
+        execution_id: ExecutionRef,
+        attempt: int,
+        lease_s: float,
+        *,
+        scope: str | None = None,
+        now: datetime | None = None,
+    ) -> datetime | None:
         """The new lease_until, or None when the attempt is not current (or timed out, or out of scope)."""
-        row = (await self._conn.execute(q("ExecutionHeartbeat"), {
-            "execution_id": execution_id, "attempt": attempt, "lease_s": lease_s, "now": now, "scope": scope,
-        })).first()
+        row = (
+            await self._conn.execute(
+                q("ExecutionHeartbeat"),
+                {
+                    "execution_id": execution_id,
+                    "attempt": attempt,
+                    "lease_s": lease_s,
+                    "now": now,
+                    "scope": scope,
+                },
+            )
+        ).first()
         return row.lease_until if row else None
 
-    async def complete_many(self, done: Sequence[Success], *,
-                            now: datetime | None = None) -> dict[ExecutionRef, bool]:
+    async def complete_many(self, done: Sequence[Success], *, now: datetime | None = None) -> dict[ExecutionRef, bool]:
         """execution_id -> True (recorded, or already recorded by this attempt) / False (lease lost).
 
         Executions outside a caller's scope (or unknown) are missing from the answer: lease lost too.
@@ -216,24 +255,33 @@ class Executions(Table):
         if not done:
             return {}
         ids = [d.execution_id for d in done]
-        rows = await self._conn.execute(q("ExecutionCompleteMany"), {
-            "execution_ids": plain(ids), "attempts": plain([d.attempt for d in done]),
-            "results": texts([_json(d.result) for d in done]), "scopes": texts([d.scope for d in done]), "now": now,
-            "sent_ats": plain([d.sent_at for d in done]),
-        })
+        rows = await self._conn.execute(
+            q("ExecutionCompleteMany"),
+            {
+                "execution_ids": plain(ids),
+                "attempts": plain([d.attempt for d in done]),
+                "results": texts([_json(d.result) for d in done]),
+                "scopes": texts([d.scope for d in done]),
+                "now": now,
+                "sent_ats": plain([d.sent_at for d in done]),
+            },
+        )
         given = _by_text(ids)  # the statement answers the ids as text
         return {given[execution_id]: bool(ok) for execution_id, ok in rows}
 
-    async def fail_many(self, failed: Sequence[Failure], *, now: datetime | None = None,
-                        rng: random.Random | None = None) -> dict[ExecutionRef, FailOutcome]:
+    async def fail_many(
+        self, failed: Sequence[Failure], *, now: datetime | None = None, rng: random.Random | None = None
+    ) -> dict[ExecutionRef, FailOutcome]:
         """Schedule retries (backoff from app.domain.backoff) or dead-letter; stale attempts change nothing
         (their outcome's state is None, as for executions out of the caller's scope or unknown)."""
         if not failed:
             return {}
         ids = [f.execution_id for f in failed]
         given = _by_text(ids)
-        policies = {given[str(r.execution_id)]: r for r in await self._conn.execute(
-            q("ExecutionRetryPolicyMany"), {"execution_ids": plain(ids), "now": now})}
+        policies = {
+            given[str(r.execution_id)]: r
+            for r in await self._conn.execute(q("ExecutionRetryPolicyMany"), {"execution_ids": plain(ids), "now": now})
+        }
         delays, retryable, messages = [], [], []
         for f in failed:
             p = policies.get(f.execution_id)
@@ -243,18 +291,28 @@ class Executions(Table):
             delays.append(delay)
             # maxRetryDurationSeconds (Cloud Scheduler's): no retry starts after the deadline, counted
             # from the first attempt, whatever attempts are left.
-            past_deadline = (p is not None and p.max_retry_duration_s is not None and p.retrying_for_s is not None
-                             and float(p.retrying_for_s) + delay > p.max_retry_duration_s)
+            past_deadline = (
+                p is not None
+                and p.max_retry_duration_s is not None
+                and p.retrying_for_s is not None
+                and float(p.retrying_for_s) + delay > p.max_retry_duration_s
+            )
             retryable.append(f.retryable and not past_deadline)
             note = " (retry deadline maxRetryDurationSeconds passed)" if past_deadline and f.retryable else ""
-            messages.append(f.error[-(MAX_ERROR_CHARS - len(note)):] + note)
-        rows = await self._conn.execute(q("ExecutionFailMany"), {
-            "execution_ids": plain(ids), "attempts": plain([f.attempt for f in failed]),
-            "errors": texts(messages),
-            "retryable": plain(retryable), "delays_s": plain(delays),
-            "scopes": texts([f.scope for f in failed]), "now": now,
-            "sent_ats": plain([f.sent_at for f in failed]),
-        })
+            messages.append(f.error[-(MAX_ERROR_CHARS - len(note)) :] + note)
+        rows = await self._conn.execute(
+            q("ExecutionFailMany"),
+            {
+                "execution_ids": plain(ids),
+                "attempts": plain([f.attempt for f in failed]),
+                "errors": texts(messages),
+                "retryable": plain(retryable),
+                "delays_s": plain(delays),
+                "scopes": texts([f.scope for f in failed]),
+                "now": now,
+                "sent_ats": plain([f.sent_at for f in failed]),
+            },
+        )
         # The statement answers the failed ones; every other (stale, out of scope, unknown) changed nothing.
         out = {execution_id: FailOutcome(execution_id, None, None) for execution_id in ids}
         for execution_id, state, ready_at in rows:
@@ -264,15 +322,23 @@ class Executions(Table):
             out[mine] = FailOutcome(mine, ExecutionState(state), ready_at if state == ExecutionState.READY else None)
         return out
 
-    async def defer_many(self, held: Sequence[AttemptRef], delays_s: Sequence[float], *,
-                         now: datetime | None = None) -> int:
+    async def defer_many(
+        self, held: Sequence[AttemptRef], delays_s: Sequence[float], *, now: datetime | None = None
+    ) -> int:
         """Give leased executions back unrun for ``delays_s`` without spending an attempt."""
         if not held:
             return 0
-        rows = (await self._conn.execute(q("ExecutionDeferMany"), {
-            "execution_ids": plain([h.execution_id for h in held]), "attempts": plain([h.attempt for h in held]),
-            "delays_s": plain(delays_s), "now": now,
-        })).all()
+        rows = (
+            await self._conn.execute(
+                q("ExecutionDeferMany"),
+                {
+                    "execution_ids": plain([h.execution_id for h in held]),
+                    "attempts": plain([h.attempt for h in held]),
+                    "delays_s": plain(delays_s),
+                    "now": now,
+                },
+            )
+        ).all()
         return len(rows)
 
     async def reap_expired(self, limit: int, *, now: datetime | None = None) -> dict[ExecutionState, int]:
@@ -283,37 +349,76 @@ class Executions(Table):
             out[ExecutionState(r.state)] = int(r.n)
         return out
 
-    async def replay(self, tenant_id: UUID, execution_id: UUID, *, payload: Any = None,
-                     max_attempts: int | None = None, backoff_s: float | None = None,
-                     max_backoff_s: float | None = None, now: datetime | None = None) -> Replayed | None:
+    async def replay(
+        self,
+        tenant_id: UUID,
+        execution_id: UUID,
+        *,
+        payload: Any = None,
+        max_attempts: int | None = None,
+        backoff_s: float | None = None,
+        max_backoff_s: float | None = None,
+        now: datetime | None = None,
+    ) -> Replayed | None:
         """None when the tenant has no dead execution of that id."""
-        row = (await self._conn.execute(q("ExecutionReplay"), {
-            "tenant_id": tenant_id, "execution_id": execution_id, "payload": _json(payload),
-            "max_attempts": max_attempts, "backoff_s": backoff_s, "max_backoff_s": max_backoff_s, "now": now,
-        })).first()
+        row = (
+            await self._conn.execute(
+                q("ExecutionReplay"),
+                {
+                    "tenant_id": tenant_id,
+                    "execution_id": execution_id,
+                    "payload": _json(payload),
+                    "max_attempts": max_attempts,
+                    "backoff_s": backoff_s,
+                    "max_backoff_s": max_backoff_s,
+                    "now": now,
+                },
+            )
+        ).first()
         return Replayed(**row._mapping) if row else None
 
-    async def replay_dead_many(self, tenant_id: UUID, *, limit: int, job_id: UUID | None = None,
-                               finished_after: datetime | None = None, finished_before: datetime | None = None,
-                               now: datetime | None = None) -> list[UUID]:
-        rows = await self._conn.execute(q("ExecutionReplayDeadMany"), {
-            "tenant_id": tenant_id, "limit": limit, "job_id": job_id, "finished_after": finished_after,
-            "finished_before": finished_before, "now": now,
-        })
+    async def replay_dead_many(
+        self,
+        tenant_id: UUID,
+        *,
+        limit: int,
+        job_id: UUID | None = None,
+        finished_after: datetime | None = None,
+        finished_before: datetime | None = None,
+        now: datetime | None = None,
+    ) -> list[UUID]:
+        rows = await self._conn.execute(
+            q("ExecutionReplayDeadMany"),
+            {
+                "tenant_id": tenant_id,
+                "limit": limit,
+                "job_id": job_id,
+                "finished_after": finished_after,
+                "finished_before": finished_before,
+                "now": now,
+            },
+        )
         return [r.execution_id for r in rows]
 
-    async def list_dead(self, tenant_id: UUID, *, job_id: UUID | None,
-                        before: tuple[datetime, UUID] | None, limit: int) -> list[DeadLetter]:
-        rows = await self._conn.execute(q("ExecutionListDead"), {
-            "tenant_id": tenant_id, "job_id": job_id,
-            "before_finished": before[0] if before else None, "before_id": before[1] if before else None,
-            "limit": limit,
-        })
+    async def list_dead(
+        self, tenant_id: UUID, *, job_id: UUID | None, before: tuple[datetime, UUID] | None, limit: int
+    ) -> list[DeadLetter]:
+        rows = await self._conn.execute(
+            q("ExecutionListDead"),
+            {
+                "tenant_id": tenant_id,
+                "job_id": job_id,
+                "before_finished": before[0] if before else None,
+                "before_id": before[1] if before else None,
+                "limit": limit,
+            },
+        )
         return [DeadLetter(**r._mapping) for r in rows]
 
     async def get(self, tenant_id: UUID, execution_id: UUID) -> Execution | None:
-        row = (await self._conn.execute(q("ExecutionGetForTenant"),
-                                        {"tenant_id": tenant_id, "execution_id": execution_id})).first()
+        row = (
+            await self._conn.execute(q("ExecutionGetForTenant"), {"tenant_id": tenant_id, "execution_id": execution_id})
+        ).first()
         if row is None:
             return None
         m = row._mapping

@@ -180,15 +180,21 @@ def _array_bind(column: str, kind: Any) -> Callable[[Sequence[NewJob]], str]:
 
 
 _ARRAY_BINDS: dict[str, Callable[[Sequence[NewJob]], str]] = {
-    column: _array_bind(column, _NEW_JOB_TYPES[column]) for column in NEW_JOB_COLUMNS if column != "tenant_id"}
+    column: _array_bind(column, _NEW_JOB_TYPES[column]) for column in NEW_JOB_COLUMNS if column != "tenant_id"
+}
 
 
 def _job(row: Row[Any]) -> Job:
     m = {k: v for k, v in row._mapping.items() if k != "reported_state"}  # JobList's filter column
     last = m.get("last_outcome")
-    return Job(**{**m, "state": JobState(m["state"]),
-                  "last_outcome": ExecutionState(last) if last is not None else None,
-                  "has_open": bool(m.get("has_open"))})
+    return Job(
+        **{
+            **m,
+            "state": JobState(m["state"]),
+            "last_outcome": ExecutionState(last) if last is not None else None,
+            "has_open": bool(m.get("has_open")),
+        }
+    )
 
 
 class Jobs(Table):
@@ -211,12 +217,18 @@ class Jobs(Table):
         left_out = {r[0] for r in rows}
         return {j.job_id for j in jobs} - left_out
 
-    async def insert_due(self, job_id: UUID, tenant_id: UUID, nominal_at: datetime,
-                         run_at: datetime) -> None:
-        await self._conn.execute(q("DueIndexInsert"), {
-            "shard_id": shard_of(job_id), "due_minute": due_minute(run_at), "next_run_at": run_at,
-            "job_id": job_id, "tenant_id": tenant_id, "nominal_at": nominal_at,
-        })
+    async def insert_due(self, job_id: UUID, tenant_id: UUID, nominal_at: datetime, run_at: datetime) -> None:
+        await self._conn.execute(
+            q("DueIndexInsert"),
+            {
+                "shard_id": shard_of(job_id),
+                "due_minute": due_minute(run_at),
+                "next_run_at": run_at,
+                "job_id": job_id,
+                "tenant_id": tenant_id,
+                "nominal_at": nominal_at,
+            },
+        )
 
     async def delete_due(self, job_id: UUID) -> bool:
         return (await self._conn.execute(q("DueIndexDeleteForJob"), {"job_id": job_id})).first() is not None
@@ -225,8 +237,10 @@ class Jobs(Table):
         """The jobs earlier requests created under these (tenant, key) pairs."""
         if not keys:
             return {}
-        rows = await self._conn.execute(q("JobGetByIdempotencyKeyMany"), {
-            "tenant_ids": plain([t for t, _ in keys]), "idempotency_keys": texts([k for _, k in keys])})
+        rows = await self._conn.execute(
+            q("JobGetByIdempotencyKeyMany"),
+            {"tenant_ids": plain([t for t, _ in keys]), "idempotency_keys": texts([k for _, k in keys])},
+        )
         return {(r.tenant_id, r.idempotency_key): IdempotentHit(r.job_id, r.request_hash, r.first_run_at) for r in rows}
 
     async def get(self, tenant_id: UUID, job_id: UUID, *, for_update: bool = False) -> Job | None:
@@ -234,110 +248,183 @@ class Jobs(Table):
         row = (await self._conn.execute(stmt, {"tenant_id": tenant_id, "job_id": job_id})).first()
         return _job(row) if row else None
 
-    async def list_page(self, tenant_id: UUID, *, state: ReportedJobState | None, name: str | None,
-                        after: tuple[datetime, UUID] | None, limit: int, name_prefix: str | None = None,
-                        labels: dict[str, str] | None = None,
-                        selectors: Sequence[tuple[str, str, Sequence[str]]] = ()) -> list[Job]:
+    async def list_page(
+        self,
+        tenant_id: UUID,
+        *,
+        state: ReportedJobState | None,
+        name: str | None,
+        after: tuple[datetime, UUID] | None,
+        limit: int,
+        name_prefix: str | None = None,
+        labels: dict[str, str] | None = None,
+        selectors: Sequence[tuple[str, str, Sequence[str]]] = (),
+    ) -> list[Job]:
         """``selectors``: (key, op, values) with op in, notin, exists or absent; every one must hold."""
-        rows = await self._conn.execute(q("JobList"), {
-            "tenant_id": tenant_id, "state": state, "name": name, "name_prefix": name_prefix,
-            "labels": json.dumps(labels) if labels else None,
-            "selectors": json.dumps([{"k": k, "op": op, "vs": list(vs)} for k, op, vs in selectors])
-            if selectors else None,
-            "after_created": after[0] if after else None, "after_id": after[1] if after else None,
-            "limit": limit,
-            # The page is cut before the reported state is known, so only when it is not filtered on.
-            "scan_limit": limit if state is None else JOB_LIST_SCAN_ALL,
-        })
+        rows = await self._conn.execute(
+            q("JobList"),
+            {
+                "tenant_id": tenant_id,
+                "state": state,
+                "name": name,
+                "name_prefix": name_prefix,
+                "labels": json.dumps(labels) if labels else None,
+                "selectors": json.dumps([{"k": k, "op": op, "vs": list(vs)} for k, op, vs in selectors])
+                if selectors
+                else None,
+                "after_created": after[0] if after else None,
+                "after_id": after[1] if after else None,
+                "limit": limit,
+                # The page is cut before the reported state is known, so only when it is not filtered on.
+                "scan_limit": limit if state is None else JOB_LIST_SCAN_ALL,
+            },
+        )
         return [_job(r) for r in rows]
 
-    async def set_state(self, job: Job, to_state: JobState, *, next_nominal_at: datetime | None,
-                        next_run_at: datetime | None) -> Job | None:
-        row = (await self._conn.execute(q("JobSetState"), {
-            "tenant_id": job.tenant_id, "job_id": job.job_id, "from_state": job.state, "version": job.version,
-            "updated_at": job.updated_at,
-            "to_state": to_state, "next_nominal_at": next_nominal_at, "next_run_at": next_run_at,
-        })).first()
+    async def set_state(
+        self, job: Job, to_state: JobState, *, next_nominal_at: datetime | None, next_run_at: datetime | None
+    ) -> Job | None:
+        row = (
+            await self._conn.execute(
+                q("JobSetState"),
+                {
+                    "tenant_id": job.tenant_id,
+                    "job_id": job.job_id,
+                    "from_state": job.state,
+                    "version": job.version,
+                    "updated_at": job.updated_at,
+                    "to_state": to_state,
+                    "next_nominal_at": next_nominal_at,
+                    "next_run_at": next_run_at,
+                },
+            )
+        ).first()
         return _job(row) if row else None
 
-    async def executions_page(self, tenant_id: UUID, job_id: UUID, *,
-                              before: tuple[datetime, UUID] | None, limit: int) -> list[ExecutionSummary]:
-        rows = await self._conn.execute(q("ExecutionListForJob"), {
-            "tenant_id": tenant_id, "job_id": job_id,
-            "before_scheduled": before[0] if before else None,
-            "limit": limit,
-        })
+    async def executions_page(
+        self, tenant_id: UUID, job_id: UUID, *, before: tuple[datetime, UUID] | None, limit: int
+    ) -> list[ExecutionSummary]:
+        rows = await self._conn.execute(
+            q("ExecutionListForJob"),
+            {
+                "tenant_id": tenant_id,
+                "job_id": job_id,
+                "before_scheduled": before[0] if before else None,
+                "limit": limit,
+            },
+        )
         return [ExecutionSummary(**{**r._mapping, "state": ExecutionState(r.state)}) for r in rows]
 
     async def update(self, job: Job, new: NewJob) -> Job | None:
         """Replace ``job``'s definition with ``new`` (same id and tenant); None when its version moved."""
         binds: dict[str, Any] = {column: _column_value(new, column) for column in UPDATED_COLUMNS}
-        binds |= {"tenant_id": job.tenant_id, "job_id": job.job_id, "version": job.version,
-                  "updated_at": job.updated_at}
+        binds |= {
+            "tenant_id": job.tenant_id,
+            "job_id": job.job_id,
+            "version": job.version,
+            "updated_at": job.updated_at,
+        }
         row = (await self._conn.execute(q("JobUpdate"), binds)).first()
         return _job(row) if row else None
 
-    async def insert_executions(self, job: Job, scheduled_for: Sequence[datetime], ready_at: Sequence[datetime], *,
-                                trigger: str, dry_run: bool,
-                                traceparents: Sequence[str | None] | None = None) -> dict[datetime, UUID]:
+    async def insert_executions(
+        self,
+        job: Job,
+        scheduled_for: Sequence[datetime],
+        ready_at: Sequence[datetime],
+        *,
+        trigger: str,
+        dry_run: bool,
+        traceparents: Sequence[str | None] | None = None,
+    ) -> dict[datetime, UUID]:
         """Executions of ``job`` outside its schedule (a manual run, a backfill): nominal time -> new id;
         occurrences that already have an execution are absent. A dry-run job's are recorded as skipped."""
         if not scheduled_for:
             return {}
         await Partitions(self._conn).cover(scheduled_for)  # a backfill may reach a week with no partition
-        rows = await self._conn.execute(q("ExecutionInsertForJob"), {
-            "job_id": job.job_id, "tenant_id": job.tenant_id, "queue": job.queue, "max_attempts": job.max_attempts,
-            "state": ExecutionState.SKIPPED if dry_run else ExecutionState.READY,
-            "skip_reason": "dry_run" if dry_run else None,
-            "note": "dry run: recorded, not delivered" if dry_run else None, "trigger": trigger,
-            "scheduled_fors": plain(scheduled_for), "ready_ats": plain(ready_at),
-            "traceparents": texts(traceparents if traceparents is not None else [None] * len(scheduled_for)),
-        })
+        rows = await self._conn.execute(
+            q("ExecutionInsertForJob"),
+            {
+                "job_id": job.job_id,
+                "tenant_id": job.tenant_id,
+                "queue": job.queue,
+                "max_attempts": job.max_attempts,
+                "state": ExecutionState.SKIPPED if dry_run else ExecutionState.READY,
+                "skip_reason": "dry_run" if dry_run else None,
+                "note": "dry run: recorded, not delivered" if dry_run else None,
+                "trigger": trigger,
+                "scheduled_fors": plain(scheduled_for),
+                "ready_ats": plain(ready_at),
+                "traceparents": texts(traceparents if traceparents is not None else [None] * len(scheduled_for)),
+            },
+        )
         return {r.scheduled_for: r.execution_id for r in rows}
 
-    async def due_per_minute(self, pairs: Sequence[tuple[UUID, datetime]],
-                             at_most: int) -> dict[tuple[UUID, datetime], int]:
+    async def due_per_minute(
+        self, pairs: Sequence[tuple[UUID, datetime]], at_most: int
+    ) -> dict[tuple[UUID, datetime], int]:
         """(tenant, due minute) -> occurrences of that tenant due in that minute, counted up to ``at_most``."""
         if not pairs:
             return {}
-        rows = await self._conn.execute(q("DueIndexTenantMinuteCountMany"), {
-            "shard_ids": plain(range(SHARD_COUNT)), "tenant_ids": plain([t for t, _ in pairs]),
-            "due_minutes": plain([m for _, m in pairs]), "at_most": at_most})
+        rows = await self._conn.execute(
+            q("DueIndexTenantMinuteCountMany"),
+            {
+                "shard_ids": plain(range(SHARD_COUNT)),
+                "tenant_ids": plain([t for t, _ in pairs]),
+                "due_minutes": plain([m for _, m in pairs]),
+                "at_most": at_most,
+            },
+        )
         return {(r.tenant_id, r.due_minute): int(r.due) for r in rows}
 
     async def execution_counts(self, tenant_id: UUID, job_id: UUID) -> ExecutionCounts:
         """How the job's executions stand, by state (ready and leased count as pending)."""
         rows = await self._conn.execute(q("ExecutionCountsForJob"), {"tenant_id": tenant_id, "job_id": job_id})
         by = {r.state: int(r.n) for r in rows}
-        return ExecutionCounts(succeeded=by.get("succeeded", 0), dead=by.get("dead", 0),
-                               cancelled=by.get("cancelled", 0), skipped=by.get("skipped", 0),
-                               pending=by.get("ready", 0) + by.get("leased", 0))
+        return ExecutionCounts(
+            succeeded=by.get("succeeded", 0),
+            dead=by.get("dead", 0),
+            cancelled=by.get("cancelled", 0),
+            skipped=by.get("skipped", 0),
+            pending=by.get("ready", 0) + by.get("leased", 0),
+        )
 
     async def cancel_unstarted(self, tenant_id: UUID, job_id: UUID) -> int:
-        rows = (await self._conn.execute(q("ExecutionCancelUnstartedForJob"),
-                                         {"tenant_id": tenant_id, "job_id": job_id})).all()
+        rows = (
+            await self._conn.execute(q("ExecutionCancelUnstartedForJob"), {"tenant_id": tenant_id, "job_id": job_id})
+        ).all()
         return len(rows)
 
-    async def withdraw_ahead(self, tenant_id: UUID, job_id: UUID,
-                             now: datetime | None = None) -> list[datetime]:
+    async def withdraw_ahead(self, tenant_id: UUID, job_id: UUID, now: datetime | None = None) -> list[datetime]:
         """Delete the job's executions dispatched ahead and not yet due (never leased); their nominal times."""
-        rows = await self._conn.execute(q("ExecutionWithdrawAheadForJob"), {"tenant_id": tenant_id, "job_id": job_id,
-                                                                            "now": now})
+        rows = await self._conn.execute(
+            q("ExecutionWithdrawAheadForJob"), {"tenant_id": tenant_id, "job_id": job_id, "now": now}
+        )
         return [r.scheduled_for for r in rows]
 
     async def shared_pool_access_many(self, pairs: Sequence[tuple[UUID, str]]) -> dict[tuple[UUID, str], bool]:
         """For (tenant, pool) pairs naming a shared pool: whether the tenant is granted it (others absent)."""
         if not pairs:
             return {}
-        rows = await self._conn.execute(q("PoolLookupForTenantMany"), {
-            "tenant_ids": plain([t for t, _ in pairs]), "names": texts([p for _, p in pairs])})
+        rows = await self._conn.execute(
+            q("PoolLookupForTenantMany"),
+            {"tenant_ids": plain([t for t, _ in pairs]), "names": texts([p for _, p in pairs])},
+        )
         return {(r.tenant_id, r.name): bool(r.granted) for r in rows}
 
-    async def record_skipped(self, job_id: UUID, tenant_id: UUID, queue: str, max_attempts: int,
-                             scheduled_for: list[datetime], reason: str) -> None:
+    async def record_skipped(
+        self, job_id: UUID, tenant_id: UUID, queue: str, max_attempts: int, scheduled_for: list[datetime], reason: str
+    ) -> None:
         """Record occurrences that will not run, so the job's history says why."""
         await Partitions(self._conn).cover(scheduled_for)  # misfires may reach back past the partitions kept
-        await self._conn.execute(q("JobRecordSkippedOccurrences"), {
-            "job_id": job_id, "tenant_id": tenant_id, "queue": queue, "scheduled_fors": scheduled_for,
-            "max_attempts": max_attempts, "reason": reason,
-        })
+        await self._conn.execute(
+            q("JobRecordSkippedOccurrences"),
+            {
+                "job_id": job_id,
+                "tenant_id": tenant_id,
+                "queue": queue,
+                "scheduled_fors": scheduled_for,
+                "max_attempts": max_attempts,
+                "reason": reason,
+            },
+        )

@@ -101,8 +101,11 @@ class LocalObjectStore:
         base = self._path(prefix) if prefix else self.root
         if not base.is_dir():
             return []
-        return sorted(p.relative_to(self.root).as_posix() for p in base.rglob("*")
-                      if p.is_file() and not p.name.startswith(".put-"))
+        return sorted(
+            p.relative_to(self.root).as_posix()
+            for p in base.rglob("*")
+            if p.is_file() and not p.name.startswith(".put-")
+        )
 
     async def list(self, prefix: str) -> list[str]:
         try:

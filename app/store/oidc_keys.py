@@ -81,13 +81,15 @@ def new_key(algorithm: Algorithm, keyring: sealing.Keyring) -> NewKey:
     if algorithm == "ES256":
         ec_key = ec.generate_private_key(ec.SECP256R1())
         jwk = ECAlgorithm.to_jwk(ec_key.public_key(), as_dict=True)
-        pem = ec_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                   serialization.NoEncryption())
+        pem = ec_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
     elif algorithm == "RS256":
         rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS)
         jwk = RSAAlgorithm.to_jwk(rsa_key.public_key(), as_dict=True)
-        pem = rsa_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption())
+        pem = rsa_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
     else:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}")
     jwk.pop("key_ops", None)  # RFC 7517 4.3: not with "use"
@@ -132,13 +134,24 @@ class OidcKeys(Table):
         return None if r is None else (_published(r), str(r.private_key))
 
     async def _insert_newest(self, key: NewKey, now: datetime | None, signs_from: datetime | None) -> bool:
-        row = (await self._conn.execute(q("OidcKeyInsertNewest"), {
-            "key_id": key.key_id, "algorithm": key.algorithm, "public_jwk": json.dumps(key.public_jwk),
-            "private_key": key.private_key, "now": now, "signs_from": signs_from})).first()
+        row = (
+            await self._conn.execute(
+                q("OidcKeyInsertNewest"),
+                {
+                    "key_id": key.key_id,
+                    "algorithm": key.algorithm,
+                    "public_jwk": json.dumps(key.public_jwk),
+                    "private_key": key.private_key,
+                    "now": now,
+                    "signs_from": signs_from,
+                },
+            )
+        ).first()
         return row is not None
 
-    async def ensure(self, algorithm: Algorithm, keyring: sealing.Keyring, *,
-                     now: datetime | None = None) -> PublishedKey:
+    async def ensure(
+        self, algorithm: Algorithm, keyring: sealing.Keyring, *, now: datetime | None = None
+    ) -> PublishedKey:
         """The newest key, made first (signing at once) when there is none; a concurrent maker's key wins."""
         found = await self.newest()
         if found is None:
@@ -147,16 +160,29 @@ class OidcKeys(Table):
         assert found is not None
         return found
 
-    async def rotate(self, algorithm: Algorithm, keyring: sealing.Keyring, *, ahead_s: float, overlap_s: float,
-                     now: datetime | None = None) -> Rotated:
+    async def rotate(
+        self,
+        algorithm: Algorithm,
+        keyring: sealing.Keyring,
+        *,
+        ahead_s: float,
+        overlap_s: float,
+        now: datetime | None = None,
+    ) -> Rotated:
         """A new newest key, published now and signing ``ahead_s`` later (verifiers that cache the key set
         meet it before its first token); the key it replaces signs until then and stays published
         ``overlap_s`` more (tokens it signed still verify). Keys whose overlap has ended are deleted."""
         at = now or sealing.utcnow()
         signs_from = at + timedelta(seconds=ahead_s)
         deleted = (await self._conn.execute(q("OidcKeyDeleteRetired"), {"now": at})).rowcount
-        retired = [r.key_id for r in (await self._conn.execute(q("OidcKeyRetireNewest"), {
-            "retire_at": signs_from + timedelta(seconds=overlap_s)})).all()]
+        retired = [
+            r.key_id
+            for r in (
+                await self._conn.execute(
+                    q("OidcKeyRetireNewest"), {"retire_at": signs_from + timedelta(seconds=overlap_s)}
+                )
+            ).all()
+        ]
         await self._insert_newest(new_key(algorithm, keyring), at, signs_from)
         newest = await self.newest()
         assert newest is not None
@@ -169,6 +195,7 @@ class OidcKeys(Table):
 
     async def reseal(self, key_id: str, expected: str, sealed: str) -> bool:
         """Store ``sealed`` as ``key_id``'s private half if it still holds ``expected``; whether it did."""
-        row = (await self._conn.execute(q("OidcKeyReseal"), {
-            "key_id": key_id, "expected": expected, "sealed": sealed})).first()
+        row = (
+            await self._conn.execute(q("OidcKeyReseal"), {"key_id": key_id, "expected": expected, "sealed": sealed})
+        ).first()
         return row is not None

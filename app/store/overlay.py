@@ -109,45 +109,57 @@ def _render(statement: OverlayStatement, values: dict[str, str]) -> str:
 
 def render(plan: OverlayPlan) -> list[OverlayStatement]:
     """Every statement of the overlay for ``plan``, in order, ready to run."""
-    base = {"database": quote_identifier(plan.database), "primary_region": quote_identifier(plan.primary_region),
-            "ttl_days": str(plan.ttl_days)}
+    base = {
+        "database": quote_identifier(plan.database),
+        "primary_region": quote_identifier(plan.primary_region),
+        "ttl_days": str(plan.ttl_days),
+    }
     if plan.secondary_region:
         base["secondary_region"] = quote_identifier(plan.secondary_region)
     out: list[OverlayStatement] = []
     for f in files():
         for s in parse(f.name, f.read_text()):
             if s.condition == "each-region":
-                out.extend(OverlayStatement(s.source, s.condition,
-                                            _render(s, {**base, "region": quote_identifier(region)}))
-                           for region in plan.regions if region != plan.primary_region)
+                out.extend(
+                    OverlayStatement(s.source, s.condition, _render(s, {**base, "region": quote_identifier(region)}))
+                    for region in plan.regions
+                    if region != plan.primary_region
+                )
                 continue
-            if ((s.condition == "if secondary" and not plan.secondary_region)
-                    or (s.condition == "if retention" and plan.retention_days <= 0)
-                    or (s.condition == "unless retention" and plan.retention_days > 0)):
+            if (
+                (s.condition == "if secondary" and not plan.secondary_region)
+                or (s.condition == "if retention" and plan.retention_days <= 0)
+                or (s.condition == "unless retention" and plan.retention_days > 0)
+            ):
                 continue
             out.append(OverlayStatement(s.source, s.condition, _render(s, base)))
     return out
 
 
-def plan_for(database: str, cluster_regions: list[str], primary_region: str, secondary_region: str | None,
-             retention_days: int) -> OverlayPlan:
+def plan_for(
+    database: str, cluster_regions: list[str], primary_region: str, secondary_region: str | None, retention_days: int
+) -> OverlayPlan:
     """Check the deployment's choices against the cluster; InvalidInput names what is wrong."""
     if not cluster_regions:
-        raise errors.InvalidInput("--cockroach-overlay", "the cluster's nodes have no region (start them with "
-                                                       "--locality=region=...)")
+        raise errors.InvalidInput(
+            "--cockroach-overlay", "the cluster's nodes have no region (start them with --locality=region=...)"
+        )
     known = ", ".join(cluster_regions)
     if not primary_region:
-        raise errors.InvalidInput("--primary-region", f"give the primary region (or set KAIROS_PRIMARY_REGION); "
-                                                      f"the cluster has {known}")
+        raise errors.InvalidInput(
+            "--primary-region", f"give the primary region (or set KAIROS_PRIMARY_REGION); the cluster has {known}"
+        )
     if primary_region not in cluster_regions:
         raise errors.InvalidInput("--primary-region", f"{primary_region!r} is not a cluster region ({known})")
-    if secondary_region is not None and (secondary_region not in cluster_regions
-                                         or secondary_region == primary_region):
-        raise errors.InvalidInput("--secondary-region", f"{secondary_region!r} is not a cluster region other than "
-                                                        f"the primary ({known})")
+    if secondary_region is not None and (secondary_region not in cluster_regions or secondary_region == primary_region):
+        raise errors.InvalidInput(
+            "--secondary-region", f"{secondary_region!r} is not a cluster region other than the primary ({known})"
+        )
     if len(cluster_regions) < MIN_REGIONS:
-        raise errors.InvalidInput("--cockroach-overlay", f"SURVIVE REGION FAILURE needs {MIN_REGIONS} regions; "
-                                                       f"the cluster has {len(cluster_regions)} ({known})")
+        raise errors.InvalidInput(
+            "--cockroach-overlay",
+            f"SURVIVE REGION FAILURE needs {MIN_REGIONS} regions; the cluster has {len(cluster_regions)} ({known})",
+        )
     return OverlayPlan(database, primary_region, tuple(cluster_regions), secondary_region, retention_days)
 
 
@@ -155,8 +167,9 @@ async def _server(db: Database) -> tuple[str, str]:
     return await db.transaction(lambda tx: tx.schema.server_version())
 
 
-async def apply(db: Database, *, primary_region: str, secondary_region: str | None = None,
-                retention_days: int = 0) -> list[str]:
+async def apply(
+    db: Database, *, primary_region: str, secondary_region: str | None = None, retention_days: int = 0
+) -> list[str]:
     """Apply the overlay to ``db``'s database; return the statements run.
 
     Refuses (InvalidInput, nothing changed) anything but CockroachDB reached through the
@@ -166,8 +179,10 @@ async def apply(db: Database, *, primary_region: str, secondary_region: str | No
     if "cockroachdb" not in version.lower():
         raise errors.InvalidInput("--cockroach-overlay", f"needs CockroachDB; the database is {version.split(',')[0]}")
     if db.dialect != COCKROACH:
-        raise errors.InvalidInput("--cockroach-overlay", "connect with a cockroachdb:// URL: with postgresql:// "
-                                                       "Kairos would not use its CockroachDB statements")
+        raise errors.InvalidInput(
+            "--cockroach-overlay",
+            "connect with a cockroachdb:// URL: with postgresql:// Kairos would not use its CockroachDB statements",
+        )
     regions = await db.transaction(lambda tx: tx.schema.cluster_regions())
     plan = plan_for(database, regions, primary_region, secondary_region, retention_days)
     statements = render(plan)

@@ -46,9 +46,12 @@ class Held:
 
     def keeps(self, cutoff: datetime) -> bool:
         """True while the week holds live work, or a row finished or restored after ``cutoff``."""
-        return bool(self.ready or self.leased
-                    or (self.finished_at is not None and self.finished_at >= cutoff)
-                    or (self.restored_at is not None and self.restored_at >= cutoff))
+        return bool(
+            self.ready
+            or self.leased
+            or (self.finished_at is not None and self.finished_at >= cutoff)
+            or (self.restored_at is not None and self.restored_at >= cutoff)
+        )
 
 
 # Per database, the weeks this process saw partitioned (both tables): rows of the current week or
@@ -96,13 +99,15 @@ class Partitions(Table):
 
     async def executions(self, week: Week, *, after: UUID | None, limit: int) -> list[Row]:
         """Up to ``limit`` of the week's executions after ``after`` (by id), every column."""
-        rows = await self._conn.execute(q("HistoryPartitionExecutions"),
-                                        {"lo": week.lo, "hi": week.hi, "after_id": after, "limit": limit})
+        rows = await self._conn.execute(
+            q("HistoryPartitionExecutions"), {"lo": week.lo, "hi": week.hi, "after_id": after, "limit": limit}
+        )
         return [dict(r._mapping) for r in rows]
 
     async def attempts(self, week: Week, execution_ids: Sequence[UUID]) -> list[Row]:
-        rows = await self._conn.execute(q("HistoryPartitionAttempts"),
-                                        {"lo": week.lo, "hi": week.hi, "execution_ids": plain(list(execution_ids))})
+        rows = await self._conn.execute(
+            q("HistoryPartitionAttempts"), {"lo": week.lo, "hi": week.hi, "execution_ids": plain(list(execution_ids))}
+        )
         return [dict(r._mapping) for r in rows]
 
     async def drop(self, week: Week, cutoff: datetime) -> str:

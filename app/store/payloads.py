@@ -59,8 +59,12 @@ class PayloadStore:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> PayloadStore:
-        return cls(open_store(settings.archive_url, settings.home, endpoint=settings.archive_endpoint,
-                              region=settings.archive_region), settings.payload_inline_bytes)
+        return cls(
+            open_store(
+                settings.archive_url, settings.home, endpoint=settings.archive_endpoint, region=settings.archive_region
+            ),
+            settings.payload_inline_bytes,
+        )
 
     def oversized(self, payload: Any, text: str | None = None) -> bytes | None:
         """The payload's JSON when it is over the inline limit (to ``put``); None: it stays inline.

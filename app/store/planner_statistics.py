@@ -7,8 +7,12 @@ from app.store.queries import q
 from app.store.table import Table
 
 # The hot tables and the statement that analyzes each (StatisticsStaleTables names only these).
-_ANALYZE = {"jobs": "StatisticsAnalyzeJobs", "due_index": "StatisticsAnalyzeDueIndex",
-            "executions": "StatisticsAnalyzeExecutions", "attempts": "StatisticsAnalyzeAttempts"}
+_ANALYZE = {
+    "jobs": "StatisticsAnalyzeJobs",
+    "due_index": "StatisticsAnalyzeDueIndex",
+    "executions": "StatisticsAnalyzeExecutions",
+    "attempts": "StatisticsAnalyzeAttempts",
+}
 HOT_TABLES = tuple(_ANALYZE)
 
 

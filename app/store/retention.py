@@ -25,16 +25,29 @@ Row = dict[str, Any]
 class Retention(Table):
     """The retention statements of one transaction."""
 
-    async def take(self, limit: int, retention_s: float, *, now: datetime | None = None,
-                   ) -> tuple[list[Row], list[Row]]:
+    async def take(
+        self,
+        limit: int,
+        retention_s: float,
+        *,
+        now: datetime | None = None,
+    ) -> tuple[list[Row], list[Row]]:
         """Delete up to ``limit`` final executions finished over ``retention_s`` ago, oldest first, and their
         attempts; both as rows of every column. The caller archives them before the transaction commits."""
-        executions = [dict(r._mapping) for r in await self._conn.execute(q("RetentionTakeExecutions"), {
-            "limit": limit, "retention_s": retention_s, "now": now})]
+        executions = [
+            dict(r._mapping)
+            for r in await self._conn.execute(
+                q("RetentionTakeExecutions"), {"limit": limit, "retention_s": retention_s, "now": now}
+            )
+        ]
         if not executions:
             return [], []
-        attempts = [dict(r._mapping) for r in await self._conn.execute(q("RetentionTakeAttempts"), {
-            "execution_ids": plain([e["execution_id"] for e in executions])})]
+        attempts = [
+            dict(r._mapping)
+            for r in await self._conn.execute(
+                q("RetentionTakeAttempts"), {"execution_ids": plain([e["execution_id"] for e in executions])}
+            )
+        ]
         return executions, attempts
 
     async def restore(self, executions: Sequence[Row], attempts: Sequence[Row]) -> tuple[int, int]:
@@ -42,12 +55,14 @@ class Retention(Table):
         restored = attempts_restored = 0
         if executions:  # into a week that retention dropped: its partition comes back until it expires again
             await Partitions(self._conn).cover([_instant(e["scheduled_for"]) for e in executions])
-            rows = await self._conn.execute(q("RetentionRestoreExecutions"),
-                                            {"rows": msgspec.json.encode(list(executions)).decode()})
+            rows = await self._conn.execute(
+                q("RetentionRestoreExecutions"), {"rows": msgspec.json.encode(list(executions)).decode()}
+            )
             restored = len(rows.fetchall())
         if attempts:
-            rows = await self._conn.execute(q("RetentionRestoreAttempts"),
-                                            {"rows": msgspec.json.encode(list(attempts)).decode()})
+            rows = await self._conn.execute(
+                q("RetentionRestoreAttempts"), {"rows": msgspec.json.encode(list(attempts)).decode()}
+            )
             attempts_restored = len(rows.fetchall())
         return restored, attempts_restored
 

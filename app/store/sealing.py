@@ -106,8 +106,9 @@ class Keyring:
     def mac_matches(self, data: bytes, mac: str) -> bool:
         """Whether ``mac`` is the MAC of ``data`` under any key's MAC key (so archives written before a key
         rotation still verify while the old key is listed); compared in constant time."""
-        return any(hmac.compare_digest(MAC_PREFIX + hmac.new(k, data, hashlib.sha256).hexdigest(), mac)
-                   for k in self._mac_keys)
+        return any(
+            hmac.compare_digest(MAC_PREFIX + hmac.new(k, data, hashlib.sha256).hexdigest(), mac) for k in self._mac_keys
+        )
 
     def seal(self, value: SigningSecrets) -> str:
         return SEALED_PREFIX + self._primary.encrypt(value.to_json()).decode()
@@ -117,10 +118,13 @@ class Keyring:
         if not is_sealed(stored):
             return SigningSecrets(stored)
         try:
-            return SigningSecrets.from_json(self._all.decrypt(stored[len(SEALED_PREFIX):].encode()))
+            return SigningSecrets.from_json(self._all.decrypt(stored[len(SEALED_PREFIX) :].encode()))
         except InvalidToken:
-            raise InvalidSetting(SECRET_KEY_VARIABLE, "a list holding the key the signing secrets were sealed with",
-                                 f"{self.size} key(s), none of which opens them") from None
+            raise InvalidSetting(
+                SECRET_KEY_VARIABLE,
+                "a list holding the key the signing secrets were sealed with",
+                f"{self.size} key(s), none of which opens them",
+            ) from None
 
     def seal_bytes(self, data: bytes) -> str:
         """``data`` sealed under the first key (``fernet:<token>``): other secrets at rest, e.g. the identity
@@ -132,15 +136,18 @@ class Keyring:
         try:
             return self._all.decrypt(stored.removeprefix(SEALED_PREFIX).encode())
         except InvalidToken:
-            raise InvalidSetting(SECRET_KEY_VARIABLE, "a list holding the key the secrets were sealed with",
-                                 f"{self.size} key(s), none of which opens them") from None
+            raise InvalidSetting(
+                SECRET_KEY_VARIABLE,
+                "a list holding the key the secrets were sealed with",
+                f"{self.size} key(s), none of which opens them",
+            ) from None
 
     def sealed_by_primary(self, stored: str) -> bool:
         """Whether ``stored`` is sealed with the first key (False: plaintext, or an older key)."""
         if not is_sealed(stored):
             return False
         try:
-            self._primary.decrypt(stored[len(SEALED_PREFIX):].encode())
+            self._primary.decrypt(stored[len(SEALED_PREFIX) :].encode())
         except InvalidToken:
             return False
         return True
@@ -174,9 +181,12 @@ def keyring_for(settings: Settings) -> Keyring:
     source = ""
     if not keys:
         if settings.database_url:
-            raise InvalidSetting(SECRET_KEY_VARIABLE,
-                                 "set when KAIROS_DATABASE_URL is (the Fernet key(s) sealing tenants' signing "
-                                 "secrets; `kairos db new-secret-key` makes one)", "")
+            raise InvalidSetting(
+                SECRET_KEY_VARIABLE,
+                "set when KAIROS_DATABASE_URL is (the Fernet key(s) sealing tenants' signing "
+                "secrets; `kairos db new-secret-key` makes one)",
+                "",
+            )
         source = str(settings.home / KEY_FILE)
     cached = _keyrings.get((keys, source))
     if cached is None:

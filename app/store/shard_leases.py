@@ -47,10 +47,12 @@ def _ms(seconds: float) -> int:
 class ShardLeases(Table):
     """The shard leases statements of one transaction."""
 
-    async def heartbeat_member(self, owner: str, ttl_s: float,
-                               now: datetime | None = None, *, region: str | None = None) -> None:
-        await self._conn.execute(q("SchedulerMemberHeartbeat"),
-                                 {"owner": owner, "ttl_ms": _ms(ttl_s), "now": now, "region": region})
+    async def heartbeat_member(
+        self, owner: str, ttl_s: float, now: datetime | None = None, *, region: str | None = None
+    ) -> None:
+        await self._conn.execute(
+            q("SchedulerMemberHeartbeat"), {"owner": owner, "ttl_ms": _ms(ttl_s), "now": now, "region": region}
+        )
 
     async def live_members(self, now: datetime | None = None) -> list[str]:
         return [m.owner for m in (await self.live_members_by_region(now))[1]]
@@ -66,30 +68,49 @@ class ShardLeases(Table):
     async def sweep_members(self, grace_s: float, now: datetime | None = None) -> None:
         await self._conn.execute(q("SchedulerMemberSweep"), {"grace_ms": _ms(grace_s), "now": now})
 
-    async def renew(self, owner: str, ttl_s: float,
-                    now: datetime | None = None) -> list[HeldShard]:
+    async def renew(self, owner: str, ttl_s: float, now: datetime | None = None) -> list[HeldShard]:
         rows = await self._conn.execute(q("ShardLeaseRenew"), {"owner": owner, "ttl_ms": _ms(ttl_s), "now": now})
         return [HeldShard(r.shard_id, r.revision) for r in rows]
 
-    async def acquire(self, owner: str, limit: int, ttl_s: float, *, salt: int = 0,
-                      now: datetime | None = None, region: str | None = None, grace_s: float = 0.0,
-                      primary_region: str | None = None, never_owned: bool = True) -> list[HeldShard]:
+    async def acquire(
+        self,
+        owner: str,
+        limit: int,
+        ttl_s: float,
+        *,
+        salt: int = 0,
+        now: datetime | None = None,
+        region: str | None = None,
+        grace_s: float = 0.0,
+        primary_region: str | None = None,
+        never_owned: bool = True,
+    ) -> list[HeldShard]:
         """Take up to ``limit`` shards whose lease ended ``grace_s`` ago or more, or at all when its last
         owner's region is not ``primary_region`` (``never_owned``: and shards nobody has held yet)."""
         if limit <= 0:
             return []
-        rows = await self._conn.execute(q("ShardLeaseAcquire"), {
-            "owner": owner, "limit": limit, "ttl_ms": _ms(ttl_s), "salt": salt % 256, "now": now,
-            "region": region, "grace_ms": _ms(grace_s), "primary_region": primary_region,
-            "never_owned": never_owned,
-        })
+        rows = await self._conn.execute(
+            q("ShardLeaseAcquire"),
+            {
+                "owner": owner,
+                "limit": limit,
+                "ttl_ms": _ms(ttl_s),
+                "salt": salt % 256,
+                "now": now,
+                "region": region,
+                "grace_ms": _ms(grace_s),
+                "primary_region": primary_region,
+                "never_owned": never_owned,
+            },
+        )
         return [HeldShard(r.shard_id, r.revision) for r in rows]
 
     async def release(self, owner: str, shard_ids: list[int], now: datetime | None = None) -> list[int]:
         if not shard_ids:
             return []
-        rows = await self._conn.execute(q("ShardLeaseRelease"),
-                                        {"owner": owner, "shard_ids": plain(shard_ids), "now": now})
+        rows = await self._conn.execute(
+            q("ShardLeaseRelease"), {"owner": owner, "shard_ids": plain(shard_ids), "now": now}
+        )
         return [r.shard_id for r in rows]
 
     async def list_all(self) -> list[ShardLease]:

@@ -101,46 +101,99 @@ def _ms(value: Any) -> float | None:
 class Stats(Table):
     """The stats statements of one transaction."""
 
-    async def start_lag_per_minute(self, tenant_id: UUID | None, window_s: float,
-                                   now: datetime | None = None) -> list[LagMinute]:
-        rows = await self._conn.execute(q("StatsStartLagPerMinute"), {
-            "tenant_id": tenant_id, "window_s": min(window_s, MAX_WINDOW_S), "now": now,
-            "limit": MAX_WINDOW_S // 60 + 1})
-        return [LagMinute(r.minute, int(r.occurrences), int(r.started), _ms(r.start_p50_ms), _ms(r.start_p99_ms),
-                          _ms(r.dispatch_p50_ms), _ms(r.dispatch_p99_ms)) for r in rows]
+    async def start_lag_per_minute(
+        self, tenant_id: UUID | None, window_s: float, now: datetime | None = None
+    ) -> list[LagMinute]:
+        rows = await self._conn.execute(
+            q("StatsStartLagPerMinute"),
+            {
+                "tenant_id": tenant_id,
+                "window_s": min(window_s, MAX_WINDOW_S),
+                "now": now,
+                "limit": MAX_WINDOW_S // 60 + 1,
+            },
+        )
+        return [
+            LagMinute(
+                r.minute,
+                int(r.occurrences),
+                int(r.started),
+                _ms(r.start_p50_ms),
+                _ms(r.start_p99_ms),
+                _ms(r.dispatch_p50_ms),
+                _ms(r.dispatch_p99_ms),
+            )
+            for r in rows
+        ]
 
-    async def start_lag_summary(self, tenant_id: UUID | None, window_s: float,
-                                now: datetime | None = None) -> LagSummary:
-        row = (await self._conn.execute(q("StatsStartLagSummary"), {
-            "tenant_id": tenant_id, "window_s": min(window_s, MAX_WINDOW_S), "now": now})).one()
-        return LagSummary(int(row.occurrences), int(row.started), _ms(row.start_p50_ms), _ms(row.start_p99_ms),
-                          _ms(row.oldest_waiting_ms))
+    async def start_lag_summary(
+        self, tenant_id: UUID | None, window_s: float, now: datetime | None = None
+    ) -> LagSummary:
+        row = (
+            await self._conn.execute(
+                q("StatsStartLagSummary"), {"tenant_id": tenant_id, "window_s": min(window_s, MAX_WINDOW_S), "now": now}
+            )
+        ).one()
+        return LagSummary(
+            int(row.occurrences),
+            int(row.started),
+            _ms(row.start_p50_ms),
+            _ms(row.start_p99_ms),
+            _ms(row.oldest_waiting_ms),
+        )
 
-    async def outcomes_per_minute(self, tenant_id: UUID | None, window_s: float,
-                                  now: datetime | None = None) -> list[OutcomeMinute]:
-        rows = await self._conn.execute(q("StatsOutcomesPerMinute"), {
-            "tenant_id": tenant_id, "window_s": min(window_s, MAX_WINDOW_S), "now": now,
-            "limit": MAX_WINDOW_S // 60 + 1})
-        return [OutcomeMinute(r.minute, int(r.occurrences), int(r.succeeded), int(r.dead), int(r.cancelled),
-                              int(r.open), int(r.retried), int(r.lease_lost)) for r in rows]
+    async def outcomes_per_minute(
+        self, tenant_id: UUID | None, window_s: float, now: datetime | None = None
+    ) -> list[OutcomeMinute]:
+        rows = await self._conn.execute(
+            q("StatsOutcomesPerMinute"),
+            {
+                "tenant_id": tenant_id,
+                "window_s": min(window_s, MAX_WINDOW_S),
+                "now": now,
+                "limit": MAX_WINDOW_S // 60 + 1,
+            },
+        )
+        return [
+            OutcomeMinute(
+                r.minute,
+                int(r.occurrences),
+                int(r.succeeded),
+                int(r.dead),
+                int(r.cancelled),
+                int(r.open),
+                int(r.retried),
+                int(r.lease_lost),
+            )
+            for r in rows
+        ]
 
     async def queue_depths(self, tenant_id: UUID | None, now: datetime | None = None) -> list[QueueDepth]:
         """Live work per (queue, tenant), deepest first, at most MAX_QUEUES rows."""
-        rows = await self._conn.execute(q("StatsQueueDepth"), {"tenant_id": tenant_id, "now": now,
-                                                               "limit": MAX_QUEUES})
-        return [QueueDepth(r.queue, r.tenant_id, r.tenant_name, int(r.ready_due), int(r.ready_later), int(r.leased))
-                for r in rows]
+        rows = await self._conn.execute(q("StatsQueueDepth"), {"tenant_id": tenant_id, "now": now, "limit": MAX_QUEUES})
+        return [
+            QueueDepth(r.queue, r.tenant_id, r.tenant_name, int(r.ready_due), int(r.ready_later), int(r.leased))
+            for r in rows
+        ]
 
     async def dead_letters(self, tenant_id: UUID | None, cap: int = DEAD_LETTER_CAP) -> DeadLetterCount:
         rows = await self._conn.execute(q("StatsDeadLetterCount"), {"tenant_id": tenant_id, "cap": cap})
         n = int(rows.scalar_one())
         return DeadLetterCount(min(n, cap), n > cap)
 
-    async def due_histogram(self, tenant_id: UUID | None, horizon_s: float,
-                            now: datetime | None = None) -> list[DueMinute]:
-        rows = await self._conn.execute(q("StatsDueHistogram"), {
-            "tenant_id": tenant_id, "horizon_s": min(horizon_s, MAX_HORIZON_S), "now": now,
-            "shard_ids": _ALL_SHARDS, "limit": MAX_HORIZON_S // 60 + 1})
+    async def due_histogram(
+        self, tenant_id: UUID | None, horizon_s: float, now: datetime | None = None
+    ) -> list[DueMinute]:
+        rows = await self._conn.execute(
+            q("StatsDueHistogram"),
+            {
+                "tenant_id": tenant_id,
+                "horizon_s": min(horizon_s, MAX_HORIZON_S),
+                "now": now,
+                "shard_ids": _ALL_SHARDS,
+                "limit": MAX_HORIZON_S // 60 + 1,
+            },
+        )
         return [DueMinute(r.minute, int(r.due), int(r.dispatched_ahead), int(r.retrying)) for r in rows]
 
     async def shard_owners(self, now: datetime | None = None) -> list[ShardOwner]:

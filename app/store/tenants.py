@@ -88,8 +88,12 @@ class KeyCache:
     ``resolve(..., queued=True)`` runs its lookup after the other queued ones, one at a time per
     process: a throttled client's guesses cost the database one lookup at a time, however many."""
 
-    def __init__(self, ttl_s: float = 5.0, max_entries: int = 10_000, miss_ttl_s: float = KEY_MISS_TTL_S_DEFAULT,
-                 ) -> None:
+    def __init__(
+        self,
+        ttl_s: float = 5.0,
+        max_entries: int = 10_000,
+        miss_ttl_s: float = KEY_MISS_TTL_S_DEFAULT,
+    ) -> None:
         self.ttl_s = ttl_s
         self.miss_ttl_s = miss_ttl_s
         self.max_entries = max_entries
@@ -181,28 +185,41 @@ class Tenants(Table):
         """Create a tenant and its first API key; None when the name is taken. Its new signing secret is
         stored sealed (``signing_secrets_of`` opens it)."""
         sealed = (keyring or sealing.current()).seal(sealing.SigningSecrets(sealing.new_secret()))
-        row = (await self._conn.execute(q("TenantInsert"), {
-            "tenant_id": uuid4(), "name": name, "signing_secret": sealed,
-        })).first()
+        row = (
+            await self._conn.execute(
+                q("TenantInsert"),
+                {
+                    "tenant_id": uuid4(),
+                    "name": name,
+                    "signing_secret": sealed,
+                },
+            )
+        ).first()
         if row is None:
             return None
         tenant = _tenant(row)
         key = await self.issue_key(tenant.tenant_id, label="initial")
         return tenant, key
 
-    async def issue_key(self, tenant_id: UUID | None, *, pool: str | None = None,
-                        label: str = "") -> str:
+    async def issue_key(self, tenant_id: UUID | None, *, pool: str | None = None, label: str = "") -> str:
         key = new_key()
-        await self._conn.execute(q("ApiKeyInsert"), {
-            "key_hash": hash_key(key), "tenant_id": tenant_id, "pool": pool, "label": label,
-        })
+        await self._conn.execute(
+            q("ApiKeyInsert"),
+            {
+                "key_hash": hash_key(key),
+                "tenant_id": tenant_id,
+                "pool": pool,
+                "label": label,
+            },
+        )
         return key
 
     async def rotate_key(self, tenant_id: UUID) -> tuple[str, int]:
         """Issue a new key and revoke all others; returns (key, how many were revoked)."""
         key = await self.issue_key(tenant_id, label="rotated")
-        revoked = (await self._conn.execute(q("ApiKeyRevokeForTenant"),
-                                            {"tenant_id": tenant_id, "keep_hash": hash_key(key)})).all()
+        revoked = (
+            await self._conn.execute(q("ApiKeyRevokeForTenant"), {"tenant_id": tenant_id, "keep_hash": hash_key(key)})
+        ).all()
         return key, len(revoked)
 
     async def resolve_key(self, key: str) -> Principal | None:
@@ -222,25 +239,38 @@ class Tenants(Table):
     async def list_all(self) -> list[Tenant]:
         return [_tenant(r) for r in await self._conn.execute(q("TenantList"))]
 
-    async def set_quota(self, tenant_id: UUID, *, weight: int | None = None,
-                        max_inflight: int | None = None, max_dispatch_per_s: int | None = None,
-                        max_active_jobs: int | None = UNCHANGED,
-                        max_submit_per_s: int | None = UNCHANGED,
-                        max_manual_per_s: int | None = UNCHANGED,
-                        max_manual_inflight: int | None = UNCHANGED) -> Tenant | None:
+    async def set_quota(
+        self,
+        tenant_id: UUID,
+        *,
+        weight: int | None = None,
+        max_inflight: int | None = None,
+        max_dispatch_per_s: int | None = None,
+        max_active_jobs: int | None = UNCHANGED,
+        max_submit_per_s: int | None = UNCHANGED,
+        max_manual_per_s: int | None = UNCHANGED,
+        max_manual_inflight: int | None = UNCHANGED,
+    ) -> Tenant | None:
         """Change the quotas given; the submit and manual-run quotas are cleared by None and kept by UNCHANGED."""
-        row = (await self._conn.execute(q("TenantSetQuota"), {
-            "tenant_id": tenant_id, "weight": weight, "max_inflight": max_inflight,
-            "max_dispatch_per_s": max_dispatch_per_s,
-            "set_max_active_jobs": max_active_jobs is not UNCHANGED,
-            "max_active_jobs": None if max_active_jobs is UNCHANGED else max_active_jobs,
-            "set_max_submit_per_s": max_submit_per_s is not UNCHANGED,
-            "max_submit_per_s": None if max_submit_per_s is UNCHANGED else max_submit_per_s,
-            "set_max_manual_per_s": max_manual_per_s is not UNCHANGED,
-            "max_manual_per_s": None if max_manual_per_s is UNCHANGED else max_manual_per_s,
-            "set_max_manual_inflight": max_manual_inflight is not UNCHANGED,
-            "max_manual_inflight": None if max_manual_inflight is UNCHANGED else max_manual_inflight,
-        })).first()
+        row = (
+            await self._conn.execute(
+                q("TenantSetQuota"),
+                {
+                    "tenant_id": tenant_id,
+                    "weight": weight,
+                    "max_inflight": max_inflight,
+                    "max_dispatch_per_s": max_dispatch_per_s,
+                    "set_max_active_jobs": max_active_jobs is not UNCHANGED,
+                    "max_active_jobs": None if max_active_jobs is UNCHANGED else max_active_jobs,
+                    "set_max_submit_per_s": max_submit_per_s is not UNCHANGED,
+                    "max_submit_per_s": None if max_submit_per_s is UNCHANGED else max_submit_per_s,
+                    "set_max_manual_per_s": max_manual_per_s is not UNCHANGED,
+                    "max_manual_per_s": None if max_manual_per_s is UNCHANGED else max_manual_per_s,
+                    "set_max_manual_inflight": max_manual_inflight is not UNCHANGED,
+                    "max_manual_inflight": None if max_manual_inflight is UNCHANGED else max_manual_inflight,
+                },
+            )
+        ).first()
         return _tenant(row) if row else None
 
     async def submit_quota(self, tenant_id: UUID) -> SubmitQuota:
@@ -249,8 +279,13 @@ class Tenants(Table):
         row = (await self._conn.execute(q("TenantSubmitQuotaGet"), {"tenant_id": tenant_id})).first()
         if row is None:
             return NO_QUOTA
-        return SubmitQuota(row.max_active_jobs, row.max_submit_per_s, row.max_manual_per_s, row.max_manual_inflight,
-                           row.max_dispatch_per_s)
+        return SubmitQuota(
+            row.max_active_jobs,
+            row.max_submit_per_s,
+            row.max_manual_per_s,
+            row.max_manual_inflight,
+            row.max_dispatch_per_s,
+        )
 
     async def active_job_count(self, tenant_id: UUID, cap: int) -> int:
         """The tenant's active and paused jobs, counted up to ``cap`` at most."""
@@ -262,21 +297,22 @@ class Tenants(Table):
         row = (await self._conn.execute(q("TenantManualInFlightCount"), {"tenant_id": tenant_id, "cap": cap})).one()
         return int(row.inflight)
 
-
     # -- signing secrets (app.store.sealing): sealed at rest, rotated with an overlap -------------
 
-    async def signing_secrets(self, tenant_id: UUID,
-                              keyring: sealing.Keyring | None = None) -> StoredSigningSecrets | None:
+    async def signing_secrets(
+        self, tenant_id: UUID, keyring: sealing.Keyring | None = None
+    ) -> StoredSigningSecrets | None:
         """The tenant's signing secrets, opened; None when it does not exist."""
         row = (await self._conn.execute(q("TenantSigningSecretGet"), {"tenant_id": tenant_id})).first()
         if row is None:
             return None
-        return StoredSigningSecrets((keyring or sealing.current()).open(row.signing_secret),
-                                    row.signing_secret_rotated_at)
+        return StoredSigningSecrets(
+            (keyring or sealing.current()).open(row.signing_secret), row.signing_secret_rotated_at
+        )
 
-    async def rotate_signing_secret(self, tenant_id: UUID, overlap_s: float, *,
-                                    keyring: sealing.Keyring | None = None,
-                                    now: datetime | None = None) -> StoredSigningSecrets | None:
+    async def rotate_signing_secret(
+        self, tenant_id: UUID, overlap_s: float, *, keyring: sealing.Keyring | None = None, now: datetime | None = None
+    ) -> StoredSigningSecrets | None:
         """A new current secret; the one it replaces keeps signing as well for ``overlap_s`` (0: stops at once).
 
         A secret still in an earlier rotation's overlap is dropped: deliveries carry at most two signatures.
@@ -291,26 +327,30 @@ class Tenants(Table):
         new = sealing.SigningSecrets(sealing.new_secret())
         if overlap_s > 0:
             new = sealing.SigningSecrets(new.current, old.current, at + timedelta(seconds=overlap_s))
-        rotated_at = await self._store_signing_secret(tenant_id, row.signing_secret, keyring.seal(new),
-                                                      rotated=True, now=at)
+        rotated_at = await self._store_signing_secret(
+            tenant_id, row.signing_secret, keyring.seal(new), rotated=True, now=at
+        )
         if rotated_at is _MISSED:
             raise errors.StoreConflict("the signing secret changed meanwhile (another rotation?): run it again")
         return StoredSigningSecrets(new, rotated_at)
 
-    async def seal_plaintext_signing_secrets(self, keyring: sealing.Keyring | None = None, *,
-                                             limit: int = sealing.SEAL_BATCH_DEFAULT) -> int:
+    async def seal_plaintext_signing_secrets(
+        self, keyring: sealing.Keyring | None = None, *, limit: int = sealing.SEAL_BATCH_DEFAULT
+    ) -> int:
         """Seal up to ``limit`` secrets still stored in plaintext (rows from before 0011); how many were."""
         keyring = keyring or sealing.current()
         rows = (await self._conn.execute(q("TenantSigningSecretPlaintextList"), {"limit": limit})).all()
         sealed = 0
         for r in rows:
-            stored = await self._store_signing_secret(r.tenant_id, r.signing_secret,
-                                                      keyring.seal(keyring.open(r.signing_secret)), rotated=False)
+            stored = await self._store_signing_secret(
+                r.tenant_id, r.signing_secret, keyring.seal(keyring.open(r.signing_secret)), rotated=False
+            )
             sealed += stored is not _MISSED
         return sealed
 
-    async def reseal_signing_secrets(self, after: UUID | None, keyring: sealing.Keyring | None = None, *,
-                                     limit: int = sealing.SEAL_BATCH_DEFAULT) -> tuple[int, UUID | None]:
+    async def reseal_signing_secrets(
+        self, after: UUID | None, keyring: sealing.Keyring | None = None, *, limit: int = sealing.SEAL_BATCH_DEFAULT
+    ) -> tuple[int, UUID | None]:
         """Re-seal under the keyring's first key the secrets, of up to ``limit`` tenants after ``after``, that
         another key sealed (or none); (how many were, where the next page starts: None after the last)."""
         keyring = keyring or sealing.current()
@@ -318,21 +358,33 @@ class Tenants(Table):
         resealed = 0
         for r in rows:
             if not keyring.sealed_by_primary(r.signing_secret):
-                stored = await self._store_signing_secret(r.tenant_id, r.signing_secret,
-                                                          keyring.seal(keyring.open(r.signing_secret)), rotated=False)
+                stored = await self._store_signing_secret(
+                    r.tenant_id, r.signing_secret, keyring.seal(keyring.open(r.signing_secret)), rotated=False
+                )
                 resealed += stored is not _MISSED
         return resealed, (rows[-1].tenant_id if len(rows) == limit else None)
 
-    async def _store_signing_secret(self, tenant_id: UUID, expected: str, sealed: str, *, rotated: bool,
-                                    now: datetime | None = None) -> Any:
+    async def _store_signing_secret(
+        self, tenant_id: UUID, expected: str, sealed: str, *, rotated: bool, now: datetime | None = None
+    ) -> Any:
         """TenantSigningSecretSet: the new rotation time, or _MISSED when the stored secret was not ``expected``."""
-        row = (await self._conn.execute(q("TenantSigningSecretSet"), {
-            "tenant_id": tenant_id, "expected": expected, "sealed": sealed, "rotated": rotated, "now": now,
-        })).first()
+        row = (
+            await self._conn.execute(
+                q("TenantSigningSecretSet"),
+                {
+                    "tenant_id": tenant_id,
+                    "expected": expected,
+                    "sealed": sealed,
+                    "rotated": rotated,
+                    "now": now,
+                },
+            )
+        ).first()
         return _MISSED if row is None else row.signing_secret_rotated_at
 
 
 # -- signing secrets ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class StoredSigningSecrets:

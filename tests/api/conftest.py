@@ -41,16 +41,24 @@ class TenantKey:
 
 
 @contextmanager
-def running_api(database_url: str, tmp_path_factory: pytest.TempPathFactory,
-                **env: str) -> Iterator[tuple[ApiProcess, Path]]:
+def running_api(
+    database_url: str, tmp_path_factory: pytest.TempPathFactory, **env: str
+) -> Iterator[tuple[ApiProcess, Path]]:
     """A `kairos api` process on ``database_url`` (``env``: extra KAIROS_* settings), ready, and its log."""
     port = free_port()
-    full = {**os.environ, "KAIROS_DATABASE_URL": database_url, "KAIROS_API_PORT": str(port),
-            "KAIROS_HOME": str(tmp_path_factory.mktemp("home")), "KAIROS_LOG_FORMAT": "json", **env}
+    full = {
+        **os.environ,
+        "KAIROS_DATABASE_URL": database_url,
+        "KAIROS_API_PORT": str(port),
+        "KAIROS_HOME": str(tmp_path_factory.mktemp("home")),
+        "KAIROS_LOG_FORMAT": "json",
+        **env,
+    }
     log_path = tmp_path_factory.mktemp("logs") / "api.log"
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=full, stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "api"], env=full, stdout=out, stderr=subprocess.STDOUT
+        )
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:

@@ -47,11 +47,14 @@ def unthrottled_api(module_database_url: str, tmp_path_factory: pytest.TempPathF
 
 
 @pytest.mark.parametrize("credential", [None, "Bearer not-a-key"])
-@pytest.mark.parametrize(("method", "path", "extra"), BAD_REQUESTS,
-                         ids=[f"{m} {p.replace(JOB, '{id}').replace(EXECUTION, '{id}')} {sorted(e)}"
-                              for m, p, e in BAD_REQUESTS])
-def test_a_route_answers_401_before_it_looks_at_the_request(unthrottled_api: ApiProcess, credential: str | None,
-                                                          method: str, path: str, extra: dict) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "extra"),
+    BAD_REQUESTS,
+    ids=[f"{m} {p.replace(JOB, '{id}').replace(EXECUTION, '{id}')} {sorted(e)}" for m, p, e in BAD_REQUESTS],
+)
+def test_a_route_answers_401_before_it_looks_at_the_request(
+    unthrottled_api: ApiProcess, credential: str | None, method: str, path: str, extra: dict
+) -> None:
     extra = dict(extra)
     headers = dict(extra.pop("headers", {}))
     if credential:
@@ -63,13 +66,22 @@ def test_a_route_answers_401_before_it_looks_at_the_request(unthrottled_api: Api
 
 def test_every_v1_route_of_the_document_is_covered(unthrottled_api: ApiProcess) -> None:
     document = httpx.get(f"{unthrottled_api.url}/schema/openapi.json", timeout=10).json()
-    covered = {(method, path.replace(JOB, "{jobId}").replace(EXECUTION, "{executionId}"))
-               for method, path, _ in BAD_REQUESTS}
-    templates = {(method.upper(), path) for path, item in document["paths"].items() if path.startswith("/v1")
-                 for method in item if method in ("get", "post", "patch", "delete", "put")}
+    covered = {
+        (method, path.replace(JOB, "{jobId}").replace(EXECUTION, "{executionId}")) for method, path, _ in BAD_REQUESTS
+    }
+    templates = {
+        (method.upper(), path)
+        for path, item in document["paths"].items()
+        if path.startswith("/v1")
+        for method in item
+        if method in ("get", "post", "patch", "delete", "put")
+    }
     # The document's templates name the action routes by their template; those are covered by their actions.
-    missing = {(m, p) for m, p in templates
-               if (m, p) not in covered and not any(cm == m and _matches(p, cp) for cm, cp in covered)}
+    missing = {
+        (m, p)
+        for m, p in templates
+        if (m, p) not in covered and not any(cm == m and _matches(p, cp) for cm, cp in covered)
+    }
     assert not missing, missing
 
 

@@ -25,18 +25,28 @@ def test_an_empty_batch_answers_no_results(client: httpx.Client) -> None:
 
 
 def test_results_come_in_request_order_with_errors_naming_index_and_field(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
-    items = [once_job(name="first"), once_job(name=""), once_job(schedule={"delaySeconds": "soon"}),
-             once_job(name="fourth", target={"type": "queue", "ref": "emails"}), 7,
-             once_job(payload={"k": "nul\u0000"})]
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey
+) -> None:
+    items = [
+        once_job(name="first"),
+        once_job(name=""),
+        once_job(schedule={"delaySeconds": "soon"}),
+        once_job(name="fourth", target={"type": "queue", "ref": "emails"}),
+        7,
+        once_job(payload={"k": "nul\u0000"}),
+    ]
     resp = client.post("/v1/jobs:batch", json={"jobs": items})
     assert resp.status_code == 200, resp.text
     results = resp.json()["results"]
     assert len(results) == len(items)
     assert set(results[0]) == {"jobId", "nextRunAt"} and set(results[3]) == {"jobId", "nextRunAt"}
     # Each field is a JSON Pointer from the batch's root: the item, then the field inside it.
-    for index, field in ((1, "/jobs/1/name"), (2, "/jobs/2/schedule/delaySeconds"), (4, "/jobs/4"),
-                         (5, "/jobs/5/payload")):
+    for index, field in (
+        (1, "/jobs/1/name"),
+        (2, "/jobs/2/schedule/delaySeconds"),
+        (4, "/jobs/4"),
+        (5, "/jobs/5/payload"),
+    ):
         assert results[index]["index"] == index
         assert results[index]["error"]["status"] == 422
         assert results[index]["error"]["field"] == field, results[index]
@@ -46,10 +56,15 @@ def test_results_come_in_request_order_with_errors_naming_index_and_field(
 
 
 def test_idempotency_keys_hold_per_item_as_for_single_submits(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey, other_tenant: TenantKey) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey, other_tenant: TenantKey
+) -> None:
     body = once_job(name="keyed")
-    items = [{**body, "idempotencyKey": "k-1"}, {**body, "idempotencyKey": "k-1"},
-             {**once_job(name="changed"), "idempotencyKey": "k-1"}, {**body, "idempotencyKey": "k-2"}]
+    items = [
+        {**body, "idempotencyKey": "k-1"},
+        {**body, "idempotencyKey": "k-1"},
+        {**once_job(name="changed"), "idempotencyKey": "k-1"},
+        {**body, "idempotencyKey": "k-2"},
+    ]
     results = client.post("/v1/jobs:batch", json={"jobs": items}).json()["results"]
     assert results[0]["jobId"] == results[1]["jobId"] != results[3]["jobId"]
     assert results[2]["error"]["status"] == 409 and results[2]["index"] == 2
@@ -60,8 +75,9 @@ def test_idempotency_keys_hold_per_item_as_for_single_submits(
     again = client.post("/v1/jobs:batch", json={"jobs": [{**body, "idempotencyKey": "k-2"}]}).json()["results"]
     assert again[0]["jobId"] == results[3]["jobId"]
     # Keys are per tenant.
-    theirs = httpx.post(f"{api.url}/v1/jobs:batch", headers=other_tenant.headers,
-                        json={"jobs": [{**body, "idempotencyKey": "k-1"}]}).json()["results"]
+    theirs = httpx.post(
+        f"{api.url}/v1/jobs:batch", headers=other_tenant.headers, json={"jobs": [{**body, "idempotencyKey": "k-1"}]}
+    ).json()["results"]
     assert theirs[0]["jobId"] != results[0]["jobId"]
     assert jobs_of(api, tenant) == 2
 

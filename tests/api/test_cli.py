@@ -14,8 +14,7 @@ from tests.api.conftest import query
 
 def kairos(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KAIROS_DATABASE_URL": database_url, "KAIROS_LOG_LEVEL": "WARNING"}
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_tenants_create_rotate_quota_show(database_url: str) -> None:
@@ -32,8 +31,9 @@ def test_tenants_create_rotate_quota_show(database_url: str) -> None:
     rotated = kairos(database_url, "tenants", "rotate-key", "acme", "--json")
     assert rotated.returncode == 0
     assert json.loads(rotated.stdout)["revoked"] == 1
-    live = query(database_url, "SELECT count(*) FROM api_keys WHERE tenant_id = %s AND revoked_at IS NULL",
-                 (out["tenantId"],))
+    live = query(
+        database_url, "SELECT count(*) FROM api_keys WHERE tenant_id = %s AND revoked_at IS NULL", (out["tenantId"],)
+    )
     assert live[0][0] == 1
 
     quota = kairos(database_url, "tenants", "set-quota", "acme", "--weight", "3", "--max-inflight", "20")
@@ -42,14 +42,17 @@ def test_tenants_create_rotate_quota_show(database_url: str) -> None:
     assert (shown["weight"], shown["maxInflight"]) == (3, 20)
 
 
-@pytest.mark.parametrize("args", [
-    ("tenants", "show", "nobody"),
-    ("tenants", "rotate-key", "nobody"),
-    ("tenants", "set-quota", "nobody", "--weight", "2"),
-    ("tenants", "set-quota", "acme"),
-    ("tenants", "set-quota", "acme", "--weight", "0"),
-    ("tenants", "create", ""),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("tenants", "show", "nobody"),
+        ("tenants", "rotate-key", "nobody"),
+        ("tenants", "set-quota", "nobody", "--weight", "2"),
+        ("tenants", "set-quota", "acme"),
+        ("tenants", "set-quota", "acme", "--weight", "0"),
+        ("tenants", "create", ""),
+    ],
+)
 def test_bad_cli_input_exits_2_with_one_line_and_changes_nothing(database_url: str, args: tuple[str, ...]) -> None:
     kairos(database_url, "tenants", "create", "acme")
     before = query(database_url, "SELECT name, weight, max_inflight FROM tenants ORDER BY name")

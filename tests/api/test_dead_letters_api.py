@@ -10,26 +10,33 @@ from tests.api.test_jobs_api import PROBLEM, once_job
 
 def dead_execution(api: ApiProcess, client: httpx.Client, attempts: int) -> tuple[str, str]:
     """A queue job and one execution of it that spent all ``attempts`` and died."""
-    job_id = client.post("/v1/jobs", json=once_job(target={"type": "queue", "ref": "emails"},
-                                                   retry={"maxAttempts": attempts})).json()["jobId"]
-    [(execution_id,)] = query(api.database_url, """
+    job_id = client.post(
+        "/v1/jobs", json=once_job(target={"type": "queue", "ref": "emails"}, retry={"maxAttempts": attempts})
+    ).json()["jobId"]
+    [(execution_id,)] = query(
+        api.database_url,
+        """
         INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, ready_at,
                                 started_at, finished_at, error)
         SELECT job_id, tenant_id, queue, now() - interval '1 hour', %s, %s, 'dead', now(), now(), now(), 'boom'
-        FROM jobs WHERE job_id = %s RETURNING execution_id::text""", (attempts, attempts, job_id))
+        FROM jobs WHERE job_id = %s RETURNING execution_id::text""",
+        (attempts, attempts, job_id),
+    )
     return job_id, execution_id
 
 
 def test_replay_grants_the_attempts_asked_for_and_answers_in_the_same_terms(
-        api: ApiProcess, client: httpx.Client) -> None:
+    api: ApiProcess, client: httpx.Client
+) -> None:
     _, execution_id = dead_execution(api, client, attempts=3)
     resp = client.post(f"/v1/executions/{execution_id}:replay", json={"retry": {"maxAttempts": 3}})
     assert resp.status_code == 200, resp.text
     body = resp.json()
     # Three attempts were spent; the replay grants three more, so the last one is attempt 6.
     assert (body["state"], body["attempt"], body["maxAttempts"], body["lastAttempt"]) == ("ready", 3, 3, 6)
-    row = query(api.database_url, "SELECT attempt, max_attempts FROM executions WHERE execution_id = %s",
-                (execution_id,))
+    row = query(
+        api.database_url, "SELECT attempt, max_attempts FROM executions WHERE execution_id = %s", (execution_id,)
+    )
     assert row == [(3, 6)]
 
 
@@ -40,7 +47,8 @@ def test_replay_without_a_retry_override_grants_the_jobs_max_attempts(api: ApiPr
 
 
 def test_replaying_an_execution_that_is_not_dead_is_a_conflict_about_the_execution(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey
+) -> None:
     _, execution_id = dead_execution(api, client, attempts=1)
     assert client.post(f"/v1/executions/{execution_id}:replay").status_code == 200
     again = client.post(f"/v1/executions/{execution_id}:replay")

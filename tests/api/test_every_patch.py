@@ -8,8 +8,7 @@ from tests.api.conftest import ApiProcess
 from tests.api.test_job_management import cron_job
 
 
-def test_patching_an_every_job_keeps_its_anchor_and_invents_no_start_at(api: ApiProcess,
-                                                                        client: httpx.Client) -> None:
+def test_patching_an_every_job_keeps_its_anchor_and_invents_no_start_at(api: ApiProcess, client: httpx.Client) -> None:
     made = client.post("/v1/jobs", json=cron_job(schedule={"every": "1h"}))
     assert made.status_code == 201, made.text
     job = client.get(f"/v1/jobs/{made.json()['jobId']}").json()

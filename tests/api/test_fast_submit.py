@@ -49,13 +49,17 @@ def same_problem(fast: httpx.Response, route: httpx.Response) -> dict:
 
 
 def jobs_named(api: ApiProcess, tenant: TenantKey, name: str) -> int:
-    [(n,)] = query(api.database_url, "SELECT count(*) FROM jobs WHERE tenant_id = %(t)s AND name = %(n)s",
-                   {"t": tenant.tenant_id, "n": name})
+    [(n,)] = query(
+        api.database_url,
+        "SELECT count(*) FROM jobs WHERE tenant_id = %(t)s AND name = %(n)s",
+        {"t": tenant.tenant_id, "n": name},
+    )
     return n
 
 
-def test_a_created_job_is_answered_as_the_route_answers_it(api: ApiProcess, client: httpx.Client,
-                                                           tenant: TenantKey) -> None:
+def test_a_created_job_is_answered_as_the_route_answers_it(
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey
+) -> None:
     fast, route = post_both(client, json=once_job(name="created"))
     assert fast.status_code == route.status_code == 201
     assert fast.headers["content-type"] == route.headers["content-type"] == "application/json"
@@ -76,15 +80,19 @@ def test_a_recurring_job_with_its_herd_warning_matches_the_route(client: httpx.C
     assert fast.json().get("warnings") == route.json().get("warnings")
 
 
-@pytest.mark.parametrize("content", [
-    b'{"name": "x", "target": {"type": "queue", "ref": "work"}, "schedule": {"delaySeconds": -1}}',  # invalid
-    b'{"name": "x", "target": {"type": "queue", "ref": "work"}, "schedule": {"delaySeconds": 5}, "bogus": 1}',
-    b'{"name": "x",',  # not JSON
-    b"",
-    b'{"name": "x\\u0000", "target": {"type": "queue", "ref": "work"}, "schedule": {"delaySeconds": 5}}',
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"name": "x", "target": {"type": "queue", "ref": "work"}, "schedule": {"delaySeconds": -1}}',  # invalid
+        b'{"name": "x", "target": {"type": "queue", "ref": "work"}, "schedule": {"delaySeconds": 5}, "bogus": 1}',
+        b'{"name": "x",',  # not JSON
+        b"",
+        b'{"name": "x\\u0000", "target": {"type": "queue", "ref": "work"}, "schedule": {"delaySeconds": 5}}',
+    ],
+)
 def test_a_body_that_is_not_a_valid_job_gets_the_routes_problem_and_writes_nothing(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey, content: bytes) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey, content: bytes
+) -> None:
     fast, route = post_both(client, content=content, headers={"content-type": "application/json"})
     assert fast.status_code in (400, 422)
     same_problem(fast, route)
@@ -103,8 +111,11 @@ def test_credentials_that_do_not_authenticate_get_the_routes_401(api: ApiProcess
 
 def test_a_repeated_authorization_header_is_the_routes_to_decide(api: ApiProcess, tenant: TenantKey) -> None:
     other = make_tenant(api.database_url)
-    headers = [("Authorization", f"Bearer {tenant.key}"), ("Authorization", f"Bearer {other.key}"),
-               ("Content-Type", "application/json")]
+    headers = [
+        ("Authorization", f"Bearer {tenant.key}"),
+        ("Authorization", f"Bearer {other.key}"),
+        ("Content-Type", "application/json"),
+    ]
     content = json.dumps(once_job(name="twice")).encode()
     with httpx.Client(base_url=api.url) as c:
         fast = c.post(FAST, content=content, headers=headers)
@@ -114,8 +125,9 @@ def test_a_repeated_authorization_header_is_the_routes_to_decide(api: ApiProcess
     assert jobs_named(api, owner, "twice") == 2  # both answers chose the same tenant
 
 
-def test_an_idempotency_key_replays_and_conflicts_as_on_the_route(api: ApiProcess, client: httpx.Client,
-                                                                  tenant: TenantKey) -> None:
+def test_an_idempotency_key_replays_and_conflicts_as_on_the_route(
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey
+) -> None:
     first = client.post(FAST, json=once_job(name="idem"), headers={"Idempotency-Key": "k-1"})
     again_fast = client.post(FAST, json=once_job(name="idem"), headers={"Idempotency-Key": "k-1"})
     again_route = client.post(ROUTE, json=once_job(name="idem"), headers={"Idempotency-Key": "k-1"})
@@ -131,8 +143,9 @@ def test_an_idempotency_key_replays_and_conflicts_as_on_the_route(api: ApiProces
     assert jobs_named(api, tenant, "other") == jobs_named(api, tenant, "long") == 0
 
 
-def test_over_a_quota_the_fast_path_answers_the_routes_429(api: ApiProcess, client: httpx.Client,
-                                                           tenant: TenantKey) -> None:
+def test_over_a_quota_the_fast_path_answers_the_routes_429(
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey
+) -> None:
     set_quota(api, tenant, max_active_jobs=1)
     assert client.post(FAST, json=once_job(name="only")).status_code == 201
     fast, route = post_both(client, json=once_job(name="over"))
@@ -143,26 +156,28 @@ def test_over_a_quota_the_fast_path_answers_the_routes_429(api: ApiProcess, clie
 
 def test_a_body_sent_in_chunks_is_read_whole(api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
     content = json.dumps(once_job(name="chunked", payload={"n": "x" * 5000})).encode()
-    pieces = [content[i:i + 997] for i in range(0, len(content), 997)]
+    pieces = [content[i : i + 997] for i in range(0, len(content), 997)]
     made = client.post(FAST, content=iter(pieces), headers={"content-type": "application/json"})
     assert made.status_code == 201, made.text
     assert client.get(made.headers["location"]).json()["payload"] == {"n": "x" * 5000}
 
 
 def test_a_body_over_the_limit_is_refused_by_the_route_with_or_without_its_length(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey
+) -> None:
     limit = max_body_bytes(load())
     big = json.dumps(once_job(name="big", payload={"n": "x" * limit})).encode()
     fast, route = post_both(client, content=big, headers={"content-type": "application/json"})
     assert fast.status_code == 413
     same_problem(fast, route)
-    chunked = client.post(FAST, content=iter([big[i:i + 65536] for i in range(0, len(big), 65536)]))
+    chunked = client.post(FAST, content=iter([big[i : i + 65536] for i in range(0, len(big), 65536)]))
     assert chunked.status_code == 413
     assert jobs_named(api, tenant, "big") == 0
 
 
-def test_the_request_log_line_names_the_route_and_the_tenant(served: tuple[ApiProcess, Path], client: httpx.Client,
-                                                            tenant: TenantKey) -> None:
+def test_the_request_log_line_names_the_route_and_the_tenant(
+    served: tuple[ApiProcess, Path], client: httpx.Client, tenant: TenantKey
+) -> None:
     _, log = served
     made = client.post(FAST, json=once_job(name="logged"))
     assert made.status_code == 201
@@ -176,10 +191,13 @@ def test_the_request_log_line_names_the_route_and_the_tenant(served: tuple[ApiPr
 
     wait_for(lambda: len(lines()) >= 2, timeout_s=10, what="two request lines")
     assert [(line["method"], line["path"], line["status"]) for line in lines()] == [
-        ("POST", "/v1/jobs", 201), ("POST", "/v1/jobs", 422)]
+        ("POST", "/v1/jobs", 201),
+        ("POST", "/v1/jobs", 422),
+    ]
 
 
 # -- which of the two answered: in process, the Litestar app behind the fast path counted ---------
+
 
 class Counted:
     """An ASGI app that counts the http requests it is handed and passes them on."""
@@ -194,12 +212,25 @@ class Counted:
 
 async def asgi_post(app, path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:
     path, _, query_string = path.partition("?")
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": path, "raw_path": path.encode(), "query_string": query_string.encode(), "root_path": "",
-             "headers": [(b"host", b"test"), *headers], "client": ("127.0.0.1", 1), "server": ("test", 80),
-             "state": {}}
-    messages = [{"type": "http.request", "body": body[:10], "more_body": True},
-                {"type": "http.request", "body": body[10:], "more_body": False}]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query_string.encode(),
+        "root_path": "",
+        "headers": [(b"host", b"test"), *headers],
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+        "state": {},
+    }
+    messages = [
+        {"type": "http.request", "body": body[:10], "more_body": True},
+        {"type": "http.request", "body": body[10:], "more_body": False},
+    ]
     answer: list[dict] = []
 
     async def receive() -> dict:
@@ -225,14 +256,16 @@ async def test_only_what_the_fast_path_cannot_answer_reaches_litestar(db) -> Non
 
     assert (await asgi_post(served, FAST, job, auth))[0] == 201
     assert (await asgi_post(served, FAST, job, [*auth, (b"idempotency-key", b"k")]))[0] == 201
-    assert (await asgi_post(served, FAST, json.dumps(once_job(name="other")).encode(),
-                            [*auth, (b"idempotency-key", b"k")]))[0] == 409
+    assert (
+        await asgi_post(served, FAST, json.dumps(once_job(name="other")).encode(), [*auth, (b"idempotency-key", b"k")])
+    )[0] == 409
     assert counted.calls == 0  # answered, conflict included, without the route
     for path, body, headers, status in [
-            (ROUTE, job, auth, 201),  # a query string
-            (FAST, b'{"name": 1}', auth, 422),  # not a job
-            (FAST, job, auth[1:], 401),  # no key
-            (FAST, job, [(b"authorization", b"Bearer nope"), *auth[1:]], 401)]:  # unknown key
+        (ROUTE, job, auth, 201),  # a query string
+        (FAST, b'{"name": 1}', auth, 422),  # not a job
+        (FAST, job, auth[1:], 401),  # no key
+        (FAST, job, [(b"authorization", b"Bearer nope"), *auth[1:]], 401),
+    ]:  # unknown key
         before = counted.calls
         got, text = await asgi_post(served, path, body, headers)
         assert (got, counted.calls) == (status, before + 1), text

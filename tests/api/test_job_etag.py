@@ -9,8 +9,7 @@ from tests.api.test_job_management import cron_job
 from tests.api.test_jobs_api import PROBLEM
 
 
-def test_get_answers_the_version_as_an_etag_and_a_stale_if_match_is_412(api: ApiProcess,
-                                                                        client: httpx.Client) -> None:
+def test_get_answers_the_version_as_an_etag_and_a_stale_if_match_is_412(api: ApiProcess, client: httpx.Client) -> None:
     job_id = client.post("/v1/jobs", json=cron_job(name="tagged")).json()["jobId"]
     got = client.get(f"/v1/jobs/{job_id}")
     assert got.headers["etag"] == f'"{got.json()["version"]}"' == '"1"'
@@ -38,9 +37,12 @@ def test_the_version_does_not_move_when_the_job_is_dispatched(api: ApiProcess, c
     job_id = client.post("/v1/jobs", json=cron_job(name="steady")).json()["jobId"]
     etag = client.get(f"/v1/jobs/{job_id}").headers["etag"]
     # What the dispatcher's statement does to the job row when it materialises the next occurrence.
-    query(api.database_url, "UPDATE jobs SET next_nominal_at = next_nominal_at + interval '1 hour', "
-                            "next_run_at = next_run_at + interval '1 hour', updated_at = now() WHERE job_id = %s",
-          (job_id,))
+    query(
+        api.database_url,
+        "UPDATE jobs SET next_nominal_at = next_nominal_at + interval '1 hour', "
+        "next_run_at = next_run_at + interval '1 hour', updated_at = now() WHERE job_id = %s",
+        (job_id,),
+    )
     assert client.get(f"/v1/jobs/{job_id}").headers["etag"] == etag
     updated = client.patch(f"/v1/jobs/{job_id}", json={"name": "still-mine"}, headers={"If-Match": etag})
     assert updated.status_code == 200, updated.text

@@ -15,9 +15,14 @@ PROBLEM = "application/problem+json"
 
 def once_job(**overrides) -> dict:
     at = (datetime.now(timezone.utc) + timedelta(hours=1)).replace(microsecond=0)
-    body = {"name": "nightly-report", "target": {"type": "http", "ref": "https://example.com/hook"},
-            "payload": {"report": "sales"}, "schedule": {"runAt": at.isoformat().replace("+00:00", "Z")},
-            "retry": {"maxAttempts": 5, "backoffSeconds": 10}, "timeoutSeconds": 300}
+    body = {
+        "name": "nightly-report",
+        "target": {"type": "http", "ref": "https://example.com/hook"},
+        "payload": {"report": "sales"},
+        "schedule": {"runAt": at.isoformat().replace("+00:00", "Z")},
+        "retry": {"maxAttempts": 5, "backoffSeconds": 10},
+        "timeoutSeconds": 300,
+    }
     body.update(overrides)
     return body
 
@@ -42,8 +47,9 @@ def test_create_then_get_one_off_job_writes_job_and_due_row(api: ApiProcess, cli
     assert job["state"] == "active" and job["name"] == "nightly-report"
     assert job["target"] == {"type": "http", "ref": "https://example.com/hook", "method": "POST", "headers": {}}
     assert job["payload"] == {"report": "sales"}
-    rows = query(api.database_url, "SELECT next_run_at, due_minute FROM due_index WHERE job_id = %s",
-                 (created["jobId"],))
+    rows = query(
+        api.database_url, "SELECT next_run_at, due_minute FROM due_index WHERE job_id = %s", (created["jobId"],)
+    )
     assert len(rows) == 1
     assert rows[0][0] == datetime.fromisoformat(body["schedule"]["runAt"])
     assert rows[0][1] == rows[0][0].replace(second=0)
@@ -83,8 +89,7 @@ def test_fifty_concurrent_retries_with_one_key_create_exactly_one_job(api: ApiPr
     body = once_job(name="concurrent")
 
     def submit(_: int) -> tuple[int, str]:
-        with httpx.Client(base_url=api.url, headers={**tenant.headers, "Idempotency-Key": "same-key"},
-                          timeout=30) as c:
+        with httpx.Client(base_url=api.url, headers={**tenant.headers, "Idempotency-Key": "same-key"}, timeout=30) as c:
             r = c.post("/v1/jobs", json=body)
             return r.status_code, r.json().get("jobId", r.text)
 
@@ -92,8 +97,9 @@ def test_fifty_concurrent_retries_with_one_key_create_exactly_one_job(api: ApiPr
         results = list(pool.map(submit, range(50)))
     assert {status for status, _ in results} == {201}
     assert len({job_id for _, job_id in results}) == 1
-    rows = query(api.database_url, "SELECT count(*) FROM jobs WHERE tenant_id = %s AND name = 'concurrent'",
-                 (tenant.tenant_id,))
+    rows = query(
+        api.database_url, "SELECT count(*) FROM jobs WHERE tenant_id = %s AND name = 'concurrent'", (tenant.tenant_id,)
+    )
     assert rows[0][0] == 1
     due = query(api.database_url, "SELECT count(*) FROM due_index WHERE tenant_id = %s", (tenant.tenant_id,))
     assert due[0][0] == 1
@@ -130,7 +136,8 @@ BAD_BODIES = [
 
 @pytest.mark.parametrize(("field", "override"), BAD_BODIES, ids=[f"{f}-{i}" for i, (f, _) in enumerate(BAD_BODIES)])
 def test_bad_input_gets_a_problem_naming_the_field_and_writes_nothing(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey, field: str, override: dict) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey, field: str, override: dict
+) -> None:
     resp = client.post("/v1/jobs", json=once_job(**override))
     assert resp.status_code == 422, resp.text
     assert resp.headers["content-type"].startswith(PROBLEM)
@@ -205,10 +212,13 @@ def test_pause_resume_and_cancel(api: ApiProcess, client: httpx.Client) -> None:
     assert client.post(f"/v1/jobs/{job_id}:resume", json={"missed": "sometimes"}).status_code == 422
 
     # A ready (not yet started) execution is cancelled with the job; a leased one is left to finish.
-    query(api.database_url, """
+    query(
+        api.database_url,
+        """
         INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at)
         SELECT job_id, tenant_id, queue, now() - interval '1 minute', 3, 'ready', now() FROM jobs WHERE job_id = %s""",
-          (job_id,))
+        (job_id,),
+    )
     assert client.delete(f"/v1/jobs/{job_id}").status_code == 204
     assert client.get(f"/v1/jobs/{job_id}").json()["state"] == "cancelled"
     assert query(api.database_url, due, (job_id,))[0][0] == 0
@@ -222,8 +232,12 @@ def test_resume_with_run_once_runs_the_newest_missed_occurrence_now(api: ApiProc
     job_id = client.post("/v1/jobs", json=once_job(schedule={"cron": "* * * * *", "tz": "UTC"})).json()["jobId"]
     client.post(f"/v1/jobs/{job_id}:pause")
     # Pretend the pause began 10 minutes ago: the occurrences since then were missed.
-    query(api.database_url, "UPDATE jobs SET next_nominal_at = date_trunc('minute', now()) - interval '10 minutes',"
-          " paused_at = now() - interval '10 minutes' WHERE job_id = %s", (job_id,))
+    query(
+        api.database_url,
+        "UPDATE jobs SET next_nominal_at = date_trunc('minute', now()) - interval '10 minutes',"
+        " paused_at = now() - interval '10 minutes' WHERE job_id = %s",
+        (job_id,),
+    )
     before = datetime.now(timezone.utc)
     resumed = client.post(f"/v1/jobs/{job_id}:resume", json={"missed": "run_once"}).json()
     run_at = datetime.fromisoformat(resumed["nextRunAt"])
@@ -236,8 +250,12 @@ def test_one_off_job_resumed_after_its_time_skips_or_runs_once(api: ApiProcess, 
     for missed, state in (("skip", "completed"), ("run_once", "active")):
         job_id = client.post("/v1/jobs", json=once_job()).json()["jobId"]
         client.post(f"/v1/jobs/{job_id}:pause")
-        query(api.database_url, "UPDATE jobs SET run_at = now() - interval '5 minutes',"
-              " next_nominal_at = now() - interval '5 minutes' WHERE job_id = %s", (job_id,))
+        query(
+            api.database_url,
+            "UPDATE jobs SET run_at = now() - interval '5 minutes',"
+            " next_nominal_at = now() - interval '5 minutes' WHERE job_id = %s",
+            (job_id,),
+        )
         assert client.post(f"/v1/jobs/{job_id}:resume", json={"missed": missed}).json()["state"] == state
     history = client.get(f"/v1/jobs/{job_id}/executions").json()
     assert history == []
@@ -245,19 +263,37 @@ def test_one_off_job_resumed_after_its_time_skips_or_runs_once(api: ApiProcess, 
 
 def test_execution_history_newest_first_with_link_pagination(api: ApiProcess, client: httpx.Client) -> None:
     job_id = client.post("/v1/jobs", json=once_job(schedule={"cron": "* * * * *", "tz": "UTC"})).json()["jobId"]
-    query(api.database_url, """
+    query(
+        api.database_url,
+        """
         INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, ready_at,
                                 started_at, finished_at, error)
         SELECT job_id, tenant_id, queue, now() - make_interval(mins => g), 1, 3,
                CASE WHEN g %% 2 = 0 THEN 'succeeded' ELSE 'dead' END, now(), now(), now(),
                CASE WHEN g %% 2 = 0 THEN NULL ELSE 'HTTP 500' END
-        FROM jobs, generate_series(1, 5) AS g WHERE job_id = %s""", (job_id,))
+        FROM jobs, generate_series(1, 5) AS g WHERE job_id = %s""",
+        (job_id,),
+    )
     first = client.get(f"/v1/jobs/{job_id}/executions", params={"limit": 2})
     assert first.status_code == 200
     page = first.json()
-    assert len(page) == 2 and set(page[0]) == {"executionId", "scheduledFor", "attempt", "state", "startedAt",
-                                               "finishedAt", "error", "skipReason", "trigger", "dueAt",
-                                               "dispatchedAt", "firstStartedAt", "startLagMs", "traceId", "attempts"}
+    assert len(page) == 2 and set(page[0]) == {
+        "executionId",
+        "scheduledFor",
+        "attempt",
+        "state",
+        "startedAt",
+        "finishedAt",
+        "error",
+        "skipReason",
+        "trigger",
+        "dueAt",
+        "dispatchedAt",
+        "firstStartedAt",
+        "startLagMs",
+        "traceId",
+        "attempts",
+    }
     assert page[0]["scheduledFor"] > page[1]["scheduledFor"]
     link = first.headers["link"]
     assert link.endswith('rel="next"')
@@ -271,8 +307,10 @@ def test_execution_history_newest_first_with_link_pagination(api: ApiProcess, cl
 
 
 def test_preview_shows_dst_moves(client: httpx.Client) -> None:
-    resp = client.get("/v1/schedules/preview", params={"cron": "30 2 * * *", "tz": "America/New_York", "count": 3,
-                                                       "from": "2026-03-06T12:00:00Z"})
+    resp = client.get(
+        "/v1/schedules/preview",
+        params={"cron": "30 2 * * *", "tz": "America/New_York", "count": 3, "from": "2026-03-06T12:00:00Z"},
+    )
     assert resp.status_code == 200, resp.text
     times = resp.json()["fireTimes"]
     assert [t["utc"][:16] for t in times] == ["2026-03-07T07:30", "2026-03-08T07:00", "2026-03-09T06:30"]

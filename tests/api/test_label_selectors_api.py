@@ -9,9 +9,15 @@ from tests.api.test_job_management import cron_job
 
 
 def test_jobs_are_listed_by_label_selectors(api: ApiProcess, client: httpx.Client) -> None:
-    made = {name: client.post("/v1/jobs", json=cron_job(name=name, labels=labels)).json()["jobId"]
-            for name, labels in (("a", {"team": "a", "env": "prod"}), ("b", {"team": "b"}),
-                                 ("c", {"team": "c", "env": "dev"}), ("none", {}))}
+    made = {
+        name: client.post("/v1/jobs", json=cron_job(name=name, labels=labels)).json()["jobId"]
+        for name, labels in (
+            ("a", {"team": "a", "env": "prod"}),
+            ("b", {"team": "b"}),
+            ("c", {"team": "c", "env": "dev"}),
+            ("none", {}),
+        )
+    }
 
     def names(*selectors: str) -> set[str]:
         answer = client.get("/v1/jobs", params=[("label", s) for s in selectors])

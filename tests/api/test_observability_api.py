@@ -41,8 +41,9 @@ class Tier:
     log_path: Path
 
     def workers(self) -> list[psutil.Process]:
-        return [p for p in psutil.Process(self.proc.pid).children() if p.is_running()
-                and p.status() != psutil.STATUS_ZOMBIE]
+        return [
+            p for p in psutil.Process(self.proc.pid).children() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        ]
 
     def metrics_dir(self) -> str:
         return self.workers()[0].environ()["KAIROS_API_METRICS_DIR"]
@@ -56,14 +57,21 @@ class Tier:
 def tier(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tier]:
     port, metrics_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")}
-    env.update({"KAIROS_DATABASE_URL": module_database_url, "KAIROS_API_PORT": str(port),
-                "KAIROS_METRICS_PORT": str(metrics_port), "KAIROS_METRICS_HOST": "127.0.0.1",
-                "KAIROS_API_WORKERS": str(WORKERS), "KAIROS_HOME": str(tmp_path_factory.mktemp("home")),
-                "KAIROS_LOG_FORMAT": "json", "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "KAIROS_DATABASE_URL": module_database_url,
+            "KAIROS_API_PORT": str(port),
+            "KAIROS_METRICS_PORT": str(metrics_port),
+            "KAIROS_METRICS_HOST": "127.0.0.1",
+            "KAIROS_API_WORKERS": str(WORKERS),
+            "KAIROS_HOME": str(tmp_path_factory.mktemp("home")),
+            "KAIROS_LOG_FORMAT": "json",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     log_path = tmp_path_factory.mktemp("logs") / "api.log"
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=env, stdout=out, stderr=subprocess.STDOUT)
     t = Tier(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}", module_database_url, proc, log_path)
 
     def every_worker_answers() -> bool:
@@ -139,9 +147,15 @@ def test_metrics_count_every_worker_and_survive_a_killed_one(tier: Tier) -> None
     busiest = max(own, key=lambda pid: own[pid])
     wait_for(lambda: time.time() - psutil.Process(busiest).create_time() > 6, timeout_s=10, what="start-up window")
     os.kill(busiest, signal.SIGKILL)
-    wait_for(lambda: len(tier.workers()) == WORKERS and busiest not in {p.pid for p in tier.workers()}
-             and len(list(Path(directory).glob("[0-9]*.sock"))) >= WORKERS - 1,
-             timeout_s=20, what="the supervisor to replace the killed worker")
+    wait_for(
+        lambda: (
+            len(tier.workers()) == WORKERS
+            and busiest not in {p.pid for p in tier.workers()}
+            and len(list(Path(directory).glob("[0-9]*.sock"))) >= WORKERS - 1
+        ),
+        timeout_s=20,
+        what="the supervisor to replace the killed worker",
+    )
     assert sample(httpx.get(f"{tier.metrics_url}/metrics").text, COUNT, **ROUTE) == n  # never goes back
     for _ in range(3):
         assert httpx.get(f"{tier.url}/v1/dead-letters", headers=tenant.headers).status_code == 200
@@ -154,10 +168,16 @@ def test_one_json_line_per_request_and_no_credentials_in_the_log(tier: Tier) -> 
     secret, key = tenant.signing_secret, tenant.key
     with httpx.Client(base_url=tier.url, headers=tenant.headers, timeout=10) as api:
         # The secret and the key where a careless log would pick them up: body, query, headers.
-        created = api.post("/v1/jobs", json={"name": "logged", "target": {"type": "http", "ref": "https://example.com/h"},
-                                             "payload": {"secret": secret, "key": key},
-                                             "schedule": {"delaySeconds": 3600}},
-                           headers={"X-Debug": secret})
+        created = api.post(
+            "/v1/jobs",
+            json={
+                "name": "logged",
+                "target": {"type": "http", "ref": "https://example.com/h"},
+                "payload": {"secret": secret, "key": key},
+                "schedule": {"delaySeconds": 3600},
+            },
+            headers={"X-Debug": secret},
+        )
         assert created.status_code == 201, created.text
         job_id = created.json()["jobId"]
         assert api.get(f"/v1/jobs/{job_id}", params={"note": secret}).status_code == 200
@@ -168,15 +188,22 @@ def test_one_json_line_per_request_and_no_credentials_in_the_log(tier: Tier) -> 
     def lines_for(job: str) -> list[dict]:
         return [r for r in tier.log_records() if r.get("msg") == "request" and r.get("job_id") == job]
 
-    mine = wait_for(lambda: len(lines_for(job_id)) >= 2 and lines_for(job_id), timeout_s=10,
-                    what="the request lines")  # every line parses as JSON, or log_records raises
+    mine = wait_for(
+        lambda: len(lines_for(job_id)) >= 2 and lines_for(job_id), timeout_s=10, what="the request lines"
+    )  # every line parses as JSON, or log_records raises
     got = {(r["method"], r["path"], r["status"]) for r in mine}
     assert got == {("GET", "/v1/jobs/{job_ref}", 200), ("POST", "/v1/jobs/{job_ref}", 200)}, got
     for r in mine:
         assert r["level"] == "info" and r["service"] == "api" and r["tenant_id"] == str(tenant.tenant_id)
         assert isinstance(r["duration_ms"], float | int) and r["duration_ms"] >= 0
-    posts = [r for r in tier.log_records() if r.get("msg") == "request" and r.get("method") == "POST"
-             and r.get("path") == "/v1/jobs" and r.get("tenant_id") == str(tenant.tenant_id)]
+    posts = [
+        r
+        for r in tier.log_records()
+        if r.get("msg") == "request"
+        and r.get("method") == "POST"
+        and r.get("path") == "/v1/jobs"
+        and r.get("tenant_id") == str(tenant.tenant_id)
+    ]
     assert [r["status"] for r in posts] == [201]
     unauthorized = [r for r in tier.log_records() if r.get("msg") == "request" and r.get("status") == 401]
     assert unauthorized and all("tenant_id" not in r for r in unauthorized)

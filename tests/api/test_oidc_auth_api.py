@@ -19,38 +19,65 @@ def job(target: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_an_oidc_target_is_stored_shown_and_changed(client: httpx.Client) -> None:
-    created = client.post("/v1/jobs", json=job({"type": "http", "ref": "https://hooks.example.com/a",
-                                                "auth": {"type": "oidc", "audience": "https://hooks.example.com"}}))
+    created = client.post(
+        "/v1/jobs",
+        json=job(
+            {
+                "type": "http",
+                "ref": "https://hooks.example.com/a",
+                "auth": {"type": "oidc", "audience": "https://hooks.example.com"},
+            }
+        ),
+    )
     assert created.status_code == 201, created.text
     url = f"/v1/jobs/{created.json()['jobId']}"
     shown = client.get(url)
     assert shown.json()["target"]["auth"] == {"type": "oidc", "audience": "https://hooks.example.com"}
     # Without an audience the token's aud is the target's URL (as Cloud Scheduler does): none is stored.
-    patched = client.patch(url, json={"target": {"auth": {"type": "oidc", "audience": None}}},
-                           headers={"Content-Type": "application/merge-patch+json", "If-Match": shown.headers["ETag"]})
+    patched = client.patch(
+        url,
+        json={"target": {"auth": {"type": "oidc", "audience": None}}},
+        headers={"Content-Type": "application/merge-patch+json", "If-Match": shown.headers["ETag"]},
+    )
     assert patched.status_code == 200, patched.text
     assert client.get(url).json()["target"]["auth"] == {"type": "oidc"}
-    removed = client.patch(url, json={"target": {"auth": None}},
-                           headers={"Content-Type": "application/merge-patch+json"})
+    removed = client.patch(
+        url, json={"target": {"auth": None}}, headers={"Content-Type": "application/merge-patch+json"}
+    )
     assert removed.status_code == 200, removed.text
     assert "auth" not in client.get(url).json()["target"]
 
 
-@pytest.mark.parametrize(("target", "pointer"), [
-    ({"type": "http", "ref": "https://h.example.com/", "auth": {"type": "basic"}}, "/target/auth/type"),
-    ({"type": "http", "ref": "https://h.example.com/", "auth": {}}, "/target/auth/type"),
-    ({"type": "http", "ref": "https://h.example.com/", "auth": {"type": "oidc", "audience": ""}},
-     "/target/auth/audience"),
-    ({"type": "http", "ref": "https://h.example.com/", "auth": {"type": "oidc", "audience": "a b"}},
-     "/target/auth/audience"),
-    ({"type": "http", "ref": "https://h.example.com/", "auth": {"type": "oidc", "extra": 1}}, "/target/auth/extra"),
-    ({"type": "http", "ref": "https://h.example.com/", "auth": "oidc"}, "/target/auth"),
-    ({"type": "queue", "ref": "reports", "auth": {"type": "oidc"}}, "/target/auth"),
-    ({"type": "http", "ref": "https://h.example.com/", "headers": {"Authorization": "Basic eDp5"},
-      "auth": {"type": "oidc"}}, "/target/headers/Authorization"),
-])
-def test_a_bad_auth_object_is_a_problem_naming_its_field(client: httpx.Client, target: dict[str, Any],
-                                                         pointer: str) -> None:
+@pytest.mark.parametrize(
+    ("target", "pointer"),
+    [
+        ({"type": "http", "ref": "https://h.example.com/", "auth": {"type": "basic"}}, "/target/auth/type"),
+        ({"type": "http", "ref": "https://h.example.com/", "auth": {}}, "/target/auth/type"),
+        (
+            {"type": "http", "ref": "https://h.example.com/", "auth": {"type": "oidc", "audience": ""}},
+            "/target/auth/audience",
+        ),
+        (
+            {"type": "http", "ref": "https://h.example.com/", "auth": {"type": "oidc", "audience": "a b"}},
+            "/target/auth/audience",
+        ),
+        ({"type": "http", "ref": "https://h.example.com/", "auth": {"type": "oidc", "extra": 1}}, "/target/auth/extra"),
+        ({"type": "http", "ref": "https://h.example.com/", "auth": "oidc"}, "/target/auth"),
+        ({"type": "queue", "ref": "reports", "auth": {"type": "oidc"}}, "/target/auth"),
+        (
+            {
+                "type": "http",
+                "ref": "https://h.example.com/",
+                "headers": {"Authorization": "Basic eDp5"},
+                "auth": {"type": "oidc"},
+            },
+            "/target/headers/Authorization",
+        ),
+    ],
+)
+def test_a_bad_auth_object_is_a_problem_naming_its_field(
+    client: httpx.Client, target: dict[str, Any], pointer: str
+) -> None:
     answer = client.post("/v1/jobs", json=job(target))
     assert answer.status_code == 422, answer.text
     assert answer.headers["content-type"].startswith(PROBLEM)

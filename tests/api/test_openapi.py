@@ -15,8 +15,12 @@ def fetch(api: ApiProcess) -> dict:
 
 
 def operations(doc: dict) -> dict[str, tuple[str, str, dict]]:
-    return {op["operationId"]: (method, path, op) for path, item in doc["paths"].items()
-            for method, op in item.items() if isinstance(op, dict) and "operationId" in op}
+    return {
+        op["operationId"]: (method, path, op)
+        for path, item in doc["paths"].items()
+        for method, op in item.items()
+        if isinstance(op, dict) and "operationId" in op
+    }
 
 
 def refs(value: object) -> set[str]:
@@ -57,8 +61,11 @@ def test_one_operation_per_action_with_typed_bodies(api: ApiProcess) -> None:
 
 def test_bearer_security_and_problem_responses(api: ApiProcess) -> None:
     doc = fetch(api)
-    assert doc["components"]["securitySchemes"]["bearer"] == {**doc["components"]["securitySchemes"]["bearer"],
-                                                              "type": "http", "scheme": "bearer"}
+    assert doc["components"]["securitySchemes"]["bearer"] == {
+        **doc["components"]["securitySchemes"]["bearer"],
+        "type": "http",
+        "scheme": "bearer",
+    }
     assert doc["security"] == [{"bearer": []}]
     for op_id, (_method, path, op) in operations(doc).items():
         if not path.startswith("/v1"):
@@ -72,8 +79,7 @@ def test_bearer_security_and_problem_responses(api: ApiProcess) -> None:
 
 def test_schemas_carry_enums_formats_descriptions_and_an_example(api: ApiProcess) -> None:
     schemas = fetch(api)["components"]["schemas"]
-    assert schemas["JobOut"]["properties"]["state"]["enum"] == ["active", "paused", "completed", "failed",
-                                                                 "cancelled"]
+    assert schemas["JobOut"]["properties"]["state"]["enum"] == ["active", "paused", "completed", "failed", "cancelled"]
     assert "dead" in schemas["ExecutionOut"]["properties"]["state"]["enum"]
     assert "discarded" in schemas["AttemptOut"]["properties"]["outcome"]["enum"]
     run_at = schemas["ScheduleIn"]["properties"]["runAt"]["oneOf"]

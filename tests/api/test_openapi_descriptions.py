@@ -7,8 +7,22 @@ import pytest
 
 from tests.api.conftest import ApiProcess
 
-DESCRIBED = ["JobIn", "TargetIn", "ScheduleIn", "RetryIn", "DstIn", "JobOut", "TargetOut", "ScheduleOut", "RetryOut",
-             "ExecutionCounts", "BackfillIn", "BackfillOut", "RunIn", "ResumeIn"]
+DESCRIBED = [
+    "JobIn",
+    "TargetIn",
+    "ScheduleIn",
+    "RetryIn",
+    "DstIn",
+    "JobOut",
+    "TargetOut",
+    "ScheduleOut",
+    "RetryOut",
+    "ExecutionCounts",
+    "BackfillIn",
+    "BackfillOut",
+    "RunIn",
+    "ResumeIn",
+]
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,15 @@ def test_an_every_schedule_in_the_query_lists_its_grid(api: ApiProcess, client: 
     answer = preview(client, every="15m", startAt="2030-01-01T00:00:00Z", count=3, **{"from": "2029-12-31T23:50:00Z"})
     assert answer.status_code == 200, answer.text
     out = answer.json()
-    assert [t["utc"] for t in out["fireTimes"]] == ["2030-01-01T00:00:00Z", "2030-01-01T00:15:00Z",
-                                                    "2030-01-01T00:30:00Z"]
+    assert [t["utc"] for t in out["fireTimes"]] == [
+        "2030-01-01T00:00:00Z",
+        "2030-01-01T00:15:00Z",
+        "2030-01-01T00:30:00Z",
+    ]
     assert out["schedule"]["every"] == "15m" and out["schedule"]["anchorAt"] == "2030-01-01T00:00:00Z"
-    later = preview(client, every="15m", startAt="2030-01-01T00:00:00Z", count=1,
-                    **{"from": "2030-01-01T00:20:00Z"}).json()
+    later = preview(
+        client, every="15m", startAt="2030-01-01T00:00:00Z", count=1, **{"from": "2030-01-01T00:20:00Z"}
+    ).json()
     assert [t["utc"] for t in later["fireTimes"]] == ["2030-01-01T00:30:00Z"]
 
 
@@ -31,8 +35,7 @@ def test_an_every_job_is_previewed_on_its_own_grid(api: ApiProcess, client: http
     assert [t["utc"] for t in out.json()["fireTimes"]] == ["2030-01-01T02:00:00Z", "2030-01-01T03:00:00Z"]
 
 
-def test_every_with_cron_or_zone_fields_is_refused_naming_the_parameter(api: ApiProcess,
-                                                                      client: httpx.Client) -> None:
+def test_every_with_cron_or_zone_fields_is_refused_naming_the_parameter(api: ApiProcess, client: httpx.Client) -> None:
     both = preview(client, every="15m", cron="0 * * * *", tz="UTC")
     assert both.status_code == 422 and both.json()["field"] == "every"
     zoned = preview(client, every="15m", tz="UTC")

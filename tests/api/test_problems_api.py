@@ -27,8 +27,13 @@ def problem_of(resp: httpx.Response, status: int) -> dict:
 def body_routes(client: httpx.Client, api: ApiProcess) -> list[str]:
     job_id = client.post("/v1/jobs", json=once_job()).json()["jobId"]
     _, execution_id = dead_execution(api, client, attempts=1)
-    return ["/v1/jobs", "/v1/jobs:batch", f"/v1/jobs/{job_id}:resume", f"/v1/executions/{execution_id}:replay",
-            "/v1/dead-letters:replay"]
+    return [
+        "/v1/jobs",
+        "/v1/jobs:batch",
+        f"/v1/jobs/{job_id}:resume",
+        f"/v1/executions/{execution_id}:replay",
+        "/v1/dead-letters:replay",
+    ]
 
 
 def test_a_body_that_is_not_json_is_400_without_a_field_on_every_route(api: ApiProcess, client: httpx.Client) -> None:
@@ -39,7 +44,8 @@ def test_a_body_that_is_not_json_is_400_without_a_field_on_every_route(api: ApiP
 
 
 def test_json_of_the_wrong_shape_is_422_naming_the_whole_body_on_every_route(
-        api: ApiProcess, client: httpx.Client) -> None:
+    api: ApiProcess, client: httpx.Client
+) -> None:
     for path in body_routes(client, api):
         problem = problem_of(client.post(path, json=[1]), 422)
         assert problem["field"] == "", (path, problem)
@@ -61,17 +67,21 @@ def test_an_unknown_field_is_pointed_at_and_the_known_ones_listed(client: httpx.
     assert "maxAttempts" in problem["detail"] and "backoffSeconds" in problem["detail"]
 
 
-@pytest.mark.parametrize(("override", "field"), [
-    ({"schedule": {"delaySeconds": "90"}}, "/schedule/delaySeconds"),
-    ({"timeoutSeconds": "300"}, "/timeoutSeconds"),
-    ({"timeoutSeconds": 2.5}, "/timeoutSeconds"),
-    ({"retry": {"maxAttempts": "3"}}, "/retry/maxAttempts"),
-    ({"retry": {"backoffSeconds": "10"}}, "/retry/backoffSeconds"),
-    ({"schedule": {"cron": "0 9 * * *", "tz": "UTC", "jitterSeconds": "60"}}, "/schedule/jitterSeconds"),
-    ({"dryRun": "true"}, "/dryRun"),
-])
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"schedule": {"delaySeconds": "90"}}, "/schedule/delaySeconds"),
+        ({"timeoutSeconds": "300"}, "/timeoutSeconds"),
+        ({"timeoutSeconds": 2.5}, "/timeoutSeconds"),
+        ({"retry": {"maxAttempts": "3"}}, "/retry/maxAttempts"),
+        ({"retry": {"backoffSeconds": "10"}}, "/retry/backoffSeconds"),
+        ({"schedule": {"cron": "0 9 * * *", "tz": "UTC", "jitterSeconds": "60"}}, "/schedule/jitterSeconds"),
+        ({"dryRun": "true"}, "/dryRun"),
+    ],
+)
 def test_numbers_and_booleans_are_strict_json(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey, override: dict, field: str) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey, override: dict, field: str
+) -> None:
     problem = problem_of(client.post("/v1/jobs", json=once_job(**override)), 422)
     assert problem["field"] == field, problem
     assert query(api.database_url, "SELECT count(*) FROM jobs WHERE tenant_id = %s", (tenant.tenant_id,))[0][0] == 0
@@ -84,11 +94,11 @@ def test_a_fractional_delay_is_a_number_like_any_other(client: httpx.Client) -> 
 
 def test_the_replay_bodies_are_strict_too(api: ApiProcess, client: httpx.Client) -> None:
     _, execution_id = dead_execution(api, client, attempts=1)
-    problem = problem_of(client.post(f"/v1/executions/{execution_id}:replay", json={"retry": {"maxAttempts": "3"}}),
-                         422)
+    problem = problem_of(
+        client.post(f"/v1/executions/{execution_id}:replay", json={"retry": {"maxAttempts": "3"}}), 422
+    )
     assert problem["field"] == "/retry/maxAttempts"
-    problem = problem_of(client.post(f"/v1/executions/{execution_id}:replay", json={"retry": {"maxAttempts": 0}}),
-                         422)
+    problem = problem_of(client.post(f"/v1/executions/{execution_id}:replay", json={"retry": {"maxAttempts": 0}}), 422)
     assert problem["field"] == "/retry/maxAttempts" and "between 1 and 100" in problem["detail"]
     assert problem_of(client.post("/v1/dead-letters:replay", json={"limit": "5"}), 422)["field"] == "/limit"
     problem = problem_of(client.post("/v1/dead-letters:replay", json={"limit": 0}), 422)
@@ -116,21 +126,37 @@ def test_a_range_problem_states_the_limit(client: httpx.Client) -> None:
 
 
 def test_batch_items_are_pointed_at_from_the_batchs_root(client: httpx.Client) -> None:
-    items = [once_job(), once_job(), once_job(), once_job(name=""), once_job(schedule={"delaySeconds": "90"}),
-             {**once_job(), "idempotencyKey": ""}, {**once_job(), "idempotencyKey": "k" * 256}]
+    items = [
+        once_job(),
+        once_job(),
+        once_job(),
+        once_job(name=""),
+        once_job(schedule={"delaySeconds": "90"}),
+        {**once_job(), "idempotencyKey": ""},
+        {**once_job(), "idempotencyKey": "k" * 256},
+    ]
     results = client.post("/v1/jobs:batch", json={"jobs": items}).json()["results"]
     assert [r.get("error", {}).get("field") for r in results] == [
-        None, None, None, "/jobs/3/name", "/jobs/4/schedule/delaySeconds", "/jobs/5/idempotencyKey",
-        "/jobs/6/idempotencyKey"]
+        None,
+        None,
+        None,
+        "/jobs/3/name",
+        "/jobs/4/schedule/delaySeconds",
+        "/jobs/5/idempotencyKey",
+        "/jobs/6/idempotencyKey",
+    ]
     assert all(r["error"]["status"] == 422 for r in results[3:])
 
 
 def test_parameters_are_named_as_sent_and_refused_with_422(api: ApiProcess, client: httpx.Client) -> None:
-    for path, params, field in (("/v1/jobs", {"limit": "x"}, "limit"), ("/v1/jobs", {"state": "sleeping"}, "state"),
-                                ("/v1/jobs", {"cursor": "garbage"}, "cursor"),
-                                ("/v1/dead-letters", {"jobId": "nope"}, "jobId"),
-                                ("/v1/schedules/preview", {"cron": "* * * * *", "tz": "UTC", "count": "x"}, "count"),
-                                ("/v1/schedules/preview", {"cron": "* * * * *", "tz": "UTC", "count": 0}, "count")):
+    for path, params, field in (
+        ("/v1/jobs", {"limit": "x"}, "limit"),
+        ("/v1/jobs", {"state": "sleeping"}, "state"),
+        ("/v1/jobs", {"cursor": "garbage"}, "cursor"),
+        ("/v1/dead-letters", {"jobId": "nope"}, "jobId"),
+        ("/v1/schedules/preview", {"cron": "* * * * *", "tz": "UTC", "count": "x"}, "count"),
+        ("/v1/schedules/preview", {"cron": "* * * * *", "tz": "UTC", "count": 0}, "count"),
+    ):
         problem = problem_of(client.get(path, params=params), 422)
         assert problem["field"] == field, (path, params, problem)
     long_key = client.post("/v1/jobs", json=once_job(), headers={"Idempotency-Key": "k" * 256})

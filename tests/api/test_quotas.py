@@ -30,8 +30,12 @@ def set_quota(api: ApiProcess, tenant: TenantKey, **quota: int | None) -> None:
 
 def rows(api: ApiProcess, tenant: TenantKey) -> tuple[int, int]:
     """(jobs, due_index rows) of the tenant."""
-    [(jobs, due)] = query(api.database_url, "SELECT (SELECT count(*) FROM jobs WHERE tenant_id = %(t)s), "
-                          "(SELECT count(*) FROM due_index WHERE tenant_id = %(t)s)", {"t": tenant.tenant_id})
+    [(jobs, due)] = query(
+        api.database_url,
+        "SELECT (SELECT count(*) FROM jobs WHERE tenant_id = %(t)s), "
+        "(SELECT count(*) FROM due_index WHERE tenant_id = %(t)s)",
+        {"t": tenant.tenant_id},
+    )
     return jobs, due
 
 
@@ -43,7 +47,8 @@ def assert_quota_problem(problem: dict[str, Any], quota: str, limit: int) -> Non
 
 
 def test_over_the_active_jobs_quota_a_submit_is_429_and_writes_nothing(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey
+) -> None:
     set_quota(api, tenant, max_active_jobs=3)
     made = [client.post("/v1/jobs", json=once_job(name=f"j{i}")) for i in range(3)]
     assert [r.status_code for r in made] == [201, 201, 201]
@@ -60,11 +65,18 @@ def test_over_the_active_jobs_quota_a_submit_is_429_and_writes_nothing(
 
 
 def test_a_batch_over_the_active_jobs_quota_refuses_item_by_item(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey
+) -> None:
     set_quota(api, tenant, max_active_jobs=4)
     assert client.post("/v1/jobs", json=once_job(name="first")).status_code == 201
-    items = [once_job(name="a"), once_job(name=""), once_job(name="b"), once_job(name="c"), once_job(name="d"),
-             once_job(name="e")]
+    items = [
+        once_job(name="a"),
+        once_job(name=""),
+        once_job(name="b"),
+        once_job(name="c"),
+        once_job(name="d"),
+        once_job(name="e"),
+    ]
     resp = client.post("/v1/jobs:batch", json={"jobs": items})
     assert resp.status_code == 200, resp.text
     results = resp.json()["results"]
@@ -78,7 +90,8 @@ def test_a_batch_over_the_active_jobs_quota_refuses_item_by_item(
 
 
 def test_over_the_submit_rate_a_submit_is_429_with_retry_after_and_writes_nothing(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey
+) -> None:
     set_quota(api, tenant, max_submit_per_s=1)
     statuses: list[int] = []
     refused = None
@@ -97,7 +110,8 @@ def test_over_the_submit_rate_a_submit_is_429_with_retry_after_and_writes_nothin
 
 
 def test_a_batch_counts_its_items_against_the_submit_rate(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey
+) -> None:
     set_quota(api, tenant, max_submit_per_s=3)
     # A new tenant's bucket is full (3 tokens): 3 of 5 items go in, the others are refused one by one.
     results = client.post("/v1/jobs:batch", json={"jobs": [once_job(name=f"b{i}") for i in range(5)]}).json()["results"]
@@ -120,8 +134,9 @@ def test_a_batch_counts_its_items_against_the_submit_rate(
     assert rows(api, tenant) == (created, created)
 
 
-def test_quotas_are_per_tenant(api: ApiProcess, client: httpx.Client, tenant: TenantKey,
-                               other_tenant: TenantKey) -> None:
+def test_quotas_are_per_tenant(
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey, other_tenant: TenantKey
+) -> None:
     set_quota(api, tenant, max_active_jobs=1, max_submit_per_s=1)
     assert client.post("/v1/jobs", json=once_job()).status_code == 201
     assert client.post("/v1/jobs", json=once_job()).status_code == 429
@@ -136,12 +151,18 @@ def test_the_openapi_document_shows_the_429_and_its_retry_after(api: ApiProcess)
         assert "Retry-After" in answer["headers"], (path, method)
         assert PROBLEM in answer["content"]
     problem = doc["components"]["schemas"]["Problem"]["properties"]
-    assert problem["quota"]["enum"] == ["maxActiveJobs", "maxSubmitPerSecond", "maxManualRunsPerSecond",
-                                       "maxManualInFlight", "bulkReplayPerWindow"]
+    assert problem["quota"]["enum"] == [
+        "maxActiveJobs",
+        "maxSubmitPerSecond",
+        "maxManualRunsPerSecond",
+        "maxManualInFlight",
+        "bulkReplayPerWindow",
+    ]
     assert {"limit", "retryAfterSeconds"} <= set(problem)
 
 
 # -- manual runs and backfills: executions made outside the schedule have their own bounds ---------------
+
 
 def executions(api: ApiProcess, tenant: TenantKey) -> int:
     return query(api.database_url, "SELECT count(*) FROM executions WHERE tenant_id = %s", (tenant.tenant_id,))[0][0]
@@ -155,12 +176,15 @@ def minutely_job(client: httpx.Client) -> str:
 
 def backfill_body(minutes: int) -> dict[str, str]:
     end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
-    return {"from": (end - timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z"),
-            "to": end.isoformat().replace("+00:00", "Z")}
+    return {
+        "from": (end - timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z"),
+        "to": end.isoformat().replace("+00:00", "Z"),
+    }
 
 
 def test_over_the_manual_run_rate_a_run_is_429_and_writes_nothing(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey
+) -> None:
     set_quota(api, tenant, max_manual_per_s=2)
     job_id = minutely_job(client)
     statuses: list[int] = []
@@ -180,7 +204,8 @@ def test_over_the_manual_run_rate_a_run_is_429_and_writes_nothing(
 
 
 def test_a_backfill_takes_one_token_per_occurrence_and_continues_later(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey
+) -> None:
     set_quota(api, tenant, max_manual_per_s=5)
     job_id = minutely_job(client)
     first = client.post(f"/v1/jobs/{job_id}:backfill", json=backfill_body(100))
@@ -204,7 +229,8 @@ def test_a_backfill_takes_one_token_per_occurrence_and_continues_later(
 
 
 def test_over_the_manual_in_flight_quota_runs_and_backfills_are_429(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey
+) -> None:
     set_quota(api, tenant, max_manual_inflight=3)
     job_id = minutely_job(client)
     made = [client.post(f"/v1/jobs/{job_id}:run", json={"overlap": "allow"}) for _ in range(3)]
@@ -218,8 +244,11 @@ def test_over_the_manual_in_flight_quota_runs_and_backfills_are_429(
     assert_quota_problem(backfill.json(), "maxManualInFlight", 3)
     assert executions(api, tenant) == 3
     # A finished one frees its place (counted, not cached).
-    query(api.database_url, "UPDATE executions SET state = 'cancelled', finished_at = now() "
-          "WHERE execution_id = %s", (made[0].json()["executionId"],))
+    query(
+        api.database_url,
+        "UPDATE executions SET state = 'cancelled', finished_at = now() WHERE execution_id = %s",
+        (made[0].json()["executionId"],),
+    )
     again = client.post(f"/v1/jobs/{job_id}:backfill", json=backfill_body(10))
     assert again.status_code == 202 and again.json()["created"] == 1 and again.json()["nextFrom"] is not None
     assert executions(api, tenant) == 4

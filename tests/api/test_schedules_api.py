@@ -11,10 +11,18 @@ from tests.api.conftest import ApiProcess, TenantKey, query
 from tests.api.test_jobs_api import PROBLEM, once_job
 
 
-@pytest.mark.parametrize(("tz", "suggested"), [("EST", "America/New_York"), ("EST5EDT", "America/New_York"),
-                                               ("PST8PDT", "America/Los_Angeles"), ("Etc/GMT+5", "UTC-05:00")])
+@pytest.mark.parametrize(
+    ("tz", "suggested"),
+    [
+        ("EST", "America/New_York"),
+        ("EST5EDT", "America/New_York"),
+        ("PST8PDT", "America/Los_Angeles"),
+        ("Etc/GMT+5", "UTC-05:00"),
+    ],
+)
 def test_a_legacy_zone_name_is_refused_naming_the_zone_to_use(
-        api: ApiProcess, client: httpx.Client, tenant: TenantKey, tz: str, suggested: str) -> None:
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey, tz: str, suggested: str
+) -> None:
     resp = client.post("/v1/jobs", json=once_job(schedule={"cron": "0 9 * * *", "tz": tz}))
     assert resp.status_code == 422, resp.text
     assert resp.headers["content-type"].startswith(PROBLEM)
@@ -38,6 +46,7 @@ def test_a_job_shows_its_h_expression_as_submitted_and_as_resolved(api: ApiProce
     once = client.post("/v1/jobs", json=once_job()).json()["jobId"]
     assert client.get(f"/v1/jobs/{once}").json()["schedule"]["cronResolved"] is None
 
+
 def preview(client: httpx.Client, **params: object) -> httpx.Response:
     return client.get("/v1/schedules/preview", params=params)
 
@@ -52,26 +61,26 @@ def test_the_preview_applies_the_dst_gap_and_repeat_policies(client: httpx.Clien
 
     fall = {"cron": "30 1 * * *", "tz": "America/New_York", "count": 3, "from": "2026-10-31T12:00:00Z"}
     twice = preview(client, **fall, repeat="twice").json()
-    assert [t["utc"][:16] for t in twice["fireTimes"]] == ["2026-11-01T05:30", "2026-11-01T06:30",
-                                                           "2026-11-02T06:30"]
+    assert [t["utc"][:16] for t in twice["fireTimes"]] == ["2026-11-01T05:30", "2026-11-01T06:30", "2026-11-02T06:30"]
     assert twice["schedule"]["dst"] == {"gap": "shift", "repeat": "twice"}
     once = preview(client, **fall).json()["fireTimes"]
     assert [t["utc"][:16] for t in once] == ["2026-11-01T05:30", "2026-11-02T06:30", "2026-11-03T06:30"]
 
 
 def test_fall_back_repeats_of_a_wildcard_hour_get_a_note(client: httpx.Client) -> None:
-    times = preview(client, cron="*/15 * * * *", tz="America/New_York", count=10,
-                    **{"from": "2026-11-01T04:40:00Z"}).json()["fireTimes"]
+    times = preview(
+        client, cron="*/15 * * * *", tz="America/New_York", count=10, **{"from": "2026-11-01T04:40:00Z"}
+    ).json()["fireTimes"]
     repeated = [(t["local"][11:16], t["dstNote"]) for t in times if t["dstNote"]]
-    assert [local for local, _ in repeated] == ["01:00", "01:15", "01:30", "01:45", "01:00", "01:15", "01:30",
-                                                "01:45"]
+    assert [local for local, _ in repeated] == ["01:00", "01:15", "01:30", "01:45", "01:00", "01:15", "01:30", "01:45"]
     assert all("occurs twice on 2026-11-01 (fall back)" in note for _, note in repeated)
     assert times[0]["dstNote"] is None and times[-1]["dstNote"] is None  # 00:xx EDT and 02:00 EST
 
 
 def test_the_preview_adds_the_jitter_offset(client: httpx.Client) -> None:
-    body = preview(client, cron="0 9 * * *", tz="UTC", count=2, jitterSeconds=600,
-                   **{"from": "2026-06-01T00:00:00Z"}).json()
+    body = preview(
+        client, cron="0 9 * * *", tz="UTC", count=2, jitterSeconds=600, **{"from": "2026-06-01T00:00:00Z"}
+    ).json()
     offset = body["jitterOffsetSeconds"]
     assert 0 <= offset < 600 and body["schedule"]["jitterSeconds"] == 600
     for fire in body["fireTimes"]:
@@ -80,9 +89,14 @@ def test_the_preview_adds_the_jitter_offset(client: httpx.Client) -> None:
 
 
 def test_the_preview_of_a_job_uses_its_stored_schedule_and_its_own_jitter(
-        api: ApiProcess, client: httpx.Client, other_tenant: TenantKey) -> None:
-    created = client.post("/v1/jobs", json=once_job(schedule={
-        "cron": "H H * * *", "tz": "Europe/London", "jitterSeconds": 3600, "dst": {"gap": "skip"}})).json()
+    api: ApiProcess, client: httpx.Client, other_tenant: TenantKey
+) -> None:
+    created = client.post(
+        "/v1/jobs",
+        json=once_job(
+            schedule={"cron": "H H * * *", "tz": "Europe/London", "jitterSeconds": 3600, "dst": {"gap": "skip"}}
+        ),
+    ).json()
     body = preview(client, jobId=created["jobId"], count=3).json()
     first = body["fireTimes"][0]
     # The first fire time is the job's own next run: its H slot and its jitter offset.
@@ -103,12 +117,15 @@ def test_the_preview_of_a_job_uses_its_stored_schedule_and_its_own_jitter(
 
 
 def test_preview_problems_name_the_query_parameter(client: httpx.Client) -> None:
-    for params, field in (({"tz": "UTC"}, "cron"), ({"cron": "* * * * *"}, "tz"),
-                          ({"cron": "* * * * *", "tz": "UTC", "gap": "later"}, "gap"),
-                          ({"cron": "* * * * *", "tz": "UTC", "repeat": "thrice"}, "repeat"),
-                          ({"cron": "* * * * *", "tz": "UTC", "jitterSeconds": -1}, "jitterSeconds"),
-                          ({"cron": "* * * * *", "tz": "EST"}, "tz"),
-                          ({"jobId": "nope"}, "jobId")):
+    for params, field in (
+        ({"tz": "UTC"}, "cron"),
+        ({"cron": "* * * * *"}, "tz"),
+        ({"cron": "* * * * *", "tz": "UTC", "gap": "later"}, "gap"),
+        ({"cron": "* * * * *", "tz": "UTC", "repeat": "thrice"}, "repeat"),
+        ({"cron": "* * * * *", "tz": "UTC", "jitterSeconds": -1}, "jitterSeconds"),
+        ({"cron": "* * * * *", "tz": "EST"}, "tz"),
+        ({"jobId": "nope"}, "jobId"),
+    ):
         resp = preview(client, **params)
         assert resp.status_code == 422, (params, resp.text)
         assert resp.json()["field"] == field, (params, resp.json())

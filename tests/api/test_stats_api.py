@@ -58,8 +58,9 @@ async def _seed(database_url: str, a: TenantKey, b: TenantKey) -> Seeded:
         inserted = await tf.insert_ready(db, [job_a] * 3, due)
         held = []
         for at, lag_s in zip(due, (0.1, 0.2, 5.0), strict=True):  # one ready at a time: leased in due order
-            [lease] = await db.transaction(lambda tx, t=at + timedelta(seconds=lag_s):
-                                           tx.executions.lease(qa, "worker-a", 1, 30, now=t))
+            [lease] = await db.transaction(
+                lambda tx, t=at + timedelta(seconds=lag_s): tx.executions.lease(qa, "worker-a", 1, 30, now=t)
+            )
             held.append(lease)
         assert [h.scheduled_for for h in held] == due and {h.execution_id for h in held} == {str(i) for i in inserted}
         ids = [h.execution_id for h in held]
@@ -68,15 +69,22 @@ async def _seed(database_url: str, a: TenantKey, b: TenantKey) -> Seeded:
         await db.transaction(lambda tx: tx.executions.lease(qa, "worker-a", 5, 30))
         await db.transaction(lambda tx: tx.executions.complete_many([ex.Success(ids[0], held[0].attempt)]))
         # The retry's backoff runs from an instant long past: it is ready (due) again already.
-        await db.transaction(lambda tx: tx.executions.fail_many([
-            ex.Failure(ids[1], held[1].attempt, "timeout talking to the mail server"),
-            ex.Failure(ids[2], held[2].attempt, "bad recipient", retryable=False)], now=due[2] + timedelta(seconds=6)))
+        await db.transaction(
+            lambda tx: tx.executions.fail_many(
+                [
+                    ex.Failure(ids[1], held[1].attempt, "timeout talking to the mail server"),
+                    ex.Failure(ids[2], held[2].attempt, "bad recipient", retryable=False),
+                ],
+                now=due[2] + timedelta(seconds=6),
+            )
+        )
         await tf.insert_ready(db, [job_a], [now + timedelta(minutes=30)])
         # B: one occurrence started a minute late, then dead.
         job_b = await tf.job(db, b.tenant_id, queue=qb, max_attempts=1, name="invoice")
         [late] = await tf.insert_ready(db, [job_b], [minute + timedelta(seconds=1)])
-        [lb] = await db.transaction(lambda tx: tx.executions.lease(qb, "worker-b", 1, 30,
-                                                                   now=minute + timedelta(seconds=61)))
+        [lb] = await db.transaction(
+            lambda tx: tx.executions.lease(qb, "worker-b", 1, 30, now=minute + timedelta(seconds=61))
+        )
         await db.transaction(lambda tx: tx.executions.fail_many([ex.Failure(late, lb.attempt, "no such customer")]))
         # due_index: A's herd of 5 and B's 2 in the same minute two hours ahead.
         herd = _minute(now) + timedelta(hours=2)
@@ -126,7 +134,12 @@ def test_a_tenant_sees_its_own_lag_and_outcomes_only(api: ApiProcess, seeded: Se
     outcomes = ok(get(api, "/v1/stats/outcomes", seeded.a.key, minutes=15))
     row = only_minute(outcomes, seeded.minute)
     assert {k: row[k] for k in ("succeeded", "retried", "dead", "open", "leaseLost")} == {
-        "succeeded": 1, "retried": 1, "dead": 1, "open": 1, "leaseLost": 0}
+        "succeeded": 1,
+        "retried": 1,
+        "dead": 1,
+        "open": 1,
+        "leaseLost": 0,
+    }
     assert row["failureRate"] == pytest.approx(2 / 3)
 
     b_lag = ok(get(api, "/v1/stats/lag", seeded.b.key, minutes=15))
@@ -138,8 +151,9 @@ def test_a_tenant_sees_its_own_lag_and_outcomes_only(api: ApiProcess, seeded: Se
 
 def test_a_tenant_sees_its_own_queues_dead_letters_and_due_times(api: ApiProcess, seeded: Seeded) -> None:
     queues = ok(get(api, "/v1/stats/queues", seeded.a.key))
-    assert [(q["kind"], q["pool"], q["tenant"], q["readyDue"], q["readyLater"], q["leased"])
-            for q in queues["queues"]] == [("tenant", "reports", "acme", 1, 1, 1)]
+    assert [
+        (q["kind"], q["pool"], q["tenant"], q["readyDue"], q["readyLater"], q["leased"]) for q in queues["queues"]
+    ] == [("tenant", "reports", "acme", 1, 1, 1)]
     assert queues["deadLetters"] == {"count": 1, "capped": False}
     assert ok(get(api, "/v1/stats/queues", seeded.b.key))["queues"] == []
 
@@ -148,7 +162,8 @@ def test_a_tenant_sees_its_own_queues_dead_letters_and_due_times(api: ApiProcess
     assert sum(m["dispatchedAhead"] for m in due["minutes"]) == 1
     assert only_minute(ok(get(api, "/v1/stats/due", seeded.b.key, hours=3)), seeded.herd_minute)["due"] == 2
     assert ok(get(api, "/v1/stats/due", seeded.a.key, hours=1))["minutes"] == [
-        m for m in due["minutes"] if datetime.fromisoformat(m["minute"]) < seeded.herd_minute]
+        m for m in due["minutes"] if datetime.fromisoformat(m["minute"]) < seeded.herd_minute
+    ]
 
 
 def test_status_gives_a_tenant_counts_and_the_operator_the_schedulers(api: ApiProcess, seeded: Seeded) -> None:
@@ -162,8 +177,10 @@ def test_status_gives_a_tenant_counts_and_the_operator_the_schedulers(api: ApiPr
 
     everyone = ok(get(api, "/v1/status", ADMIN_TOKEN))
     assert everyone["scope"] == {"viewer": "admin", "tenant": None}
-    assert [(o["owner"], o["shards"]) for o in everyone["shards"]["owners"]] == [("scheduler-1", 100),
-                                                                                  ("scheduler-2", 50)]
+    assert [(o["owner"], o["shards"]) for o in everyone["shards"]["owners"]] == [
+        ("scheduler-1", 100),
+        ("scheduler-2", 50),
+    ]
     assert everyone["deadLetters"]["count"] == 2
     assert everyone["startLag"]["started"] == 5
 
@@ -191,21 +208,29 @@ def problem(resp: httpx.Response, status: int) -> dict:
     return body
 
 
-@pytest.mark.parametrize("path", ["/v1/status", "/v1/stats/lag", "/v1/stats/outcomes", "/v1/stats/queues",
-                                  "/v1/stats/due", "/v1/stats/tenants"])
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/status", "/v1/stats/lag", "/v1/stats/outcomes", "/v1/stats/queues", "/v1/stats/due", "/v1/stats/tenants"],
+)
 def test_a_bad_token_is_a_401_problem(api: ApiProcess, path: str) -> None:
-    for headers in ({}, {"Authorization": "Bearer " + ADMIN_TOKEN + "x"}, {"Authorization": "Bearer nope"},
-                    {"Authorization": ADMIN_TOKEN}):
+    for headers in (
+        {},
+        {"Authorization": "Bearer " + ADMIN_TOKEN + "x"},
+        {"Authorization": "Bearer nope"},
+        {"Authorization": ADMIN_TOKEN},
+    ):
         resp = httpx.get(f"{api.url}{path}", headers=headers, timeout=10)
         problem(resp, 401)
         assert resp.headers["www-authenticate"] == "Bearer"
 
 
 def test_bad_parameters_are_problems_naming_the_field(api: ApiProcess, seeded: Seeded) -> None:
-    for path, params, field in (("/v1/stats/lag", {"minutes": 0}, "minutes"),
-                                ("/v1/stats/outcomes", {"minutes": 1441}, "minutes"),
-                                ("/v1/stats/due", {"hours": 25}, "hours"),
-                                ("/v1/stats/due", {"hours": -1}, "hours")):
+    for path, params, field in (
+        ("/v1/stats/lag", {"minutes": 0}, "minutes"),
+        ("/v1/stats/outcomes", {"minutes": 1441}, "minutes"),
+        ("/v1/stats/due", {"hours": 25}, "hours"),
+        ("/v1/stats/due", {"hours": -1}, "hours"),
+    ):
         body = problem(get(api, path, seeded.a.key, **params), 422)
         assert body["field"] == field and "between 1 and" in body["detail"]
     assert problem(get(api, "/v1/stats/lag", ADMIN_TOKEN, tenant=""), 422)["field"] == "tenant"
@@ -237,14 +262,18 @@ def test_the_openapi_page_serves_swagger_ui_locally_and_documents_the_routes(api
     page = httpx.get(f"{api.url}/schema", timeout=10)
     assert page.status_code == 200
     sources = re.findall(r'(?:src|href)="([^"]+)"', page.text)
-    assert set(sources) == {"/schema/assets/swagger-ui.css", "/schema/assets/swagger-ui-bundle.js",
-                            "/schema/assets/swagger-ui-standalone-preset.js"}
+    assert set(sources) == {
+        "/schema/assets/swagger-ui.css",
+        "/schema/assets/swagger-ui-bundle.js",
+        "/schema/assets/swagger-ui-standalone-preset.js",
+    }
     assert "cdn" not in page.text.lower()
     for src in sources:
         resp = httpx.get(f"{api.url}{src}", timeout=10)
         assert resp.status_code == 200 and len(resp.content) > 10_000, src
     doc = httpx.get(f"{api.url}/schema/openapi.json", timeout=10).json()
     assert {"/v1/status", "/v1/stats/lag", "/v1/stats/outcomes", "/v1/stats/queues", "/v1/stats/due"} <= set(
-        doc["paths"])
+        doc["paths"]
+    )
     params = {p["name"] for p in doc["paths"]["/v1/stats/lag"]["get"]["parameters"]}
     assert {"minutes", "tenant"} <= params

@@ -37,6 +37,7 @@ Status = Callable[..., Result]
 def status(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Status:
     """``status(api_url, *args, **env)``: `kairos status ARGS` in this process, given only ``env`` (no KAIROS_*
     of the test process: KAIROS_ADMIN_TOKEN is set for `api`)."""
+
     def run(api_url: str, *args: str, **env: str) -> Result:
         clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith("KAIROS_")}
         return run_kairos(monkeypatch, capsys, "status", *args, env={**clean, "KAIROS_API_URL": api_url, **env})
@@ -66,16 +67,20 @@ def test_json_is_the_body_of_get_v1_status(api: ApiProcess, acme: TenantKey, sta
     assert everyone.code == 0 and "operator, every tenant" in everyone.out and "Schedulers" in everyone.out
 
 
-@pytest.mark.parametrize(("args", "env", "says"), [
-    ((), {"KAIROS_API_KEY": "kairos_not-a-key"}, "error: 401 "),
-    (("--admin-token", "wrong-" + uuid.uuid4().hex), {}, "error: 401 "),
-    (("--admin-token", ADMIN_TOKEN, "--tenant", "nobody-" + uuid.uuid4().hex[:6]), {}, "error: 404 "),
-    ((), {}, "error: give a tenant key"),
-    (("--tenant", "acme"), {"KAIROS_API_KEY": "k"}, "error: --tenant needs the admin token"),
-    (("--api-url", "ftp://example"), {"KAIROS_API_KEY": "k"}, "error: --api-url must be"),
-])
-def test_problems_and_bad_input_exit_2_with_one_line(api: ApiProcess, args: tuple[str, ...], env: dict[str, str],
-                                                      says: str, status: Status) -> None:
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        ((), {"KAIROS_API_KEY": "kairos_not-a-key"}, "error: 401 "),
+        (("--admin-token", "wrong-" + uuid.uuid4().hex), {}, "error: 401 "),
+        (("--admin-token", ADMIN_TOKEN, "--tenant", "nobody-" + uuid.uuid4().hex[:6]), {}, "error: 404 "),
+        ((), {}, "error: give a tenant key"),
+        (("--tenant", "acme"), {"KAIROS_API_KEY": "k"}, "error: --tenant needs the admin token"),
+        (("--api-url", "ftp://example"), {"KAIROS_API_KEY": "k"}, "error: --api-url must be"),
+    ],
+)
+def test_problems_and_bad_input_exit_2_with_one_line(
+    api: ApiProcess, args: tuple[str, ...], env: dict[str, str], says: str, status: Status
+) -> None:
     done = status(api.url, *args, **env)
     assert done.code == 2, done.err
     assert done.err.startswith(says) and done.err.count("\n") == 1, done.err
@@ -86,7 +91,8 @@ def test_an_unreachable_api_exits_1_with_one_line(status: Status) -> None:
     done = status(f"http://127.0.0.1:{free_port()}", KAIROS_API_KEY="kairos_x")
     assert done.code == 1
     assert done.err.startswith("error: cannot reach the Kairos API at http://127.0.0.1:") and (
-        done.err.count("\n") == 1), done.err
+        done.err.count("\n") == 1
+    ), done.err
 
 
 def test_the_installed_command_exits_with_those_codes(api: ApiProcess, acme: TenantKey) -> None:

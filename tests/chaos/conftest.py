@@ -77,20 +77,27 @@ def spawn_scheduler(database_url: str, tmp_path: Path) -> Iterator[Callable[...,
 
     def spawn(name: str, **env_overrides: str) -> SchedulerProcess:
         env = dict(os.environ)
-        env.update({
-            "KAIROS_DATABASE_URL": database_url,
-            "KAIROS_HOME": str(tmp_path / "home"),
-            "KAIROS_LOG_FORMAT": "json",
-            "KAIROS_LOG_LEVEL": "INFO",
-            "KAIROS_LEASE_TTL_S": "3",
-            "KAIROS_LOADER_INTERVAL_S": "1",
-            "KAIROS_DB_POOL_SIZE": "4",
-        })
+        env.update(
+            {
+                "KAIROS_DATABASE_URL": database_url,
+                "KAIROS_HOME": str(tmp_path / "home"),
+                "KAIROS_LOG_FORMAT": "json",
+                "KAIROS_LOG_LEVEL": "INFO",
+                "KAIROS_LEASE_TTL_S": "3",
+                "KAIROS_LOADER_INTERVAL_S": "1",
+                "KAIROS_DB_POOL_SIZE": "4",
+            }
+        )
         env.update(env_overrides)
         log_path = tmp_path / f"{name}.log"
         with log_path.open("w") as log_file:
-            proc = subprocess.Popen(scheduler_command(), env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                    cwd=Path(__file__).resolve().parents[2])
+            proc = subprocess.Popen(
+                scheduler_command(),
+                env=env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                cwd=Path(__file__).resolve().parents[2],
+            )
         started.append(SchedulerProcess(name, proc, log_path))
         return started[-1]
 
@@ -123,8 +130,16 @@ async def new_tenants(db: Database, n: int) -> list[UUID]:
     return out
 
 
-async def seed_spread(db: Database, tenant_ids: list[UUID], n: int, first: datetime, span_s: float, *,
-                      cron: str | None = None, cron_minutes_ahead: int = 1) -> list[UUID]:
+async def seed_spread(
+    db: Database,
+    tenant_ids: list[UUID],
+    n: int,
+    first: datetime,
+    span_s: float,
+    *,
+    cron: str | None = None,
+    cron_minutes_ahead: int = 1,
+) -> list[UUID]:
     """n jobs, due evenly over [first, first + span_s], round-robin over the tenants.
 
     Cron jobs (every minute) are first due ``cron_minutes_ahead`` minute boundaries after ``first``
@@ -137,13 +152,23 @@ async def seed_spread(db: Database, tenant_ids: list[UUID], n: int, first: datet
         at = first + timedelta(seconds=span_s * i / max(1, n))
         if cron:
             at = at.replace(second=0, microsecond=0) + timedelta(minutes=cron_minutes_ahead)
-        jobs.append(factories.SeedJob(
-            job_id=job_id, tenant_id=tenant, shard_id=shard_of(job_id), name=f"chaos-{i}", pool="work",
-            queue=factories.tenant_queue(tenant, "work"), schedule_kind="cron" if cron else "once",
-            nominal_at=at, next_run_at=at,
-            cron=cron, tz="UTC" if cron else None))
+        jobs.append(
+            factories.SeedJob(
+                job_id=job_id,
+                tenant_id=tenant,
+                shard_id=shard_of(job_id),
+                name=f"chaos-{i}",
+                pool="work",
+                queue=factories.tenant_queue(tenant, "work"),
+                schedule_kind="cron" if cron else "once",
+                nominal_at=at,
+                next_run_at=at,
+                cron=cron,
+                tz="UTC" if cron else None,
+            )
+        )
     for start in range(0, len(jobs), 5000):
-        chunk = jobs[start:start + 5000]
+        chunk = jobs[start : start + 5000]
         await factories.raw(db, lambda c: factories.seed_jobs(c, chunk))
     return [j.job_id for j in jobs]
 

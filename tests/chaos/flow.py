@@ -65,13 +65,26 @@ class WorkerProcess:
     log: Path
 
     @classmethod
-    def start(cls, tmp: Path, name: str, addr: str, key: str, *, handler_s: float = 0.02,
-              concurrency: int = 64, lease_s: float = 4.0) -> WorkerProcess:
+    def start(
+        cls,
+        tmp: Path,
+        name: str,
+        addr: str,
+        key: str,
+        *,
+        handler_s: float = 0.02,
+        concurrency: int = 64,
+        lease_s: float = 4.0,
+    ) -> WorkerProcess:
         record, log = tmp / f"{name}.runs", tmp / f"{name}.log"
         with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-c", WORKER, addr, key, str(record), str(handler_s),
-                                     str(concurrency), str(lease_s)], cwd=ROOT, stdout=out,
-                                    stderr=subprocess.STDOUT, env=clean_env(KAIROS_LOG_FORMAT="json"))
+            proc = subprocess.Popen(
+                [sys.executable, "-c", WORKER, addr, key, str(record), str(handler_s), str(concurrency), str(lease_s)],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=clean_env(KAIROS_LOG_FORMAT="json"),
+            )
         return cls(proc, record, log)
 
     def runs(self) -> list[dict]:
@@ -92,8 +105,13 @@ class WorkerProcess:
 def job_body(i: int, *, delay_s: float = 0.0, run_at: datetime | None = None) -> dict:
     schedule = {"runAt": run_at.isoformat()} if run_at else {"delaySeconds": delay_s}
     # Generous attempts and a short backoff: a lease lost to a fault is retried within seconds.
-    return {"name": f"chaos-{i}", "target": {"type": "queue", "ref": POOL}, "payload": {"i": i},
-            "schedule": schedule, "retry": {"maxAttempts": 20, "backoffSeconds": 0.5, "maxBackoffSeconds": 2}}
+    return {
+        "name": f"chaos-{i}",
+        "target": {"type": "queue", "ref": POOL},
+        "payload": {"i": i},
+        "schedule": schedule,
+        "retry": {"maxAttempts": 20, "backoffSeconds": 0.5, "maxBackoffSeconds": 2},
+    }
 
 
 @dataclass
@@ -119,8 +137,9 @@ class Submitter:
         while time.monotonic() < deadline:
             sent = time.monotonic()
             try:
-                answer = await client.post(f"{self.api}/v1/jobs", json=body,
-                                           headers={**self.headers, "Idempotency-Key": key})
+                answer = await client.post(
+                    f"{self.api}/v1/jobs", json=body, headers={**self.headers, "Idempotency-Key": key}
+                )
             except httpx.HTTPError:
                 self.transport_errors += 1
             else:
@@ -131,14 +150,18 @@ class Submitter:
                 self.refused += 1
             await asyncio.sleep(delay)
             delay = min(1.0, delay * 2)
-        raise AssertionError(f"a submit was not answered within the deadline ({self.refused} refusals, "
-                             f"{self.transport_errors} transport errors)")
+        raise AssertionError(
+            f"a submit was not answered within the deadline ({self.refused} refusals, "
+            f"{self.transport_errors} transport errors)"
+        )
 
-    async def many(self, bodies: Iterable[dict], *, concurrency: int = 8, deadline_s: float = 60.0,
-                   pace_s: float = 0.0) -> None:
+    async def many(
+        self, bodies: Iterable[dict], *, concurrency: int = 8, deadline_s: float = 60.0, pace_s: float = 0.0
+    ) -> None:
         queue = list(bodies)
         deadline = time.monotonic() + deadline_s
         async with httpx.AsyncClient(timeout=10.0) as client:
+
             async def lane(k: int) -> None:
                 for body in queue[k::concurrency]:
                     await self.one(client, body, deadline)
@@ -151,7 +174,7 @@ class Submitter:
         """Bulk: POST /v1/jobs:batch, each item with its own idempotencyKey."""
         async with httpx.AsyncClient(timeout=60.0) as client:
             for start in range(0, len(bodies), size):
-                items = [{**b, "idempotencyKey": str(uuid.uuid4())} for b in bodies[start:start + size]]
+                items = [{**b, "idempotencyKey": str(uuid.uuid4())} for b in bodies[start : start + size]]
                 answer = await client.post(f"{self.api}/v1/jobs:batch", json={"jobs": items}, headers=self.headers)
                 assert answer.status_code == 200, answer.text[:500]
                 for item, result in zip(items, answer.json()["results"], strict=True):
@@ -182,41 +205,60 @@ class Outcome:
     keys_differ: list[str]  # of those, executions whose runs carried different idempotency keys
 
     def report(self) -> dict[str, object]:
-        return {"accepted": self.accepted, "lost": len(self.lost), "dispatched_twice": len(self.dispatched_twice),
-                "extra_attempts": self.extra_attempts, "ran_twice": len(self.runs_twice),
-                "earlier_attempts": dict(self.attempt_outcomes)}
+        return {
+            "accepted": self.accepted,
+            "lost": len(self.lost),
+            "dispatched_twice": len(self.dispatched_twice),
+            "extra_attempts": self.extra_attempts,
+            "ran_twice": len(self.runs_twice),
+            "earlier_attempts": dict(self.attempt_outcomes),
+        }
 
 
 def outcome(url: str, accepted: Iterable[str], workers: Iterable[WorkerProcess], tenant_id: str) -> Outcome:
     ids = sorted(set(accepted))
     [(in_db,)] = query(url, "SELECT count(*) FROM jobs WHERE tenant_id = %(t)s AND name LIKE 'chaos-%%'", t=tenant_id)
-    executions = query(url, "SELECT job_id::text, count(*), bool_or(state = 'succeeded'), max(attempt) - 1 "
-                            "FROM executions WHERE job_id = ANY(%(ids)s::uuid[]) GROUP BY job_id", ids=ids)
+    executions = query(
+        url,
+        "SELECT job_id::text, count(*), bool_or(state = 'succeeded'), max(attempt) - 1 "
+        "FROM executions WHERE job_id = ANY(%(ids)s::uuid[]) GROUP BY job_id",
+        ids=ids,
+    )
     by_job = {j: (n, ok, extra) for j, n, ok, extra in executions}
     lost = [j for j in ids if not by_job.get(j, (0, False, 0))[1]]
     twice = [j for j, (n, _, _) in by_job.items() if n > 1]
-    earlier = Counter(o for (o,) in query(
-        url, "SELECT a.outcome FROM attempts a JOIN executions e USING (execution_id) "
-             "WHERE e.job_id = ANY(%(ids)s::uuid[]) AND a.attempt < e.attempt", ids=ids))
+    earlier = Counter(
+        o
+        for (o,) in query(
+            url,
+            "SELECT a.outcome FROM attempts a JOIN executions e USING (execution_id) "
+            "WHERE e.job_id = ANY(%(ids)s::uuid[]) AND a.attempt < e.attempt",
+            ids=ids,
+        )
+    )
     runs: dict[str, list[dict]] = {}
     for w in workers:
         for run in w.runs():
             runs.setdefault(run["e"], []).append(run)
     again = {e: r for e, r in runs.items() if len(r) > 1}
     differ = [e for e, r in again.items() if len({x["k"] for x in r}) != 1]
-    return Outcome(len(ids), in_db, lost, twice, sum(extra for _, _, extra in by_job.values()), earlier, again,
-                   differ)
+    return Outcome(len(ids), in_db, lost, twice, sum(extra for _, _, extra in by_job.values()), earlier, again, differ)
 
 
 def succeeded_since(url: str, tenant_id: str, since: datetime) -> int:
-    [(n,)] = query(url, "SELECT count(*) FROM executions WHERE tenant_id = %(t)s AND state = 'succeeded' "
-                        "AND finished_at > %(since)s", t=tenant_id, since=since)
+    [(n,)] = query(
+        url,
+        "SELECT count(*) FROM executions WHERE tenant_id = %(t)s AND state = 'succeeded' AND finished_at > %(since)s",
+        t=tenant_id,
+        since=since,
+    )
     return n
 
 
 def counts(url: str, tenant_id: str) -> dict[str, int]:
-    return dict(query(url, "SELECT state, count(*) FROM executions WHERE tenant_id = %(t)s GROUP BY state",
-                      t=tenant_id))
+    return dict(
+        query(url, "SELECT state, count(*) FROM executions WHERE tenant_id = %(t)s GROUP BY state", t=tenant_id)
+    )
 
 
 def db_now(url: str) -> datetime:
@@ -278,10 +320,16 @@ def tier_env(**extra: str) -> dict[str, str]:
     key sealing signing secrets, which an external database requires)."""
     from cryptography.fernet import Fernet
 
-    return {"KAIROS_SECRET_KEY": Fernet.generate_key().decode(), "KAIROS_LEASE_TTL_S": "3",
-            "KAIROS_API_WORKERS": "1", "KAIROS_DB_STATEMENT_TIMEOUT_S": "5",
-            "KAIROS_LOG_FORMAT": "json", "KAIROS_METRICS_PORT": str(free_ports(3)),
-            "KAIROS_DB_POOL_SIZE": "8", **extra}
+    return {
+        "KAIROS_SECRET_KEY": Fernet.generate_key().decode(),
+        "KAIROS_LEASE_TTL_S": "3",
+        "KAIROS_API_WORKERS": "1",
+        "KAIROS_DB_STATEMENT_TIMEOUT_S": "5",
+        "KAIROS_LOG_FORMAT": "json",
+        "KAIROS_METRICS_PORT": str(free_ports(3)),
+        "KAIROS_DB_POOL_SIZE": "8",
+        **extra,
+    }
 
 
 def metrics_port(up_env: dict[str, str], tier: str) -> int:

@@ -21,8 +21,15 @@ from tests.chaos.conftest import left_running
 
 pytestmark = pytest.mark.slow
 
-SMALL = {"herd": 100, "steady_per_s": 5.0, "recurring": 2, "warmup_s": 2.0, "observe_s": 2.0, "timeout_s": 80.0,
-         "link_stall_s": 1.0}
+SMALL = {
+    "herd": 100,
+    "steady_per_s": 5.0,
+    "recurring": 2,
+    "warmup_s": 2.0,
+    "observe_s": 2.0,
+    "timeout_s": 80.0,
+    "link_stall_s": 1.0,
+}
 
 
 async def failover(*, synchronous: bool) -> Report:
@@ -66,8 +73,10 @@ async def test_with_asynchronous_replication_the_loss_is_measured(capsys: pytest
     lost = int(lines["lost"].split()[0])
     _, commits = never_received(lines["fault"])
     with capsys.disabled():
-        print(f"\nasynchronous database failover after a 1 s stalled link: {lines['missing after failover']}; "
-              f"lost {lost} occurrences; {commits} committed transactions never reached the standby")
+        print(
+            f"\nasynchronous database failover after a 1 s stalled link: {lines['missing after failover']}; "
+            f"lost {lost} occurrences; {commits} committed transactions never reached the standby"
+        )
     # Submits acknowledged during the stall are the loss; each of them is one of the lost commits.
     assert 0 < missing <= commits, report.render()
     assert lost >= missing, report.render()

@@ -100,28 +100,47 @@ def crash_and_measure(server: PrivateServer, url: str, up, tenant_id: str) -> di
     """Crash the server, start it again after OUTAGE_S, and time the way back."""
     killed = server.crash()
     crashed = time.monotonic()
-    wait_for(lambda: not all(ready(u) for u in readiness_urls(up)), timeout_s=15,
-               what="a tier's /readyz to notice the crash")
+    wait_for(
+        lambda: not all(ready(u) for u in readiness_urls(up)), timeout_s=15, what="a tier's /readyz to notice the crash"
+    )
     time.sleep(OUTAGE_S)  # the outage itself (the injected fault), not a wait for anything
     server.restart()
     back = time.monotonic()
     back_db = db_now(url)
     wait_for(lambda: all(ready(u) for u in readiness_urls(up)), timeout_s=30, what="every /readyz to be 200 again")
     ready_s = time.monotonic() - back
-    wait_for(lambda: succeeded_since(url, tenant_id, back_db) > 0, timeout_s=30,
-               what="an execution to complete after the restart")
+    wait_for(
+        lambda: succeeded_since(url, tenant_id, back_db) > 0,
+        timeout_s=30,
+        what="an execution to complete after the restart",
+    )
     flowing_s = time.monotonic() - back
-    return {"processes_killed": killed, "down_s": round(back - crashed, 2), "ready_after_s": round(ready_s, 2),
-            "flowing_after_s": round(flowing_s, 2)}
+    return {
+        "processes_killed": killed,
+        "down_s": round(back - crashed, 2),
+        "ready_after_s": round(ready_s, 2),
+        "flowing_after_s": round(flowing_s, 2),
+    }
 
 
-def run_fault(tmp_path: Path, server: PrivateServer, record_property, *, name: str, due: list,
-              handler_s: float, concurrency: int, crash_when) -> dict:
+def run_fault(
+    tmp_path: Path,
+    server: PrivateServer,
+    record_property,
+    *,
+    name: str,
+    due: list,
+    handler_s: float,
+    concurrency: int,
+    crash_when,
+) -> dict:
     url = server.new_database()
     with kairos_up(tmp_path, KAIROS_DATABASE_URL=url, **tier_env(KAIROS_DISPATCH_AHEAD_S="0")) as up:
         tenant_id = demo_tenant(url)
-        workers = [WorkerProcess.start(tmp_path, f"w{i}", up.grpc_addr, up.key, handler_s=handler_s,
-                                       concurrency=concurrency) for i in range(2)]
+        workers = [
+            WorkerProcess.start(tmp_path, f"w{i}", up.grpc_addr, up.key, handler_s=handler_s, concurrency=concurrency)
+            for i in range(2)
+        ]
         try:
             submitter = Submitter(up.api, up.key)
             asyncio.run(submitter.batches([job_body(i, run_at=at) for i, at in enumerate(due)]))
@@ -147,32 +166,53 @@ def run_fault(tmp_path: Path, server: PrivateServer, record_property, *, name: s
     # Every re-run is an attempt the database saw end without success: an expired lease whose outcome
     # could not be reported, or one discarded when the late report came.
     assert set(result.attempt_outcomes) <= {"expired", "discarded", "failed"}, result.attempt_outcomes
-    report = {"fault": name, "jobs": len(due),
-              "in_flight_at_crash": {k: v for k, v in at_crash.items() if k in ("ready", "leased")},
-              "succeeded_before_crash": at_crash.get("succeeded", 0), **recovery, **result.report()}
+    report = {
+        "fault": name,
+        "jobs": len(due),
+        "in_flight_at_crash": {k: v for k, v in at_crash.items() if k in ("ready", "leased")},
+        "succeeded_before_crash": at_crash.get("succeeded", 0),
+        **recovery,
+        **result.report(),
+    }
     record_property("fault_report", json.dumps(report))
     print("FAULT", json.dumps(report))
     return report
 
 
 def test_database_crash_mid_dispatch_loses_nothing_and_every_tier_reconnects(
-        tmp_path: Path, server: PrivateServer, record_property) -> None:
+    tmp_path: Path, server: PrivateServer, record_property
+) -> None:
     # Due over 12 s and dispatched at their due time: the crash lands while the scheduler is writing
     # executions (a quarter of them done).
     first = due_in(6)
     due = [first + timedelta(seconds=12.0 * i / JOBS) for i in range(JOBS)]
-    report = run_fault(tmp_path, server, record_property, name="database crash mid-dispatch", due=due,
-                       handler_s=0.02, concurrency=64,
-                       crash_when=lambda c: sum(c.values()) >= JOBS // 4)
+    report = run_fault(
+        tmp_path,
+        server,
+        record_property,
+        name="database crash mid-dispatch",
+        due=due,
+        handler_s=0.02,
+        concurrency=64,
+        crash_when=lambda c: sum(c.values()) >= JOBS // 4,
+    )
     assert report["in_flight_at_crash"] or report["succeeded_before_crash"] < JOBS
 
 
 def test_database_crash_mid_complete_loses_nothing_and_reruns_only_unreported_outcomes(
-        tmp_path: Path, server: PrivateServer, record_property) -> None:
+    tmp_path: Path, server: PrivateServer, record_property
+) -> None:
     # All due at once and dispatched within a second; workers take 0.2 s a job, 64 at a time, so
     # completions flow for some ten seconds and the crash lands among them (a quarter completed).
     at = due_in(6)
-    report = run_fault(tmp_path, server, record_property, name="database crash mid-complete", due=[at] * JOBS,
-                       handler_s=0.2, concurrency=32,
-                       crash_when=lambda c: c.get("succeeded", 0) >= JOBS // 4)
+    report = run_fault(
+        tmp_path,
+        server,
+        record_property,
+        name="database crash mid-complete",
+        due=[at] * JOBS,
+        handler_s=0.2,
+        concurrency=32,
+        crash_when=lambda c: c.get("succeeded", 0) >= JOBS // 4,
+    )
     assert report["in_flight_at_crash"].get("leased", 0) > 0  # completions were really in flight

@@ -31,8 +31,13 @@ def seconds(value: str) -> float:
 
 
 def test_without_patroni_or_etcd_the_mode_is_refused_in_one_line(tmp_path: Path) -> None:
-    done = subprocess.run([*kairos(), "drill", "region-failover", "--failover", "patroni"], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "PATH": str(tmp_path)})
+    done = subprocess.run(
+        [*kairos(), "drill", "region-failover", "--failover", "patroni"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": str(tmp_path)},
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--failover patroni needs patroni and etcd on PATH" in done.stderr
     assert done.stdout == ""
@@ -40,16 +45,35 @@ def test_without_patroni_or_etcd_the_mode_is_refused_in_one_line(tmp_path: Path)
 
 @pytest.mark.slow
 @pytest.mark.timeout(200)
-@pytest.mark.skipif(not os.environ.get("KAIROS_PATRONI_DRILL"),
-                    reason="about a minute: runs with KAIROS_PATRONI_DRILL=1 (make drills sets it)")
-@pytest.mark.skipif(bool(missing_binaries()), reason=f"not installed: {', '.join(missing_binaries())} "
-                    "(Debian: apt-get install patroni etcd-server etcd-client)")
+@pytest.mark.skipif(
+    not os.environ.get("KAIROS_PATRONI_DRILL"),
+    reason="about a minute: runs with KAIROS_PATRONI_DRILL=1 (make drills sets it)",
+)
+@pytest.mark.skipif(
+    bool(missing_binaries()),
+    reason=f"not installed: {', '.join(missing_binaries())} (Debian: apt-get install patroni etcd-server etcd-client)",
+)
 @pytest.mark.skipif(not (PG_BIN_DEFAULT / "postgres").exists(), reason="no PostgreSQL 15 binaries")
 def test_patroni_decides_the_failover_and_nothing_acknowledged_is_lost() -> None:
     ttl = 5
-    done = subprocess.run([*kairos(), "drill", "region-failover", "--failover", "patroni", "--patroni-ttl", str(ttl),
-                           *SMALL[:-2], "--timeout", "150", "--keep"],
-                          capture_output=True, text=True, timeout=190)
+    done = subprocess.run(
+        [
+            *kairos(),
+            "drill",
+            "region-failover",
+            "--failover",
+            "patroni",
+            "--patroni-ttl",
+            str(ttl),
+            *SMALL[:-2],
+            "--timeout",
+            "150",
+            "--keep",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=190,
+    )
     lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
     directory = lines.get("logs")
     try:

@@ -17,8 +17,10 @@ import pytest
 from app.drill.cluster import PG_BIN_DEFAULT
 from tests.chaos.conftest import left_running
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not (PG_BIN_DEFAULT / "postgres").exists(), reason="no PostgreSQL 15 binaries")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (PG_BIN_DEFAULT / "postgres").exists(), reason="no PostgreSQL 15 binaries"),
+]
 
 SMALL = ["--herd", "150", "--steady", "5", "--recurring", "2", "--warmup", "2", "--observe", "2", "--timeout", "80"]
 

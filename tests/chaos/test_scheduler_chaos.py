@@ -45,8 +45,9 @@ async def dispatched(db: Database, job_ids: list[UUID]) -> int:
 
 
 async def assert_one_offs_dispatched_exactly_once(db: Database, job_ids: list[UUID]) -> None:
-    got = await query(db, "SELECT job_id, count(*) AS n FROM executions WHERE job_id = ANY(:ids) GROUP BY job_id",
-                      ids=job_ids)
+    got = await query(
+        db, "SELECT job_id, count(*) AS n FROM executions WHERE job_id = ANY(:ids) GROUP BY job_id", ids=job_ids
+    )
     counts = {r.job_id: r.n for r in got}
     missing = [j for j in job_ids if j not in counts]
     twice = {j: n for j, n in counts.items() if n != 1}
@@ -58,10 +59,20 @@ async def assert_one_offs_dispatched_exactly_once(db: Database, job_ids: list[UU
 
 async def assert_cron_chains_unbroken(db: Database, job_ids: list[UUID]) -> None:
     async def read(conn):  # one snapshot: the schedulers may still be running
-        history = (await conn.execute(text("SELECT job_id, scheduled_for FROM executions WHERE job_id = ANY(:ids) "
-                                           "ORDER BY job_id, scheduled_for"), {"ids": job_ids})).all()
-        due_rows = (await conn.execute(text("SELECT job_id, nominal_at FROM due_index WHERE job_id = ANY(:ids)"),
-                                       {"ids": job_ids})).all()
+        history = (
+            await conn.execute(
+                text(
+                    "SELECT job_id, scheduled_for FROM executions WHERE job_id = ANY(:ids) "
+                    "ORDER BY job_id, scheduled_for"
+                ),
+                {"ids": job_ids},
+            )
+        ).all()
+        due_rows = (
+            await conn.execute(
+                text("SELECT job_id, nominal_at FROM due_index WHERE job_id = ANY(:ids)"), {"ids": job_ids}
+            )
+        ).all()
         return history, due_rows
 
     got, due_rows = await factories.raw(db, read, isolation="REPEATABLE READ")
@@ -105,8 +116,12 @@ async def test_sigkill_one_of_three_schedulers_loses_and_duplicates_nothing(db: 
     # Its leases were renewed at most one leaser tick (1 s) before the kill, so they expire within
     # TTL; a survivor takes them at its next tick. Slack for a saturated 2-core box.
     assert takeover_s <= TTL_S + LOADER_S + 1.0, takeover_s
-    await poll(lambda: _equals(dispatched(db, once), len(once)), timeout_s=90, interval_s=0.5,
-               what="every one-off job to be dispatched")
+    await poll(
+        lambda: _equals(dispatched(db, once), len(once)),
+        timeout_s=90,
+        interval_s=0.5,
+        what="every one-off job to be dispatched",
+    )
     await assert_one_offs_dispatched_exactly_once(db, once)
     await assert_cron_chains_unbroken(db, crons)
     for p in (procs[0], procs[2]):
@@ -137,8 +152,12 @@ async def test_a_paused_scheduler_is_fenced_after_losing_its_shards(db: Database
         return any(r.get("msg") == "dispatch batch refused by the shard fence" for r in a.logs())
 
     await poll(lambda: _true(fenced_logged()), timeout_s=15, what="a's stale batch to be refused by the fence")
-    await poll(lambda: _equals(dispatched(db, once), len(once)), timeout_s=60, interval_s=0.5,
-               what="every job to be dispatched")
+    await poll(
+        lambda: _equals(dispatched(db, once), len(once)),
+        timeout_s=60,
+        interval_s=0.5,
+        what="every job to be dispatched",
+    )
     await assert_one_offs_dispatched_exactly_once(db, once)
     # a came back: the shards are split again.
     await poll(lambda: all_owned_evenly(db, 2), timeout_s=20, what="a to rejoin")
@@ -146,8 +165,7 @@ async def test_a_paused_scheduler_is_fenced_after_losing_its_shards(db: Database
     assert a.terminate() == 0 and b.terminate() == 0
 
 
-async def test_a_second_scheduler_takes_half_the_shards_without_missing_anything(
-        db: Database, spawn_scheduler) -> None:
+async def test_a_second_scheduler_takes_half_the_shards_without_missing_anything(db: Database, spawn_scheduler) -> None:
     tenants = await new_tenants(db, 3)
     first = datetime.now(timezone.utc) + timedelta(seconds=5)
     once = await seed_spread(db, tenants, 4000, first, 20)
@@ -162,12 +180,19 @@ async def test_a_second_scheduler_takes_half_the_shards_without_missing_anything
     b = spawn_scheduler("b", KAIROS_DISPATCH_ISOLATION="")
     split = await poll(lambda: all_owned_evenly(db, 2), timeout_s=30, what="an even split")
     assert sorted(set(split.values())) == sorted({a.owner(), b.owner()})
-    await poll(lambda: _equals(dispatched(db, once), len(once)), timeout_s=60, interval_s=0.5,
-               what="every job to be dispatched")
+    await poll(
+        lambda: _equals(dispatched(db, once), len(once)),
+        timeout_s=60,
+        interval_s=0.5,
+        what="every job to be dispatched",
+    )
     await assert_one_offs_dispatched_exactly_once(db, once)
     # Moving shards may delay an occurrence by a loader period or two, never by more.
-    [(worst,)] = await query(db, "SELECT max(extract(epoch FROM dispatched_at - ready_at)) FROM executions "
-                                 "WHERE job_id = ANY(:ids)", ids=once)
+    [(worst,)] = await query(
+        db,
+        "SELECT max(extract(epoch FROM dispatched_at - ready_at)) FROM executions WHERE job_id = ANY(:ids)",
+        ids=once,
+    )
     assert worst < 5.0, worst
     await poll(lambda: _equals(dispatched(db, crons), len(crons)), timeout_s=20, what="the cron jobs")
     await assert_cron_chains_unbroken(db, crons)

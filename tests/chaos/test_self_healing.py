@@ -54,8 +54,11 @@ def restarts(up, tier: str, reason: str) -> float:
     """kairos_supervisor_restarts_total{tier, reason} on `kairos up`'s own metrics port."""
     text = httpx.get(f"http://127.0.0.1:{metrics_port(up.env, 'up')}/metrics", timeout=5).text
     for line in text.splitlines():
-        if line.startswith("kairos_supervisor_restarts_total{") and f'tier="{tier}"' in line \
-                and f'reason="{reason}"' in line:
+        if (
+            line.startswith("kairos_supervisor_restarts_total{")
+            and f'tier="{tier}"' in line
+            and f'reason="{reason}"' in line
+        ):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
 
@@ -70,13 +73,17 @@ def flow_once(up, tmp_path: Path, url: str, n: int, label: str) -> float:
     """Submit ``n`` jobs due at once and wait until all succeeded; seconds it took."""
     started = time.monotonic()
     submitter = Submitter(up.api, up.key)
-    asyncio.run(submitter.many([job_body(i, delay_s=0) | {"name": f"chaos-{label}-{i}"} for i in range(n)],
-                               concurrency=4, deadline_s=60))
+    asyncio.run(
+        submitter.many(
+            [job_body(i, delay_s=0) | {"name": f"chaos-{label}-{i}"} for i in range(n)], concurrency=4, deadline_s=60
+        )
+    )
     ids = sorted(submitter.accepted.values())
 
     def done() -> bool:
-        [(ok,)] = sql(url, "SELECT count(*) FROM executions WHERE job_id = ANY(%(ids)s::uuid[]) "
-                           "AND state = 'succeeded'", ids=ids)
+        [(ok,)] = sql(
+            url, "SELECT count(*) FROM executions WHERE job_id = ANY(%(ids)s::uuid[]) AND state = 'succeeded'", ids=ids
+        )
         return ok == n
 
     wait_for(done, timeout_s=60, what=f"the {label} jobs to succeed")
@@ -95,13 +102,18 @@ def test_kairos_up_restarts_its_killed_database_and_every_tier_reconnects(tmp_pa
             assert postmaster is not None
             os.kill(postmaster, signal.SIGKILL)
             killed = time.monotonic()
-            wait_for(lambda: "embedded PostgreSQL is not running; restarting it" in up.text(), timeout_s=10,
-                       what="the supervisor to notice")
-            wait_for(lambda: embedded.postmaster(pgdata) not in (None, postmaster), timeout_s=30,
-                       what="a new postmaster")
+            wait_for(
+                lambda: "embedded PostgreSQL is not running; restarting it" in up.text(),
+                timeout_s=10,
+                what="the supervisor to notice",
+            )
+            wait_for(
+                lambda: embedded.postmaster(pgdata) not in (None, postmaster), timeout_s=30, what="a new postmaster"
+            )
             back_s = time.monotonic() - killed
-            wait_for(lambda: all(ready(u) for u in readiness_urls(up)), timeout_s=30,
-                       what="every /readyz to be 200 again")
+            wait_for(
+                lambda: all(ready(u) for u in readiness_urls(up)), timeout_s=30, what="every /readyz to be 200 again"
+            )
             ready_s = time.monotonic() - killed
             flow_s = flow_once(up, tmp_path, url, 50, "after")
             assert child_pids(up.text()) == tiers, "a tier was restarted: it should have reconnected by itself"
@@ -111,8 +123,13 @@ def test_kairos_up_restarts_its_killed_database_and_every_tier_reconnects(tmp_pa
             assert demo_tenant(url)  # the data survived the crash
         finally:
             worker.stop()
-    report = {"fault": "SIGKILL of kairos up's embedded PostgreSQL", "postgres_back_s": round(back_s, 2),
-              "every_readyz_200_s": round(ready_s, 2), "then_50_jobs_ran_in_s": round(flow_s, 2), "lost": 0}
+    report = {
+        "fault": "SIGKILL of kairos up's embedded PostgreSQL",
+        "postgres_back_s": round(back_s, 2),
+        "every_readyz_200_s": round(ready_s, 2),
+        "then_50_jobs_ran_in_s": round(flow_s, 2),
+        "lost": 0,
+    }
     record_property("fault_report", json.dumps(report))
     print("FAULT", json.dumps(report))
     # The issue: 503 for 45 s and no recovery without an operator.
@@ -129,26 +146,38 @@ def test_kairos_up_restarts_a_stopped_scheduler(tmp_path: Path, record_property)
             health = f"http://127.0.0.1:{metrics_port(up.env, 'scheduler')}/healthz"
             wait_for(lambda: ready(health), timeout_s=30, what="the scheduler's /healthz")
             # kairos up's own /readyz: each child has answered its supervisor's health check.
-            wait_for(lambda: ready(f"http://127.0.0.1:{metrics_port(up.env, 'up')}/readyz"), timeout_s=30,
-                       what="the supervisor to have seen every child healthy")
+            wait_for(
+                lambda: ready(f"http://127.0.0.1:{metrics_port(up.env, 'up')}/readyz"),
+                timeout_s=30,
+                what="the supervisor to have seen every child healthy",
+            )
             os.kill(stopped, signal.SIGSTOP)
             at = time.monotonic()
             try:
-                wait_for(lambda: child_pids(up.text())["scheduler"] != stopped, timeout_s=30,
-                           what="the supervisor to restart the stopped scheduler")
+                wait_for(
+                    lambda: child_pids(up.text())["scheduler"] != stopped,
+                    timeout_s=30,
+                    what="the supervisor to restart the stopped scheduler",
+                )
             finally:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(stopped, signal.SIGCONT)  # if it still exists, let it die
             restarted_s = time.monotonic() - at
-            wait_for(lambda: not Path(f"/proc/{stopped}").exists() or _zombie(stopped), timeout_s=10,
-                       what="the stopped scheduler to be gone")
+            wait_for(
+                lambda: not Path(f"/proc/{stopped}").exists() or _zombie(stopped),
+                timeout_s=10,
+                what="the stopped scheduler to be gone",
+            )
             assert "child unresponsive; killing and restarting it" in up.text()
             assert restarts(up, "scheduler", "unresponsive") == 1
             flow_s = flow_once(up, tmp_path, url, 50, "after")
         finally:
             worker.stop()
-    report = {"fault": "SIGSTOP of the scheduler under kairos up", "restarted_after_s": round(restarted_s, 2),
-              "then_50_jobs_ran_in_s": round(flow_s, 2)}
+    report = {
+        "fault": "SIGSTOP of the scheduler under kairos up",
+        "restarted_after_s": round(restarted_s, 2),
+        "then_50_jobs_ran_in_s": round(flow_s, 2),
+    }
     record_property("fault_report", json.dumps(report))
     print("FAULT", json.dumps(report))
 
@@ -171,12 +200,18 @@ def test_kairos_up_restarts_a_stopped_scheduler_whatever_its_metrics_port(tmp_pa
             worker = WorkerProcess.start(tmp_path, "w", up.grpc_addr, up.key)
             try:
                 stopped = child_pids(up.text())["scheduler"]
-                wait_for(lambda: f"child healthy tier=scheduler pid={stopped}" in up.text(), timeout_s=30,
-                           what="the supervisor to have seen the scheduler alive")
+                wait_for(
+                    lambda: f"child healthy tier=scheduler pid={stopped}" in up.text(),
+                    timeout_s=30,
+                    what="the supervisor to have seen the scheduler alive",
+                )
                 os.kill(stopped, signal.SIGSTOP)
                 try:
-                    wait_for(lambda: child_pids(up.text())["scheduler"] != stopped, timeout_s=30,
-                               what="the supervisor to restart the stopped scheduler")
+                    wait_for(
+                        lambda: child_pids(up.text())["scheduler"] != stopped,
+                        timeout_s=30,
+                        what="the supervisor to restart the stopped scheduler",
+                    )
                 finally:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(stopped, signal.SIGCONT)
@@ -238,8 +273,7 @@ class Blackhole:
     async def _connect(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         await self.flowing.wait()  # frozen: a new connection is accepted and then hears nothing
         server_r, server_w = await asyncio.open_unix_connection(self.target)
-        await asyncio.gather(self._pump(client_r, server_w), self._pump(server_r, client_w),
-                             return_exceptions=True)
+        await asyncio.gather(self._pump(client_r, server_w), self._pump(server_r, client_w), return_exceptions=True)
         for w in (client_w, server_w):
             w.close()
 
@@ -255,7 +289,8 @@ class Blackhole:
 
 
 async def test_a_scheduler_whose_database_stops_answering_gives_its_shards_up(
-        db: Database, database_url: str, spawn_scheduler, tmp_path: Path, record_property) -> None:
+    db: Database, database_url: str, spawn_scheduler, tmp_path: Path, record_property
+) -> None:
     tenants = await new_tenants(db, 2)
     first = datetime.now(timezone.utc) + timedelta(seconds=6)
     once = await seed_spread(db, tenants, 2000, first, 16)
@@ -299,19 +334,27 @@ async def test_a_scheduler_whose_database_stops_answering_gives_its_shards_up(
         rejoined_s = time.monotonic() - thawed_at
 
         async def all_dispatched() -> bool:
-            rows = await query(db, "SELECT count(DISTINCT job_id) AS n FROM executions WHERE job_id = ANY(:ids)",
-                               ids=once)
+            rows = await query(
+                db, "SELECT count(DISTINCT job_id) AS n FROM executions WHERE job_id = ANY(:ids)", ids=once
+            )
             return rows[0].n == len(once)
 
         await poll(all_dispatched, timeout_s=60, interval_s=0.5, what="every occurrence to be dispatched")
-        got = await query(db, "SELECT job_id, count(*) AS n FROM executions WHERE job_id = ANY(:ids) GROUP BY job_id",
-                          ids=once)
+        got = await query(
+            db, "SELECT job_id, count(*) AS n FROM executions WHERE job_id = ANY(:ids) GROUP BY job_id", ids=once
+        )
         assert all(r.n == 1 for r in got), "an occurrence was dispatched twice"
         assert a.alive() and b.alive(), "a scheduler died: it should have ridden the outage out"
         assert a.terminate() == 0 and b.terminate() == 0
-    report = {"fault": "one scheduler's database link black-holed for 8 s", "jobs": len(once),
-              "shards_dropped_after_s": round(dropped_s, 2), "other_scheduler_owns_all_after_s": round(takeover_s, 2),
-              "rejoined_after_link_back_s": round(rejoined_s, 2), "lost": 0, "dispatched_twice": 0}
+    report = {
+        "fault": "one scheduler's database link black-holed for 8 s",
+        "jobs": len(once),
+        "shards_dropped_after_s": round(dropped_s, 2),
+        "other_scheduler_owns_all_after_s": round(takeover_s, 2),
+        "rejoined_after_link_back_s": round(rejoined_s, 2),
+        "lost": 0,
+        "dispatched_twice": 0,
+    }
     record_property("fault_report", json.dumps(report))
     print("FAULT", json.dumps(report))
     # At the lease deadline (one TTL after its last renewal), not when a hung statement gives up.

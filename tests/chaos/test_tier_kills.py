@@ -44,14 +44,19 @@ JOBS = 800
 
 
 def dispatched_since(url: str, tenant_id: str, since) -> int:
-    [(n,)] = query(url, "SELECT count(*) FROM executions WHERE tenant_id = %(t)s AND dispatched_at > %(s)s",
-                   t=tenant_id, s=since)
+    [(n,)] = query(
+        url, "SELECT count(*) FROM executions WHERE tenant_id = %(t)s AND dispatched_at > %(s)s", t=tenant_id, s=since
+    )
     return n
 
 
 def finished_since(url: str, tenant_id: str, since) -> int:
-    [(n,)] = query(url, "SELECT count(*) FROM executions WHERE tenant_id = %(t)s AND state = 'succeeded' "
-                        "AND finished_at > %(s)s", t=tenant_id, s=since)
+    [(n,)] = query(
+        url,
+        "SELECT count(*) FROM executions WHERE tenant_id = %(t)s AND state = 'succeeded' AND finished_at > %(s)s",
+        t=tenant_id,
+        s=since,
+    )
     return n
 
 
@@ -60,13 +65,18 @@ def all_succeeded(url: str, tenant_id: str, n: int) -> bool:
 
 
 @pytest.mark.parametrize("tier", ["api", "scheduler", "executor", "worker"])
-def test_sigkill_of_a_tier_under_load_loses_nothing(tmp_path: Path, database_url: str, record_property,
-                                                      tier: str) -> None:
+def test_sigkill_of_a_tier_under_load_loses_nothing(
+    tmp_path: Path, database_url: str, record_property, tier: str
+) -> None:
     handler_s = 0.3 if tier == "worker" else 0.05  # a worker killed "during a job" must have jobs running
     with kairos_up(tmp_path, KAIROS_DATABASE_URL=database_url, **tier_env(KAIROS_DISPATCH_AHEAD_S="0")) as up:
         url, tenant_id = database_url, demo_tenant(database_url)
-        workers = [WorkerProcess.start(tmp_path, f"w{i}", up.grpc_addr, up.key, handler_s=handler_s,
-                                       concurrency=32, lease_s=3.0) for i in range(2)]
+        workers = [
+            WorkerProcess.start(
+                tmp_path, f"w{i}", up.grpc_addr, up.key, handler_s=handler_s, concurrency=32, lease_s=3.0
+            )
+            for i in range(2)
+        ]
         submitter = Submitter(up.api, up.key)
         report: dict[str, object] = {"fault": f"SIGKILL {tier}"}
         try:
@@ -87,12 +97,15 @@ def test_sigkill_of_a_tier_under_load_loses_nothing(tmp_path: Path, database_url
 
                 thread = threading.Thread(target=submit, daemon=True)
                 thread.start()
-                wait_for(lambda: len(submitter.accepted) >= JOBS // 3 or done.is_set(), timeout_s=60,
-                           what="a third of the submits")
-                report["in_flight"] = {"submits_accepted_before_kill": len(submitter.accepted),
-                                       "submits_concurrent": 8}
+                wait_for(
+                    lambda: len(submitter.accepted) >= JOBS // 3 or done.is_set(),
+                    timeout_s=60,
+                    what="a third of the submits",
+                )
+                report["in_flight"] = {"submits_accepted_before_kill": len(submitter.accepted), "submits_concurrent": 8}
                 victim, killed = child_pids(up.text())["api"], time.monotonic()
                 _kill(victim)
+
                 def accepted_again() -> bool:
                     restarted = child_pids(up.text())["api"] != victim
                     return done.is_set() or (restarted and any(s > killed for s, _ in submitter.accepted_at))
@@ -113,9 +126,15 @@ def test_sigkill_of_a_tier_under_load_loses_nothing(tmp_path: Path, database_url
                     first = due_in(4)
                     due = [first + timedelta(seconds=2.0 * i / JOBS) for i in range(JOBS)]
                 asyncio.run(submitter.batches([job_body(i, run_at=at) for i, at in enumerate(due)]))
-                wait_for(lambda: sum(counts(url, tenant_id).values()) >= JOBS // 4 if tier == "scheduler"
-                           else counts(url, tenant_id).get("succeeded", 0) >= JOBS // 6, timeout_s=60,
-                           what="the flow to be under way")
+                wait_for(
+                    lambda: (
+                        sum(counts(url, tenant_id).values()) >= JOBS // 4
+                        if tier == "scheduler"
+                        else counts(url, tenant_id).get("succeeded", 0) >= JOBS // 6
+                    ),
+                    timeout_s=60,
+                    what="the flow to be under way",
+                )
                 report["in_flight"] = counts(url, tenant_id)
                 killed_db, killed = db_now(url), time.monotonic()
                 if tier == "worker":
@@ -123,15 +142,25 @@ def test_sigkill_of_a_tier_under_load_loses_nothing(tmp_path: Path, database_url
                     started = {r["e"] for r in victim.runs()}
                     victim.proc.send_signal(signal.SIGKILL)
                     victim.proc.wait(timeout=10)
-                    running = [e for (e,) in query(url, "SELECT execution_id::text FROM executions WHERE "
-                                                        "execution_id = ANY(%(ids)s::uuid[]) AND state = 'leased'",
-                                                   ids=sorted(started))]
+                    running = [
+                        e
+                        for (e,) in query(
+                            url,
+                            "SELECT execution_id::text FROM executions WHERE "
+                            "execution_id = ANY(%(ids)s::uuid[]) AND state = 'leased'",
+                            ids=sorted(started),
+                        )
+                    ]
                     report["in_flight"] = {**report["in_flight"], "running_on_the_killed_worker": len(running)}
                     assert running, "the killed worker had no job running"
 
                     def its_jobs_done() -> bool:
-                        [(left,)] = query(url, "SELECT count(*) FROM executions WHERE execution_id = "
-                                               "ANY(%(ids)s::uuid[]) AND state <> 'succeeded'", ids=running)
+                        [(left,)] = query(
+                            url,
+                            "SELECT count(*) FROM executions WHERE execution_id = "
+                            "ANY(%(ids)s::uuid[]) AND state <> 'succeeded'",
+                            ids=running,
+                        )
                         return left == 0
 
                     wait_for(its_jobs_done, timeout_s=60, what="the killed worker's jobs to run elsewhere")
@@ -140,14 +169,24 @@ def test_sigkill_of_a_tier_under_load_loses_nothing(tmp_path: Path, database_url
                     victim_pid = child_pids(up.text())[tier]
                     _kill(victim_pid)
                     flowing = dispatched_since if tier == "scheduler" else finished_since
-                    wait_for(lambda: child_pids(up.text())[tier] != victim_pid, timeout_s=60,
-                               what=f"kairos up to restart the {tier}")
+                    wait_for(
+                        lambda: child_pids(up.text())[tier] != victim_pid,
+                        timeout_s=60,
+                        what=f"kairos up to restart the {tier}",
+                    )
                     # Only the new process can have dispatched (completed) anything after the kill.
-                    wait_for(lambda: flowing(url, tenant_id, killed_db) > 0, timeout_s=60,
-                               what=f"work to flow through the new {tier}")
+                    wait_for(
+                        lambda: flowing(url, tenant_id, killed_db) > 0,
+                        timeout_s=60,
+                        what=f"work to flow through the new {tier}",
+                    )
                     report["recovery_s"] = round(time.monotonic() - killed, 2)
-            wait_for(lambda: all_succeeded(url, tenant_id, len(submitter.accepted)), timeout_s=90,
-                       interval_s=0.5, what="every accepted job to succeed")
+            wait_for(
+                lambda: all_succeeded(url, tenant_id, len(submitter.accepted)),
+                timeout_s=90,
+                interval_s=0.5,
+                what="every accepted job to succeed",
+            )
             result = outcome(url, submitter.accepted.values(), workers, tenant_id)
         finally:
             for w in workers:

@@ -37,8 +37,9 @@ def tenant(cli_api: ApiProcess) -> TenantKey:
 
 
 @pytest.fixture
-def kairos(cli_api: ApiProcess, tenant: TenantKey, capsys: pytest.CaptureFixture[str],
-           monkeypatch: pytest.MonkeyPatch) -> Kairos:
+def kairos(
+    cli_api: ApiProcess, tenant: TenantKey, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Kairos:
     """``kairos(*args, stdin=None, env=None)``: run the command line as the tenant; its exit code and output."""
     monkeypatch.setenv("KAIROS_API_URL", cli_api.url)
     monkeypatch.setenv("KAIROS_API_KEY", tenant.key)

@@ -18,21 +18,26 @@ from tests.api.conftest import ApiProcess, TenantKey, query
 from tests.cli.conftest import Kairos, closed_url
 
 
-def dead_executions(database_url: str, tenant: TenantKey, job_id: str, count: int, *, error: str = "boom",
-                    pool: str = "emails") -> list[str]:
+def dead_executions(
+    database_url: str, tenant: TenantKey, job_id: str, count: int, *, error: str = "boom", pool: str = "emails"
+) -> list[str]:
     """``count`` executions of the job, leased by worker 'cli-test' and failed without retry: dead."""
 
     async def work() -> list[str]:
         db = Database(create_engine(database_url, pool_size=1))
         try:
             start = datetime.now(timezone.utc) - timedelta(hours=1)
-            made = await tf.insert_ready(db, [uuid.UUID(job_id)] * count,
-                                         [start + timedelta(seconds=i) for i in range(count)])
+            made = await tf.insert_ready(
+                db, [uuid.UUID(job_id)] * count, [start + timedelta(seconds=i) for i in range(count)]
+            )
             queue = tenant_queue(tenant.tenant_id, pool)
             held = await db.transaction(lambda tx: tx.executions.lease(queue, "cli-test", count, 30))
             assert {h.execution_id for h in held} == {str(e) for e in made}  # leased ids are text
-            await db.transaction(lambda tx: tx.executions.fail_many(
-                [ex.Failure(h.execution_id, h.attempt, error, retryable=False) for h in held]))
+            await db.transaction(
+                lambda tx: tx.executions.fail_many(
+                    [ex.Failure(h.execution_id, h.attempt, error, retryable=False) for h in held]
+                )
+            )
             return [str(e) for e in made]
         finally:
             await db.close()
@@ -47,8 +52,11 @@ def job(kairos: Kairos, name: str) -> str:
 
 
 def states(database_url: str, ids: list[str]) -> dict[str, str]:
-    rows = query(database_url, "SELECT execution_id::text, state FROM executions WHERE execution_id = ANY(%s)",
-                 ([uuid.UUID(i) for i in ids],))
+    rows = query(
+        database_url,
+        "SELECT execution_id::text, state FROM executions WHERE execution_id = ANY(%s)",
+        ([uuid.UUID(i) for i in ids],),
+    )
     return dict(rows)
 
 
@@ -60,11 +68,16 @@ def test_ls_pages_filters_by_job_and_since(kairos: Kairos, cli_api: ApiProcess, 
     assert {d["executionId"] for d in every["deadLetters"]} == set(dead_a + dead_b)
     by_job = kairos("dead-letters", "ls", "--job", a, "--limit", "2", "--json").json()
     assert len(by_job["deadLetters"]) == 2 and by_job["nextCursor"]
-    assert {d["executionId"] for d in kairos("dead-letters", "ls", "--job", a, "--limit", "2", "--all",
-                                             "--json").json()["deadLetters"]} == set(dead_a)
+    assert {
+        d["executionId"]
+        for d in kairos("dead-letters", "ls", "--job", a, "--limit", "2", "--all", "--json").json()["deadLetters"]
+    } == set(dead_a)
     assert kairos("dead-letters", "ls", "--since", "1h", "--json").json()["deadLetters"] != []
-    query(cli_api.database_url, "UPDATE executions SET finished_at = now() - interval '3 hours' "
-                                "WHERE execution_id = ANY(%s)", ([uuid.UUID(i) for i in dead_b],))
+    query(
+        cli_api.database_url,
+        "UPDATE executions SET finished_at = now() - interval '3 hours' WHERE execution_id = ANY(%s)",
+        ([uuid.UUID(i) for i in dead_b],),
+    )
     recent = kairos("dead-letters", "ls", "--since", "2h", "--all", "--limit", "1", "--json").json()
     assert {d["executionId"] for d in recent["deadLetters"]} == set(dead_a) and recent["nextCursor"] is None
     table = kairos("dead-letters", "ls")
@@ -81,13 +94,15 @@ def test_replay_by_id_with_an_edited_payload(kairos: Kairos, cli_api: ApiProcess
     assert states(cli_api.database_url, [eid, other]) == {eid: "ready", other: "dead"}
     again = kairos("dead-letters", "replay", eid, other)
     assert again.code == 2 and again.err.strip().endswith("error: 1 of 2 executions were not replayed")
-    assert (f"{eid}: The execution is not in a state that allows this: only a dead execution can be replayed"
-            in again.err)
+    assert (
+        f"{eid}: The execution is not in a state that allows this: only a dead execution can be replayed" in again.err
+    )
     assert states(cli_api.database_url, [other]) == {other: "ready"}
 
 
-def test_bulk_replay_loops_over_bounded_calls(kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bulk_replay_loops_over_bounded_calls(
+    kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from app.cli import client
 
     # Several calls for five executions (app.cli.dead_letters, the attribute, is the click group).
@@ -115,8 +130,9 @@ def test_bulk_replay_loops_over_bounded_calls(kairos: Kairos, cli_api: ApiProces
     assert nothing.code == 0 and nothing.json()["replayed"] == 0
 
 
-def test_a_spent_replay_budget_stops_the_loop_with_one_line(kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_spent_replay_budget_stops_the_loop_with_one_line(
+    kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from app.cli import client
 
     target = job(kairos, "budget")
@@ -130,22 +146,28 @@ def test_a_spent_replay_budget_stops_the_loop_with_one_line(kairos: Kairos, cli_
     monkeypatch.setattr(client.KairosClient, "replay_dead_letters", budget_of_one)
     result = kairos("dead-letters", "replay", "--all")
     assert result.code == 2
-    assert result.error_line.startswith("error: The tenant's bulk replay budget is spent: 1 of 3 replayed; "
-                                        "it resets at ")
+    assert result.error_line.startswith(
+        "error: The tenant's bulk replay budget is spent: 1 of 3 replayed; it resets at "
+    )
     assert sorted(states(cli_api.database_url, dead).values()) == ["dead", "dead", "ready"]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("dead-letters", "replay"), "name EXECUTION_IDs, or select with --job"),
-    (("dead-letters", "replay", "--job", "0b7c1e9e-95a1-4b7a-9a57-0f5d2b0e8c11", "--payload", "{}"),
-     "--payload apply to EXECUTION_IDs only"),
-    (("dead-letters", "replay", "0b7c1e9e-95a1-4b7a-9a57-0f5d2b0e8c11", "--all"), "leave them out"),
-    (("dead-letters", "replay", "--since", "1h", "--finished-after", "2030-01-01T00:00:00Z"), "not both"),
-    (("dead-letters", "replay", "--finished-after", "2999-01-01T00:00:00Z"), "the window is empty"),
-    (("dead-letters", "replay", "--since", "yesterday"), "is not a duration"),
-    (("dead-letters", "replay", "not-an-id"), "is not a execution id"),
-    (("dead-letters", "ls", "--job", "nope"), "is not a job id"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("dead-letters", "replay"), "name EXECUTION_IDs, or select with --job"),
+        (
+            ("dead-letters", "replay", "--job", "0b7c1e9e-95a1-4b7a-9a57-0f5d2b0e8c11", "--payload", "{}"),
+            "--payload apply to EXECUTION_IDs only",
+        ),
+        (("dead-letters", "replay", "0b7c1e9e-95a1-4b7a-9a57-0f5d2b0e8c11", "--all"), "leave them out"),
+        (("dead-letters", "replay", "--since", "1h", "--finished-after", "2030-01-01T00:00:00Z"), "not both"),
+        (("dead-letters", "replay", "--finished-after", "2999-01-01T00:00:00Z"), "the window is empty"),
+        (("dead-letters", "replay", "--since", "yesterday"), "is not a duration"),
+        (("dead-letters", "replay", "not-an-id"), "is not a execution id"),
+        (("dead-letters", "ls", "--job", "nope"), "is not a job id"),
+    ],
+)
 def test_bad_input_exits_2_before_any_request(kairos: Kairos, args: tuple[str, ...], message: str) -> None:
     result = kairos(*args, env={"KAIROS_API_URL": closed_url()})
     assert result.code == 2 and message in result.error_line

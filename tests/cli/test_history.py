@@ -26,15 +26,19 @@ def finished_long_ago(database_url: str, tenant: TenantKey, count: int) -> list[
             job_id = await factories.job(db, tenant.tenant_id, queue=queue)
             ids = await factories.ready_executions(db, job_id, count)
             leased = await db.transaction(lambda tx: tx.executions.lease(queue, "w", count, 30))
-            await db.transaction(lambda tx: tx.executions.complete_many(
-                [ex.Success(e.execution_id, e.attempt) for e in leased]))
+            await db.transaction(
+                lambda tx: tx.executions.complete_many([ex.Success(e.execution_id, e.attempt) for e in leased])
+            )
             return ids
         finally:
             await db.close()
 
     ids = asyncio.run(work())
-    query(database_url, "UPDATE executions SET finished_at = finished_at - interval '40 days' "
-                        "WHERE execution_id = ANY(%s)", (ids,))
+    query(
+        database_url,
+        "UPDATE executions SET finished_at = finished_at - interval '40 days' WHERE execution_id = ANY(%s)",
+        (ids,),
+    )
     return ids
 
 
@@ -44,12 +48,17 @@ def present(database_url: str, ids: list[UUID]) -> int:
 
 @pytest.fixture
 def operator_env(cli_api: ApiProcess, tmp_path: Path) -> dict[str, str | None]:
-    return {"KAIROS_DATABASE_URL": cli_api.database_url, "KAIROS_HOME": str(tmp_path / "home"),
-            "KAIROS_ARCHIVE_URL": None, "KAIROS_LOG_LEVEL": "WARNING"}
+    return {
+        "KAIROS_DATABASE_URL": cli_api.database_url,
+        "KAIROS_HOME": str(tmp_path / "home"),
+        "KAIROS_ARCHIVE_URL": None,
+        "KAIROS_LOG_LEVEL": "WARNING",
+    }
 
 
-def test_archive_list_and_restore(kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey,
-                                  operator_env: dict[str, str | None], tmp_path: Path) -> None:
+def test_archive_list_and_restore(
+    kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey, operator_env: dict[str, str | None], tmp_path: Path
+) -> None:
     ids = finished_long_ago(cli_api.database_url, tenant, 3)
 
     archived = kairos("history", "archive", "--now", "--json", env=operator_env)
@@ -74,17 +83,25 @@ def test_archive_list_and_restore(kairos: Kairos, cli_api: ApiProcess, tenant: T
     assert summary.code == 0 and present(cli_api.database_url, ids) == 3
 
 
-@pytest.mark.parametrize("args", [
-    ("history", "archive"),
-    ("history", "archive", "--now", "--days", "0"),
-    ("history", "restore", "history/2026/01/01/none.jsonl.gz"),
-    ("history", "restore", "history/../../outside.jsonl.gz"),
-    ("history", "restore", "NOT_AN_ARCHIVE"),
-    ("history", "list", "--prefix", "payloads"),
-])
-def test_bad_input_exits_2_with_one_line_and_changes_nothing(kairos: Kairos, cli_api: ApiProcess,
-                                                             tenant: TenantKey, operator_env: dict[str, str | None],
-                                                             tmp_path: Path, args: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("history", "archive"),
+        ("history", "archive", "--now", "--days", "0"),
+        ("history", "restore", "history/2026/01/01/none.jsonl.gz"),
+        ("history", "restore", "history/../../outside.jsonl.gz"),
+        ("history", "restore", "NOT_AN_ARCHIVE"),
+        ("history", "list", "--prefix", "payloads"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_changes_nothing(
+    kairos: Kairos,
+    cli_api: ApiProcess,
+    tenant: TenantKey,
+    operator_env: dict[str, str | None],
+    tmp_path: Path,
+    args: tuple[str, ...],
+) -> None:
     ids = finished_long_ago(cli_api.database_url, tenant, 1)
     not_gzip = tmp_path / "plain.jsonl"
     not_gzip.write_text('{"v": 1}\n')
@@ -99,8 +116,8 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(kairos: Kairos, cli
 
 
 def test_restore_of_a_hand_edited_archive_exits_2_and_restores_nothing(
-        kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey, operator_env: dict[str, str | None],
-        tmp_path: Path) -> None:
+    kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey, operator_env: dict[str, str | None], tmp_path: Path
+) -> None:
     import gzip
 
     ids = finished_long_ago(cli_api.database_url, tenant, 2)
@@ -122,6 +139,12 @@ def test_restore_of_a_hand_edited_archive_exits_2_and_restores_nothing(
     result = kairos("history", "restore", str(forged), env=operator_env)
     assert result.code == 2, (result.out, result.err)
     assert "MAC" in result.error_line
-    assert query(cli_api.database_url, "SELECT count(*) FROM executions WHERE tenant_id = %s AND state = 'ready'",
-                 (tenant.tenant_id,))[0][0] == 0
+    assert (
+        query(
+            cli_api.database_url,
+            "SELECT count(*) FROM executions WHERE tenant_id = %s AND state = 'ready'",
+            (tenant.tenant_id,),
+        )[0][0]
+        == 0
+    )
     assert present(cli_api.database_url, ids) == 0

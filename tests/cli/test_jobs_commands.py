@@ -15,15 +15,30 @@ from tests.cli.conftest import Kairos, child, closed_url
 
 
 def submit_cron(kairos: Kairos, name: str = "digest", *extra: str) -> str:
-    made = kairos("jobs", "submit", "--name", name, "--cron", "0 9 * * MON-FRI", "--tz", "Europe/London",
-                  "--pool", "emails", "--payload", '{"to": "all"}', "--json", *extra)
+    made = kairos(
+        "jobs",
+        "submit",
+        "--name",
+        name,
+        "--cron",
+        "0 9 * * MON-FRI",
+        "--tz",
+        "Europe/London",
+        "--pool",
+        "emails",
+        "--payload",
+        '{"to": "all"}',
+        "--json",
+        *extra,
+    )
     assert made.code == 0, made.err
     return made.json()["jobId"]
 
 
 def test_submit_show_ls_pause_resume_cancel(kairos: Kairos) -> None:
-    job_id = submit_cron(kairos, "digest", "--jitter", "5m", "--max-attempts", "3", "--backoff", "30s",
-                         "--concurrency", "forbid")
+    job_id = submit_cron(
+        kairos, "digest", "--jitter", "5m", "--max-attempts", "3", "--backoff", "30s", "--concurrency", "forbid"
+    )
     shown = kairos("jobs", "show", job_id, "--json")
     assert shown.code == 0, shown.err
     job = shown.json()
@@ -52,21 +67,25 @@ def test_submit_show_ls_pause_resume_cancel(kairos: Kairos) -> None:
 
 
 def test_one_off_jobs_from_flags_and_files(kairos: Kairos, tmp_path: Path) -> None:
-    soon = kairos("jobs", "submit", "--name", "soon", "--in", "1h30m", "--url", "https://example.com/hook",
-                  "--json")
+    soon = kairos("jobs", "submit", "--name", "soon", "--in", "1h30m", "--url", "https://example.com/hook", "--json")
     assert soon.code == 0, soon.err
     at = kairos("jobs", "submit", "--name", "at", "--at", "2030-01-01T09:00:00+01:00", "--pool", "p")
     assert at.code == 0 and at.out.startswith("submitted ") and "next run 2030-01-01 08:00:00Z" in at.out
-    body = {"name": "from-file", "target": {"type": "queue", "ref": "p"}, "schedule": {"delaySeconds": 60},
-            "payload": {"n": 1}}
+    body = {
+        "name": "from-file",
+        "target": {"type": "queue", "ref": "p"},
+        "schedule": {"delaySeconds": 60},
+        "payload": {"n": 1},
+    }
     path = tmp_path / "job.json"
     path.write_text(json.dumps(body))
     by_file = kairos("jobs", "submit", "--file", str(path), "--idempotency-key", "k-1", "--json")
     by_stdin = kairos("jobs", "submit", "--file", "-", "--idempotency-key", "k-1", "--json", stdin=json.dumps(body))
     assert by_file.code == by_stdin.code == 0, by_file.err + by_stdin.err
     assert by_file.json()["jobId"] == by_stdin.json()["jobId"]  # the same key returns the same job
-    conflict = kairos("jobs", "submit", "--file", "-", "--idempotency-key", "k-1",
-                      stdin=json.dumps({**body, "payload": {"n": 2}}))
+    conflict = kairos(
+        "jobs", "submit", "--file", "-", "--idempotency-key", "k-1", stdin=json.dumps({**body, "payload": {"n": 2}})
+    )
     assert conflict.code == 2 and "Idempotency-Key was already used" in conflict.error_line
     names = {j["name"] for j in kairos("jobs", "ls", "--json").json()["jobs"]}
     assert names == {"soon", "at", "from-file"}
@@ -75,8 +94,10 @@ def test_one_off_jobs_from_flags_and_files(kairos: Kairos, tmp_path: Path) -> No
 
 
 def test_an_array_file_is_one_batch_and_ls_all_follows_cursors(kairos: Kairos, tmp_path: Path) -> None:
-    items = [{"name": "bulk", "target": {"type": "queue", "ref": "p"}, "schedule": {"delaySeconds": 600 + i}}
-             for i in range(7)]
+    items = [
+        {"name": "bulk", "target": {"type": "queue", "ref": "p"}, "schedule": {"delaySeconds": 600 + i}}
+        for i in range(7)
+    ]
     items.append({"name": "bad", "target": {"type": "queue", "ref": "p"}, "schedule": {"delaySeconds": -1}})
     path = tmp_path / "jobs.json"
     path.write_text(json.dumps(items))
@@ -109,36 +130,58 @@ def test_history_and_attempts(kairos: Kairos, cli_api: ApiProcess, tenant: Tenan
     assert execution_id in kairos("jobs", "history", job_id).out
     attempts = kairos("jobs", "attempts", execution_id, "--json")
     assert [(a["attempt"], a["outcome"], a["workerId"]) for a in attempts.json()["attempts"]] == [
-        (1, "failed", "cli-test")]
+        (1, "failed", "cli-test")
+    ]
     assert "cli-test" in kairos("jobs", "attempts", execution_id).out
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("jobs", "ls", "--state", "sleeping"), "Invalid value for '--state'"),
-    (("jobs", "ls", "--limit", "0"), "Invalid value for '--limit'"),
-    (("jobs", "submit", "--name", "x", "--in", "9 parsecs", "--pool", "p"), "is not a duration"),
-    (("jobs", "submit", "--name", "x", "--cron", "* * * * *", "--tz", "UTC", "--at", "2030-01-01T00:00:00Z",
-      "--pool", "p"), "not --cron and --at"),
-    (("jobs", "submit", "--name", "x", "--cron", "* * * * *", "--pool", "p"), "--cron needs --tz"),
-    (("jobs", "submit", "--name", "x", "--cron", "61 * * * *", "--tz", "UTC", "--pool", "p"), "--cron: '61'"),
-    (("jobs", "submit", "--name", "x", "--cron", "0 9 * * *", "--tz", "Mars/Base", "--pool", "p"),
-     "--tz: unknown time zone"),
-    (("jobs", "submit", "--name", "x", "--at", "2030-01-01T09:00", "--pool", "p"), "needs an offset"),
-    (("jobs", "submit", "--name", "x", "--in", "1m", "--pool", "p", "--url", "https://e.com"), "not both"),
-    (("jobs", "submit", "--name", "x", "--in", "1m"), "give one of --pool NAME or --url URL"),
-    (("jobs", "submit", "--name", "x", "--in", "1m", "--url", "ftp://e.com"), "--url:"),
-    (("jobs", "submit", "--name", "x", "--in", "1m", "--pool", "no spaces"), "--pool: a pool is NAME"),
-    (("jobs", "submit", "--name", "x", "--in", "1m", "--pool", "p", "--payload", "{nope"), "is not JSON"),
-    (("jobs", "submit", "--name", "x", "--in", "1m", "--pool", "p", "--tz", "UTC"), "only apply to --cron"),
-    (("jobs", "submit", "--in", "1m", "--pool", "p"), "--name is required"),
-    (("jobs", "submit", "--file", "-", "--name", "x"), "leave out --name"),
-    (("jobs", "show", "not-a-uuid"), "is not a job id"),
-    (("jobs", "attempts", "42"), "is not a execution id"),
-    (("jobs", "resume", "0b7c1e9e-95a1-4b7a-9a57-0f5d2b0e8c11", "--missed", "all"), "Invalid value for '--missed'"),
-    (("jobs", "frobnicate"), "No such command"),
-])
-def test_bad_input_exits_2_with_one_line_before_any_request(kairos: Kairos, args: tuple[str, ...],
-                                                             message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("jobs", "ls", "--state", "sleeping"), "Invalid value for '--state'"),
+        (("jobs", "ls", "--limit", "0"), "Invalid value for '--limit'"),
+        (("jobs", "submit", "--name", "x", "--in", "9 parsecs", "--pool", "p"), "is not a duration"),
+        (
+            (
+                "jobs",
+                "submit",
+                "--name",
+                "x",
+                "--cron",
+                "* * * * *",
+                "--tz",
+                "UTC",
+                "--at",
+                "2030-01-01T00:00:00Z",
+                "--pool",
+                "p",
+            ),
+            "not --cron and --at",
+        ),
+        (("jobs", "submit", "--name", "x", "--cron", "* * * * *", "--pool", "p"), "--cron needs --tz"),
+        (("jobs", "submit", "--name", "x", "--cron", "61 * * * *", "--tz", "UTC", "--pool", "p"), "--cron: '61'"),
+        (
+            ("jobs", "submit", "--name", "x", "--cron", "0 9 * * *", "--tz", "Mars/Base", "--pool", "p"),
+            "--tz: unknown time zone",
+        ),
+        (("jobs", "submit", "--name", "x", "--at", "2030-01-01T09:00", "--pool", "p"), "needs an offset"),
+        (("jobs", "submit", "--name", "x", "--in", "1m", "--pool", "p", "--url", "https://e.com"), "not both"),
+        (("jobs", "submit", "--name", "x", "--in", "1m"), "give one of --pool NAME or --url URL"),
+        (("jobs", "submit", "--name", "x", "--in", "1m", "--url", "ftp://e.com"), "--url:"),
+        (("jobs", "submit", "--name", "x", "--in", "1m", "--pool", "no spaces"), "--pool: a pool is NAME"),
+        (("jobs", "submit", "--name", "x", "--in", "1m", "--pool", "p", "--payload", "{nope"), "is not JSON"),
+        (("jobs", "submit", "--name", "x", "--in", "1m", "--pool", "p", "--tz", "UTC"), "only apply to --cron"),
+        (("jobs", "submit", "--in", "1m", "--pool", "p"), "--name is required"),
+        (("jobs", "submit", "--file", "-", "--name", "x"), "leave out --name"),
+        (("jobs", "show", "not-a-uuid"), "is not a job id"),
+        (("jobs", "attempts", "42"), "is not a execution id"),
+        (("jobs", "resume", "0b7c1e9e-95a1-4b7a-9a57-0f5d2b0e8c11", "--missed", "all"), "Invalid value for '--missed'"),
+        (("jobs", "frobnicate"), "No such command"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_before_any_request(
+    kairos: Kairos, args: tuple[str, ...], message: str
+) -> None:
     # Nothing listens at the API URL: a command that sent a request would fail with exit code 1.
     result = kairos(*args, env={"KAIROS_API_URL": closed_url()})
     assert result.code == 2, result
@@ -150,8 +193,16 @@ def test_api_problems_exit_2_with_their_title_detail_and_field(kairos: Kairos, t
     missing = kairos("jobs", "show", "0b7c1e9e-95a1-4b7a-9a57-0f5d2b0e8c11")
     assert (missing.code, missing.error_line) == (2, "error: No such job")
     path = tmp_path / "job.json"
-    path.write_text(json.dumps({"name": "x", "target": {"type": "queue", "ref": "p"},
-                                "schedule": {"delaySeconds": 60}, "retry": {"maxAttempts": 0}}))
+    path.write_text(
+        json.dumps(
+            {
+                "name": "x",
+                "target": {"type": "queue", "ref": "p"},
+                "schedule": {"delaySeconds": 60},
+                "retry": {"maxAttempts": 0},
+            }
+        )
+    )
     invalid = kairos("jobs", "submit", "--file", str(path))
     assert invalid.code == 2
     assert invalid.error_line == "error: The request is invalid: must be between 1 and 100 (field /retry/maxAttempts)"
@@ -164,8 +215,17 @@ def test_api_problems_exit_2_with_their_title_detail_and_field(kairos: Kairos, t
 
 def test_group_options_override_the_environment(kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey) -> None:
     job_id = submit_cron(kairos)
-    result = kairos("jobs", "--api-url", cli_api.url, "--api-key", tenant.key, "show", job_id, "--json",
-                    env={"KAIROS_API_URL": closed_url(), "KAIROS_API_KEY": None})
+    result = kairos(
+        "jobs",
+        "--api-url",
+        cli_api.url,
+        "--api-key",
+        tenant.key,
+        "show",
+        job_id,
+        "--json",
+        env={"KAIROS_API_URL": closed_url(), "KAIROS_API_KEY": None},
+    )
     assert result.code == 0 and result.json()["jobId"] == job_id
 
 
@@ -182,9 +242,15 @@ class _Failing(BaseHTTPRequestHandler):
     """A server whose database is gone: what a proxy or a failing API replica answers."""
 
     def do_GET(self) -> None:
-        body = json.dumps({"type": "https://kairos.dev/problems/database-unavailable", "status": 503,
-                           "title": "The database is unreachable.", "detail": "connection refused",
-                           "instance": self.path}).encode()
+        body = json.dumps(
+            {
+                "type": "https://kairos.dev/problems/database-unavailable",
+                "status": 503,
+                "title": "The database is unreachable.",
+                "detail": "connection refused",
+                "instance": self.path,
+            }
+        ).encode()
         self.send_response(503)
         self.send_header("Content-Type", "application/problem+json")
         self.send_header("Content-Length", str(len(body)))

@@ -18,8 +18,9 @@ def test_upgrade_makes_the_first_key_and_a_rotation_publishes_the_next_ahead(kai
     assert kairos_db("db", "upgrade").code == 0  # a second upgrade keeps it
     assert [k["keyId"] for k in json.loads(kairos_db("db", "oidc-keys", "--json").out)] == [first["keyId"]]
 
-    rotated = kairos_db("db", "rotate-oidc-key", "--algorithm", "rs256", "--publish-ahead", "10m",
-                        "--overlap", "1h", "--json")
+    rotated = kairos_db(
+        "db", "rotate-oidc-key", "--algorithm", "rs256", "--publish-ahead", "10m", "--overlap", "1h", "--json"
+    )
     assert rotated.code == 0, rotated.err
     result = json.loads(rotated.out)
     assert result["retired"] == [first["keyId"]] and result["newest"]["algorithm"] == "RS256"
@@ -29,13 +30,19 @@ def test_upgrade_makes_the_first_key_and_a_rotation_publishes_the_next_ahead(kai
     assert "RS256" in kairos_db("db", "oidc-keys").out
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("--overlap", "1m"), "--overlap must be between"),
-    (("--publish-ahead", "60d"), "--publish-ahead must be between"),
-    (("--algorithm", "HS256"), "HS256"),
-])
-def test_bad_rotation_input_exits_2_and_changes_nothing(kairos_db: Run, args: tuple[str, ...],  # noqa: F811
-                                                        message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--overlap", "1m"), "--overlap must be between"),
+        (("--publish-ahead", "60d"), "--publish-ahead must be between"),
+        (("--algorithm", "HS256"), "HS256"),
+    ],
+)
+def test_bad_rotation_input_exits_2_and_changes_nothing(
+    kairos_db: Run,  # noqa: F811
+    args: tuple[str, ...],
+    message: str,
+) -> None:
     assert kairos_db("db", "upgrade").code == 0
     before = kairos_db("db", "oidc-keys", "--json").out
     result = kairos_db("db", "rotate-oidc-key", *args)

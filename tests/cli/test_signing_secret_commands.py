@@ -24,8 +24,9 @@ Run = Callable[..., Result]
 
 
 @pytest.fixture
-def kairos_db(database_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-              tmp_path: Path) -> Iterator[Run]:
+def kairos_db(
+    database_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[Run]:
     """``kairos_db(*args, env=None)``: the command line against the test's database, as an operator runs it."""
     monkeypatch.setenv("KAIROS_DATABASE_URL", database_url)
     monkeypatch.setenv("KAIROS_HOME", str(tmp_path / "home"))
@@ -69,20 +70,25 @@ def test_show_rotate_and_show_again(kairos_db: Run, database_url: str) -> None:
 
 def test_the_default_overlap_comes_from_the_setting(kairos_db: Run) -> None:
     assert kairos_db("tenants", "create", "acme").code == 0
-    body = kairos_db("tenants", "rotate-secret", "acme", "--json",
-                     env={"KAIROS_SIGNING_SECRET_OVERLAP_S": "600"}).json()
+    body = kairos_db(
+        "tenants", "rotate-secret", "acme", "--json", env={"KAIROS_SIGNING_SECRET_OVERLAP_S": "600"}
+    ).json()
     left = datetime.fromisoformat(body["previousValidUntil"]) - datetime.now(timezone.utc)
     assert timedelta(minutes=9) < left <= timedelta(minutes=10)
 
 
-@pytest.mark.parametrize("args, message", [
-    (("tenants", "rotate-secret", "nobody"), "no tenant named 'nobody'"),
-    (("tenants", "show-secret", "nobody"), "no tenant named 'nobody'"),
-    (("tenants", "rotate-secret", "acme", "--overlap", "31d"), "--overlap must be between 0 and 30 days"),
-    (("tenants", "rotate-secret", "acme", "--overlap", "soon"), "is not a duration"),
-])
-def test_bad_input_exits_2_with_one_line_and_changes_nothing(kairos_db: Run, database_url: str, args: tuple[str, ...],
-                                                             message: str) -> None:
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("tenants", "rotate-secret", "nobody"), "no tenant named 'nobody'"),
+        (("tenants", "show-secret", "nobody"), "no tenant named 'nobody'"),
+        (("tenants", "rotate-secret", "acme", "--overlap", "31d"), "--overlap must be between 0 and 30 days"),
+        (("tenants", "rotate-secret", "acme", "--overlap", "soon"), "is not a duration"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_changes_nothing(
+    kairos_db: Run, database_url: str, args: tuple[str, ...], message: str
+) -> None:
     assert kairos_db("tenants", "create", "acme").code == 0
     before = stored_secret(database_url, "acme")
     result = kairos_db(*args)
@@ -91,7 +97,8 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(kairos_db: Run, dat
 
 
 def test_a_database_url_without_a_secret_key_is_refused_before_anything_is_written(
-        kairos_db: Run, database_url: str) -> None:
+    kairos_db: Run, database_url: str
+) -> None:
     result = kairos_db("tenants", "create", "acme", env={"KAIROS_SECRET_KEY": None})
     assert result.code == 2 and "KAIROS_SECRET_KEY" in result.error_line
     assert kairos_db("tenants", "show-secret", "acme").code == 2  # no tenant was created

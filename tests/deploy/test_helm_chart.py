@@ -29,10 +29,20 @@ TIERS = ("api", "scheduler", "executor")
 DEFAULTS = values_of(overrides=REQUIRED)
 PRIMARY = values_of(EXAMPLES / "values-primary.yaml")
 STANDBY = values_of(EXAMPLES / "values-standby.yaml")
-CASES = {"default": DEFAULTS, "primary": PRIMARY, "standby": STANDBY,
-         "everything-on": merge(DEFAULTS, {"serviceMonitor": {"enabled": True}, "region": "us-east1",
-                                           "primaryRegion": "us-east1",
-                                           "secrets": {"databaseCaKey": "ca.crt", "databaseCa": "PEM"}})}
+CASES = {
+    "default": DEFAULTS,
+    "primary": PRIMARY,
+    "standby": STANDBY,
+    "everything-on": merge(
+        DEFAULTS,
+        {
+            "serviceMonitor": {"enabled": True},
+            "region": "us-east1",
+            "primaryRegion": "us-east1",
+            "secrets": {"databaseCaKey": "ca.crt", "databaseCa": "PEM"},
+        },
+    ),
+}
 
 
 def env_of(container: dict[str, Any]) -> dict[str, Any]:
@@ -61,8 +71,10 @@ def test_every_manifest_is_valid_for_the_kubernetes_version(case: str) -> None:
             validate(doc)
         except kubernetes_validate.ValidationError as exc:
             path = ".".join(str(p) for p in exc.path)
-            pytest.fail(f"{doc['kind']}/{doc['metadata']['name']} invalid for Kubernetes {KUBERNETES_VERSION}: "
-                        f"{path}: {exc.message}")
+            pytest.fail(
+                f"{doc['kind']}/{doc['metadata']['name']} invalid for Kubernetes {KUBERNETES_VERSION}: "
+                f"{path}: {exc.message}"
+            )
 
 
 def test_the_validator_rejects_what_kubernetes_would() -> None:
@@ -119,8 +131,11 @@ def test_three_tiers_run_the_same_image_with_their_own_argument() -> None:
 def test_probes_follow_the_health_contract() -> None:
     deployments = by_kind(manifests(DEFAULTS), "Deployment")
     probe_port = {"api": "http", "scheduler": "metrics", "executor": "metrics"}
-    container_ports = {"api": {"http": 8080, "metrics": 9464}, "scheduler": {"metrics": 9464},
-                       "executor": {"grpc": 50051, "metrics": 9464}}
+    container_ports = {
+        "api": {"http": 8080, "metrics": 9464},
+        "scheduler": {"metrics": 9464},
+        "executor": {"grpc": 50051, "metrics": 9464},
+    }
     for tier in TIERS:
         (container,) = pod_spec(deployments[f"kairos-{tier}"])["containers"]
         assert {p["name"]: p["containerPort"] for p in container["ports"]} == container_ports[tier]
@@ -217,8 +232,9 @@ def test_the_secret_holds_the_database_url_and_an_admin_token() -> None:
 
 
 def test_an_existing_secret_replaces_the_charts_own() -> None:
-    values = values_of(overrides={"secrets": {"existingSecret": "kairos-database", "databaseUrlKey": "url",
-                                              "databaseCaKey": "ca.crt"}})
+    values = values_of(
+        overrides={"secrets": {"existingSecret": "kairos-database", "databaseUrlKey": "url", "databaseCaKey": "ca.crt"}}
+    )
     docs = manifests(values)
     assert by_kind(docs, "Secret") == {}
     for doc in [*by_kind(docs, "Deployment").values(), *by_kind(docs, "Job").values()]:
@@ -229,16 +245,23 @@ def test_an_existing_secret_replaces_the_charts_own() -> None:
         (ca,) = [v for v in spec["volumes"] if v["name"] == "database-ca"]
         assert ca["secret"]["secretName"] == "kairos-database"
         assert ca["secret"]["items"] == [{"key": "ca.crt", "path": "db-ca.crt"}]
-        assert {"name": "database-ca", "mountPath": "/etc/kairos/db-ca.crt", "subPath": "db-ca.crt",
-                "readOnly": True} in spec["containers"][0]["volumeMounts"]
+        assert {
+            "name": "database-ca",
+            "mountPath": "/etc/kairos/db-ca.crt",
+            "subPath": "db-ca.crt",
+            "readOnly": True,
+        } in spec["containers"][0]["volumeMounts"]
 
 
 def test_a_region_pair_shares_the_primary_and_differs_in_region() -> None:
     rendered = {}
     for name, values in (("primary", PRIMARY), ("standby", STANDBY)):
         docs = manifests(values)
-        envs = [env_of(c) for d in [*by_kind(docs, "Deployment").values(), *by_kind(docs, "Job").values()]
-                for c in pod_spec(d)["containers"]]
+        envs = [
+            env_of(c)
+            for d in [*by_kind(docs, "Deployment").values(), *by_kind(docs, "Job").values()]
+            for c in pod_spec(d)["containers"]
+        ]
         assert len({(e["KAIROS_REGION"], e["KAIROS_PRIMARY_REGION"]) for e in envs}) == 1
         rendered[name] = (envs[0]["KAIROS_REGION"], envs[0]["KAIROS_PRIMARY_REGION"], docs)
     (p_region, p_primary, p_docs), (s_region, s_primary, s_docs) = rendered["primary"], rendered["standby"]
@@ -275,8 +298,10 @@ def test_metrics_listen_on_the_pod_address_and_scrapes_carry_the_metrics_token()
         assert env["KAIROS_METRICS_TOKEN"] == {"secretKeyRef": {"name": "kairos-secrets", "key": "metrics-token"}}
     (monitor,) = by_kind(docs, "ServiceMonitor").values()
     (endpoint,) = monitor["spec"]["endpoints"]
-    assert endpoint["authorization"] == {"type": "Bearer",
-                                         "credentials": {"name": "kairos-secrets", "key": "metrics-token"}}
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "kairos-secrets", "key": "metrics-token"},
+    }
     given = by_kind(manifests(merge(DEFAULTS, {"secrets": {"metricsToken": "m" * 40}})), "Secret")["kairos-secrets"]
     assert base64.b64decode(given["data"]["metrics-token"]).decode() == "m" * 40
 

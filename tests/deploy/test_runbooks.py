@@ -17,13 +17,29 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNBOOKS = ROOT / "runbooks"
 PAGES = sorted(p for p in RUNBOOKS.glob("*.md") if p.name != "README.md")
 SECTIONS = ["Symptoms", "Dashboards and metrics", "Commands", "Verify recovery"]
-REQUIRED_TOPICS = {"region-failover", "scheduler-shard-takeover", "dead-letters", "hot-tenant-and-herd",
-                   "downstream-outage", "database-restore", "scaling-out", "key-rotation"}
+REQUIRED_TOPICS = {
+    "region-failover",
+    "scheduler-shard-takeover",
+    "dead-letters",
+    "hot-tenant-and-herd",
+    "downstream-outage",
+    "database-restore",
+    "scaling-out",
+    "key-rotation",
+}
 # Commands the runbooks may name before they exist (the README marks them "(planned)").
 PLANNED = {("drill", "region-failover"), ("drill", "scheduler-kill"), ("drill", "worker-stall")}
-METRICS = {"kairos_dispatch_lag_seconds", "kairos_start_lag_seconds", "kairos_ready_queue_depth",
-           "kairos_executions_total", "kairos_lease_expiries_total", "kairos_fenced_batches_total",
-           "kairos_shards_owned", "kairos_breaker_state", "kairos_http_request_duration_seconds"}
+METRICS = {
+    "kairos_dispatch_lag_seconds",
+    "kairos_start_lag_seconds",
+    "kairos_ready_queue_depth",
+    "kairos_executions_total",
+    "kairos_lease_expiries_total",
+    "kairos_fenced_batches_total",
+    "kairos_shards_owned",
+    "kairos_breaker_state",
+    "kairos_http_request_duration_seconds",
+}
 HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
 
 # `kairos` as a command: at the start of a command line or code span, after a shell separator, or after
@@ -69,7 +85,7 @@ def resolve(words: list[str]) -> tuple[tuple[str, ...], click.Command | None, li
     if isinstance(command, click.Group):
         planned = next((p for p in PLANNED if tuple(words[: len(p)]) == p), None)
         assert planned is not None, f"`kairos {' '.join(words)}`: no such command, and not in the planned list"
-        return planned, None, words[len(planned):]
+        return planned, None, words[len(planned) :]
     return tuple(path), command, rest
 
 
@@ -88,8 +104,11 @@ def test_metrics_are_the_exported_ones(page: Path) -> None:
     dashboards = text.split("## Dashboards and metrics")[1].split("## Commands")[0]
     assert "/dashboard" in dashboards
     named = set(re.findall(r"\bkairos_[a-z_]+[a-z]", text))
-    unknown = {m for m in named - NOT_METRICS if m not in METRICS
-               and not any(m.endswith(s) and m.removesuffix(s) in METRICS for s in HISTOGRAM_SUFFIXES)}
+    unknown = {
+        m
+        for m in named - NOT_METRICS
+        if m not in METRICS and not any(m.endswith(s) and m.removesuffix(s) in METRICS for s in HISTOGRAM_SUFFIXES)
+    }
     assert unknown == set(), f"not an exported metric: {sorted(unknown)}"
     assert set(re.findall(r"\bkairos_[a-z_]+[a-z]", dashboards)) & METRICS, "the dashboards section names metrics"
 
@@ -100,14 +119,19 @@ def test_commands_are_real_or_planned(page: Path) -> None:
     commands = text.split("## Commands")[1].split("## Verify recovery")[0]
     found = invocations(text)
     assert invocations(commands) or "kubectl" in commands, "the Commands section has commands"
-    assert re.search(r"^\s*(kubectl|helm|cockroach|kairos|curl|terraform)\b", "\n".join(code_of(commands)),
-                     flags=re.MULTILINE), "exact commands in code blocks"
+    assert re.search(
+        r"^\s*(kubectl|helm|cockroach|kairos|curl|terraform)\b", "\n".join(code_of(commands)), flags=re.MULTILINE
+    ), "exact commands in code blocks"
     for words in found:
         path, command, rest = resolve(words)
         if command is None:
             continue
-        options = {opt for param in command.params if isinstance(param, click.Option)
-                   for opt in (*param.opts, *param.secondary_opts)} | {"--help"}
+        options = {
+            opt
+            for param in command.params
+            if isinstance(param, click.Option)
+            for opt in (*param.opts, *param.secondary_opts)
+        } | {"--help"}
         for word in rest:
             if word.startswith("--"):
                 assert word.split("=")[0] in options, f"`kairos {' '.join(path)}` has no option {word}"
@@ -128,7 +152,8 @@ def test_the_checker_catches_a_made_up_command_and_option() -> None:
     with pytest.raises(AssertionError, match="no such command"):
         resolve(["tenants", "delete", "acme"])
     assert invocations("```sh\nkubectl -n kairos exec deploy/kairos-api -- kairos tenants list\n```") == [
-        ["tenants", "list"]]
+        ["tenants", "list"]
+    ]
     assert invocations("helm -n kairos upgrade kairos helm/kairos") == []
     path, command, rest = resolve(["tenants", "set-quota", "acme", "--max-inflight", "5"])
     assert path == ("tenants", "set-quota") and command is not None and "--max-inflight" in rest

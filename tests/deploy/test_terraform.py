@@ -71,8 +71,13 @@ def test_variables_are_described_typed_and_used(module_dir: Path) -> None:
         assert unquote(body.get("description", "")).strip(), f"variable {name} has no description"
         assert "type" in body, f"variable {name} has no type"
     # A use is a reference outside the variable blocks (a validation referring to itself is no use).
-    used = {m for kind, items in blocks.items() if kind != "variable"
-            for text in strings(items) for m in re.findall(r"\bvar\.([A-Za-z_][A-Za-z0-9_-]*)", text)}
+    used = {
+        m
+        for kind, items in blocks.items()
+        if kind != "variable"
+        for text in strings(items)
+        for m in re.findall(r"\bvar\.([A-Za-z_][A-Za-z0-9_-]*)", text)
+    }
     assert sorted(set(variables) - used) == [], "declared but never used"
     assert sorted(used - set(variables)) == [], "used but never declared"
 
@@ -86,8 +91,18 @@ def test_outputs_are_described(module_dir: Path) -> None:
 
 
 def test_local_module_calls_pass_exactly_their_variables() -> None:
-    meta = {"source", "version", "providers", "count", "for_each", "depends_on", "__is_block__",
-            "__comments__", "__start_line__", "__end_line__"}
+    meta = {
+        "source",
+        "version",
+        "providers",
+        "count",
+        "for_each",
+        "depends_on",
+        "__is_block__",
+        "__comments__",
+        "__start_line__",
+        "__end_line__",
+    }
     for module_dir in MODULE_DIRS:
         for name, call in labelled(PARSED[module_dir], "module").items():
             source = unquote(call["source"])
@@ -117,8 +132,12 @@ def test_providers_and_registry_modules_are_pinned() -> None:
             if not unquote(call["source"]).startswith("./"):
                 assert unquote(call.get("version", "")), f"module {name} from a registry has no version"
     (root_terraform,) = PARSED[TERRAFORM]["terraform"]
-    sources = {unquote(spec["source"]) for p in root_terraform["required_providers"]
-               for name, spec in p.items() if not name.startswith("__")}
+    sources = {
+        unquote(spec["source"])
+        for p in root_terraform["required_providers"]
+        for name, spec in p.items()
+        if not name.startswith("__")
+    }
     assert {"cockroachdb/cockroach", "hashicorp/google", "hashicorp/helm"} <= sources
 
 
@@ -127,8 +146,13 @@ def test_three_regions_one_cluster_and_one_release_each() -> None:
     variables = labelled(root, "variable")
     standby = variables["standby_regions"]
     assert len(standby["default"]) == 2 and "length(var.standby_regions) == 2" in standby["validation"][0]["condition"]
-    (cockroach,) = [body for item in root["resource"] for kind, bodies in item.items()
-                    if unquote(kind) == "cockroach_cluster" for body in bodies.values()]
+    (cockroach,) = [
+        body
+        for item in root["resource"]
+        for kind, bodies in item.items()
+        if unquote(kind) == "cockroach_cluster"
+        for body in bodies.values()
+    ]
     assert unquote(cockroach["cloud_provider"]) == "GCP"
     regions_expression = " ".join(strings(cockroach["regions"]))
     assert "local.regions" in regions_expression and "var.primary_region" in regions_expression
@@ -149,18 +173,24 @@ def test_three_regions_one_cluster_and_one_release_each() -> None:
         assert values_file.endswith(expected), name
         # The release's Helm provider is the alias that points at the cluster of the same region.
         alias = release["providers"]["helm"].removeprefix("${").removesuffix("}").split(".")[1]
-        (provider,) = [body for item in root["provider"] for kind, body in item.items()
-                       if unquote(kind) == "helm" and unquote(body.get("alias")) == alias]
+        (provider,) = [
+            body
+            for item in root["provider"]
+            for kind, body in item.items()
+            if unquote(kind) == "helm" and unquote(body.get("alias")) == alias
+        ]
         cluster = re.search(r"module\.(\w+)\.endpoint", provider["kubernetes"][0]["host"]).group(1)
         assert region_of[cluster] == release["region"], (name, cluster)
     assert sorted(region_of.values()) == sorted(
-        ["${var.primary_region}", "${var.standby_regions[0]}", "${var.standby_regions[1]}"])
+        ["${var.primary_region}", "${var.standby_regions[0]}", "${var.standby_regions[1]}"]
+    )
     (gke_region,) = [PARSED[d] for d in MODULE_DIRS if d.name == "gke-region"]
     gke = labelled(gke_region, "module")["gke"]
     assert unquote(gke["source"]).startswith("terraform-google-modules/kubernetes-engine/google")
 
 
 # -- checkov ---------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def checkov() -> Path:
@@ -173,24 +203,41 @@ def checkov() -> Path:
     if not (env_dir / ".installed").exists():
         started = time.monotonic()
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(env_dir)], check=True, timeout=120)
-        done = subprocess.run([str(env_dir / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-                               "-r", str(CHECKOV_REQUIREMENTS)], capture_output=True, text=True, timeout=270)
+        done = subprocess.run(
+            [
+                str(env_dir / "bin" / "pip"),
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+                str(CHECKOV_REQUIREMENTS),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=270,
+        )
         assert done.returncode == 0, f"installing checkov failed:\n{done.stderr[-3000:]}"
         (env_dir / ".installed").write_text(f"installed in {time.monotonic() - started:.0f} s\n")
     return binary
 
 
 def test_every_checkov_skip_gives_a_reason() -> None:
-    skips = [(tf, line) for tf in TERRAFORM.rglob("*.tf") for line in tf.read_text().splitlines()
-             if "checkov:skip" in line]
+    skips = [
+        (tf, line) for tf in TERRAFORM.rglob("*.tf") for line in tf.read_text().splitlines() if "checkov:skip" in line
+    ]
     for tf, line in skips:
         assert re.search(r"#checkov:skip=CKV2?_[A-Z0-9_]+:\S.{20,}", line), f"{tf}: a skip needs its reason: {line}"
 
 
 def test_checkov_finds_nothing(checkov: Path) -> None:
     # --skip-download: no call to Prisma Cloud for guidelines or policies (no network here).
-    done = subprocess.run([str(checkov), "-d", str(TERRAFORM), "--quiet", "--compact", "--skip-download"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [str(checkov), "-d", str(TERRAFORM), "--quiet", "--compact", "--skip-download"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     report = done.stdout + done.stderr
     assert done.returncode == 0 and "Failed checks: 0" in done.stdout, report
     passed = int(re.search(r"Passed checks: (\d+)", done.stdout).group(1))
@@ -198,9 +245,15 @@ def test_checkov_finds_nothing(checkov: Path) -> None:
 
 
 def test_checkov_is_not_a_rubber_stamp(checkov: Path, tmp_path: Path) -> None:
-    (tmp_path / "main.tf").write_text('resource "google_compute_subnetwork" "open" {\n'
-                                      '  name          = "open"\n  network       = "default"\n'
-                                      '  ip_cidr_range = "10.0.0.0/24"\n}\n')
-    done = subprocess.run([str(checkov), "-d", str(tmp_path), "--quiet", "--compact", "--skip-download",
-                           "--framework", "terraform"], capture_output=True, text=True, timeout=120)
+    (tmp_path / "main.tf").write_text(
+        'resource "google_compute_subnetwork" "open" {\n'
+        '  name          = "open"\n  network       = "default"\n'
+        '  ip_cidr_range = "10.0.0.0/24"\n}\n'
+    )
+    done = subprocess.run(
+        [str(checkov), "-d", str(tmp_path), "--quiet", "--compact", "--skip-download", "--framework", "terraform"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0 and "CKV_GCP_26" in done.stdout, done.stdout + done.stderr

@@ -43,10 +43,22 @@ def kairos_up(tmp_path: Path, *args: str, **extra_env: str) -> Iterator[KairosUp
     home = tmp_path / "home"
     api_port, grpc_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")}
-    env.update({"KAIROS_HOME": str(home), "KAIROS_API_PORT": str(api_port), "KAIROS_GRPC_PORT": str(grpc_port),
-                "PYTHONUNBUFFERED": "1", **extra_env})
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "up", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    env.update(
+        {
+            "KAIROS_HOME": str(home),
+            "KAIROS_API_PORT": str(api_port),
+            "KAIROS_GRPC_PORT": str(grpc_port),
+            "PYTHONUNBUFFERED": "1",
+            **extra_env,
+        }
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "up", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     output: list[str] = []
     try:
         deadline = time.monotonic() + 90
@@ -63,8 +75,16 @@ def kairos_up(tmp_path: Path, *args: str, **extra_env: str) -> Iterator[KairosUp
         assert key, banner
         # Keep draining the output so `kairos up` never blocks on a full pipe.
         threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True).start()
-        yield KairosUp(proc, env, home, f"http://127.0.0.1:{api_port}", f"127.0.0.1:{grpc_port}", key.group(1),
-                       secret.group(1) if secret else None, output)
+        yield KairosUp(
+            proc,
+            env,
+            home,
+            f"http://127.0.0.1:{api_port}",
+            f"127.0.0.1:{grpc_port}",
+            key.group(1),
+            secret.group(1) if secret else None,
+            output,
+        )
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -36,8 +36,10 @@ WORKER_COMMAND = 'p=$(cat); case "$p" in *boom*) exit 65;; *flaky*) exit 1;; esa
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium (dev extras) drives the browser")
 if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-    pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
-                allow_module_level=True)
+    pytest.skip(
+        "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
+        allow_module_level=True,
+    )
 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -47,8 +49,15 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1440,1320", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'chromium'}"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1440,1320",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'chromium'}",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)
@@ -88,21 +97,45 @@ async def run_twice(up: KairosUp) -> None:
 
 def make_work(up: KairosUp, api: httpx.Client) -> dict[str, str]:
     # The herd first, so the jobs that run are the newest: the first page of the list.
-    herd = [{"name": f"hourly-{i}", "target": {"type": "queue", "ref": "reports"}, "payload": {},
-             "schedule": {"cron": "0 * * * *", "tz": "UTC"}} for i in range(40)]
-    herd += [{"name": f"quarterly-{i}", "target": {"type": "queue", "ref": "reports"}, "payload": {},
-              "schedule": {"cron": "*/15 * * * *", "tz": "UTC"}} for i in range(10)]
+    herd = [
+        {
+            "name": f"hourly-{i}",
+            "target": {"type": "queue", "ref": "reports"},
+            "payload": {},
+            "schedule": {"cron": "0 * * * *", "tz": "UTC"},
+        }
+        for i in range(40)
+    ]
+    herd += [
+        {
+            "name": f"quarterly-{i}",
+            "target": {"type": "queue", "ref": "reports"},
+            "payload": {},
+            "schedule": {"cron": "*/15 * * * *", "tz": "UTC"},
+        }
+        for i in range(10)
+    ]
     resp = api.post("/v1/jobs:batch", json={"jobs": herd})
     assert resp.status_code == 200 and all("jobId" in r for r in resp.json()["results"]), resp.text
     jobs: dict[str, str] = {}
     for i in range(8):
-        jobs[f"echo-{i}"] = submit(api, f"echo-{i}", {"type": "http", "ref": f"{up.api}/demo/echo"}, {"n": i},
-                                   schedule={"delaySeconds": 1 + i % 3})
+        jobs[f"echo-{i}"] = submit(
+            api,
+            f"echo-{i}",
+            {"type": "http", "ref": f"{up.api}/demo/echo"},
+            {"n": i},
+            schedule={"delaySeconds": 1 + i % 3},
+        )
     for i in range(6):
         jobs[f"mail-{i}"] = submit(api, f"mail-{i}", {"type": "queue", "ref": "mail"}, {"to": f"u{i}@example.com"})
     jobs["bounce"] = submit(api, "bounce", {"type": "queue", "ref": "mail"}, {"mode": "boom"})
-    jobs["flaky-sync"] = submit(api, "flaky-sync", {"type": "queue", "ref": "mail"}, {"mode": "flaky"},
-                                retry={"maxAttempts": 2, "backoffSeconds": 1})
+    jobs["flaky-sync"] = submit(
+        api,
+        "flaky-sync",
+        {"type": "queue", "ref": "mail"},
+        {"mode": "flaky"},
+        retry={"maxAttempts": 2, "backoffSeconds": 1},
+    )
     jobs["nightly-export"] = submit(api, "nightly-export", {"type": "queue", "ref": "manual"}, {"day": "today"})
     for i in range(3):
         submit(api, f"backlog-{i}", {"type": "queue", "ref": "reports"})
@@ -127,16 +160,34 @@ def test_the_dashboard_shows_real_figures_and_why_a_job_ran_twice(tmp_path: Path
         try:
             with open(tmp_path / "worker.log", "wb") as sink:
                 worker = subprocess.Popen(
-                    [sys.executable, "-m", "app.cli", "worker", "--pool", "mail", "--report-ms", "2", "--",
-                     "sh", "-c", WORKER_COMMAND],
+                    [
+                        sys.executable,
+                        "-m",
+                        "app.cli",
+                        "worker",
+                        "--pool",
+                        "mail",
+                        "--report-ms",
+                        "2",
+                        "--",
+                        "sh",
+                        "-c",
+                        WORKER_COMMAND,
+                    ],
                     env={**up.env, "KAIROS_API_KEY": up.key, "KAIROS_GRPC_ADDR": up.grpc_addr},
-                    stdout=sink, stderr=subprocess.STDOUT)
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                )
             with httpx.Client(base_url=up.api, headers=up.headers, timeout=10) as api:
                 jobs = make_work(up, api)
                 asyncio.run(asyncio.wait_for(run_twice(up), timeout=60))
                 expected = dict.fromkeys(jobs, "succeeded") | {"bounce": "dead", "flaky-sync": "dead"}
-                wait_for(lambda: all(last_state(api, jobs[n]) == s for n, s in expected.items()), timeout_s=60,
-                         interval_s=0.3, what="every job to finish")
+                wait_for(
+                    lambda: all(last_state(api, jobs[n]) == s for n, s in expected.items()),
+                    timeout_s=60,
+                    interval_s=0.3,
+                    what="every job to finish",
+                )
             check_dashboard(browser, up, tmp_path)
         finally:
             if worker is not None:
@@ -172,8 +223,16 @@ def check_dashboard(driver: webdriver.Chrome, up: KairosUp, tmp_path: Path) -> N
 
     # The jobs list, and the history of the job that ran twice.
     wait.until(lambda d: count(d, "#jobs-table tbody tr") >= 20)
-    row = wait.until(lambda d: next((r for r in d.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr")
-                                     if r.text.startswith("nightly-export")), None))
+    row = wait.until(
+        lambda d: next(
+            (
+                r
+                for r in d.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr")
+                if r.text.startswith("nightly-export")
+            ),
+            None,
+        )
+    )
     row.click()
     wait.until(lambda d: count(d, "#executions-table tbody tr") == 1)
     assert "succeeded" in driver.find_element(By.CSS_SELECTOR, "#executions-table tbody tr").text
@@ -188,8 +247,10 @@ def check_dashboard(driver: webdriver.Chrome, up: KairosUp, tmp_path: Path) -> N
 
     # A shorter window redraws every chart from the API.
     before = text(driver, "updated")
-    js(driver, "const w = document.getElementById('window-picker'); w.value = '15';"
-               "w.dispatchEvent(new Event('change'))")
+    js(
+        driver,
+        "const w = document.getElementById('window-picker'); w.value = '15';w.dispatchEvent(new Event('change'))",
+    )
     wait.until(lambda d: text(d, "updated") != before and count(d, "#chart-lag .scatterlayer .trace .points path") >= 2)
     js(driver, "window.scrollTo(0, 0)")
     driver.set_window_size(1440, int(js(driver, "return document.documentElement.scrollHeight")) + 140)  # type: ignore[arg-type]
@@ -199,8 +260,12 @@ def check_dashboard(driver: webdriver.Chrome, up: KairosUp, tmp_path: Path) -> N
     # A filter on the jobs list goes through GET /v1/jobs?state=.
     js(driver, "document.getElementById('filter-state').value = 'failed'")
     driver.find_element(By.CSS_SELECTOR, "#job-filters button").click()
-    wait.until(lambda d: sorted(r.text.split()[0] for r in d.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr"))
-               == ["bounce", "flaky-sync"])
+    wait.until(
+        lambda d: (
+            sorted(r.text.split()[0] for r in d.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr"))
+            == ["bounce", "flaky-sync"]
+        )
+    )
 
     # Everything came from the API's own origin, and the page logged no error (CSP violations included).
     loaded = js(driver, "return performance.getEntriesByType('resource').map(e => e.name)")
@@ -217,8 +282,10 @@ def check_dashboard(driver: webdriver.Chrome, up: KairosUp, tmp_path: Path) -> N
     assert driver.find_element(By.ID, "jobs-admin-note").is_displayed()
     assert not driver.find_element(By.ID, "jobs-table").is_displayed()  # the tenant's list is gone with its key
     wait.until(lambda d: "demo" in [o.text for o in d.find_elements(By.CSS_SELECTOR, "#tenant-picker option")])
-    js(driver, "const p = document.getElementById('tenant-picker'); p.value = 'demo';"
-               "p.dispatchEvent(new Event('change'))")
+    js(
+        driver,
+        "const p = document.getElementById('tenant-picker'); p.value = 'demo';p.dispatchEvent(new Event('change'))",
+    )
     wait.until(lambda d: text(d, "scope-badge") == "operator · demo")
     wait.until(lambda d: re.fullmatch(r".+: \d+", text(d, "tile-schedulers")))  # owners by name: operator only
     driver.save_screenshot(str(tmp_path / "dashboard-operator.png"))

@@ -20,8 +20,10 @@ CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium (dev extras) drives the browser")
 if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-    pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
-                allow_module_level=True)
+    pytest.skip(
+        "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
+        allow_module_level=True,
+    )
 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -37,8 +39,15 @@ def api(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
 def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1440,1320", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'chromium'}"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1440,1320",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'chromium'}",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)
     try:
@@ -47,13 +56,19 @@ def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
         driver.quit()
 
 
-def test_an_empty_queue_chart_has_no_axes_and_targets_are_said_once(api: ApiProcess, browser: webdriver.Chrome,
-                                                                      tmp_path: Path) -> None:
+def test_an_empty_queue_chart_has_no_axes_and_targets_are_said_once(
+    api: ApiProcess, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
     tenant = make_tenant(api.database_url)
     client = httpx.Client(base_url=api.url, headers=tenant.headers, timeout=10)
-    for body in ({"name": "hook", "target": {"type": "http", "ref": "https://example.com/hook"},
-                  "schedule": {"delaySeconds": 3600}},
-                 {"name": "digest", "target": {"type": "queue", "ref": "emails"}, "schedule": {"every": "15m"}}):
+    for body in (
+        {
+            "name": "hook",
+            "target": {"type": "http", "ref": "https://example.com/hook"},
+            "schedule": {"delaySeconds": 3600},
+        },
+        {"name": "digest", "target": {"type": "queue", "ref": "emails"}, "schedule": {"every": "15m"}},
+    ):
         assert client.post("/v1/jobs", json=body).status_code == 201
     browser.get(f"{api.url}/dashboard")
     browser.find_element(By.ID, "token").send_keys(tenant.key)
@@ -67,8 +82,10 @@ def test_an_empty_queue_chart_has_no_axes_and_targets_are_said_once(api: ApiProc
     queues = browser.find_element(By.ID, "chart-queues")
     assert browser.find_elements(By.CSS_SELECTOR, "#chart-queues .xtick, #chart-queues .ytick") == []
     assert queues.text.strip() == ""
-    rows = {r.find_elements(By.TAG_NAME, "td")[0].text: [c.text for c in r.find_elements(By.TAG_NAME, "td")]
-            for r in browser.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr")}
+    rows = {
+        r.find_elements(By.TAG_NAME, "td")[0].text: [c.text for c in r.find_elements(By.TAG_NAME, "td")]
+        for r in browser.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr")
+    }
     assert rows["hook"][3] == "https://example.com/hook"
     assert rows["digest"][3] == "pool emails"
     assert rows["digest"][2] == "every 15m"

@@ -20,11 +20,34 @@ pytestmark = pytest.mark.slow
 
 def test_herd_smoke(tmp_path: Path) -> None:
     results = tmp_path / "results"
-    cmd = [sys.executable, str(ROOT / "loadtest" / "herd.py"), "--scenarios", "herd10k,light",
-           "--herd10k-jobs", "300", "--light-burst", "20", "--light-spaced", "10", "--light-gap-ms", "50",
-           "--workers", "2", "--executors", "2", "--worker-concurrency", "64", "--lead-min", "2",
-           "--drain-timeout", "20",
-           "--deadline", "100", "--results-dir", str(results)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "loadtest" / "herd.py"),
+        "--scenarios",
+        "herd10k,light",
+        "--herd10k-jobs",
+        "300",
+        "--light-burst",
+        "20",
+        "--light-spaced",
+        "10",
+        "--light-gap-ms",
+        "50",
+        "--workers",
+        "2",
+        "--executors",
+        "2",
+        "--worker-concurrency",
+        "64",
+        "--lead-min",
+        "2",
+        "--drain-timeout",
+        "20",
+        "--deadline",
+        "100",
+        "--results-dir",
+        str(results),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     files = list(results.glob("herd-*.json"))

@@ -24,14 +24,38 @@ ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = ROOT / "loadtest" / "locustfile.py"
 
 
-def run_locust(env: dict[str, str], api: str, tmp_path: Path, name: str, *args: str,
-               **settings: str) -> tuple[subprocess.CompletedProcess, dict]:
+def run_locust(
+    env: dict[str, str], api: str, tmp_path: Path, name: str, *args: str, **settings: str
+) -> tuple[subprocess.CompletedProcess, dict]:
     report = tmp_path / f"{name}.json"
-    full_env = {**env, "KAIROS_LOCUST_TENANTS": "2", "KAIROS_LOCUST_REPORT_JSON": str(report),
-                "KAIROS_LOCUST_REPORT_GRACE_S": "5", **settings}
-    proc = subprocess.run([sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "-H", api,
-                           "--only-summary", "--stop-timeout", "3", *args],
-                          cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=120)
+    full_env = {
+        **env,
+        "KAIROS_LOCUST_TENANTS": "2",
+        "KAIROS_LOCUST_REPORT_JSON": str(report),
+        "KAIROS_LOCUST_REPORT_GRACE_S": "5",
+        **settings,
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(LOCUSTFILE),
+            "--headless",
+            "-H",
+            api,
+            "--only-summary",
+            "--stop-timeout",
+            "3",
+            *args,
+        ],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert report.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads(report.read_text())
 
@@ -40,8 +64,10 @@ def _why(proc: subprocess.CompletedProcess, report: dict) -> str:
     """What a failed run said: the start-lag part of its report first (Locust's tables come after it)."""
     lag = {k: report.get(k) for k in ("notStarted", "lag", "all")}
     at = proc.stdout.find("Start lag read back from Kairos")
-    return (f"exit {proc.returncode}; report {json.dumps(lag, default=str)[:2000]}\n"
-            f"{proc.stdout[max(0, at):][:2000]}\n{proc.stderr[-2000:]}")
+    return (
+        f"exit {proc.returncode}; report {json.dumps(lag, default=str)[:2000]}\n"
+        f"{proc.stdout[max(0, at) :][:2000]}\n{proc.stderr[-2000:]}"
+    )
 
 
 def aggregated(report: dict) -> dict:
@@ -50,8 +76,20 @@ def aggregated(report: dict) -> dict:
 
 def test_locust_users_succeed_and_report_start_lag(tmp_path: Path) -> None:
     with kairos_up(tmp_path, "--demo") as up:
-        proc, report = run_locust(up.env, up.api, tmp_path, "mixed", "-u", "4", "-r", "4", "-t", "10s",
-                                  KAIROS_LOCUST_MAX_DELAY_S="3", KAIROS_LOCUST_WAIT="0.2,0.6")
+        proc, report = run_locust(
+            up.env,
+            up.api,
+            tmp_path,
+            "mixed",
+            "-u",
+            "4",
+            "-r",
+            "4",
+            "-t",
+            "10s",
+            KAIROS_LOCUST_MAX_DELAY_S="3",
+            KAIROS_LOCUST_WAIT="0.2,0.6",
+        )
         assert proc.returncode == 0, _why(proc, report)
         total = aggregated(report)
         assert total["requests"] >= 30 and total["failures"] == 0, total
@@ -64,9 +102,22 @@ def test_locust_users_succeed_and_report_start_lag(tmp_path: Path) -> None:
         assert "Start lag read back from Kairos" in proc.stdout
 
         herd_at = (datetime.now(timezone.utc) + timedelta(seconds=12)).replace(microsecond=0)
-        proc, report = run_locust(up.env, up.api, tmp_path, "herd", "-u", "4", "-r", "4", "-t", "40s",
-                                  KAIROS_LOCUST_SHAPE="herd", KAIROS_LOCUST_HERD_JOBS="5",
-                                  KAIROS_LOCUST_HERD_HOLD_S="3", KAIROS_LOCUST_HERD_AT=herd_at.isoformat())
+        proc, report = run_locust(
+            up.env,
+            up.api,
+            tmp_path,
+            "herd",
+            "-u",
+            "4",
+            "-r",
+            "4",
+            "-t",
+            "40s",
+            KAIROS_LOCUST_SHAPE="herd",
+            KAIROS_LOCUST_HERD_JOBS="5",
+            KAIROS_LOCUST_HERD_HOLD_S="3",
+            KAIROS_LOCUST_HERD_AT=herd_at.isoformat(),
+        )
         assert proc.returncode == 0, _why(proc, report)
         herd = report["lag"]["herd"]
         assert herd["jobs"] == 20 and herd["started"] == 20, herd

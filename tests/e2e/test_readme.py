@@ -34,9 +34,13 @@ def readme_blocks() -> list[str]:
 def test_the_readme_examples_run_as_pasted_against_a_started_stack(tmp_path: Path) -> None:
     script = PRELUDE + "\n".join(f"echo '--- block {i}' >&2\n{block}" for i, block in enumerate(readme_blocks()))
     with kairos_up(tmp_path, "--demo") as up:
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")},
-               "KAIROS_HOME": str(up.home), "KAIROS_API_URL": up.api, "KAIROS_GRPC_ADDR": up.grpc_addr}
-        done = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=240)
-    assert done.returncode == 0, (f"exit {done.returncode}\n--- stderr\n{done.stderr[-4000:]}\n--- stdout\n"
-                                  f"{done.stdout[-3000:]}")
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")},
+            "KAIROS_HOME": str(up.home),
+            "KAIROS_API_URL": up.api,
+            "KAIROS_GRPC_ADDR": up.grpc_addr,
+        }
+        done = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, (
+        f"exit {done.returncode}\n--- stderr\n{done.stderr[-4000:]}\n--- stdout\n{done.stdout[-3000:]}"
+    )

@@ -36,8 +36,10 @@ pytestmark = pytest.mark.slow
 
 def series(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     """Every sample of ``name``: (labels, value)."""
-    return [(dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or "")), float(m.group(2)))
-            for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, flags=re.MULTILINE)]
+    return [
+        (dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or "")), float(m.group(2)))
+        for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, flags=re.MULTILINE)
+    ]
 
 
 def value(text: str, name: str, **labels: str) -> float:
@@ -69,16 +71,28 @@ def test_scheduler_and_executor_metrics_after_a_job_ran(tmp_path: Path, receiver
     hook, received = receiver
     port = two_free_ports()
     scheduler, executor = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
-    with kairos_up(tmp_path, KAIROS_HTTP_EGRESS_ALLOW="127.0.0.1", KAIROS_METRICS_PORT=str(port),
-                   KAIROS_METRICS_HOST="127.0.0.1") as up:
+    with kairos_up(
+        tmp_path, KAIROS_HTTP_EGRESS_ALLOW="127.0.0.1", KAIROS_METRICS_PORT=str(port), KAIROS_METRICS_HOST="127.0.0.1"
+    ) as up:
         assert f"scheduler {scheduler}/metrics" in up.text() and f"executor {executor}/metrics" in up.text()
         with httpx.Client(base_url=up.api, headers=up.headers, timeout=10) as api:
-            r = api.post("/v1/jobs", json={"name": "metered", "target": {"type": "http", "ref": hook},
-                                           "payload": {"n": 1}, "schedule": {"delaySeconds": 1}})
+            r = api.post(
+                "/v1/jobs",
+                json={
+                    "name": "metered",
+                    "target": {"type": "http", "ref": hook},
+                    "payload": {"n": 1},
+                    "schedule": {"delaySeconds": 1},
+                },
+            )
             assert r.status_code == 201, r.text
             job_id = r.json()["jobId"]
-            wait_for(lambda: (h := api.get(f"/v1/jobs/{job_id}/executions").json()) and h[0]["state"] == "succeeded",
-                     timeout_s=30, interval_s=0.2, what="the job to succeed")
+            wait_for(
+                lambda: (h := api.get(f"/v1/jobs/{job_id}/executions").json()) and h[0]["state"] == "succeeded",
+                timeout_s=30,
+                interval_s=0.2,
+                what="the job to succeed",
+            )
         assert len(received) == 1
 
         for base in (scheduler, executor):
@@ -96,9 +110,15 @@ def test_scheduler_and_executor_metrics_after_a_job_ran(tmp_path: Path, receiver
         assert value(text, "kairos_start_lag_seconds_bucket", le="5.0") == 1
         # The depth is a count refreshed every 5 s: one taken while the execution was still ready
         # reads 1 until the next, which must read 0.
-        wait_for(lambda: ({"pool": "@http", "kind": "http"}, 0.0)
-                 in series(httpx.get(f"{executor}/metrics").text, "kairos_ready_queue_depth"),
-                 timeout_s=15, interval_s=0.2, what="the ready depth to read 0 after the lease")
+        wait_for(
+            lambda: (
+                ({"pool": "@http", "kind": "http"}, 0.0)
+                in series(httpx.get(f"{executor}/metrics").text, "kairos_ready_queue_depth")
+            ),
+            timeout_s=15,
+            interval_s=0.2,
+            what="the ready depth to read 0 after the lease",
+        )
 
         text = httpx.get(f"{scheduler}/metrics").text
         assert value(text, "kairos_shards_owned") == 256
@@ -109,8 +129,10 @@ def test_scheduler_and_executor_metrics_after_a_job_ran(tmp_path: Path, receiver
 
         text = httpx.get(f"{up.api}/metrics").text
         assert value(text, "kairos_jobs_submitted_total") == 1
-        assert value(text, "kairos_http_request_duration_seconds_count", route="/v1/jobs", method="POST",
-                     status="201") == 1
+        assert (
+            value(text, "kairos_http_request_duration_seconds_count", route="/v1/jobs", method="POST", status="201")
+            == 1
+        )
 
         # The executor's one line per outcome, with what its lease told it.
         log = (up.home / "logs" / "executor.log").read_text()
@@ -158,19 +180,30 @@ def admin(database_url: str, sql: str) -> None:
 
 
 def test_a_lone_scheduler_pushes_otlp_and_its_readyz_follows_the_database(
-        database_url: str, collector: Collector, tmp_path: Path) -> None:
+    database_url: str, collector: Collector, tmp_path: Path
+) -> None:
     port = free_port()
     probes = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")}
-    env.update({"KAIROS_DATABASE_URL": database_url, "KAIROS_METRICS_PORT": str(port),
-                "KAIROS_METRICS_HOST": "127.0.0.1", "KAIROS_OTLP_ENDPOINT": collector.url,
-                "KAIROS_OTLP_INTERVAL_S": "0.5", "KAIROS_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "KAIROS_DATABASE_URL": database_url,
+            "KAIROS_METRICS_PORT": str(port),
+            "KAIROS_METRICS_HOST": "127.0.0.1",
+            "KAIROS_OTLP_ENDPOINT": collector.url,
+            "KAIROS_OTLP_INTERVAL_S": "0.5",
+            "KAIROS_HOME": str(tmp_path / "home"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     log_path = tmp_path / "scheduler.log"
     database = urlsplit(database_url).path.lstrip("/")
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "scheduler"], env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "scheduler"], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
+
         def readyz() -> int | None:
             assert proc.poll() is None, log_path.read_text()[-2000:]
             try:

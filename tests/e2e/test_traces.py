@@ -41,19 +41,29 @@ def target() -> Iterator[tuple[str, list[Request]]]:
 def test_a_one_off_is_one_trace_from_submit_to_delivery(tmp_path: Path, target) -> None:
     base, seen = target
     hook = f"{base}/hook"
-    with endpoint() as (collector, exported), \
-            kairos_up(tmp_path, KAIROS_HTTP_EGRESS_ALLOW="127.0.0.1", KAIROS_OTLP_ENDPOINT=collector,
-                      KAIROS_OTLP_INTERVAL_S="1") as up, httpx.Client(base_url=up.api, headers=up.headers) as api:
+    with (
+        endpoint() as (collector, exported),
+        kairos_up(
+            tmp_path, KAIROS_HTTP_EGRESS_ALLOW="127.0.0.1", KAIROS_OTLP_ENDPOINT=collector, KAIROS_OTLP_INTERVAL_S="1"
+        ) as up,
+        httpx.Client(base_url=up.api, headers=up.headers) as api,
+    ):
         client_trace = "0af7651916cd43dd8448eb211c80319c"
-        resp = api.post("/v1/jobs", json={"name": "traced", "target": {"type": "http", "ref": hook},
-                                          "schedule": {"delaySeconds": 1}},
-                        headers={"traceparent": f"00-{client_trace}-b7ad6b7169203331-01"})
+        resp = api.post(
+            "/v1/jobs",
+            json={"name": "traced", "target": {"type": "http", "ref": hook}, "schedule": {"delaySeconds": 1}},
+            headers={"traceparent": f"00-{client_trace}-b7ad6b7169203331-01"},
+        )
         assert resp.status_code == 201, resp.text
         job_id = resp.json()["jobId"]
         wait_for(lambda: seen, timeout_s=30, interval_s=0.2, what="the delivery")
         names = {"kairos.submit", "kairos.dispatch", "kairos.deliver"}
-        wait_for(lambda: names <= {s[1] for s in spans_of(exported)}, timeout_s=30, interval_s=0.3,
-                 what=f"spans {names} exported")
+        wait_for(
+            lambda: names <= {s[1] for s in spans_of(exported)},
+            timeout_s=30,
+            interval_s=0.3,
+            what=f"spans {names} exported",
+        )
         [execution] = api.get(f"/v1/jobs/{job_id}/executions").json()
     traced = {s[1]: s for s in spans_of(exported) if s[1] in names}
     # One trace: the client's, continued by the submit, the dispatch and the delivery, in three tiers.
@@ -68,23 +78,37 @@ def test_a_one_off_is_one_trace_from_submit_to_delivery(tmp_path: Path, target) 
 def test_a_worker_pool_attempt_joins_its_occurrences_trace(tmp_path: Path) -> None:
     """A recurring job's occurrence starts its own trace (linked to the submit); the executor's span for
     the attempt a `kairos worker` leased and completed belongs to it."""
-    with endpoint() as (collector, exported), \
-            kairos_up(tmp_path, KAIROS_OTLP_ENDPOINT=collector, KAIROS_OTLP_INTERVAL_S="1") as up, \
-            httpx.Client(base_url=up.api, headers=up.headers) as api:
-        worker = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--pool", "traced", "--", "cat"],
-                                  env={**up.env, "KAIROS_API_KEY": up.key, "KAIROS_GRPC_ADDR": up.grpc_addr},
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    with (
+        endpoint() as (collector, exported),
+        kairos_up(tmp_path, KAIROS_OTLP_ENDPOINT=collector, KAIROS_OTLP_INTERVAL_S="1") as up,
+        httpx.Client(base_url=up.api, headers=up.headers) as api,
+    ):
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "worker", "--pool", "traced", "--", "cat"],
+            env={**up.env, "KAIROS_API_KEY": up.key, "KAIROS_GRPC_ADDR": up.grpc_addr},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
         try:
-            job_id = api.post("/v1/jobs", json={"name": "pool", "target": {"type": "queue", "ref": "traced"},
-                                                "schedule": {"every": "10s"}}).json()["jobId"]
+            job_id = api.post(
+                "/v1/jobs",
+                json={"name": "pool", "target": {"type": "queue", "ref": "traced"}, "schedule": {"every": "10s"}},
+            ).json()["jobId"]
             api.post(f"/v1/jobs/{job_id}:run")  # a manual run: no wait for the first interval
-            done = wait_for(lambda: [e for e in api.get(f"/v1/jobs/{job_id}/executions").json()
-                                     if e["state"] == "succeeded"], timeout_s=40, interval_s=0.3, what="a run")
+            done = wait_for(
+                lambda: [e for e in api.get(f"/v1/jobs/{job_id}/executions").json() if e["state"] == "succeeded"],
+                timeout_s=40,
+                interval_s=0.3,
+                what="a run",
+            )
             trace_id = done[0]["traceId"]
             assert trace_id
-            wait_for(lambda: ("kairos-executor", "kairos.attempt", trace_id) in
-                     {s[:3] for s in spans_of(exported)}, timeout_s=30, interval_s=0.3,
-                     what="the attempt's span in the occurrence's trace")
+            wait_for(
+                lambda: ("kairos-executor", "kairos.attempt", trace_id) in {s[:3] for s in spans_of(exported)},
+                timeout_s=30,
+                interval_s=0.3,
+                what="the attempt's span in the occurrence's trace",
+            )
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=20)

@@ -25,7 +25,8 @@ def test_demo_delivers_its_job_whatever_the_allow_list_says(tmp_path: Path) -> N
         hook_port = hook.rsplit(":", 1)[1]
         with kairos_up(tmp_path, "--demo", KAIROS_HTTP_EGRESS_ALLOW=f"127.0.0.1:{hook_port}") as up:
             assert "demo job submitted" in up.text() or wait_for(
-                lambda: "demo job submitted" in up.text(), timeout_s=20, what="the demo job"), up.text()
+                lambda: "demo job submitted" in up.text(), timeout_s=20, what="the demo job"
+            ), up.text()
             assert "Traceback" not in up.text()
             with httpx.Client(base_url=up.api, headers=up.headers, timeout=10) as client:
                 demo = client.get("/v1/jobs").json()["jobs"][0]
@@ -36,8 +37,12 @@ def test_demo_delivers_its_job_whatever_the_allow_list_says(tmp_path: Path) -> N
 
                 wait_for(delivered, timeout_s=40, interval_s=0.2, what="the demo job to succeed")
                 # The user's own entry is allowed too.
-                mine = {"name": "hook", "target": {"type": "http", "ref": f"{hook}/x"}, "payload": {},
-                        "schedule": {"delaySeconds": 1}}
+                mine = {
+                    "name": "hook",
+                    "target": {"type": "http", "ref": f"{hook}/x"},
+                    "payload": {},
+                    "schedule": {"delaySeconds": 1},
+                }
                 assert client.post("/v1/jobs", json=mine).status_code == 201
                 wait_for(lambda: received, timeout_s=40, interval_s=0.2, what="the user's webhook")
         assert up.proc.returncode == 0, up.text()
@@ -60,10 +65,22 @@ def test_up_that_fails_after_starting_its_children_stops_every_one(tmp_path: Pat
     home = tmp_path / "home"
     api_port, grpc_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")}
-    env.update({"KAIROS_HOME": str(home), "KAIROS_API_PORT": str(api_port), "KAIROS_GRPC_PORT": str(grpc_port),
-                "KAIROS_PAYLOAD_MAX_BYTES": "8", "PYTHONUNBUFFERED": "1"})
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "up", "--demo"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    env.update(
+        {
+            "KAIROS_HOME": str(home),
+            "KAIROS_API_PORT": str(api_port),
+            "KAIROS_GRPC_PORT": str(grpc_port),
+            "KAIROS_PAYLOAD_MAX_BYTES": "8",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "up", "--demo"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:

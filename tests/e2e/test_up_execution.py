@@ -36,14 +36,25 @@ def test_http_and_queue_jobs_succeed_through_kairos_up(tmp_path: Path, receiver)
                 worker = subprocess.Popen(
                     [sys.executable, "-m", "app.cli", "worker", "--pool", "e2e-pool", "--report-ms", "2", "--", "cat"],
                     env={**up.env, "KAIROS_API_KEY": up.key, "KAIROS_GRPC_ADDR": up.grpc_addr},
-                    stdout=sink, stderr=subprocess.STDOUT)
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                )
             with httpx.Client(base_url=up.api, headers=up.headers, timeout=10) as api:
                 jobs = {}
-                for kind, target, payload in (("http", {"type": "http", "ref": hook}, {"kind": "http"}),
-                                              ("queue", {"type": "queue", "ref": "e2e-pool"}, {"kind": "queue"})):
-                    r = api.post("/v1/jobs", json={"name": f"e2e-{kind}", "target": target, "payload": payload,
-                                                   "schedule": {"delaySeconds": 1},
-                                                   "retry": {"maxAttempts": 3, "backoffSeconds": 1}})
+                for kind, target, payload in (
+                    ("http", {"type": "http", "ref": hook}, {"kind": "http"}),
+                    ("queue", {"type": "queue", "ref": "e2e-pool"}, {"kind": "queue"}),
+                ):
+                    r = api.post(
+                        "/v1/jobs",
+                        json={
+                            "name": f"e2e-{kind}",
+                            "target": target,
+                            "payload": payload,
+                            "schedule": {"delaySeconds": 1},
+                            "retry": {"maxAttempts": 3, "backoffSeconds": 1},
+                        },
+                    )
                     assert r.status_code == 201, r.text
                     jobs[kind] = r.json()["jobId"]
 
@@ -52,8 +63,9 @@ def test_http_and_queue_jobs_succeed_through_kairos_up(tmp_path: Path, receiver)
                     return history if history and history[0]["state"] == "succeeded" else None
 
                 for kind, job_id in jobs.items():
-                    [run] = wait_for(lambda: succeeded(job_id), timeout_s=60, interval_s=0.2,
-                                     what=f"the {kind} job to succeed")
+                    [run] = wait_for(
+                        lambda: succeeded(job_id), timeout_s=60, interval_s=0.2, what=f"the {kind} job to succeed"
+                    )
                     assert run["attempt"] == 1 and run["startedAt"] and run["finishedAt"]
                     attempts = api.get(f"/v1/executions/{run['executionId']}/attempts").json()
                     assert [(a["attempt"], a["outcome"]) for a in attempts] == [(1, "succeeded")]

@@ -21,7 +21,7 @@ def test_the_supervisors_metrics_have_the_restart_counter_before_any_restart(tmp
         assert up.proc.poll() is None
         url = f"http://127.0.0.1:{base + 2}/metrics"
         text = wait_for(lambda: httpx.get(url, timeout=5).text, timeout_s=20, what="the supervisor's /metrics")
-    samples = dict(re.findall(r'^kairos_supervisor_restarts_total\{([^}]*)\} (\S+)$', text, flags=re.MULTILINE))
+    samples = dict(re.findall(r"^kairos_supervisor_restarts_total\{([^}]*)\} (\S+)$", text, flags=re.MULTILINE))
     tiers = {re.search(r'tier="([^"]+)"', labels).group(1) for labels in samples}
     assert {"api", "scheduler", "executor"} <= tiers, text
     assert set(samples.values()) == {"0.0"}, samples

@@ -65,8 +65,15 @@ def impostor_api() -> Iterator[int]:
 
 def _env(home: Path, api_port: int, grpc_port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")}
-    env.update({"KAIROS_HOME": str(home), "KAIROS_API_PORT": str(api_port), "KAIROS_GRPC_PORT": str(grpc_port),
-                "KAIROS_API_WORKERS": "1", "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "KAIROS_HOME": str(home),
+            "KAIROS_API_PORT": str(api_port),
+            "KAIROS_GRPC_PORT": str(grpc_port),
+            "KAIROS_API_WORKERS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
@@ -75,8 +82,13 @@ def test_up_refuses_a_port_held_by_another_process_at_once(tmp_path: Path, taken
     with plain_listener() as held:
         api_port, grpc_port = (held, free_port()) if taken == "api" else (free_port(), held)
         home = tmp_path / "home"
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "up"], env=_env(home, api_port, grpc_port),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "up"],
+            env=_env(home, api_port, grpc_port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             out, err = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
@@ -96,7 +108,8 @@ def test_up_refuses_a_port_held_by_another_process_at_once(tmp_path: Path, taken
 
 @pytest.mark.parametrize("taken", ["api", "grpc"])
 def test_a_tier_that_cannot_bind_is_reported_even_when_another_process_answers_on_its_port(
-        tmp_path: Path, database_url: str, taken: str) -> None:
+    tmp_path: Path, database_url: str, taken: str
+) -> None:
     # The port is taken after the check before start-up (here: the children are started directly),
     # and the process holding it answers the readiness probe.
     holder = impostor_api() if taken == "api" else plain_listener()

@@ -36,8 +36,7 @@ async def fresh_database() -> AsyncIterator[Database]:
     admin = _admin(URL, "defaultdb")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
-    db = Database(create_engine(make_url(URL).set(database=name).render_as_string(hide_password=False),
-                                pool_size=5))
+    db = Database(create_engine(make_url(URL).set(database=name).render_as_string(hide_password=False), pool_size=5))
     try:
         await migrate.upgrade(db)
         yield db

@@ -25,8 +25,9 @@ async def test_a_leased_batch_of_a_backfill_is_in_scheduled_order(db: Database) 
         job = await tx.jobs.get(t.tenant_id, job_id)
         made = 0
         for i in order:
-            made += len(await tx.jobs.insert_executions(job, [nominals[i]], [ready[i]], trigger="backfill",
-                                                        dry_run=False))
+            made += len(
+                await tx.jobs.insert_executions(job, [nominals[i]], [ready[i]], trigger="backfill", dry_run=False)
+            )
         return made
 
     assert await db.transaction(backfill) == 40

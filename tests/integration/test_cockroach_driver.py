@@ -28,8 +28,10 @@ from app.store.db import _OneStatement, ambiguous, create_engine, isolation_for,
 from app.store.queries import driver_text
 from tests import factories
 
-RESTART = ("restart transaction: TransactionRetryWithProtoRefreshError: TransactionRetryError: "
-           "retry txn (RETRY_SERIALIZABLE - failed preemptive refresh)")
+RESTART = (
+    "restart transaction: TransactionRetryWithProtoRefreshError: TransactionRetryError: "
+    "retry txn (RETRY_SERIALIZABLE - failed preemptive refresh)"
+)
 AMBIGUOUS = "result is ambiguous (error=rpc error: code = Unavailable desc = transport is closing [exhausted])"
 
 
@@ -48,6 +50,7 @@ def cockroach_url(url: str) -> str:
 
 # -- classification ---------------------------------------------------------------------------------
 
+
 def test_cockroach_retry_errors_are_retryable_in_every_form() -> None:
     assert retryable(wrapped(psycopg.errors.SerializationFailure(RESTART)))  # 40001, as CockroachDB sends it
     assert retryable(wrapped(psycopg.errors.DeadlockDetected("deadlock detected")))  # 40P01
@@ -65,9 +68,9 @@ def test_ambiguous_commits_are_told_apart_from_retry_errors() -> None:
 
 # -- retries ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("state", ["40001", "XX000"], ids=["sqlstate-40001", "message-only"])
-async def test_a_restart_transaction_error_from_the_server_runs_the_transaction_again(db: Database,
-                                                                                      state: str) -> None:
+async def test_a_restart_transaction_error_from_the_server_runs_the_transaction_again(db: Database, state: str) -> None:
     runs = 0
 
     async def work(tx: Store) -> Any:
@@ -85,6 +88,7 @@ async def test_a_restart_transaction_error_from_the_server_runs_the_transaction_
 
 
 # -- ambiguous commits ------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def ambiguous_commit(db: Database, monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[str]]:
@@ -132,17 +136,25 @@ def ambiguous_commit(db: Database, monkeypatch: pytest.MonkeyPatch) -> Callable[
 def _submission(tenant_id: uuid.UUID, key: str | None = None) -> Any:
     from app.api.jobs import schemas
 
-    body = schemas.JobIn(name="amb", target=schemas.TargetIn(type="queue", ref="work"),
-                         schedule=schemas.ScheduleIn(delay_seconds=3600), payload={"n": 1})
+    body = schemas.JobIn(
+        name="amb",
+        target=schemas.TargetIn(type="queue", ref="work"),
+        schedule=schemas.ScheduleIn(delay_seconds=3600),
+        payload={"n": 1},
+    )
     now = datetime.now(timezone.utc)
     return service.submission(body, Settings(), tenant_id, key, "fp" if key else None, now, None)
 
 
 async def _jobs_of(db: Database, tenant_id: uuid.UUID) -> list[tuple[uuid.UUID, int]]:
     async def read(conn: Any) -> list[tuple[uuid.UUID, int]]:
-        rows = await conn.execute(text(
-            "SELECT j.job_id, (SELECT count(*) FROM due_index AS d WHERE d.job_id = j.job_id) AS due "
-            "FROM jobs AS j WHERE j.tenant_id = :t"), {"t": tenant_id})
+        rows = await conn.execute(
+            text(
+                "SELECT j.job_id, (SELECT count(*) FROM due_index AS d WHERE d.job_id = j.job_id) AS due "
+                "FROM jobs AS j WHERE j.tenant_id = :t"
+            ),
+            {"t": tenant_id},
+        )
         return [(r.job_id, r.due) for r in rows]
 
     return await factories.raw(db, read)
@@ -163,7 +175,8 @@ PATHS = pytest.mark.parametrize("path", ["statement", "transaction"])
 @PATHS
 @pytest.mark.parametrize("key", [None, "client-key-1"], ids=["no-key", "idempotency-key"])
 async def test_a_submit_whose_commit_landed_ambiguously_is_read_back_not_inserted_again(
-        db: Database, ambiguous_commit: Callable[..., list[str]], key: str | None, path: str) -> None:
+    db: Database, ambiguous_commit: Callable[..., list[str]], key: str | None, path: str
+) -> None:
     tenant_id = await tenant_on(db, path)
     sub = _submission(tenant_id, key)
     log = ambiguous_commit(landed=True, writes="INSERT INTO jobs")
@@ -176,7 +189,8 @@ async def test_a_submit_whose_commit_landed_ambiguously_is_read_back_not_inserte
 
 @PATHS
 async def test_a_submit_whose_commit_did_not_land_is_stored_once_by_running_it_again(
-        db: Database, ambiguous_commit: Callable[..., list[str]], path: str) -> None:
+    db: Database, ambiguous_commit: Callable[..., list[str]], path: str
+) -> None:
     tenant_id = await tenant_on(db, path)
     sub = _submission(tenant_id)
     log = ambiguous_commit(landed=False, writes="INSERT INTO jobs")
@@ -188,7 +202,8 @@ async def test_a_submit_whose_commit_did_not_land_is_stored_once_by_running_it_a
 
 @PATHS
 async def test_an_ambiguous_commit_of_a_replayed_key_answers_the_earlier_job(
-        db: Database, ambiguous_commit: Callable[..., list[str]], path: str) -> None:
+    db: Database, ambiguous_commit: Callable[..., list[str]], path: str
+) -> None:
     tenant_id = await tenant_on(db, path)
     [first] = await SubmitWriter(db).submit([_submission(tenant_id, "k")])
     assert isinstance(first, Created)
@@ -196,8 +211,10 @@ async def test_an_ambiguous_commit_of_a_replayed_key_answers_the_earlier_job(
     again, fresh = _submission(tenant_id, "k"), _submission(tenant_id, "k2")
     ambiguous_commit(landed=True, writes="INSERT INTO jobs")
     out = await SubmitWriter(db).submit([again, fresh])
-    assert [(o.job_id, o.replayed) for o in out if isinstance(o, Created)] == [(first.job_id, True),
-                                                                             (fresh.job.job_id, False)]
+    assert [(o.job_id, o.replayed) for o in out if isinstance(o, Created)] == [
+        (first.job_id, True),
+        (fresh.job.job_id, False),
+    ]
     assert sorted(await _jobs_of(db, tenant_id)) == sorted([(first.job_id, 1), (fresh.job.job_id, 1)])
 
 
@@ -224,7 +241,8 @@ async def test_a_40003_from_a_statement_is_resolved_by_the_reader_too(db: Databa
 
 
 async def test_without_a_reader_an_ambiguous_commit_is_reported_and_not_repeated(
-        db: Database, ambiguous_commit: Callable[..., list[str]]) -> None:
+    db: Database, ambiguous_commit: Callable[..., list[str]]
+) -> None:
     runs = 0
 
     async def work(tx: Store) -> None:
@@ -241,6 +259,7 @@ async def test_without_a_reader_an_ambiguous_commit_is_reported_and_not_repeated
 
 
 # -- the driver path --------------------------------------------------------------------------------
+
 
 def test_cockroachdb_urls_take_sqlalchemy_cockroachdb_over_psycopg() -> None:
     assert normalise_url("cockroachdb://u@h:26257/kairos?sslmode=verify-full").startswith("cockroachdb+psycopg://")
@@ -262,7 +281,8 @@ async def cockroach_dialect_db(database_url: str) -> AsyncIterator[Database]:
 
 
 async def test_the_cockroach_driver_path_runs_transactions_and_asks_for_follower_reads(
-        cockroach_dialect_db: Database) -> None:
+    cockroach_dialect_db: Database,
+) -> None:
     db = cockroach_dialect_db
     assert db.dialect == "cockroachdb"
     t = await factories.tenant(db, "via-crdb-dialect")
@@ -305,4 +325,3 @@ async def test_a_read_that_finds_nothing_where_staleness_could_explain_it_stays_
     with pytest.raises(errors.JobNotFound):
         await db.read(work, fresh_if=(errors.JobNotFound,))
     assert runs == 1
-

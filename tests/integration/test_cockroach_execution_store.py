@@ -21,8 +21,13 @@ async def db(database_url: str) -> AsyncIterator[Database]:
         async with cockroach_cluster.fresh_database() as real:
             yield real
         return
-    database = Database(create_engine(database_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://"),
-                                      isolation="SERIALIZABLE", pool_size=5))
+    database = Database(
+        create_engine(
+            database_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://"),
+            isolation="SERIALIZABLE",
+            pool_size=5,
+        )
+    )
     assert database.dialect == "cockroachdb"
     yield database
     await database.close()

@@ -22,9 +22,13 @@ from app.store.db import create_engine
 from app.store.schema import Schema
 from tests.support.cli import run_kairos
 
-PLAN = overlay.OverlayPlan(database="kairos", primary_region="us-east1",
-                           regions=("europe-west1", "us-east1", "us-west1"), secondary_region="us-west1",
-                           retention_days=30)
+PLAN = overlay.OverlayPlan(
+    database="kairos",
+    primary_region="us-east1",
+    regions=("europe-west1", "us-east1", "us-west1"),
+    secondary_region="us-west1",
+    retention_days=30,
+)
 IDENT = r'"[^"]+"'
 TABLE = r"[a-z_]+"
 # The CockroachDB forms the overlay may use, each from the page its file cites.
@@ -54,8 +58,12 @@ def rendered() -> list[overlay.OverlayStatement]:
 
 def test_every_overlay_file_parses_into_statements() -> None:
     files = overlay.files()
-    assert [f.name for f in files] == ["0001_regions.sql", "0002_localities.sql", "0003_due_index_splits.sql",
-                                       "0004_history_ttl.sql"]
+    assert [f.name for f in files] == [
+        "0001_regions.sql",
+        "0002_localities.sql",
+        "0003_due_index_splits.sql",
+        "0004_history_ttl.sql",
+    ]
     for f in files:
         assert overlay.parse(f.name, f.read_text()), f.name
 
@@ -121,7 +129,13 @@ def test_every_table_has_a_locality() -> None:
     missing = _tables_created_by_migrations() - set(localities)
     assert not missing, f"tables without a locality in sql/cockroach/0002_localities.sql: {sorted(missing)}"
     assert {t for t, loc in localities.items() if loc == "GLOBAL"} == {
-        "tenants", "api_keys", "pools", "pool_grants", "oidc_keys", "schema_migrations"}
+        "tenants",
+        "api_keys",
+        "pools",
+        "pool_grants",
+        "oidc_keys",
+        "schema_migrations",
+    }
 
 
 def test_an_unknown_directive_or_an_unterminated_statement_is_refused() -> None:
@@ -131,16 +145,20 @@ def test_an_unknown_directive_or_an_unterminated_statement_is_refused() -> None:
         overlay.parse("x.sql", "ALTER TABLE jobs SET LOCALITY GLOBAL\n")
 
 
-@pytest.mark.parametrize(("regions", "primary", "secondary", "field"), [
-    (["a", "b", "c"], "", None, "--primary-region"),
-    (["a", "b", "c"], "z", None, "--primary-region"),
-    (["a", "b", "c"], "a", "a", "--secondary-region"),
-    (["a", "b", "c"], "a", "q", "--secondary-region"),
-    (["a", "b"], "a", None, "--cockroach-overlay"),
-    ([], "a", None, "--cockroach-overlay"),
-])
-def test_a_plan_the_cluster_cannot_hold_is_refused(regions: list[str], primary: str, secondary: str | None,
-                                                    field: str) -> None:
+@pytest.mark.parametrize(
+    ("regions", "primary", "secondary", "field"),
+    [
+        (["a", "b", "c"], "", None, "--primary-region"),
+        (["a", "b", "c"], "z", None, "--primary-region"),
+        (["a", "b", "c"], "a", "a", "--secondary-region"),
+        (["a", "b", "c"], "a", "q", "--secondary-region"),
+        (["a", "b"], "a", None, "--cockroach-overlay"),
+        ([], "a", None, "--cockroach-overlay"),
+    ],
+)
+def test_a_plan_the_cluster_cannot_hold_is_refused(
+    regions: list[str], primary: str, secondary: str | None, field: str
+) -> None:
     with pytest.raises(errors.InvalidInput) as refused:
         overlay.plan_for("kairos", regions, primary, secondary, 30)
     assert refused.value.field == field
@@ -148,11 +166,12 @@ def test_a_plan_the_cluster_cannot_hold_is_refused(regions: list[str], primary: 
 
 # -- the runner and the command ----------------------------------------------------------------------
 
+
 async def test_the_runner_applies_every_statement_in_order_outside_a_transaction(
-        database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The server's answers are faked (version, regions); the statements are recorded, not run."""
-    db = Database(create_engine(database_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://"),
-                                pool_size=2))
+    db = Database(create_engine(database_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://"), pool_size=2))
     ran: list[tuple[str, bool]] = []
 
     async def version(self: Schema) -> tuple[str, str]:
@@ -181,28 +200,48 @@ async def _schema_fingerprint(db: Database) -> Any:
 
 @pytest.mark.parametrize("scheme", ["postgresql+psycopg://", "cockroachdb+psycopg://"])
 async def test_the_overlay_on_postgresql_exits_2_with_one_line_and_changes_nothing(
-        db: Database, database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        scheme: str) -> None:
+    db: Database, database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], scheme: str
+) -> None:
     before = await _schema_fingerprint(db)
     url = database_url.replace("postgresql+psycopg://", scheme)
-    result = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "db", "upgrade", "--cockroach-overlay",
-                                     "--primary-region", "us-east1", env={"KAIROS_DATABASE_URL": url})
+    result = await asyncio.to_thread(
+        run_kairos,
+        monkeypatch,
+        capsys,
+        "db",
+        "upgrade",
+        "--cockroach-overlay",
+        "--primary-region",
+        "us-east1",
+        env={"KAIROS_DATABASE_URL": url},
+    )
     assert result.code == 2, (result.out, result.err)
     assert "needs CockroachDB" in result.error_line and "PostgreSQL" in result.error_line
     assert result.out == ""
     assert await _schema_fingerprint(db) == before
 
 
-async def test_region_options_without_the_overlay_exit_2(database_url: str, monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    result = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "db", "upgrade", "--primary-region", "us-east1",
-                                     env={"KAIROS_DATABASE_URL": database_url})
+async def test_region_options_without_the_overlay_exit_2(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = await asyncio.to_thread(
+        run_kairos,
+        monkeypatch,
+        capsys,
+        "db",
+        "upgrade",
+        "--primary-region",
+        "us-east1",
+        env={"KAIROS_DATABASE_URL": database_url},
+    )
     assert result.code == 2 and "--cockroach-overlay" in result.error_line
 
 
-async def test_plain_upgrade_still_only_migrates(database_url: str, monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    result = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "db", "upgrade",
-                                     env={"KAIROS_DATABASE_URL": database_url})
+async def test_plain_upgrade_still_only_migrates(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = await asyncio.to_thread(
+        run_kairos, monkeypatch, capsys, "db", "upgrade", env={"KAIROS_DATABASE_URL": database_url}
+    )
     assert result.code == 0, result.err
     assert result.out.startswith("applied 0 migration(s)") and "overlay" not in result.out

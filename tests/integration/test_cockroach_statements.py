@@ -90,8 +90,9 @@ def cockroach_text(name: str) -> str:
 
 
 def modified_tables(sql: str) -> Counter[str]:
-    return Counter(m.lower() for m in re.findall(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)", sql,
-                                                 re.IGNORECASE))
+    return Counter(
+        m.lower() for m in re.findall(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)", sql, re.IGNORECASE)
+    )
 
 
 def postgres_only(name: str) -> bool:
@@ -112,6 +113,7 @@ def test_the_drills_statements_are_checked_here_too() -> None:
 
 
 # -- selection --------------------------------------------------------------------------------------
+
 
 def test_a_statement_with_its_own_cockroach_text_compiles_to_it_only_on_cockroachdb() -> None:
     both = DialectText("SELECT :a AS x", "SELECT :a + 1 AS x, :b AS y")
@@ -146,6 +148,7 @@ def test_a_variant_is_valid_postgresql_too(name: str) -> None:
 
 # -- CockroachDB's rules ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", runs_on_cockroach())
 def test_cockroachs_text_modifies_each_table_once_per_statement(name: str) -> None:
     """CockroachDB refuses statements with several modification subqueries of one table
@@ -158,8 +161,9 @@ def test_cockroachs_text_modifies_each_table_once_per_statement(name: str) -> No
 def test_cockroachs_text_has_no_correlated_limit(name: str) -> None:
     """LIMIT of a constant or a parameter: CockroachDB's documented forms never take a column."""
     for limit in re.findall(r"(?<![:\w])LIMIT\s+([^\s)][^\n]*)", cockroach_text(name), re.IGNORECASE):
-        assert re.match(r"(:\w+|CAST\(:\w+ AS INT8?\)|\d+)(\s|\)|$)", limit.strip(), re.IGNORECASE), \
+        assert re.match(r"(:\w+|CAST\(:\w+ AS INT8?\)|\d+)(\s|\)|$)", limit.strip(), re.IGNORECASE), (
             f"{name}: LIMIT {limit}"
+        )
 
 
 @pytest.mark.parametrize("name", runs_on_cockroach())
@@ -171,8 +175,12 @@ def test_cockroachs_text_uses_nothing_postgresql_only(name: str) -> None:
 def test_every_construct_in_cockroachs_text_is_documented_with_its_page() -> None:
     doc = DOC.read_text()
     table = {m.group(1).strip("` "): m.group(2) for m in re.finditer(r"^\| ([^|]+) \| ([^|]+) \|", doc, re.MULTILINE)}
-    used = {c for name in runs_on_cockroach() for c, p in CONSTRUCTS.items()
-            if re.search(p, cockroach_text(name), re.IGNORECASE | re.DOTALL)}
+    used = {
+        c
+        for name in runs_on_cockroach()
+        for c, p in CONSTRUCTS.items()
+        if re.search(p, cockroach_text(name), re.IGNORECASE | re.DOTALL)
+    }
     assert used >= {"WITH ORDINALITY", "DELETE ... USING", "array casts", "SKIP LOCKED", "AS OF SYSTEM TIME"}
     for construct in sorted(used):
         assert construct in table, f"docs/cockroachdb.md has no row for {construct}"
@@ -180,6 +188,7 @@ def test_every_construct_in_cockroachs_text_is_documented_with_its_page() -> Non
 
 
 # -- on a real CockroachDB (skipped here; docs/cockroachdb.md says how to run it) ---------------------
+
 
 @pytest.mark.skipif(not cockroach_cluster.REAL, reason=cockroach_cluster.WHY_SKIPPED)
 async def test_every_statement_plans_on_cockroachdb() -> None:
@@ -197,20 +206,22 @@ async def test_every_statement_plans_on_cockroachdb() -> None:
 
 # -- CockroachDB's texts on PostgreSQL (the rest: test_cockroach_execution_store.py) ---------------
 
+
 async def test_cockroachs_http_pool_lease_skips_the_tenants_it_is_told_to(database_url: str) -> None:
     from app.store import Database
     from app.store.db import create_engine
     from tests import factories
 
-    db = Database(create_engine(database_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://"),
-                                pool_size=2))
+    db = Database(create_engine(database_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://"), pool_size=2))
     try:
         waiting, served = await factories.tenant(db), await factories.tenant(db)
         for t in (waiting, served):
             job = await factories.job(db, t.tenant_id, queue=factories.HTTP_QUEUE)
             await factories.ready_executions(db, job, 3)
-        leased = await db.transaction(lambda tx: tx.executions.lease(
-            factories.HTTP_QUEUE, "w1", 10, 30.0, skip_tenants=[waiting.tenant_id]), isolation="READ COMMITTED")
+        leased = await db.transaction(
+            lambda tx: tx.executions.lease(factories.HTTP_QUEUE, "w1", 10, 30.0, skip_tenants=[waiting.tenant_id]),
+            isolation="READ COMMITTED",
+        )
         assert sorted({x.tenant_id for x in leased}) == [str(served.tenant_id)] and len(leased) == 3
         assert {x.attempt for x in leased} == {1}
     finally:
@@ -222,8 +233,7 @@ async def test_cockroachs_fair_lease_stops_at_the_tenants_in_flight_quota(databa
     from app.store.db import create_engine
     from tests import factories
 
-    db = Database(create_engine(database_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://"),
-                                pool_size=2))
+    db = Database(create_engine(database_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://"), pool_size=2))
     try:
         tenant = await factories.tenant(db)
         await db.transaction(lambda tx: tx.tenants.set_quota(tenant.tenant_id, max_inflight=4))
@@ -231,8 +241,9 @@ async def test_cockroachs_fair_lease_stops_at_the_tenants_in_flight_quota(databa
         await factories.ready_executions(db, job, 10)
 
         async def lease(limit: int) -> int:
-            got = await db.transaction(lambda tx: tx.executions.lease(factories.HTTP_QUEUE, "w1", limit, 30.0),
-                                       isolation="READ COMMITTED")
+            got = await db.transaction(
+                lambda tx: tx.executions.lease(factories.HTTP_QUEUE, "w1", limit, 30.0), isolation="READ COMMITTED"
+            )
             return len(got)
 
         assert [await lease(3), await lease(10), await lease(10)] == [3, 1, 0]

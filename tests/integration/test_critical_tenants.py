@@ -32,48 +32,88 @@ async def critical_flag(db: Database, tenant_id: uuid.UUID) -> bool:
 
 
 def submission(tenant_id: uuid.UUID) -> Any:
-    body = schemas.JobIn(name="d", target=schemas.TargetIn(type="queue", ref="work"),
-                         schedule=schemas.ScheduleIn(delay_seconds=3600))
+    body = schemas.JobIn(
+        name="d", target=schemas.TargetIn(type="queue", ref="work"), schedule=schemas.ScheduleIn(delay_seconds=3600)
+    )
     return service.submission(body, Settings(), tenant_id, None, None, datetime.now(timezone.utc))
 
 
 # -- the command ------------------------------------------------------------------------------------
 
-async def test_set_critical_turns_the_flag_on_and_off(db: Database, database_url: str,
-                                                      monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+
+async def test_set_critical_turns_the_flag_on_and_off(
+    db: Database, database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     t = await factories.tenant(db)
     assert not await critical_flag(db, t.tenant_id)  # migration 0013: off by default
-    on = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "tenants", "set-critical", t.name, "on",
-                                 env={"KAIROS_DATABASE_URL": database_url})
+    on = await asyncio.to_thread(
+        run_kairos,
+        monkeypatch,
+        capsys,
+        "tenants",
+        "set-critical",
+        t.name,
+        "on",
+        env={"KAIROS_DATABASE_URL": database_url},
+    )
     assert on.code == 0, on.err
     assert on.json() == {"name": t.name, "critical": True}
     assert await critical_flag(db, t.tenant_id)
-    off = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "tenants", "set-critical", t.name, "off",
-                                 env={"KAIROS_DATABASE_URL": database_url})
+    off = await asyncio.to_thread(
+        run_kairos,
+        monkeypatch,
+        capsys,
+        "tenants",
+        "set-critical",
+        t.name,
+        "off",
+        env={"KAIROS_DATABASE_URL": database_url},
+    )
     assert off.code == 0 and off.json()["critical"] is False
     assert not await critical_flag(db, t.tenant_id)
 
 
 @pytest.mark.parametrize("args", [("yes",), ()], ids=["bad-state", "no-state"])
 async def test_bad_input_exits_2_with_one_line_and_changes_nothing(
-        db: Database, database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        args: tuple[str, ...]) -> None:
+    db: Database,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: tuple[str, ...],
+) -> None:
     t = await factories.tenant(db)
-    result = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "tenants", "set-critical", t.name, *args,
-                                     env={"KAIROS_DATABASE_URL": database_url})
+    result = await asyncio.to_thread(
+        run_kairos,
+        monkeypatch,
+        capsys,
+        "tenants",
+        "set-critical",
+        t.name,
+        *args,
+        env={"KAIROS_DATABASE_URL": database_url},
+    )
     assert result.code == 2 and result.error_line and result.out == ""
     assert not await critical_flag(db, t.tenant_id)
 
 
-async def test_an_unknown_tenant_exits_2(database_url: str, monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
-    result = await asyncio.to_thread(run_kairos, monkeypatch, capsys, "tenants", "set-critical", "nobody-here", "on",
-                                     env={"KAIROS_DATABASE_URL": database_url})
+async def test_an_unknown_tenant_exits_2(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = await asyncio.to_thread(
+        run_kairos,
+        monkeypatch,
+        capsys,
+        "tenants",
+        "set-critical",
+        "nobody-here",
+        "on",
+        env={"KAIROS_DATABASE_URL": database_url},
+    )
     assert result.code == 2 and "nobody-here" in result.error_line
 
 
 # -- the commits ------------------------------------------------------------------------------------
+
 
 @dataclass
 class SyncPair:
@@ -144,8 +184,9 @@ async def test_a_critical_tenants_submit_returns_only_once_the_standby_applied_i
     assert sent.count(REMOTE_APPLY) == 1
 
     async def on_standby(conn: Any) -> int:
-        return (await conn.execute(text("SELECT count(*) FROM jobs WHERE job_id = :j"),
-                                   {"j": outcome.job_id})).scalar_one()
+        return (
+            await conn.execute(text("SELECT count(*) FROM jobs WHERE job_id = :j"), {"j": outcome.job_id})
+        ).scalar_one()
 
     assert await factories.raw(sync_pair.standby_db, on_standby) == 1  # applied there when 201 was sent
 

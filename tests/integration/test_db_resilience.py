@@ -42,6 +42,7 @@ async def test_the_server_ends_a_statement_past_the_statement_timeout(database_u
 async def test_the_server_ends_a_session_left_idle_inside_a_transaction(database_url: str) -> None:
     db = Database(create_engine(database_url, statement_timeout_s=0.3))
     try:
+
         async def idle(tx) -> None:
             await tx.schema.ping()
             await asyncio.sleep(1.0)  # a client paused mid-transaction (its locks would be held)
@@ -57,6 +58,7 @@ async def test_the_server_ends_a_session_left_idle_inside_a_transaction(database
 async def test_the_client_abandons_a_transaction_that_gets_no_answer(database_url: str) -> None:
     db = Database(create_engine(database_url), transaction_timeout_s=0.3)
     try:
+
         async def hangs(tx) -> None:
             await tx.schema.ping()
             await asyncio.Event().wait()  # a database that never answers, as far as the caller can tell
@@ -102,6 +104,7 @@ async def test_a_leaser_that_may_not_hold_hands_every_shard_back_and_leaves(db: 
     stop, allowed = asyncio.Event(), [False]
     run = asyncio.create_task(leaser.run(stop, may_hold=lambda: allowed[0]))
     try:
+
         async def handed_back() -> bool:
             return set((await owners(db)).values()) == {None}
 
@@ -118,8 +121,9 @@ async def test_a_leaser_that_may_not_hold_hands_every_shard_back_and_leaves(db: 
 
 
 async def test_a_tier_started_while_its_database_is_unreachable_waits_for_it(tmp_path) -> None:
-    settings = load({"KAIROS_DATABASE_URL": f"postgresql://postgres@/postgres?host={tmp_path}",
-                     "KAIROS_HOME": str(tmp_path)})
+    settings = load(
+        {"KAIROS_DATABASE_URL": f"postgresql://postgres@/postgres?host={tmp_path}", "KAIROS_HOME": str(tmp_path)}
+    )
     stop = asyncio.Event()
     waiting = asyncio.create_task(open_database_patiently(settings, "scheduler", stop))
     await asyncio.sleep(1.0)
@@ -148,7 +152,10 @@ async def test_healthz_on_the_probe_port_names_a_silent_loop_and_carries_the_tok
             live.watch("scheduler.leaser", lambda: "the shard leaser has not finished a pass for 60 s")
             wedged = await client.get(f"http://127.0.0.1:{port}/healthz")
             assert wedged.status_code == 503
-            assert wedged.json() == {"status": "wedged", "reason": "the shard leaser has not finished a pass for 60 s",
-                                     "supervisorToken": "t0k"}
+            assert wedged.json() == {
+                "status": "wedged",
+                "reason": "the shard leaser has not finished a pass for 60 s",
+                "supervisorToken": "t0k",
+            }
     finally:
         server.close()

@@ -20,8 +20,11 @@ from tests.support.polling import poll
 
 
 async def _backend_pids(db: Database) -> set[int]:
-    rows = await db.transaction(lambda tx: tx.schema._conn.execute(text(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")))
+    rows = await db.transaction(
+        lambda tx: tx.schema._conn.execute(
+            text("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        )
+    )
     return {pid for (pid,) in rows}
 
 
@@ -56,6 +59,7 @@ async def test_the_statement_pool_keeps_a_floor_of_open_connections(database_url
 
     try:
         assert await db.statement(lambda tx: tx.schema.ping()) is None
+
         async def opened() -> bool:
             # The floor, plus the engine's own connection (the pool may open one more for a caller that came first).
             return await db.transaction(named) >= DIRECT_POOL_MIN + 1
@@ -90,8 +94,11 @@ async def test_other_errors_leave_as_kairos_errors(db: Database) -> None:
     with pytest.raises(errors.StoreRejected):
         await db.statement(lambda tx: tx.schema._conn.execute(text("SELECT CAST('x' AS INT)")))
     with pytest.raises(errors.StoreConflict):
-        await db.statement(lambda tx: tx.schema._conn.execute(text(
-            "DO $$ BEGIN RAISE EXCEPTION 'taken' USING ERRCODE = '23505'; END $$")))
+        await db.statement(
+            lambda tx: tx.schema._conn.execute(
+                text("DO $$ BEGIN RAISE EXCEPTION 'taken' USING ERRCODE = '23505'; END $$")
+            )
+        )
     assert await db.statement(lambda tx: tx.schema.ping()) is None  # the connection is fine afterwards
 
 
@@ -102,8 +109,11 @@ async def test_the_engines_statement_timeout_bounds_it_too(database_url: str) ->
         with pytest.raises(errors.DatabaseUnavailable, match="statement timeout"):
             await db.statement(lambda tx: tx.schema._conn.execute(text("SELECT pg_sleep(5)")))
         assert time.monotonic() - started < 3
-        names = await db.statement(lambda tx: tx.schema._conn.execute(text(
-            "SELECT DISTINCT application_name FROM pg_stat_activity WHERE datname = current_database()")))
+        names = await db.statement(
+            lambda tx: tx.schema._conn.execute(
+                text("SELECT DISTINCT application_name FROM pg_stat_activity WHERE datname = current_database()")
+            )
+        )
         assert ("kairos-test-direct",) in list(names)
     finally:
         await db.close()
@@ -124,12 +134,18 @@ async def test_the_client_abandons_a_statement_that_gets_no_answer(database_url:
 async def test_connections_killed_by_the_server_cost_one_failed_call(db: Database) -> None:
     """A restarted database (here: every direct connection terminated) fails the call that meets a dead
     connection; the pool then tests the others, and the next call works."""
-    await asyncio.gather(*(db.statement(lambda tx: tx.schema._conn.execute(text("SELECT pg_sleep(0.05)")))
-                           for _ in range(4)))  # several direct connections open
+    await asyncio.gather(
+        *(db.statement(lambda tx: tx.schema._conn.execute(text("SELECT pg_sleep(0.05)"))) for _ in range(4))
+    )  # several direct connections open
     direct = await _backend_pids(db)
-    await db.transaction(lambda tx: tx.schema._conn.execute(
-        text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-             "WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = ''")))
+    await db.transaction(
+        lambda tx: tx.schema._conn.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = ''"
+            )
+        )
+    )
     failures = 0
     for _ in range(3):
         try:

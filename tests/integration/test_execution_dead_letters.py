@@ -41,7 +41,7 @@ async def test_list_dead_letters_pages_and_is_tenant_scoped(db: Database, api: A
     r = await api.get("/v1/dead-letters?limit=2", headers=auth(t))
     assert r.status_code == 200, r.text
     first = r.json()
-    assert len(first) == 2 and "rel=\"next\"" in r.headers["link"]
+    assert len(first) == 2 and 'rel="next"' in r.headers["link"]
     assert {"executionId", "jobId", "scheduledFor", "attempt", "maxAttempts", "finishedAt", "error"} <= set(first[0])
     nxt = r.headers["link"].split(">")[0].lstrip("<")
     second = (await api.get(nxt, headers=auth(t))).json()
@@ -57,8 +57,11 @@ async def test_replay_one_with_edited_payload_and_policy(db: Database, api: Asyn
     t, other = await tf.tenant(db), await tf.tenant(db)
     _job, eid = await dead_execution(db, t, payload={"v": 1})
     assert (await api.post(f"/v1/executions/{eid}:replay", headers=auth(other))).status_code == 404
-    r = await api.post(f"/v1/executions/{eid}:replay", headers=auth(t),
-                       json={"payload": {"v": 2}, "retry": {"maxAttempts": 2, "backoffSeconds": 5}})
+    r = await api.post(
+        f"/v1/executions/{eid}:replay",
+        headers=auth(t),
+        json={"payload": {"v": 2}, "retry": {"maxAttempts": 2, "backoffSeconds": 5}},
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["state"] == "ready" and body["attempt"] == 1 and body["maxAttempts"] == 2 and body["lastAttempt"] == 3
@@ -76,8 +79,9 @@ async def test_replay_one_with_edited_payload_and_policy(db: Database, api: Asyn
     assert [(a["attempt"], a["outcome"]) for a in r.json()] == [(1, "failed"), (2, "running")]
 
 
-async def test_bulk_replay_with_filter_is_budgeted_per_tenant(db: Database, api: AsyncTestClient,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_bulk_replay_with_filter_is_budgeted_per_tenant(
+    db: Database, api: AsyncTestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(dead_letters, "REPLAY_PER_WINDOW", 3)
     t = await tf.tenant(db)
     made = [await dead_execution(db, t) for _ in range(4)]

@@ -15,8 +15,9 @@ from tests import factories as tf
 RC = "READ COMMITTED"
 
 
-async def lease(db: Database, queue: str, n: int, lease_s: float = 30, now: datetime | None = None,
-                worker: str = "w1") -> list[ex.Leased]:
+async def lease(
+    db: Database, queue: str, n: int, lease_s: float = 30, now: datetime | None = None, worker: str = "w1"
+) -> list[ex.Leased]:
     return await db.transaction(lambda c: c.executions.lease(queue, worker, n, lease_s, now=now), isolation=RC)
 
 
@@ -74,19 +75,21 @@ async def test_batch_answers_are_keyed_by_the_callers_ids_as_text_or_uuid(db: Da
     held = await lease(db, queue, 10)
     assert len(held) == 4 and all(type(h.execution_id) is str and type(h.tenant_id) is str for h in held)
     a, b, c, d = (h.execution_id for h in held)
-    renewed = await db.transaction(lambda x: x.executions.renew_many(
-        [ex.Renewal(a, 1), ex.Renewal(UUID(b), 1), ex.Renewal(UUID(c), 9)], "w1", 60))
+    renewed = await db.transaction(
+        lambda x: x.executions.renew_many([ex.Renewal(a, 1), ex.Renewal(UUID(b), 1), ex.Renewal(UUID(c), 9)], "w1", 60)
+    )
     assert set(renewed) == {a, UUID(b)}
-    failed = await db.transaction(lambda x: x.executions.fail_many(
-        [ex.Failure(UUID(c), 1, "later"), ex.Failure(d, 2, "stale")]))
+    failed = await db.transaction(
+        lambda x: x.executions.fail_many([ex.Failure(UUID(c), 1, "later"), ex.Failure(d, 2, "stale")])
+    )
     assert failed[UUID(c)].state == "ready" and failed[d].state is None and set(failed) == {UUID(c), d}
-    done = await db.transaction(lambda x: x.executions.complete_many(
-        [ex.Success(a, 1), ex.Success(UUID(b), 1), ex.Success(d, 2)]))
+    done = await db.transaction(
+        lambda x: x.executions.complete_many([ex.Success(a, 1), ex.Success(UUID(b), 1), ex.Success(d, 2)])
+    )
     assert done == {a: True, UUID(b): True, d: False}
 
 
-async def test_the_live_attempt_is_the_execution_row_and_its_attempts_row_is_written_when_it_ends(
-        db: Database) -> None:
+async def test_the_live_attempt_is_the_execution_row_and_its_attempts_row_is_written_when_it_ends(db: Database) -> None:
     t = await tf.tenant(db)
     queue = tf.tenant_queue(t.tenant_id, "emails")
     job = await tf.job(db, t.tenant_id, queue=queue)
@@ -98,10 +101,14 @@ async def test_the_live_attempt_is_the_execution_row_and_its_attempts_row_is_wri
     assert live.lease_until == leased[eid].lease_until
     # A row opened at lease time, as Kairos did before, still ends as its attempt ends (migration 0020 gave
     # such rows their execution's scheduled_for, the conflict target's third column).
-    await sql(db, "INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, "
-                  "scheduled_for) "
-                  "SELECT execution_id, attempt, tenant_id, lease_owner, started_at, lease_until, scheduled_for "
-                  "FROM executions WHERE execution_id = :e RETURNING 1", e=legacy)
+    await sql(
+        db,
+        "INSERT INTO attempts (execution_id, attempt, tenant_id, worker_id, leased_at, lease_until, "
+        "scheduled_for) "
+        "SELECT execution_id, attempt, tenant_id, lease_owner, started_at, lease_until, scheduled_for "
+        "FROM executions WHERE execution_id = :e RETURNING 1",
+        e=legacy,
+    )
     done = [ex.Success(eid, 1, {"ok": 1}), ex.Success(legacy, 1, {"ok": 2})]
     assert await db.transaction(lambda c: c.executions.complete_many(done)) == {eid: True, legacy: True}
     for execution_id, n in ((eid, 1), (legacy, 2)):
@@ -219,8 +226,13 @@ async def test_cancelled_execution_makes_the_holder_lose_its_lease(db: Database)
     [held] = await lease(db, queue, 1)
 
     async def cancel(conn):  # what the API or a replace-overlap dispatch does
-        await conn.execute(text("UPDATE executions SET state = 'cancelled', finished_at = now(), "
-                                "lease_owner = NULL, lease_until = NULL WHERE execution_id = :e"), {"e": eid})
+        await conn.execute(
+            text(
+                "UPDATE executions SET state = 'cancelled', finished_at = now(), "
+                "lease_owner = NULL, lease_until = NULL WHERE execution_id = :e"
+            ),
+            {"e": eid},
+        )
 
     await tf.raw(db, cancel)
     assert await db.transaction(lambda c: c.executions.heartbeat(eid, held.attempt, 30)) is None

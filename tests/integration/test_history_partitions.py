@@ -48,15 +48,22 @@ async def cutover(db: Database) -> datetime:
 
 
 async def partitions(db: Database, table: str) -> list[str]:
-    found = await rows(db, "SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "
-                           "WHERE i.inhparent = CAST(:t AS regclass) ORDER BY c.relname", t=table)
+    found = await rows(
+        db,
+        "SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = CAST(:t AS regclass) ORDER BY c.relname",
+        t=table,
+    )
     return [r["relname"] for r in found]
 
 
-async def finished_in(db: Database, job: UUID, tenant: UUID, queue: str, at: datetime, count: int, *,
-                      state: str = "succeeded") -> list[UUID]:
+async def finished_in(
+    db: Database, job: UUID, tenant: UUID, queue: str, at: datetime, count: int, *, state: str = "succeeded"
+) -> list[UUID]:
     """``count`` executions of ``job`` scheduled from ``at``, one minute apart, finished, each with one attempt."""
-    made = await rows(db, """
+    made = await rows(
+        db,
+        """
         WITH e AS (
             INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, ready_at,
                                     started_at, finished_at)
@@ -71,7 +78,14 @@ async def finished_in(db: Database, job: UUID, tenant: UUID, queue: str, at: dat
                    CASE WHEN :state = 'succeeded' THEN 'succeeded' ELSE 'failed' END, scheduled_for
             FROM e
         )
-        SELECT execution_id FROM e""", job=job, tenant=tenant, queue=queue, at=at, n=count, state=state)
+        SELECT execution_id FROM e""",
+        job=job,
+        tenant=tenant,
+        queue=queue,
+        at=at,
+        n=count,
+        state=state,
+    )
     return [r["execution_id"] for r in made]
 
 
@@ -94,8 +108,15 @@ async def test_history_is_partitioned_by_week_and_an_occurrence_is_unique_in_it(
     [where] = await rows(db, "SELECT CAST(tableoid AS regclass) AS p FROM executions WHERE execution_id = :e", e=eid)
     assert str(where["p"]) == f"executions_p{week}"
     with pytest.raises(IntegrityError):  # the unique index holds in the partition whatever the statement
-        await rows(db, "INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, "
-                       "ready_at) VALUES (:j, :t, :q, :at, 1, 'ready', :at)", j=job, t=tenant, q=queue, at=at)
+        await rows(
+            db,
+            "INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, "
+            "ready_at) VALUES (:j, :t, :q, :at, 1, 'ready', :at)",
+            j=job,
+            t=tenant,
+            q=queue,
+            at=at,
+        )
     # Before the cutover the legacy partition takes the rows, under the same rule.
     [old] = await tf.insert_ready(db, [job], [first - timedelta(days=3)])
     assert await tf.insert_ready(db, [job], [first - timedelta(days=3)]) == []
@@ -114,20 +135,28 @@ async def test_the_duty_creates_the_weeks_ahead_once(db: Database, tmp_path: Pat
     for n in range(5, 8):
         assert f"attempts_p{(first + n * WEEK).strftime('%Y%m%d')}" in names
     # The weekly partitions carry the legacy partition's autovacuum settings.
-    [opts] = await rows(db, "SELECT reloptions FROM pg_class WHERE relname = :n",
-                        n=f"executions_p{(first + 5 * WEEK).strftime('%Y%m%d')}")
+    [opts] = await rows(
+        db,
+        "SELECT reloptions FROM pg_class WHERE relname = :n",
+        n=f"executions_p{(first + 5 * WEEK).strftime('%Y%m%d')}",
+    )
     assert "autovacuum_vacuum_scale_factor=0.01" in opts["reloptions"]
 
 
 async def test_a_week_past_the_retention_is_archived_then_dropped_and_a_held_one_stays(
-        db: Database, tmp_path: Path) -> None:
+    db: Database, tmp_path: Path
+) -> None:
     first = await cutover(db)
     job, tenant, queue = await a_job(db)
     gone = await finished_in(db, job, tenant, queue, first + timedelta(hours=1), 250, state="succeeded")
     dead = await finished_in(db, job, tenant, queue, first + timedelta(days=1), 3, state="dead")
     [late] = await finished_in(db, job, tenant, queue, first + timedelta(days=6), 1)
-    await rows(db, "UPDATE executions SET finished_at = :at WHERE execution_id = :e",
-               at=first + WEEK + timedelta(days=2), e=late)  # retried into the next week
+    await rows(
+        db,
+        "UPDATE executions SET finished_at = :at WHERE execution_id = :e",
+        at=first + WEEK + timedelta(days=2),
+        e=late,
+    )  # retried into the next week
     held_week = first + WEEK
     await rows(db, "SELECT kairos_history_partitions_ensure(:a, :a)", a=held_week)
     [live] = await tf.insert_ready(db, [job], [held_week + timedelta(hours=5)])
@@ -187,11 +216,13 @@ async def test_rows_for_a_week_without_a_partition_get_one(db: Database) -> None
     assert f"executions_p{(first + 9 * WEEK).strftime('%Y%m%d')}" not in await partitions(db, "executions")
     await db.transaction(lambda tx: tx.jobs.record_skipped(job, tenant, queue, 1, [far], "misfire"))
     assert f"executions_p{(first + 9 * WEEK).strftime('%Y%m%d')}" in await partitions(db, "executions")
-    assert await rows(db, "SELECT state FROM executions WHERE job_id = :j AND scheduled_for = :at",
-                      j=job, at=far) == [{"state": "skipped"}]
+    assert await rows(db, "SELECT state FROM executions WHERE job_id = :j AND scheduled_for = :at", j=job, at=far) == [
+        {"state": "skipped"}
+    ]
 
 
 # -- converting a database that holds history ------------------------------------------------------
+
 
 def _libpq(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://")
@@ -229,6 +260,7 @@ SELECT (SELECT count(*) FROM executions) AS executions, (SELECT count(*) FROM at
 
 async def apply(db: Database, m: migrate.Migration, *, record: bool) -> None:
     """One migration as the runner applies it (recorded in the ledger when ``record``)."""
+
     async def script(s: Store) -> None:
         await s.schema.run_script(m.script)
 
@@ -260,10 +292,12 @@ async def seeded_before_partitions(pg_base_url: str) -> Any:
                 await apply(db, m, record=True)
         tenant_id = uuid.uuid4()
         with psycopg.connect(_libpq(url), autocommit=True) as conn:
-            conn.execute("INSERT INTO tenants (tenant_id, name, signing_secret) VALUES (%s, 'lived', 'plain')",
-                         (tenant_id,))
-            conn.execute(SEED, {"tenant_id": tenant_id, "queue": tf.tenant_queue(tenant_id, "pool"),
-                                "rows": SEEDED_ROWS})
+            conn.execute(
+                "INSERT INTO tenants (tenant_id, name, signing_secret) VALUES (%s, 'lived', 'plain')", (tenant_id,)
+            )
+            conn.execute(
+                SEED, {"tenant_id": tenant_id, "queue": tf.tenant_queue(tenant_id, "pool"), "rows": SEEDED_ROWS}
+            )
             conn.execute("VACUUM ANALYZE executions")
             conn.execute("VACUUM ANALYZE attempts")
         yield db, url
@@ -283,7 +317,9 @@ async def test_converting_a_database_that_holds_history_keeps_every_row(seeded_b
     assert applied[:3] == ["0020_attempt_occurrence", "0021_history_partition_functions", "0022_history_partitioned"]
     assert await rows(db, FINGERPRINT) == before, took
     assert await rows(db, "SELECT relkind FROM pg_class WHERE relname IN ('executions', 'attempts')") == [
-        {"relkind": "p"}, {"relkind": "p"}]
+        {"relkind": "p"},
+        {"relkind": "p"},
+    ]
     [where] = await rows(db, "SELECT count(*) AS n FROM executions_legacy")
     assert where["n"] == SEEDED_ROWS
     assert await migrate.upgrade(db) == []  # idempotent
@@ -336,8 +372,10 @@ async def test_a_dispatch_into_a_dropped_week_gets_its_partition_back(db: Databa
     assert await db.transaction(lambda tx: tx.partitions.drop(Week(gone, gone + WEEK), now)) == "dropped"
     job, tenant, queue = await a_job(db)
     at = gone + timedelta(days=2, hours=3)
-    fresh = [NewExecution(job, tenant, queue, at, 3, ExecutionState.READY, at),
-             NewExecution(job, tenant, queue, now - timedelta(seconds=1), 3, ExecutionState.READY, now)]
+    fresh = [
+        NewExecution(job, tenant, queue, at, 3, ExecutionState.READY, at),
+        NewExecution(job, tenant, queue, now - timedelta(seconds=1), 3, ExecutionState.READY, now),
+    ]
     done = await db.transaction(lambda tx: tx.dispatch.record(fresh, [], []))
     assert done.ready == 2
     assert f"executions_p{gone.strftime('%Y%m%d')}" in await partitions(db, "executions")

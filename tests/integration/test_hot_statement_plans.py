@@ -43,8 +43,9 @@ def _nodes(plan: dict[str, Any]):
         yield from _nodes(child)
 
 
-async def _generic_plan(db: Database, name: str, params: dict[str, Any], *,
-                        analyze: bool = False) -> list[dict[str, Any]]:
+async def _generic_plan(
+    db: Database, name: str, params: dict[str, Any], *, analyze: bool = False
+) -> list[dict[str, Any]]:
     """The generic plan's nodes; with ``analyze`` the statement runs (and commits) under EXPLAIN ANALYZE."""
     sql, names = _numbered(text_for(name, "postgresql"))
     values = ", ".join(_literal(params[n]) for n in names)
@@ -61,9 +62,12 @@ async def _generic_plan(db: Database, name: str, params: dict[str, Any], *,
             await conn.execute(text("DEALLOCATE hot_statement"))
 
     async def parents(tx):
-        rows = await tx.schema._conn.execute(text(
-            "SELECT c.relname, p.relname, pg_relation_size(c.oid) = 0 FROM pg_inherits AS i "
-            "JOIN pg_class AS c ON c.oid = i.inhrelid JOIN pg_class AS p ON p.oid = i.inhparent"))
+        rows = await tx.schema._conn.execute(
+            text(
+                "SELECT c.relname, p.relname, pg_relation_size(c.oid) = 0 FROM pg_inherits AS i "
+                "JOIN pg_class AS c ON c.oid = i.inhrelid JOIN pg_class AS p ON p.oid = i.inhparent"
+            )
+        )
         return {r[0]: (r[1], r[2]) for r in rows.all()}
 
     doc = await db.transaction(explain)
@@ -102,9 +106,19 @@ async def test_the_lease_never_scans_executions_while_the_tenants_table_was_neve
     queue, _ = await _ready_queue(db, 5_000)
     await db.transaction(lambda tx: tx.planner_statistics.analyze("executions"))
 
-    nodes = await _generic_plan(db, "ExecutionLeaseFair", {
-        "queue": queue, "worker_id": "w", "limit": 128, "lease_s": 60.0, "now": None, "salt": "ab",
-        "skip_tenants": "{}"})
+    nodes = await _generic_plan(
+        db,
+        "ExecutionLeaseFair",
+        {
+            "queue": queue,
+            "worker_id": "w",
+            "limit": 128,
+            "lease_s": 60.0,
+            "now": None,
+            "salt": "ab",
+            "skip_tenants": "{}",
+        },
+    )
     scans = [n["Node Type"] for n in nodes if n.get("Relation Name") == "executions"]
     assert scans and "Seq Scan" not in scans, scans
 
@@ -113,9 +127,20 @@ async def test_the_lease_counts_each_tenants_leased_rows_once(db: Database) -> N
     # Through a herd's drain the count visits about a thousand rows, live and recently finished; as a
     # subquery of the select list it ran once for the quota filter and again for the LIMIT.
     queue, _ = await _ready_queue(db, 500)
-    nodes = await _generic_plan(db, "ExecutionLeaseFair", {
-        "queue": queue, "worker_id": "w", "limit": 128, "lease_s": 60.0, "now": None, "salt": "ab",
-        "skip_tenants": "{}"}, analyze=True)
+    nodes = await _generic_plan(
+        db,
+        "ExecutionLeaseFair",
+        {
+            "queue": queue,
+            "worker_id": "w",
+            "limit": 128,
+            "lease_s": 60.0,
+            "now": None,
+            "salt": "ab",
+            "skip_tenants": "{}",
+        },
+        analyze=True,
+    )
     counts = [n for n in nodes if n.get("Index Name") == "executions_leased_by_queue"]
     # Once per partition of executions (an index scan each).
     assert counts and all(n["Actual Loops"] == 1 for n in counts), [(n["Node Type"], n["Actual Loops"]) for n in counts]
@@ -126,11 +151,23 @@ async def test_the_completion_joins_no_two_ctes_by_nested_loop(db: Database) -> 
     # Quadratic in the batch: 261,632 rows compared in the final join of a 512-item call (34 ms, not 7).
     _queue, ids = await _ready_queue(db, 3)
     array = "{" + ",".join(map(str, ids)) + "}"
-    nodes = await _generic_plan(db, "ExecutionCompleteMany", {
-        "execution_ids": array, "attempts": "{1,1,1}", "results": "{NULL,NULL,NULL}",
-        "scopes": "{NULL,NULL,NULL}", "sent_ats": "{NULL,NULL,NULL}", "now": None})
-    loops = [n for n in nodes if n["Node Type"] == "Nested Loop"
-             and [c["Node Type"] for c in n.get("Plans", [])] == ["CTE Scan", "CTE Scan"]]
+    nodes = await _generic_plan(
+        db,
+        "ExecutionCompleteMany",
+        {
+            "execution_ids": array,
+            "attempts": "{1,1,1}",
+            "results": "{NULL,NULL,NULL}",
+            "scopes": "{NULL,NULL,NULL}",
+            "sent_ats": "{NULL,NULL,NULL}",
+            "now": None,
+        },
+    )
+    loops = [
+        n
+        for n in nodes
+        if n["Node Type"] == "Nested Loop" and [c["Node Type"] for c in n.get("Plans", [])] == ["CTE Scan", "CTE Scan"]
+    ]
     assert not loops, [[c.get("CTE Name") for c in n["Plans"]] for n in loops]
 
 
@@ -141,20 +178,32 @@ def _leased_update(nodes: list[dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("analyzed", [False, True], ids=["executions never analyzed", "executions analyzed"])
 async def test_the_lease_finds_the_rows_it_updates_by_primary_key_whatever_the_statistics(
-        db: Database, analyzed: bool) -> None:
+    db: Database, analyzed: bool
+) -> None:
     # With executions never analyzed, the update read the whole ready index into a bitmap (every ready
     # row of the queue) and scanned the picked rows once per row: 13.9 ms for 128 of 60,000, not 4.8.
     queue, _ = await _ready_queue(db, 5_000)
     if analyzed:
         await db.transaction(lambda tx: tx.planner_statistics.analyze("executions", target=10))
-    nodes = await _generic_plan(db, "ExecutionLeaseFair", {
-        "queue": queue, "worker_id": "w", "limit": 128, "lease_s": 60.0, "now": None, "salt": "ab",
-        "skip_tenants": "{}"})
+    nodes = await _generic_plan(
+        db,
+        "ExecutionLeaseFair",
+        {
+            "queue": queue,
+            "worker_id": "w",
+            "limit": 128,
+            "lease_s": 60.0,
+            "now": None,
+            "salt": "ab",
+            "skip_tenants": "{}",
+        },
+    )
     below = list(_nodes(_leased_update(nodes)))[1:]
     reads = [(n["Node Type"], n.get("Index Name")) for n in below if n.get("Relation Name") == "executions"]
     # Each partition by its row identity: the legacy partition's own primary key, or the occurrence key.
-    assert reads and set(reads) <= {("Index Scan", "executions_pkey"), ("Index Scan", "executions_occurrence_key")}, \
+    assert reads and set(reads) <= {("Index Scan", "executions_pkey"), ("Index Scan", "executions_occurrence_key")}, (
         reads
+    )
     loops = [n for n in below if n["Node Type"] == "Nested Loop" and n["Plans"][1]["Node Type"] == "CTE Scan"]
     assert not loops, "a CTE scanned once per row of the update"
 
@@ -167,16 +216,30 @@ def _outcome_params(name: str, leased: list[Any]) -> dict[str, Any]:
     attempts = array(str(e.attempt) for e in leased)
     nulls = array("NULL" for _ in leased)
     if name == "ExecutionCompleteMany":
-        return {"execution_ids": ids, "attempts": attempts, "results": nulls, "scopes": nulls, "sent_ats": nulls,
-                "now": None}
-    return {"execution_ids": ids, "attempts": attempts, "errors": array('"boom"' for _ in leased),
-            "retryable": array("true" for _ in leased), "delays_s": array("10" for _ in leased),
-            "scopes": nulls, "sent_ats": nulls, "now": None}
+        return {
+            "execution_ids": ids,
+            "attempts": attempts,
+            "results": nulls,
+            "scopes": nulls,
+            "sent_ats": nulls,
+            "now": None,
+        }
+    return {
+        "execution_ids": ids,
+        "attempts": attempts,
+        "errors": array('"boom"' for _ in leased),
+        "retryable": array("true" for _ in leased),
+        "delays_s": array("10" for _ in leased),
+        "scopes": nulls,
+        "sent_ats": nulls,
+        "now": None,
+    }
 
 
 @pytest.mark.parametrize("name", ["ExecutionCompleteMany", "ExecutionFailMany"])
 async def test_an_outcome_without_a_stale_attempt_reads_no_attempts_row_and_joins_no_two_ctes(
-        db: Database, name: str) -> None:
+    db: Database, name: str
+) -> None:
     # attempts analyzed while small (as at the start of a herd): the generic plan scans it whole to find
     # stale attempts to mark discarded, and a drain grows it by every completion (5.6 ms of a 9.9 ms
     # call at 31,000 rows). A call with no stale attempt must not read it at all. And the fail joined
@@ -186,11 +249,17 @@ async def test_an_outcome_without_a_stale_attempt_reads_no_attempts_row_and_join
     leased = await db.statement(lambda tx: tx.executions.lease(queue, "w", 3, 60.0))
     assert len(leased) == 3
     nodes = await _generic_plan(db, name, _outcome_params(name, leased), analyze=True)
-    reads = [(n["Node Type"], n["Actual Loops"]) for n in nodes
-             if n.get("Relation Name") == "attempts" and "Scan" in n["Node Type"]]
+    reads = [
+        (n["Node Type"], n["Actual Loops"])
+        for n in nodes
+        if n.get("Relation Name") == "attempts" and "Scan" in n["Node Type"]
+    ]
     assert reads and all(loops == 0 for _, loops in reads), reads
     inserted = [n for n in nodes if n["Node Type"] == "ModifyTable" and n.get("Operation") == "Insert"]
     assert [n["Actual Rows"] for n in inserted] == [3]
-    cte_joins = [[c.get("CTE Name") for c in n["Plans"]] for n in nodes if n["Node Type"] == "Nested Loop"
-                 and [c["Node Type"] for c in n.get("Plans", [])] == ["CTE Scan", "CTE Scan"]]
+    cte_joins = [
+        [c.get("CTE Name") for c in n["Plans"]]
+        for n in nodes
+        if n["Node Type"] == "Nested Loop" and [c["Node Type"] for c in n.get("Plans", [])] == ["CTE Scan", "CTE Scan"]
+    ]
     assert not [j for j in cte_joins if "clock" not in j], cte_joins

@@ -42,8 +42,14 @@ class Server:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 body = await reader.readexactly(length)
                 n = len(self.requests)
                 self.requests.append(head + body)
@@ -66,8 +72,12 @@ class Server:
 async def serve() -> AsyncIterator[Callable[..., asyncio.Future[Server]]]:
     servers: list[asyncio.AbstractServer] = []
 
-    async def start(answer: Callable[[int, bytes], bytes | None], *, tls: ssl.SSLContext | None = None,
-                    close_after_answer: bool = False) -> Server:
+    async def start(
+        answer: Callable[[int, bytes], bytes | None],
+        *,
+        tls: ssl.SSLContext | None = None,
+        close_after_answer: bool = False,
+    ) -> Server:
         s = Server(answer, close_after_answer=close_after_answer)
         server = await asyncio.start_server(s.handle, "127.0.0.1", 0, ssl=tls)
         servers.append(server)
@@ -147,8 +157,10 @@ async def test_a_new_connection_closed_without_an_answer_fails(serve) -> None:
 
 
 async def test_error_answers_keep_status_headers_and_an_excerpt(serve) -> None:
-    chunked = (b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\nRetry-After: 7\r\n"
-               b"Content-Encoding: identity\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+    chunked = (
+        b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\nRetry-After: 7\r\n"
+        b"Content-Encoding: identity\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+    )
     until_close = b"HTTP/1.1 500 Internal Server Error\r\n\r\n" + b"x" * 5000
     interim = b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\nnope"
     answers = [chunked, interim, until_close]
@@ -187,11 +199,14 @@ async def test_a_2xx_is_done_at_its_headers_and_a_large_body_is_not_drained(serv
     assert server.connections == 2  # the first connection was closed, not kept
 
 
-@pytest.mark.parametrize("answer, match", [
-    (b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (HEAD_MAX_BYTES + 10) + b"\r\n\r\n", "exceed"),
-    (b"NOT HTTP AT ALL\r\n\r\n", "malformed"),
-    (b"HTTP/1.1 500 Oops\r\nContent-Le", "mid-answer"),
-])
+@pytest.mark.parametrize(
+    "answer, match",
+    [
+        (b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (HEAD_MAX_BYTES + 10) + b"\r\n\r\n", "exceed"),
+        (b"NOT HTTP AT ALL\r\n\r\n", "malformed"),
+        (b"HTTP/1.1 500 Oops\r\nContent-Le", "mid-answer"),
+    ],
+)
 async def test_broken_answers_fail_as_connection_errors(serve, answer: bytes, match: str) -> None:
     server = await serve(lambda n, req: answer, close_after_answer=True)
     client = HttpClient(100)
@@ -246,18 +261,26 @@ def _certificate(tmp: Path, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.2"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(name), x509.IPAddress(ipaddress.ip_address("127.0.0.2"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server.load_cert_chain(cert_path, key_path)
     client = ssl.create_default_context(cafile=str(cert_path))
@@ -282,8 +305,7 @@ async def test_many_concurrent_requests_share_a_bounded_set_of_connections(serve
     server = await serve(lambda n, req: OK)
     client = HttpClient(100, idle_max=16)
     try:
-        answers = await asyncio.gather(*[client("POST", origin(server), "/", b"{}", HEADERS, 10)
-                                         for _ in range(200)])
+        answers = await asyncio.gather(*[client("POST", origin(server), "/", b"{}", HEADERS, 10) for _ in range(200)])
         assert {a.status for a in answers} == {200}
         assert client.connections <= 16  # the rest were closed once their answer was read
         await asyncio.gather(*[client("POST", origin(server), "/", b"{}", HEADERS, 10) for _ in range(16)])

@@ -84,10 +84,16 @@ def receiver() -> Iterator[Receiver]:
 
 async def attempts_of(db: Database, ids) -> list:
     async def read(conn):
-        return (await conn.execute(text(
-            "SELECT a.execution_id, a.attempt, a.leased_at, a.sent_at, a.outcome, "
-            "       extract(epoch FROM a.sent_at) AS sent_s "
-            "FROM attempts AS a WHERE a.execution_id = ANY(:ids) ORDER BY a.sent_at"), {"ids": list(ids)})).all()
+        return (
+            await conn.execute(
+                text(
+                    "SELECT a.execution_id, a.attempt, a.leased_at, a.sent_at, a.outcome, "
+                    "       extract(epoch FROM a.sent_at) AS sent_s "
+                    "FROM attempts AS a WHERE a.execution_id = ANY(:ids) ORDER BY a.sent_at"
+                ),
+                {"ids": list(ids)},
+            )
+        ).all()
 
     return await tf.raw(db, read)
 
@@ -96,6 +102,7 @@ async def run_pool(db: Database, pool: HttpPool, ids, *, timeout_s: float = 20) 
     stop = asyncio.Event()
     loop = asyncio.create_task(pool.run(stop))
     try:
+
         async def done() -> bool:
             return all(r.state in ("succeeded", "dead") for r in await rows(db, ids))
 
@@ -107,7 +114,8 @@ async def run_pool(db: Database, pool: HttpPool, ids, *, timeout_s: float = 20) 
 
 
 async def test_a_delivery_starts_when_its_request_is_sent_not_when_it_is_leased(
-        db: Database, receiver: Receiver) -> None:
+    db: Database, receiver: Receiver
+) -> None:
     """Three deliveries to an origin that takes one at a time, 0.4 s each: all three are leased at once, the
     third request leaves about 0.8 s later. Its attempt's sent_at (and the job's firstStartedAt) is that
     moment, within a few milliseconds of the receipt; the lease time is not."""
@@ -133,9 +141,15 @@ async def test_reserved_headers_are_kairos_own_in_any_case(db: Database, receive
     job = await tf.job(db, t.tenant_id, queue=HTTP_QUEUE, target_ref=receiver.url)
 
     async def shape(conn) -> None:
-        await conn.execute(text("UPDATE jobs SET http_headers = CAST(:h AS JSONB) WHERE job_id = :j"), {
-            "h": json.dumps({"user-agent": "tenant/9", "ACCEPT-ENCODING": "gzip", "kairos-attempt": "7",
-                             "X-Team": "payments"}), "j": job})
+        await conn.execute(
+            text("UPDATE jobs SET http_headers = CAST(:h AS JSONB) WHERE job_id = :j"),
+            {
+                "h": json.dumps(
+                    {"user-agent": "tenant/9", "ACCEPT-ENCODING": "gzip", "kairos-attempt": "7", "X-Team": "payments"}
+                ),
+                "j": job,
+            },
+        )
 
     await tf.raw(db, shape)
     ids = await tf.ready_executions(db, job)
@@ -148,16 +162,19 @@ async def test_reserved_headers_are_kairos_own_in_any_case(db: Database, receive
 
 
 @pytest.mark.parametrize("value", ["café", "a\u2028b", "a\x85b", "a\x01b", "a\x7fb", "a\r\nX-Injected: 1"])
-async def test_a_header_that_cannot_be_sent_fails_its_attempt_at_once(db: Database, receiver: Receiver,
-                                                                       value: str) -> None:
+async def test_a_header_that_cannot_be_sent_fails_its_attempt_at_once(
+    db: Database, receiver: Receiver, value: str
+) -> None:
     """Written past the API's check (an older row): the delivery dead-letters at once, saying why, and sends
     nothing; never a lease that lapses attempt after attempt."""
     t = await tf.tenant(db)
     job = await tf.job(db, t.tenant_id, queue=HTTP_QUEUE, target_ref=receiver.url, max_attempts=5)
 
     async def shape(conn) -> None:
-        await conn.execute(text("UPDATE jobs SET http_headers = CAST(:h AS JSONB) WHERE job_id = :j"),
-                           {"h": json.dumps({"X-Bad": value}), "j": job})
+        await conn.execute(
+            text("UPDATE jobs SET http_headers = CAST(:h AS JSONB) WHERE job_id = :j"),
+            {"h": json.dumps({"X-Bad": value}), "j": job},
+        )
 
     await tf.raw(db, shape)
     ids = await tf.ready_executions(db, job)
@@ -182,8 +199,12 @@ async def test_retry_after_decides_when_the_retry_comes(db: Database, receiver: 
         await pool.close()
 
     async def due_in(conn):
-        return (await conn.execute(text("SELECT extract(epoch FROM ready_at - now()) FROM executions "
-                                        "WHERE execution_id = :e"), {"e": ids[0]})).scalar_one()
+        return (
+            await conn.execute(
+                text("SELECT extract(epoch FROM ready_at - now()) FROM executions WHERE execution_id = :e"),
+                {"e": ids[0]},
+            )
+        ).scalar_one()
 
     assert 100 < float(await tf.raw(db, due_in)) <= 121
     assert pool.limit_of((str(t.tenant_id), f"http://127.0.0.1:{receiver.port}")) == 16  # halved from 32
@@ -194,11 +215,14 @@ async def test_two_executors_share_one_queue_and_deliver_each_once(db: Database,
     job = await tf.job(db, t.tenant_id, queue=HTTP_QUEUE, target_ref=receiver.url)
     ids = await tf.ready_executions(db, job, 300)
     config = HttpPoolConfig(batch=16, concurrency=32, poll_interval_s=0.05)
-    pools = [HttpPool(db, Outcomes(db), HttpPoolConfig(**{**config.__dict__, "worker_id": f"executor-{i}"}),
-                      egress=LOCAL) for i in range(2)]
+    pools = [
+        HttpPool(db, Outcomes(db), HttpPoolConfig(**{**config.__dict__, "worker_id": f"executor-{i}"}), egress=LOCAL)
+        for i in range(2)
+    ]
     stop = asyncio.Event()
     loops = [asyncio.create_task(p.run(stop)) for p in pools]
     try:
+
         async def done() -> bool:
             return all(r.state == "succeeded" for r in await rows(db, ids))
 
@@ -215,15 +239,17 @@ async def test_two_executors_share_one_queue_and_deliver_each_once(db: Database,
 
 
 async def test_the_pool_leases_again_as_its_waiting_deliveries_drain_not_on_a_poll(
-        db: Database, receiver: Receiver) -> None:
+    db: Database, receiver: Receiver
+) -> None:
     """A tenant's backlog larger than what may wait for its origin's slots: the pool stops leasing it, and
     leases more as those deliveries leave. With a 60 s poll interval, only that refill can finish the work
     within the test's bound."""
     t = await tf.tenant(db)
     job = await tf.job(db, t.tenant_id, queue=HTTP_QUEUE, target_ref=receiver.url)
     ids = await tf.ready_executions(db, job, 120)
-    pool = HttpPool(db, Outcomes(db), HttpPoolConfig(per_origin=2, per_origin_start=2, batch=16,
-                                                     poll_interval_s=60), egress=LOCAL)
+    pool = HttpPool(
+        db, Outcomes(db), HttpPoolConfig(per_origin=2, per_origin_start=2, batch=16, poll_interval_s=60), egress=LOCAL
+    )
     started = time.monotonic()
     await run_pool(db, pool, ids, timeout_s=30)
     assert all(r.state == "succeeded" for r in await rows(db, ids))

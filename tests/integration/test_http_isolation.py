@@ -88,8 +88,15 @@ def server(status: int = 200, *, open_gate: bool = True, delay_s: float = 0.0) -
 
 async def rows(db: Database, ids) -> list:
     async def read(conn):
-        return (await conn.execute(text("SELECT execution_id, state, attempt, max_attempts, ready_at, error "
-                                        "FROM executions WHERE execution_id = ANY(:ids)"), {"ids": list(ids)})).all()
+        return (
+            await conn.execute(
+                text(
+                    "SELECT execution_id, state, attempt, max_attempts, ready_at, error "
+                    "FROM executions WHERE execution_id = ANY(:ids)"
+                ),
+                {"ids": list(ids)},
+            )
+        ).all()
 
     return await tf.raw(db, read)
 
@@ -104,14 +111,18 @@ async def test_one_tenants_slow_targets_never_delay_anothers_deliveries(db: Data
         for target in (slow1, slow2):
             job = await tf.job(db, a.tenant_id, queue=HTTP_QUEUE, target_ref=target.url(), timeout_s=60)
             a_ids += await tf.ready_executions(db, job, 20)
-        pool = HttpPool(db, Outcomes(db), HttpPoolConfig(concurrency=8, per_origin=4, poll_interval_s=0.05),
-                        egress=LOCAL)
+        pool = HttpPool(
+            db, Outcomes(db), HttpPoolConfig(concurrency=8, per_origin=4, poll_interval_s=0.05), egress=LOCAL
+        )
         stop = asyncio.Event()
         loop = asyncio.create_task(pool.run(stop))
         try:
             # A's requests reach its slow targets and hang there.
-            await poll(lambda: asyncio.sleep(0, slow1.in_flight + slow2.in_flight >= 4), timeout_s=10,
-                       what="A's requests in flight")
+            await poll(
+                lambda: asyncio.sleep(0, slow1.in_flight + slow2.in_flight >= 4),
+                timeout_s=10,
+                what="A's requests in flight",
+            )
             job_b = await tf.job(db, b.tenant_id, queue=HTTP_QUEUE, target_ref=fast.url())
             b_ids = await tf.ready_executions(db, job_b, 6)
             pool.wake.set()
@@ -153,9 +164,14 @@ async def test_an_open_breaker_defers_the_leased_batch_without_spending_attempts
     with server(503) as failing:
         job = await tf.job(db, t.tenant_id, queue=HTTP_QUEUE, target_ref=failing.url(), max_attempts=1)
         ids = await tf.ready_executions(db, job, 40)
-        pool = HttpPool(db, Outcomes(db), HttpPoolConfig(concurrency=16, per_origin=4, batch=16,
-                                                         breaker=BreakerConfig(failure_threshold=3, cooldown_s=60)),
-                        egress=LOCAL)
+        pool = HttpPool(
+            db,
+            Outcomes(db),
+            HttpPoolConfig(
+                concurrency=16, per_origin=4, batch=16, breaker=BreakerConfig(failure_threshold=3, cooldown_s=60)
+            ),
+            egress=LOCAL,
+        )
         try:
             for _ in range(4):  # the first batch opens the circuit; later ones find nothing due, or defer it
                 await pool.run_once()
@@ -176,11 +192,15 @@ async def test_an_open_breaker_defers_the_leased_batch_without_spending_attempts
     never = [r for r in got if r.state == "ready" and r.attempt == 0]
     assert len(dead) + len(deferred) + len(never) == len(ids)
     ready_at = min(r.ready_at for r in deferred)
+
     async def seconds_until(at) -> float:
         async def read(conn):
-            return (await conn.execute(text("SELECT EXTRACT(EPOCH FROM CAST(:at AS TIMESTAMPTZ) - now())"),
-                                       {"at": at})).scalar_one()
+            return (
+                await conn.execute(text("SELECT EXTRACT(EPOCH FROM CAST(:at AS TIMESTAMPTZ) - now())"), {"at": at})
+            ).scalar_one()
+
         return float(await tf.raw(db, read))
+
     assert await seconds_until(ready_at) > 50
 
 

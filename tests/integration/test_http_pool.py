@@ -86,8 +86,9 @@ class Recorder:
     def __init__(self) -> None:
         self.sent: list[Sent] = []
 
-    async def __call__(self, method: str, origin: Origin, path: str, body: bytes, headers: dict[str, str],
-                       timeout_s: float) -> Answer:
+    async def __call__(
+        self, method: str, origin: Origin, path: str, body: bytes, headers: dict[str, str], timeout_s: float
+    ) -> Answer:
         self.sent.append(Sent(method, origin.url(path), headers))
         return Answer(200, None, None, b"")
 
@@ -143,8 +144,10 @@ async def test_a_job_chooses_the_method_and_adds_static_headers(db: Database, ta
     job = await tf.job(db, t.tenant_id, queue=HTTP_QUEUE, target_ref=target.url, payload={"order": 7})
 
     async def shape(conn) -> None:
-        await conn.execute(text("UPDATE jobs SET http_method = :m, http_headers = CAST(:h AS JSONB) WHERE job_id = :j"),
-                           {"m": method, "h": json.dumps({"X-Team": "payments"}), "j": job})
+        await conn.execute(
+            text("UPDATE jobs SET http_method = :m, http_headers = CAST(:h AS JSONB) WHERE job_id = :j"),
+            {"m": method, "h": json.dumps({"X-Team": "payments"}), "j": job},
+        )
 
     await tf.raw(db, shape)
     [eid] = await tf.ready_executions(db, job)
@@ -161,8 +164,10 @@ async def test_a_job_chooses_the_method_and_adds_static_headers(db: Database, ta
     assert (await execution(db, eid)).state == "succeeded"
 
 
-@pytest.mark.parametrize(("status", "state"), [(500, "ready"), (503, "ready"), (429, "ready"), (408, "ready"),
-                                               (404, "dead"), (400, "dead"), (410, "dead")])
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [(500, "ready"), (503, "ready"), (429, "ready"), (408, "ready"), (404, "dead"), (400, "dead"), (410, "dead")],
+)
 async def test_status_decides_retry_or_dead_letter(db: Database, target: Target, status: int, state: str) -> None:
     t = await tf.tenant(db)
     job = await tf.job(db, t.tenant_id, queue=HTTP_QUEUE, target_ref=target.url, max_attempts=5)
@@ -214,15 +219,18 @@ async def test_egress_policy_refuses_metadata_and_private_addresses_without_send
 
     metadata, private, loopback = await deliver(
         ["http://169.254.169.254/latest/meta-data/", "http://10.0.0.1:8080/hook", "http://localhost:1/x"],
-        EgressPolicy())
+        EgressPolicy(),
+    )
     assert sent == []  # nothing left the process
     assert metadata.state == "dead" and "metadata" in metadata.error
     assert private.state == "dead" and "private" in private.error
     # A name: the tenant learns it was refused, never the address it resolved to.
     assert loopback.state == "dead" and loopback.error == "target refused by egress policy"
     # An allow-list opens private ranges, but never the metadata address.
-    metadata, private = await deliver(["http://169.254.169.254/latest/meta-data/", "http://10.0.0.1:8080/hook"],
-                                      EgressPolicy.from_allow_list(["10.0.0.0/8", "169.254.0.0/16"]))
+    metadata, private = await deliver(
+        ["http://169.254.169.254/latest/meta-data/", "http://10.0.0.1:8080/hook"],
+        EgressPolicy.from_allow_list(["10.0.0.0/8", "169.254.0.0/16"]),
+    )
     assert metadata.state == "dead" and "metadata" in metadata.error
     assert private.state == "succeeded"
     assert [r.url for r in sent] == ["http://10.0.0.1:8080/hook"]
@@ -230,8 +238,18 @@ async def test_egress_policy_refuses_metadata_and_private_addresses_without_send
 
 async def test_egress_policy_unit() -> None:
     policy = EgressPolicy()
-    for host in ("169.254.169.254", "10.0.0.1", "127.0.0.1", "192.168.1.1", "::1", "fe80::1", "fd00:ec2::254",
-                 "100.64.0.1", "0.0.0.0", "::ffff:10.0.0.1"):
+    for host in (
+        "169.254.169.254",
+        "10.0.0.1",
+        "127.0.0.1",
+        "192.168.1.1",
+        "::1",
+        "fe80::1",
+        "fd00:ec2::254",
+        "100.64.0.1",
+        "0.0.0.0",
+        "::ffff:10.0.0.1",
+    ):
         with pytest.raises(EgressRefused):
             await resolve(policy, host, 80)
     assert str(await resolve(policy, "93.184.215.14", 80)) == "93.184.215.14"
@@ -240,11 +258,11 @@ async def test_egress_policy_unit() -> None:
         await resolve(EgressPolicy.from_allow_list(["169.254.0.0/16"]), "169.254.169.254", 80)
 
 
-async def test_circuit_breaker_opens_defers_without_spending_attempts_then_closes(db: Database,
-                                                                                  target: Target) -> None:
+async def test_circuit_breaker_opens_defers_without_spending_attempts_then_closes(db: Database, target: Target) -> None:
     t = await tf.tenant(db)
-    job = await tf.job(db, t.tenant_id, queue=HTTP_QUEUE, target_ref=target.url, max_attempts=3, backoff_s=0,
-                       max_backoff_s=0)
+    job = await tf.job(
+        db, t.tenant_id, queue=HTTP_QUEUE, target_ref=target.url, max_attempts=3, backoff_s=0, max_backoff_s=0
+    )
     ids = await tf.ready_executions(db, job, 6)
     target.status = 503
     pool = make_pool(db, concurrency=1, batch=1, breaker=BreakerConfig(failure_threshold=3, cooldown_s=1.0))
@@ -263,6 +281,7 @@ async def test_circuit_breaker_opens_defers_without_spending_attempts_then_close
         assert all(a.attempt != row.attempt for a in history)
         # The endpoint recovers; after the cool-down a probe closes the circuit and work flows.
         target.status = 200
+
         async def all_succeeded() -> list[str] | None:
             await pool.run_once()
             states = [(await execution(db, eid)).state for eid in ids]
@@ -277,7 +296,8 @@ async def test_circuit_breaker_opens_defers_without_spending_attempts_then_close
 
 
 async def test_one_tenants_failing_endpoint_never_opens_anothers_circuit_to_the_same_origin(
-        db: Database, target: Target) -> None:
+    db: Database, target: Target
+) -> None:
     """The breaker is keyed on (tenant, origin): keyed on the origin alone, tenant A's 30 failures to a URL
     held tenant B's deliveries to the same origin back by 28 s. A's circuit opens and B's deliveries still go."""
     a, b = await tf.tenant(db), await tf.tenant(db)

@@ -14,7 +14,7 @@ from tests import factories as tf
 
 PAYLOADS: list[Any] = [
     {},
-    {"a": [1, 2.5, None, True, "é😀"], "quote": "\"\\\n"},
+    {"a": [1, 2.5, None, True, "é😀"], "quote": '"\\\n'},
     {"big": 123456789012345678901234567890, "tiny": 1e-300},
     [[[[[]]]]],
 ]
@@ -36,10 +36,11 @@ async def test_jsonb_numbers_beyond_a_floats_range_read_as_json_loads_reads_thei
     # both decoders), 1e400 + 0.5 with its fraction (msgspec refuses it, json.loads reads inf).
     doc = '{"int": 1e400, "frac": 1%s.5, "tiny": 1e-400}' % ("0" * 400)
     async with db.engine.connect() as conn:
-        decoded, printed = (await conn.execute(text("SELECT CAST(:doc AS JSONB), CAST(CAST(:doc AS JSONB) AS TEXT)"),
-                                               {"doc": doc})).one()
+        decoded, printed = (
+            await conn.execute(text("SELECT CAST(:doc AS JSONB), CAST(CAST(:doc AS JSONB) AS TEXT)"), {"doc": doc})
+        ).one()
     assert decoded == json.loads(printed)
-    assert decoded["frac"] == float("inf") and decoded["int"] == 10 ** 400 and decoded["tiny"] == 0.0
+    assert decoded["frac"] == float("inf") and decoded["int"] == 10**400 and decoded["tiny"] == 0.0
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)

@@ -53,16 +53,25 @@ def tiers(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) ->
     home = tmp_path_factory.mktemp("home")
     logs = tmp_path_factory.mktemp("logs")
     api_port, grpc_port = free_port(), free_port()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")},
-           "KAIROS_DATABASE_URL": module_database_url, "KAIROS_HOME": str(home), "KAIROS_API_PORT": str(api_port),
-           "KAIROS_API_WORKERS": "1", "KAIROS_GRPC_PORT": str(grpc_port), "KAIROS_METRICS_PORT": "0",
-           "KAIROS_HTTP_EGRESS_ALLOW": "127.0.0.1", "KAIROS_PAYLOAD_MAX_BYTES": str(MAX_BYTES),
-           "KAIROS_LOG_FORMAT": "json", "KAIROS_SECRET_KEY": os.environ["KAIROS_SECRET_KEY"]}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")},
+        "KAIROS_DATABASE_URL": module_database_url,
+        "KAIROS_HOME": str(home),
+        "KAIROS_API_PORT": str(api_port),
+        "KAIROS_API_WORKERS": "1",
+        "KAIROS_GRPC_PORT": str(grpc_port),
+        "KAIROS_METRICS_PORT": "0",
+        "KAIROS_HTTP_EGRESS_ALLOW": "127.0.0.1",
+        "KAIROS_PAYLOAD_MAX_BYTES": str(MAX_BYTES),
+        "KAIROS_LOG_FORMAT": "json",
+        "KAIROS_SECRET_KEY": os.environ["KAIROS_SECRET_KEY"],
+    }
     procs = {}
     for tier in ("api", "scheduler", "executor"):
         with open(logs / f"{tier}.log", "wb") as out:
-            procs[tier] = subprocess.Popen([sys.executable, "-m", "app.cli", tier], env=env, stdout=out,
-                                           stderr=subprocess.STDOUT)
+            procs[tier] = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", tier], env=env, stdout=out, stderr=subprocess.STDOUT
+            )
     api = f"http://127.0.0.1:{api_port}"
 
     def ready() -> bool:
@@ -87,11 +96,10 @@ def tiers(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) ->
 def big_payload(size: int) -> dict[str, Any]:
     rng = random.Random(size)
     blob = "".join(rng.choices(string.ascii_letters + string.digits, k=size))
-    return {"blob": blob, "nested": {"é": [1, 2.5, None, True], "quote": "\"\\\n"}, "n": size}
+    return {"blob": blob, "nested": {"é": [1, 2.5, None, True], "quote": '"\\\n'}, "n": size}
 
 
-def submit(tiers: Tiers, tenant: TenantKey, target: dict[str, Any], payload: Any,
-           delay_s: int = 1) -> httpx.Response:
+def submit(tiers: Tiers, tenant: TenantKey, target: dict[str, Any], payload: Any, delay_s: int = 1) -> httpx.Response:
     body = {"name": "big", "target": target, "payload": payload, "schedule": {"delaySeconds": delay_s}}
     return httpx.post(f"{tiers.api}/v1/jobs", json=body, headers=tenant.headers, timeout=30)
 
@@ -112,12 +120,16 @@ def test_a_1_mib_payload_reaches_an_sdk_worker_and_an_http_target_whole(tiers: T
 
         # The rows hold references, not the payload; the object is in the store, named by its content.
         for created in (queued, posted):
-            [(inline, ref)] = query(tiers.database_url, "SELECT payload, payload_ref FROM jobs WHERE job_id = %s",
-                                    (created.json()["jobId"],))
+            [(inline, ref)] = query(
+                tiers.database_url,
+                "SELECT payload, payload_ref FROM jobs WHERE job_id = %s",
+                (created.json()["jobId"],),
+            )
             assert inline is None and ref.startswith(f"payloads/{tenant.tenant_id}/") and ref.endswith(".json")
             assert json.loads((tiers.home / "objects" / ref).read_bytes()) == payload
-        assert query(tiers.database_url, "SELECT payload, payload_ref FROM jobs WHERE job_id = %s",
-                     (small.json()["jobId"],)) == [({"x": 1}, None)]
+        assert query(
+            tiers.database_url, "SELECT payload, payload_ref FROM jobs WHERE job_id = %s", (small.json()["jobId"],)
+        ) == [({"x": 1}, None)]
 
         # The API answers the whole payload for the job.
         job = httpx.get(f"{tiers.api}/v1/jobs/{queued.json()['jobId']}", headers=tenant.headers, timeout=30).json()
@@ -127,8 +139,13 @@ def test_a_1_mib_payload_reaches_an_sdk_worker_and_an_http_target_whole(tiers: T
             return bool(received_by_worker)
 
         async def work() -> None:
-            worker = Worker("big", lambda e: received_by_worker.append(e.payload), addr=tiers.grpc_addr,
-                            api_key=tenant.key, wait_seconds=0.5)
+            worker = Worker(
+                "big",
+                lambda e: received_by_worker.append(e.payload),
+                addr=tiers.grpc_addr,
+                api_key=tenant.key,
+                wait_seconds=0.5,
+            )
             stop = asyncio.Event()
             running = asyncio.create_task(worker.run(stop))
             try:
@@ -146,8 +163,14 @@ def test_a_1_mib_payload_reaches_an_sdk_worker_and_an_http_target_whole(tiers: T
         assert verify(tenant.signing_secret, delivered.headers["kairos-signature"], delivered.body)
 
     def succeeded() -> bool:
-        return query(tiers.database_url, "SELECT count(*) FROM executions WHERE tenant_id = %s AND state = "
-                     "'succeeded'", (tenant.tenant_id,))[0][0] == 2
+        return (
+            query(
+                tiers.database_url,
+                "SELECT count(*) FROM executions WHERE tenant_id = %s AND state = 'succeeded'",
+                (tenant.tenant_id,),
+            )[0][0]
+            == 2
+        )
 
     wait_for(succeeded, timeout_s=30, what="both executions succeeded")
 
@@ -185,12 +208,14 @@ def test_patching_a_job_keeps_or_replaces_its_large_payload(tiers: Tiers) -> Non
 
     shrunk = httpx.patch(url, json={"payload": {"blob": None, "nested": None}}, headers=tenant.headers, timeout=30)
     assert shrunk.json()["payload"] == {"n": 7} and shrunk.json()["payloadRef"] is None
-    assert query(tiers.database_url, "SELECT payload, payload_ref FROM jobs WHERE job_id = %s",
-                 (job_id,)) == [({"n": 7}, None)]
+    assert query(tiers.database_url, "SELECT payload, payload_ref FROM jobs WHERE job_id = %s", (job_id,)) == [
+        ({"n": 7}, None)
+    ]
 
 
 async def test_a_lease_reads_only_referenced_payloads_fails_a_lost_one_and_bounds_its_answer(
-        db: Database, tmp_path: Path) -> None:
+    db: Database, tmp_path: Path
+) -> None:
     t = await factories.tenant(db)
     queue = factories.tenant_queue(t.tenant_id, "big")
     payloads = PayloadStore(CountingStore(tmp_path / "objects"), inline_bytes=1024)
@@ -201,8 +226,9 @@ async def test_a_lease_reads_only_referenced_payloads_fails_a_lost_one_and_bound
 
     async def by_reference(conn: Any) -> None:
         for job_id, ref in [*zip(jobs, refs, strict=True), (lost, f"payloads/{t.tenant_id}/{'0' * 64}.json")]:
-            await conn.execute(text("UPDATE jobs SET payload = NULL, payload_ref = :ref WHERE job_id = :j"),
-                               {"ref": ref, "j": job_id})
+            await conn.execute(
+                text("UPDATE jobs SET payload = NULL, payload_ref = :ref WHERE job_id = :j"), {"ref": ref, "j": job_id}
+            )
 
     await factories.raw(db, by_reference)
     for job_id in (lost, inline_job, *jobs):  # leased in this order (one tenant: by ready_at)
@@ -228,8 +254,11 @@ async def test_a_lease_reads_only_referenced_payloads_fails_a_lost_one_and_bound
 
 
 async def _executions(conn: Any, tenant_id: Any) -> list[Any]:
-    return list(await conn.execute(text("SELECT job_id, state, attempt, error FROM executions WHERE tenant_id = :t"),
-                                   {"t": tenant_id}))
+    return list(
+        await conn.execute(
+            text("SELECT job_id, state, attempt, error FROM executions WHERE tenant_id = :t"), {"t": tenant_id}
+        )
+    )
 
 
 class CountingStore(LocalObjectStore):

@@ -15,8 +15,9 @@ async def test_seconds_until_the_earliest_ready_execution_across_tenants(db: Dat
     for offset_s in (30.0, 4.5):
         tenant = await tf.tenant(db)
         job = await tf.job(db, tenant.tenant_id, queue=queue)
-        await tf.insert_ready(db, [job, job], [now + timedelta(seconds=offset_s),
-                                               now + timedelta(seconds=offset_s + 10)])
+        await tf.insert_ready(
+            db, [job, job], [now + timedelta(seconds=offset_s), now + timedelta(seconds=offset_s + 10)]
+        )
     assert await db.transaction(lambda c: c.executions.next_ready_in(queue, now=now)) == 4.5
     assert await db.transaction(lambda c: c.executions.next_ready_in(queue, now=now + timedelta(seconds=5))) == -0.5
     assert await db.transaction(lambda c: c.executions.next_ready_in(tf.shared_queue("other"), now=now)) is None

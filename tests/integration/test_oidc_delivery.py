@@ -82,8 +82,14 @@ def verifier(api: ApiProcess) -> Iterator[Verifier]:
                 scheme, _, token = self.headers.get("Authorization", "").partition(" ")
                 assert scheme == "Bearer", f"no bearer token: {self.headers.get('Authorization')!r}"
                 key = keys.get_signing_key_from_jwt(token)
-                claims = jwt.decode(token, key, algorithms=["ES256", "RS256"], audience=state.audience,
-                                    issuer=state.issuer, options={"require": ["exp", "iat", "sub"]})
+                claims = jwt.decode(
+                    token,
+                    key,
+                    algorithms=["ES256", "RS256"],
+                    audience=state.audience,
+                    issuer=state.issuer,
+                    options={"require": ["exp", "iat", "sub"]},
+                )
                 with state.lock:
                     state.seen.append({"kid": jwt.get_unverified_header(token)["kid"], **claims})
             except Exception as exc:  # noqa: BLE001 - any failure to verify is a refusal, recorded
@@ -110,14 +116,19 @@ def verifier(api: ApiProcess) -> Iterator[Verifier]:
     server.server_close()
 
 
-async def oidc_job(db: Database, tenant_id: UUID, url: str, auth: dict[str, str],
-                   headers: dict[str, str] | None = None) -> UUID:
+async def oidc_job(
+    db: Database, tenant_id: UUID, url: str, auth: dict[str, str], headers: dict[str, str] | None = None
+) -> UUID:
     job_id = await tf.job(db, tenant_id, queue=HTTP_QUEUE, target_ref=url)
 
     async def set_auth(conn: Any) -> None:
-        await conn.execute(text("UPDATE jobs SET http_auth = CAST(:auth AS JSONB), "
-                                "http_headers = CAST(:headers AS JSONB) WHERE job_id = :job_id"),
-                           {"auth": json.dumps(auth), "headers": json.dumps(headers or {}), "job_id": job_id})
+        await conn.execute(
+            text(
+                "UPDATE jobs SET http_auth = CAST(:auth AS JSONB), "
+                "http_headers = CAST(:headers AS JSONB) WHERE job_id = :job_id"
+            ),
+            {"auth": json.dumps(auth), "headers": json.dumps(headers or {}), "job_id": job_id},
+        )
 
     await tf.raw(db, set_auth)
     return job_id
@@ -126,12 +137,17 @@ async def oidc_job(db: Database, tenant_id: UUID, url: str, auth: dict[str, str]
 async def deliver(db: Database, job_id: UUID, count: int = 1) -> list[str]:
     ids = await tf.ready_executions(db, job_id, count)
     await run_pool(db, HttpPool(db, Outcomes(db), HttpPoolConfig(poll_interval_s=0.05), egress=LOCAL), ids)
-    return [r.state for r in await tf.raw(db, lambda c: c.execute(text(
-        "SELECT state FROM executions WHERE execution_id = ANY(:ids)"), {"ids": ids}))]
+    return [
+        r.state
+        for r in await tf.raw(
+            db, lambda c: c.execute(text("SELECT state FROM executions WHERE execution_id = ANY(:ids)"), {"ids": ids})
+        )
+    ]
 
 
 async def test_a_receiver_verifies_the_token_against_the_jwks_across_a_rotation(
-        api: ApiProcess, verifier: Verifier) -> None:
+    api: ApiProcess, verifier: Verifier
+) -> None:
     db = Database(create_engine(api.database_url, pool_size=2))
     try:
         keyring = sealing.current()
@@ -151,8 +167,7 @@ async def test_a_receiver_verifies_the_token_against_the_jwks_across_a_rotation(
         [old_token] = [value for (kid, *_), (value, _) in oidc._tokens.items() if kid == first.key_id]
 
         # The rotation publishes the new key at once; the first key signs until the new one's signs_from.
-        rotated = await db.transaction(lambda tx: tx.oidc_keys.rotate("RS256", keyring, ahead_s=AHEAD_S,
-                                                                      overlap_s=600))
+        rotated = await db.transaction(lambda tx: tx.oidc_keys.rotate("RS256", keyring, ahead_s=AHEAD_S, overlap_s=600))
         assert rotated.retired == [first.key_id]
         published = await asyncio.to_thread(httpx.get, verifier.jwks_url, timeout=5)
         assert published.headers["cache-control"] == "max-age=300, public"
@@ -173,8 +188,9 @@ async def test_a_receiver_verifies_the_token_against_the_jwks_across_a_rotation(
         assert await deliver(db, job_id) == ["succeeded"], verifier.refused
         assert verifier.seen[-1]["kid"] == rotated.newest.key_id  # new tokens: the new key (RS256)
         # A token the replaced key signed still verifies during the overlap.
-        replayed = await asyncio.to_thread(httpx.post, verifier.url, headers={"Authorization": old_token},
-                                           content=b"{}")
+        replayed = await asyncio.to_thread(
+            httpx.post, verifier.url, headers={"Authorization": old_token}, content=b"{}"
+        )
         assert replayed.status_code == 200
         assert verifier.seen[-1]["kid"] == first.key_id
     finally:
@@ -196,8 +212,10 @@ async def test_a_token_for_another_audience_is_refused_by_the_receiver(api: ApiP
 def docs_example() -> str:
     """The receiver's verification example in docs/http-delivery.md, as written."""
     doc = (Path(__file__).parents[2] / "docs" / "http-delivery.md").read_text()
-    section = doc[doc.index("## Identity tokens"):]
-    return section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
+    section = doc[doc.index("## Identity tokens") :]
+    return section[
+        section.index("```python\n") + len("```python\n") : section.index("```\n", section.index("```python"))
+    ]
 
 
 async def test_the_docs_verification_example_verifies_a_delivered_token(api: ApiProcess, verifier: Verifier) -> None:

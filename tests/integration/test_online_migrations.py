@@ -78,8 +78,9 @@ async def _watch(url: str, stop: asyncio.Event, held: dict[str, float]) -> None:
     async with await psycopg.AsyncConnection.connect(_libpq(url), autocommit=True) as conn:
         last = time.monotonic()
         while not stop.is_set():
-            rows = await (await conn.execute(HELD, {"app": APP_NAME, "tables": list(HOT_TABLES),
-                                                    "modes": list(BLOCKS_WRITES)})).fetchall()
+            rows = await (
+                await conn.execute(HELD, {"app": APP_NAME, "tables": list(HOT_TABLES), "modes": list(BLOCKS_WRITES)})
+            ).fetchall()
             now = time.monotonic()
             for table, mode in set(rows):
                 held[f"{table} {mode}"] = held.get(f"{table} {mode}", 0.0) + (now - last)
@@ -114,8 +115,9 @@ async def before_online(pg_base_url: str) -> Any:
         tenant_id = uuid.uuid4()  # written with the columns the schema has before FIRST_ONLINE
         queue = tf.tenant_queue(tenant_id, "pool")
         with psycopg.connect(_libpq(url), autocommit=True) as conn:
-            conn.execute("INSERT INTO tenants (tenant_id, name, signing_secret) VALUES (%s, 'online', 'plain')",
-                         (tenant_id,))
+            conn.execute(
+                "INSERT INTO tenants (tenant_id, name, signing_secret) VALUES (%s, 'online', 'plain')", (tenant_id,)
+            )
             conn.execute(SEED, {"tenant_id": tenant_id, "queue": queue, "rows": SEED_ROWS})
             conn.execute("VACUUM ANALYZE executions")
             job_id = conn.execute("SELECT job_id FROM jobs LIMIT 1").fetchone()[0]  # type: ignore[index]
@@ -134,8 +136,7 @@ async def _apply(db: Database, m: migrate.Migration) -> None:
             await db.outside_transaction(statement)
 
 
-async def test_no_new_migration_blocks_writes_for_more_than_a_second_on_a_lived_database(
-        before_online: Any) -> None:
+async def test_no_new_migration_blocks_writes_for_more_than_a_second_on_a_lived_database(before_online: Any) -> None:
     url, job = before_online
     online = [m for m in migrate.available() if m.version >= FIRST_ONLINE]
     assert online, "no migration under the rule"
@@ -158,15 +159,21 @@ async def test_no_new_migration_blocks_writes_for_more_than_a_second_on_a_lived_
             scale = 1.0 if m.version in CATALOGUE_ONLY else LIVED_ROWS / SEED_ROWS
             # Only executions is seeded at scale: a lock on it lasts as its rows do; one on another table
             # (a handful of rows here, and in the brief's tenants table thousands) is kept as measured.
-            report[m.version] = {"seconds": round(took, 3), "writes": len(stalls),
-                                 "worst write s": round(max(stalls, default=0.0), 3),
-                                 "write-blocking locks, s at 20M rows": {
-                                     k: round(v * (scale if k.startswith("executions ") else 1.0), 2)
-                                     for k, v in held.items()}}
+            report[m.version] = {
+                "seconds": round(took, 3),
+                "writes": len(stalls),
+                "worst write s": round(max(stalls, default=0.0), 3),
+                "write-blocking locks, s at 20M rows": {
+                    k: round(v * (scale if k.startswith("executions ") else 1.0), 2) for k, v in held.items()
+                },
+            }
     finally:
         await db.close()
-    too_long = {v: r for v, r in report.items()
-                if any(s > BLOCK_LIMIT_S for s in r["write-blocking locks, s at 20M rows"].values())}
+    too_long = {
+        v: r
+        for v, r in report.items()
+        if any(s > BLOCK_LIMIT_S for s in r["write-blocking locks, s at 20M rows"].values())
+    }
     assert not too_long, too_long
     assert all(r["writes"] > 0 for r in report.values()), report
 
@@ -174,12 +181,17 @@ async def test_no_new_migration_blocks_writes_for_more_than_a_second_on_a_lived_
 async def test_hot_tables_carry_their_autovacuum_settings(db: Database) -> None:
     """Partitioned tables hold no storage parameters of their own: each partition of executions and
     attempts carries them (the legacy ones from 0017, the weekly ones copied when created)."""
+
     async def options(conn: Any) -> dict[str, list[str]]:
         from sqlalchemy import text
 
-        rows = await conn.execute(text("SELECT relname, reloptions FROM pg_class "
-                                       "WHERE relname IN ('due_index', 'jobs') "
-                                       "OR relname ~ '^(executions|attempts)_(legacy|p[0-9]{8})$'"))
+        rows = await conn.execute(
+            text(
+                "SELECT relname, reloptions FROM pg_class "
+                "WHERE relname IN ('due_index', 'jobs') "
+                "OR relname ~ '^(executions|attempts)_(legacy|p[0-9]{8})$'"
+            )
+        )
         return {r.relname: list(r.reloptions or []) for r in rows}
 
     got = await tf.raw(db, options)

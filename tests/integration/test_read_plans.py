@@ -75,11 +75,21 @@ async def _seed(db: Database) -> tuple[UUID, UUID]:
 
     async def seed(conn: Any) -> UUID:
         for t in tenants:
-            await conn.execute(text(SEED), {"tenant_id": t.tenant_id, "queue": tf.tenant_queue(t.tenant_id, "pool"),
-                                            "jobs": JOBS, "history": HISTORY})
+            await conn.execute(
+                text(SEED),
+                {
+                    "tenant_id": t.tenant_id,
+                    "queue": tf.tenant_queue(t.tenant_id, "pool"),
+                    "jobs": JOBS,
+                    "history": HISTORY,
+                },
+            )
         await conn.execute(text(ATTEMPTS))
-        return (await conn.execute(text("SELECT job_id FROM jobs WHERE tenant_id = :t LIMIT 1"),
-                                   {"t": tenants[0].tenant_id})).scalar_one()
+        return (
+            await conn.execute(
+                text("SELECT job_id FROM jobs WHERE tenant_id = :t LIMIT 1"), {"t": tenants[0].tenant_id}
+            )
+        ).scalar_one()
 
     async def analyze(conn: Any) -> None:
         await conn.execute(text("ANALYZE jobs, executions, attempts, tenants, due_index"))
@@ -115,9 +125,12 @@ async def _plan(db: Database, name: str, params: dict[str, Any], mode: str) -> l
             await conn.execute(text("DEALLOCATE lived_read"))
 
     async def parents(tx: Any) -> dict[str, str]:
-        rows = await tx.schema._conn.execute(text(
-            "SELECT c.relname, p.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "
-            "JOIN pg_class AS p ON p.oid = i.inhparent"))
+        rows = await tx.schema._conn.execute(
+            text(
+                "SELECT c.relname, p.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "
+                "JOIN pg_class AS p ON p.oid = i.inhparent"
+            )
+        )
         return {r[0]: r[1] for r in rows.all()}
 
     doc = await db.transaction(explain)
@@ -136,34 +149,72 @@ def _reads(tenant_id: UUID, job_id: UUID) -> list[tuple[str, str, dict[str, Any]
     executions, /v1/dead-letters, /v1/stats/* and /v1/status run."""
     t = str(tenant_id)
     window = {"now": None, "window_s": 3600.0, "limit": 1440}
-    listing = {"tenant_id": t, "limit": PAGE, "scan_limit": PAGE, "state": None, "name": None, "name_prefix": None,
-               "labels": None, "selectors": None, "after_created": None, "after_id": None}
+    listing = {
+        "tenant_id": t,
+        "limit": PAGE,
+        "scan_limit": PAGE,
+        "state": None,
+        "name": None,
+        "name_prefix": None,
+        "labels": None,
+        "selectors": None,
+        "after_created": None,
+        "after_id": None,
+    }
     out: list[tuple[str, str, dict[str, Any], int]] = [
         ("jobs, first page", "JobList", listing, JOB_PAGE),
-        ("jobs, a later page", "JobList", {**listing, "after_created": "2000-01-02T00:00:00Z",
-                                           "after_id": "ffffffff-ffff-ffff-ffff-ffffffffffff"}, JOB_PAGE),
+        (
+            "jobs, a later page",
+            "JobList",
+            {**listing, "after_created": "2000-01-02T00:00:00Z", "after_id": "ffffffff-ffff-ffff-ffff-ffffffffffff"},
+            JOB_PAGE,
+        ),
         ("jobs by label", "JobList", {**listing, "labels": '{"team": "team3"}'}, JOB_PAGE * 7),
         ("one job", "JobGet", {"tenant_id": t, "job_id": str(job_id)}, HISTORY + 3),
-        ("a job's history", "ExecutionListForJob", {"tenant_id": t, "job_id": str(job_id), "limit": PAGE,
-                                                     "before_scheduled": None}, HISTORY_PAGE),
-        ("a job's history, a later page", "ExecutionListForJob", {
-            "tenant_id": t, "job_id": str(job_id), "limit": PAGE, "before_scheduled": "2100-01-01T00:00:00Z"},
-         HISTORY_PAGE),
-        ("dead letters", "ExecutionListDead", {"tenant_id": t, "job_id": None, "limit": PAGE,
-                                               "before_finished": None, "before_id": None}, HISTORY_PAGE),
+        (
+            "a job's history",
+            "ExecutionListForJob",
+            {"tenant_id": t, "job_id": str(job_id), "limit": PAGE, "before_scheduled": None},
+            HISTORY_PAGE,
+        ),
+        (
+            "a job's history, a later page",
+            "ExecutionListForJob",
+            {"tenant_id": t, "job_id": str(job_id), "limit": PAGE, "before_scheduled": "2100-01-01T00:00:00Z"},
+            HISTORY_PAGE,
+        ),
+        (
+            "dead letters",
+            "ExecutionListDead",
+            {"tenant_id": t, "job_id": None, "limit": PAGE, "before_finished": None, "before_id": None},
+            HISTORY_PAGE,
+        ),
         ("queue depths", "StatsQueueDepth", {"tenant_id": t, "now": None, "limit": 500}, WINDOW),
-        ("due histogram", "StatsDueHistogram", {
-            "tenant_id": t, "now": None, "horizon_s": 21600.0, "limit": 1440,
-            "shard_ids": "{" + ",".join(map(str, range(SHARD_COUNT))) + "}"}, WINDOW),
+        (
+            "due histogram",
+            "StatsDueHistogram",
+            {
+                "tenant_id": t,
+                "now": None,
+                "horizon_s": 21600.0,
+                "limit": 1440,
+                "shard_ids": "{" + ",".join(map(str, range(SHARD_COUNT))) + "}",
+            },
+            WINDOW,
+        ),
     ]
     for who, scope, tenants in (("a tenant", t, 1), ("the operator", None, 2)):
-        out += [(f"start lag per minute, {who}", "StatsStartLagPerMinute", {"tenant_id": scope, **window},
-                 WINDOW * tenants),
-                (f"outcomes per minute, {who}", "StatsOutcomesPerMinute", {"tenant_id": scope, **window},
-                 WINDOW * tenants),
-                (f"start lag summary, {who}", "StatsStartLagSummary", {"tenant_id": scope, **window},
-                 WINDOW * tenants),
-                (f"dead-letter count, {who}", "StatsDeadLetterCount", {"tenant_id": scope, "cap": 1000}, 1001)]
+        out += [
+            (
+                f"start lag per minute, {who}",
+                "StatsStartLagPerMinute",
+                {"tenant_id": scope, **window},
+                WINDOW * tenants,
+            ),
+            (f"outcomes per minute, {who}", "StatsOutcomesPerMinute", {"tenant_id": scope, **window}, WINDOW * tenants),
+            (f"start lag summary, {who}", "StatsStartLagSummary", {"tenant_id": scope, **window}, WINDOW * tenants),
+            (f"dead-letter count, {who}", "StatsDeadLetterCount", {"tenant_id": scope, "cap": 1000}, 1001),
+        ]
     return out
 
 
@@ -175,11 +226,15 @@ async def seeded(db: Database) -> tuple[UUID, UUID]:
 @pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
 @pytest.mark.parametrize("read", [r[0] for r in _reads(UUID(int=0), UUID(int=0))])
 async def test_a_read_is_a_range_of_an_index_not_a_walk_of_history(
-        db: Database, seeded: tuple[UUID, UUID], read: str, mode: str) -> None:
+    db: Database, seeded: tuple[UUID, UUID], read: str, mode: str
+) -> None:
     [(_, name, params, bound)] = [r for r in _reads(*seeded) if r[0] == read]
     nodes = await _plan(db, name, params, mode)
     seq = [n["Relation Name"] for n in nodes if n["Node Type"] == "Seq Scan" and n["Relation Name"] in HISTORY_TABLES]
     assert not seq, f"{name} reads {seq} whole"
-    touched = sum(n["Actual Rows"] * n["Actual Loops"] for n in nodes
-                  if n.get("Relation Name") in HISTORY_TABLES and "Scan" in n["Node Type"])
+    touched = sum(
+        n["Actual Rows"] * n["Actual Loops"]
+        for n in nodes
+        if n.get("Relation Name") in HISTORY_TABLES and "Scan" in n["Node Type"]
+    )
     assert touched <= bound, f"{name} touched {touched} rows of jobs, executions and attempts"

@@ -22,8 +22,9 @@ PRIMARY, STANDBY = "eu-west", "us-east"
 
 
 def leaser(db: Database, clock: ManualClock, owner: str, region: str, *, failback: bool = True) -> ShardLeaser:
-    config = LeaserConfig(ttl_s=TTL_S, region=region, primary_region=PRIMARY, standby_grace_s=GRACE_S,
-                          failback=failback)
+    config = LeaserConfig(
+        ttl_s=TTL_S, region=region, primary_region=PRIMARY, standby_grace_s=GRACE_S, failback=failback
+    )
     return ShardLeaser(db, owner, Ownership(), config, clock.wall)
 
 

@@ -27,8 +27,9 @@ from tests import factories
 LATER = timedelta(days=40)  # past the 30-day retention
 
 
-async def finished_executions(db: Database, count: int, *, dead: int = 0) -> tuple[factories.TenantFixture, UUID,
-                                                                                    list[UUID]]:
+async def finished_executions(
+    db: Database, count: int, *, dead: int = 0
+) -> tuple[factories.TenantFixture, UUID, list[UUID]]:
     """A job with ``count`` executions leased once and finished: the first ``dead`` dead, the rest succeeded."""
     t = await factories.tenant(db)
     queue = factories.tenant_queue(t.tenant_id, "jobs")
@@ -37,10 +38,16 @@ async def finished_executions(db: Database, count: int, *, dead: int = 0) -> tup
     leased = await db.transaction(lambda tx: tx.executions.lease(queue, "w1", count, 30))
     assert len(leased) == count
     ordered = sorted(leased, key=lambda e: ids.index(UUID(e.execution_id)))
-    await db.transaction(lambda tx: tx.executions.fail_many(
-        [ex.Failure(e.execution_id, e.attempt, "boom", retryable=False) for e in ordered[:dead]]))
-    await db.transaction(lambda tx: tx.executions.complete_many(
-        [ex.Success(e.execution_id, e.attempt, {"ok": i}) for i, e in enumerate(ordered[dead:])]))
+    await db.transaction(
+        lambda tx: tx.executions.fail_many(
+            [ex.Failure(e.execution_id, e.attempt, "boom", retryable=False) for e in ordered[:dead]]
+        )
+    )
+    await db.transaction(
+        lambda tx: tx.executions.complete_many(
+            [ex.Success(e.execution_id, e.attempt, {"ok": i}) for i, e in enumerate(ordered[dead:])]
+        )
+    )
     return t, job_id, ids
 
 
@@ -52,14 +59,16 @@ async def rows(db: Database, sql: str, **params: Any) -> list[dict[str, Any]]:
 
 
 async def execution_ids(db: Database, job_id: UUID) -> set[UUID]:
-    return {r["execution_id"] for r in await rows(db, "SELECT execution_id FROM executions WHERE job_id = :j",
-                                                  j=job_id)}
+    return {
+        r["execution_id"] for r in await rows(db, "SELECT execution_id FROM executions WHERE job_id = :j", j=job_id)
+    }
 
 
 async def age(db: Database, job_id: UUID, by: timedelta) -> None:
     async def bend(conn: Any) -> None:
-        await conn.execute(text("UPDATE executions SET finished_at = finished_at - :by WHERE job_id = :j"),
-                           {"by": by, "j": job_id})
+        await conn.execute(
+            text("UPDATE executions SET finished_at = finished_at - :by WHERE job_id = :j"), {"by": by, "j": job_id}
+        )
 
     await factories.raw(db, bend)
 
@@ -69,7 +78,8 @@ def pruner(db: Database, objects: ObjectStore, **config: Any) -> RetentionPruner
 
 
 async def test_old_final_executions_are_archived_then_deleted_and_live_ones_never(
-        db: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    db: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     t, job_id, ids = await finished_executions(db, 3, dead=1)
     queue = factories.tenant_queue(t.tenant_id, "jobs")
     live = await factories.ready_executions(db, job_id, 2, first=datetime.now(timezone.utc) - timedelta(minutes=5))
@@ -96,7 +106,8 @@ async def test_old_final_executions_are_archived_then_deleted_and_live_ones_neve
     assert {e["state"] for e in held.executions} == {"succeeded", "dead"}
     assert set(by_id[ids[0]]) == set(before[ids[0]])  # every column of the row
     assert sorted((a["execution_id"], a["outcome"]) for a in held.attempts) == sorted(
-        (str(a["execution_id"]), a["outcome"]) for a in attempts_before)
+        (str(a["execution_id"]), a["outcome"]) for a in attempts_before
+    )
 
     # The job itself is kept and still read.
     assert await db.transaction(lambda tx: tx.jobs.get(t.tenant_id, job_id)) is not None
@@ -105,7 +116,8 @@ async def test_old_final_executions_are_archived_then_deleted_and_live_ones_neve
 
 
 async def test_batches_are_bounded_and_executors_pruning_at_once_take_different_rows(
-        db: Database, tmp_path: Path) -> None:
+    db: Database, tmp_path: Path
+) -> None:
     _, job_id, ids = await finished_executions(db, 25)
     objects = LocalObjectStore(tmp_path / "objects")
     later = datetime.now(timezone.utc) + LATER
@@ -137,10 +149,13 @@ async def test_a_failed_upload_deletes_nothing(db: Database, tmp_path: Path) -> 
 async def test_restore_puts_back_exactly_what_was_archived_once_and_holds_it(db: Database, tmp_path: Path) -> None:
     t, job_id, ids = await finished_executions(db, 3, dead=1)
     await age(db, job_id, LATER)
-    before = sorted(await rows(db, "SELECT * FROM executions WHERE job_id = :j", j=job_id),
-                    key=lambda r: r["execution_id"])
-    attempts_before = sorted(await rows(db, "SELECT * FROM attempts WHERE execution_id = ANY(:ids)", ids=ids),
-                             key=lambda r: r["execution_id"])
+    before = sorted(
+        await rows(db, "SELECT * FROM executions WHERE job_id = :j", j=job_id), key=lambda r: r["execution_id"]
+    )
+    attempts_before = sorted(
+        await rows(db, "SELECT * FROM attempts WHERE execution_id = ANY(:ids)", ids=ids),
+        key=lambda r: r["execution_id"],
+    )
     objects = LocalObjectStore(tmp_path / "objects")
     p = pruner(db, objects)
     batch = await p.run_once()  # the database clock: these finished 40 days ago
@@ -148,12 +163,18 @@ async def test_restore_puts_back_exactly_what_was_archived_once_and_holds_it(db:
 
     first = await restore(db, objects, batch.key)
     assert (first.executions, first.attempts, first.executions_in_archive) == (3, 3, 3)
-    after = sorted(await rows(db, "SELECT * FROM executions WHERE job_id = :j", j=job_id),
-                   key=lambda r: r["execution_id"])
+    after = sorted(
+        await rows(db, "SELECT * FROM executions WHERE job_id = :j", j=job_id), key=lambda r: r["execution_id"]
+    )
     assert [{**r, "restored_at": None} for r in after] == before  # column for column
     assert all(r["restored_at"] is not None for r in after)
-    assert sorted(await rows(db, "SELECT * FROM attempts WHERE execution_id = ANY(:ids)", ids=ids),
-                  key=lambda r: r["execution_id"]) == attempts_before
+    assert (
+        sorted(
+            await rows(db, "SELECT * FROM attempts WHERE execution_id = ANY(:ids)", ids=ids),
+            key=lambda r: r["execution_id"],
+        )
+        == attempts_before
+    )
     # The dead letter is a dead letter again (the API reads the same tables).
     page = await db.transaction(lambda tx: tx.executions.list_dead(t.tenant_id, job_id=None, before=None, limit=10))
     assert [d.execution_id for d in page] == [ids[0]]
@@ -184,8 +205,9 @@ async def test_an_s3_compatible_store_holds_archives(db: Database) -> None:
     try:
         host, port = moto.get_host_and_port()
         endpoint = f"http://{host}:{port}"
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
-                     region_name="us-east-1").create_bucket(Bucket="kairos")
+        boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1"
+        ).create_bucket(Bucket="kairos")
         with pytest.MonkeyPatch.context() as env:
             env.setenv("AWS_ACCESS_KEY_ID", "test")
             env.setenv("AWS_SECRET_ACCESS_KEY", "test")
@@ -217,8 +239,7 @@ def edited(data: bytes, change: Any) -> bytes:
     return gzip.compress(b"\n".join(out) + b"\n")
 
 
-async def archived_batch(db: Database, tmp_path: Path) -> tuple[factories.TenantFixture, UUID, LocalObjectStore,
-                                                                 str]:
+async def archived_batch(db: Database, tmp_path: Path) -> tuple[factories.TenantFixture, UUID, LocalObjectStore, str]:
     t, job_id, _ = await finished_executions(db, 2)
     await age(db, job_id, LATER)
     objects = LocalObjectStore(tmp_path / "objects")
@@ -242,15 +263,20 @@ async def test_a_hand_edited_archive_is_refused_before_anything_is_restored(db: 
     with pytest.raises(errors.InvalidInput, match="MAC"):
         await restore(db, objects, str(forged))
     assert await execution_ids(db, job_id) == set()  # nothing restored, nothing leasable
-    leased = await db.transaction(lambda tx: tx.executions.lease(factories.tenant_queue(t.tenant_id, "jobs"),
-                                                                   "w1", 10, 30))
+    leased = await db.transaction(
+        lambda tx: tx.executions.lease(factories.tenant_queue(t.tenant_id, "jobs"), "w1", 10, 30)
+    )
     assert leased == []
 
     # Without its MAC line at all: refused too.
     import gzip
+
     unsigned = tmp_path / "unsigned.jsonl.gz"
-    unsigned.write_bytes(gzip.compress(b"\n".join(
-        line for line in gzip.decompress(original).splitlines() if b'"mac"' not in line) + b"\n"))
+    unsigned.write_bytes(
+        gzip.compress(
+            b"\n".join(line for line in gzip.decompress(original).splitlines() if b'"mac"' not in line) + b"\n"
+        )
+    )
     with pytest.raises(errors.InvalidInput, match="MAC"):
         await restore(db, objects, str(unsigned))
     assert await execution_ids(db, job_id) == set()
@@ -258,8 +284,9 @@ async def test_a_hand_edited_archive_is_refused_before_anything_is_restored(db: 
     assert (await restore(db, objects, key)).executions == 2
 
 
-async def test_an_archive_signed_by_another_installation_is_refused(db: Database, tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_archive_signed_by_another_installation_is_refused(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from cryptography.fernet import Fernet
 
     _, job_id, objects, key = await archived_batch(db, tmp_path)
@@ -272,14 +299,21 @@ async def test_an_archive_signed_by_another_installation_is_refused(db: Database
 def test_a_signed_archive_of_live_or_unknown_columns_is_still_refused() -> None:
     """Even an archive the installation signed holds only final executions and history's columns (defence in
     depth: restore never creates live work)."""
-    row = {"execution_id": "00000000-0000-4000-8000-000000000001", "job_id": "00000000-0000-4000-8000-000000000002",
-           "tenant_id": "00000000-0000-4000-8000-000000000003", "queue": "q", "state": "succeeded",
-           "finished_at": "2026-01-01T00:00:00+00:00"}
+    row = {
+        "execution_id": "00000000-0000-4000-8000-000000000001",
+        "job_id": "00000000-0000-4000-8000-000000000002",
+        "tenant_id": "00000000-0000-4000-8000-000000000003",
+        "queue": "q",
+        "state": "succeeded",
+        "finished_at": "2026-01-01T00:00:00+00:00",
+    }
     assert archive.decode(archive.encode([row], [])).executions[0]["state"] == "succeeded"
-    for bad, why in (({**row, "state": "ready", "finished_at": None}, "final"),
-                     ({**row, "state": "leased"}, "final"),
-                     ({**row, "lease_owner": "w"}, "lease"),
-                     ({**row, "surprise": 1}, "surprise")):
+    for bad, why in (
+        ({**row, "state": "ready", "finished_at": None}, "final"),
+        ({**row, "state": "leased"}, "final"),
+        ({**row, "lease_owner": "w"}, "lease"),
+        ({**row, "surprise": 1}, "surprise"),
+    ):
         with pytest.raises(errors.InvalidInput, match=why):
             archive.decode(archive.encode([bad], []))
     attempt = {"execution_id": row["execution_id"], "attempt": 1, "outcome": "running"}

@@ -26,8 +26,9 @@ async def test_conflicting_batches_halve_the_batches_in_flight_and_are_requeued(
 
     async with db.engine.connect() as holder:
         await holder.execute(text("BEGIN ISOLATION LEVEL SERIALIZABLE"))
-        await holder.execute(text("UPDATE due_index SET tenant_id = tenant_id WHERE job_id = ANY(:ids)"),
-                             {"ids": job_ids})
+        await holder.execute(
+            text("UPDATE due_index SET tenant_id = tenant_id WHERE job_id = ANY(:ids)"), {"ids": job_ids}
+        )
         dispatching = asyncio.create_task(a.dispatcher.run_once())
 
         async def blocked() -> bool:

@@ -32,23 +32,40 @@ def utc(s: str) -> datetime:
     return datetime.fromisoformat(s)
 
 
-async def seed_cron(db: Database, tenant_id: UUID, expr: str, tz: str, after: datetime, *, gap: str = "shift",
-                    repeat: str = "once") -> UUID:
+async def seed_cron(
+    db: Database, tenant_id: UUID, expr: str, tz: str, after: datetime, *, gap: str = "shift", repeat: str = "once"
+) -> UUID:
     job_id = uuid.uuid4()
     first = cron.next_occurrence(cron.CronSchedule(expr, tz, 0, cron.DstPolicy(gap, repeat)), after, str(job_id))
-    job = factories.SeedJob(job_id=job_id, tenant_id=tenant_id, shard_id=shard_of(job_id), name=expr,
-                                 pool="work", queue=factories.tenant_queue(tenant_id, "work"), schedule_kind="cron",
-                                 nominal_at=first.nominal_utc, next_run_at=first.run_at, cron=expr, tz=tz,
-                                 dst_gap=gap, dst_repeat=repeat)
+    job = factories.SeedJob(
+        job_id=job_id,
+        tenant_id=tenant_id,
+        shard_id=shard_of(job_id),
+        name=expr,
+        pool="work",
+        queue=factories.tenant_queue(tenant_id, "work"),
+        schedule_kind="cron",
+        nominal_at=first.nominal_utc,
+        next_run_at=first.run_at,
+        cron=expr,
+        tz=tz,
+        dst_gap=gap,
+        dst_repeat=repeat,
+    )
     await factories.raw(db, lambda c: factories.seed_jobs(c, [job]))
     return job_id
 
 
 async def history(db: Database, job_id: UUID) -> list[tuple[str, str, str | None]]:
     async def read(conn):
-        return (await conn.execute(text(
-            "SELECT scheduled_for, state, skip_reason FROM executions WHERE job_id = :j ORDER BY scheduled_for"),
-            {"j": job_id})).all()
+        return (
+            await conn.execute(
+                text(
+                    "SELECT scheduled_for, state, skip_reason FROM executions WHERE job_id = :j ORDER BY scheduled_for"
+                ),
+                {"j": job_id},
+            )
+        ).all()
 
     rows = await factories.raw(db, read)
     return [(r.scheduled_for.strftime("%Y-%m-%dT%H:%MZ"), r.state, r.skip_reason) for r in rows]
@@ -94,18 +111,28 @@ async def test_dst_days_in_new_york_fire_exactly_as_the_time_rules_demand(db: Da
         # 02:30 does not exist on 03-08: shifted to the first instant after the gap (03:00 EDT)...
         assert got["02:30 shift"] == ready("2026-03-07T07:30Z", "2026-03-08T07:00Z", "2026-03-09T06:30Z")
         # ...or, with gap=skip, recorded as skipped so the history explains the missing run.
-        assert got["02:30 skip"] == [("2026-03-07T07:30Z", "ready", None), ("2026-03-08T07:00Z", "skipped", "dst_gap"),
-                                     ("2026-03-09T06:30Z", "ready", None)]
-        assert got["01:30 once"] == got["01:30 twice"] == ready("2026-03-07T06:30Z", "2026-03-08T06:30Z",
-                                                                 "2026-03-09T05:30Z")
+        assert got["02:30 skip"] == [
+            ("2026-03-07T07:30Z", "ready", None),
+            ("2026-03-08T07:00Z", "skipped", "dst_gap"),
+            ("2026-03-09T06:30Z", "ready", None),
+        ]
+        assert (
+            got["01:30 once"]
+            == got["01:30 twice"]
+            == ready("2026-03-07T06:30Z", "2026-03-08T06:30Z", "2026-03-09T05:30Z")
+        )
     else:
-        assert got["02:30 shift"] == got["02:30 skip"] == ready("2026-10-31T06:30Z", "2026-11-01T07:30Z",
-                                                                 "2026-11-02T07:30Z")
+        assert (
+            got["02:30 shift"]
+            == got["02:30 skip"]
+            == ready("2026-10-31T06:30Z", "2026-11-01T07:30Z", "2026-11-02T07:30Z")
+        )
         # A fixed hour in the repeated hour runs once, at the first instance (EDT)...
         assert got["01:30 once"] == ready("2026-10-31T05:30Z", "2026-11-01T05:30Z", "2026-11-02T06:30Z")
         # ...or at both with repeat=twice.
-        assert got["01:30 twice"] == ready("2026-10-31T05:30Z", "2026-11-01T05:30Z", "2026-11-01T06:30Z",
-                                           "2026-11-02T06:30Z")
+        assert got["01:30 twice"] == ready(
+            "2026-10-31T05:30Z", "2026-11-01T05:30Z", "2026-11-01T06:30Z", "2026-11-02T06:30Z"
+        )
     # A wildcard hour follows elapsed time: every UTC hour exactly once, across either change.
     hours = []
     at = start + timedelta(hours=1)
@@ -122,15 +149,17 @@ async def test_a_cron_chain_survives_executions_that_all_die(db: Database) -> No
 
     async def kill_everything() -> None:
         async def dead(conn):
-            await conn.execute(text("UPDATE executions SET state = 'dead', finished_at = now(), error = 'boom' "
-                                    "WHERE state = 'ready'"))
+            await conn.execute(
+                text("UPDATE executions SET state = 'dead', finished_at = now(), error = 'boom' WHERE state = 'ready'")
+            )
 
         await factories.raw(db, dead)
 
     await walk(db, start, start + timedelta(minutes=10), timedelta(seconds=30), after_step=kill_everything)
     got = await history(db, job_id)
-    assert got == [((start + timedelta(minutes=i, seconds=30)).strftime("%Y-%m-%dT%H:%MZ"), "dead", None)
-                   for i in range(10)]
+    assert got == [
+        ((start + timedelta(minutes=i, seconds=30)).strftime("%Y-%m-%dT%H:%MZ"), "dead", None) for i in range(10)
+    ]
 
     async def due(conn):
         return (await conn.execute(text("SELECT nominal_at FROM due_index WHERE job_id = :j"), {"j": job_id})).all()

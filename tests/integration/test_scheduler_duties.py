@@ -44,39 +44,75 @@ class Node:
         await self.dispatcher.run_once()
 
 
-def node(db: Database, clock: ManualClock, owner: str | None = None, *, ttl_s: float = 10.0,
-         loader: LoaderConfig | None = None, batch_size: int = 1000, ahead_s: float = 0.0,
-         ahead_max_s: float = 30.0) -> Node:
+def node(
+    db: Database,
+    clock: ManualClock,
+    owner: str | None = None,
+    *,
+    ttl_s: float = 10.0,
+    loader: LoaderConfig | None = None,
+    batch_size: int = 1000,
+    ahead_s: float = 0.0,
+    ahead_max_s: float = 30.0,
+) -> Node:
     owner = owner or f"test:{uuid.uuid4().hex[:8]}"
     ownership, heap = Ownership(), DueHeap()
     leaser = ShardLeaser(db, owner, ownership, LeaserConfig(ttl_s=ttl_s), clock.wall)
     load = DueLoader(db, ownership, heap, loader or LoaderConfig(window_interval_s=0), clock.wall)
-    disp = Dispatcher(db, owner, heap, DispatcherConfig(batch_size=batch_size, ahead_s=ahead_s,
-                                                         ahead_max_s=max(ahead_s, ahead_max_s)), clock.wall)
+    disp = Dispatcher(
+        db,
+        owner,
+        heap,
+        DispatcherConfig(batch_size=batch_size, ahead_s=ahead_s, ahead_max_s=max(ahead_s, ahead_max_s)),
+        clock.wall,
+    )
     return Node(owner, ownership, heap, leaser, load, disp)
 
 
-async def new_tenant(db: Database, name: str | None = None, *, max_dispatch_per_s: int | None = None,
-                     weight: int | None = None) -> UUID:
+async def new_tenant(
+    db: Database, name: str | None = None, *, max_dispatch_per_s: int | None = None, weight: int | None = None
+) -> UUID:
     tenant, _ = await db.transaction(lambda c: c.tenants.create(name or f"t-{uuid.uuid4().hex[:8]}"))
     if max_dispatch_per_s is not None or weight is not None:
-        await db.transaction(lambda c: c.tenants.set_quota(tenant.tenant_id, weight=weight,
-                                                         max_dispatch_per_s=max_dispatch_per_s))
+        await db.transaction(
+            lambda c: c.tenants.set_quota(tenant.tenant_id, weight=weight, max_dispatch_per_s=max_dispatch_per_s)
+        )
     return tenant.tenant_id
 
 
-async def seed(db: Database, tenant_id: UUID, n: int, at: datetime, *, cron: str | None = None,
-               tz: str = "UTC", concurrency: str = "allow", misfire: str = "run_once",
-               spread_s: float = 0.0) -> list[UUID]:
+async def seed(
+    db: Database,
+    tenant_id: UUID,
+    n: int,
+    at: datetime,
+    *,
+    cron: str | None = None,
+    tz: str = "UTC",
+    concurrency: str = "allow",
+    misfire: str = "run_once",
+    spread_s: float = 0.0,
+) -> list[UUID]:
     jobs = []
     for i in range(n):
         job_id = uuid.uuid4()
         run_at = at + timedelta(seconds=spread_s * i / max(1, n))
-        jobs.append(factories.SeedJob(
-            job_id=job_id, tenant_id=tenant_id, shard_id=shard_of(job_id), name=f"job-{i}", pool="work",
-            queue=factories.tenant_queue(tenant_id, "work"), schedule_kind="cron" if cron else "once",
-            nominal_at=run_at, next_run_at=run_at, cron=cron, tz=tz if cron else None, concurrency=concurrency,
-            misfire=misfire))
+        jobs.append(
+            factories.SeedJob(
+                job_id=job_id,
+                tenant_id=tenant_id,
+                shard_id=shard_of(job_id),
+                name=f"job-{i}",
+                pool="work",
+                queue=factories.tenant_queue(tenant_id, "work"),
+                schedule_kind="cron" if cron else "once",
+                nominal_at=run_at,
+                next_run_at=run_at,
+                cron=cron,
+                tz=tz if cron else None,
+                concurrency=concurrency,
+                misfire=misfire,
+            )
+        )
     await factories.raw(db, lambda c: factories.seed_jobs(c, jobs))
     return [j.job_id for j in jobs]
 
@@ -180,8 +216,9 @@ async def test_loader_adds_each_row_once_and_drops_entries_of_lost_shards(db: Da
 async def test_loader_reads_an_overdue_backlog_in_bounded_ticks(db: Database) -> None:
     clock = ManualClock(T0)
     tenant = await new_tenant(db)
-    a = node(db, clock, "a", loader=LoaderConfig(window_interval_s=0, page_rows=100, max_rows_per_tick=100,
-                                                 near_limit=50))
+    a = node(
+        db, clock, "a", loader=LoaderConfig(window_interval_s=0, page_rows=100, max_rows_per_tick=100, near_limit=50)
+    )
     await a.leaser.run_once()
     await seed(db, tenant, 450, T0 - timedelta(hours=3), spread_s=3600)
     reads = []
@@ -221,8 +258,9 @@ async def test_dispatch_turns_one_off_jobs_into_ready_executions_and_completes_t
     clock.advance(3)
     result = await a.dispatcher.run_once()
     assert (result.claimed, result.ready) == (30, 30)
-    got = await rows(db, "SELECT job_id, state, ready_at, scheduled_for, queue, max_attempts, dispatched_at "
-                         "FROM executions")
+    got = await rows(
+        db, "SELECT job_id, state, ready_at, scheduled_for, queue, max_attempts, dispatched_at FROM executions"
+    )
     assert sorted(r.job_id for r in got) == sorted(job_ids)
     for r in got:
         assert (r.state, r.ready_at, r.scheduled_for, r.max_attempts) == ("ready", due, due, 3)
@@ -257,8 +295,9 @@ async def test_cron_dispatch_materialises_the_next_occurrence_in_the_same_transa
     [job_id] = await seed(db, tenant, 1, T0, cron="*/5 * * * *")
     await a.loader.run_once()
     assert (await a.dispatcher.run_once()).ready == 1
-    [due] = await rows(db, "SELECT shard_id, due_minute, next_run_at, nominal_at FROM due_index WHERE job_id = :j",
-                       j=job_id)
+    [due] = await rows(
+        db, "SELECT shard_id, due_minute, next_run_at, nominal_at FROM due_index WHERE job_id = :j", j=job_id
+    )
     assert due.nominal_at == due.next_run_at == T0 + timedelta(minutes=5)
     assert (due.shard_id, due.due_minute) == (shard_of(job_id), T0 + timedelta(minutes=5))
     [job] = await rows(db, "SELECT state, next_nominal_at, next_run_at, version FROM jobs")
@@ -270,8 +309,11 @@ async def test_paused_and_cancelled_jobs_are_never_dispatched(db: Database) -> N
     tenant = await new_tenant(db)
     a = node(db, clock, "a")
     await a.leaser.run_once()
-    paused, cancelled, live = (await seed(db, tenant, 1, T0))[0], (await seed(db, tenant, 1, T0))[0], \
-        (await seed(db, tenant, 1, T0))[0]
+    paused, cancelled, live = (
+        (await seed(db, tenant, 1, T0))[0],
+        (await seed(db, tenant, 1, T0))[0],
+        (await seed(db, tenant, 1, T0))[0],
+    )
     await a.loader.run_once()
     # The API's pause raced the loader: the job is paused but its due row was loaded (and even
     # left behind). The dispatch statement re-checks the job's state.
@@ -288,9 +330,17 @@ async def test_paused_and_cancelled_jobs_are_never_dispatched(db: Database) -> N
 async def _previous_execution(db: Database, job_id: UUID, tenant: UUID, state: str, at: datetime) -> None:
     """A leased one as the lease leaves it: the live attempt is the executions row (no attempts row yet)."""
     lease = ", 'w1', :at, :until" if state == "leased" else ", NULL, NULL, NULL"
-    await rows(db, "INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, "
-                   f"ready_at, lease_owner, started_at, lease_until) VALUES (:j, :t, 'q', :at, 1, 3, :s, :at {lease}) "
-                   "RETURNING 1", j=job_id, t=tenant, at=at, s=state, until=at + timedelta(hours=1))
+    await rows(
+        db,
+        "INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, "
+        f"ready_at, lease_owner, started_at, lease_until) VALUES (:j, :t, 'q', :at, 1, 3, :s, :at {lease}) "
+        "RETURNING 1",
+        j=job_id,
+        t=tenant,
+        at=at,
+        s=state,
+        until=at + timedelta(hours=1),
+    )
 
 
 @pytest.mark.parametrize("policy", ["allow", "forbid", "replace"])
@@ -304,8 +354,12 @@ async def test_overlap_policies_apply_at_dispatch(db: Database, policy: str) -> 
     await _previous_execution(db, job_id, tenant, "leased", earlier)
     await a.loader.run_once()
     await a.dispatcher.run_once()
-    got = {r.scheduled_for: r for r in await rows(
-        db, "SELECT scheduled_for, state, skip_reason, error, lease_owner, finished_at FROM executions")}
+    got = {
+        r.scheduled_for: r
+        for r in await rows(
+            db, "SELECT scheduled_for, state, skip_reason, error, lease_owner, finished_at FROM executions"
+        )
+    }
     old, new = got[earlier], got[T0]
     if policy == "allow":
         assert (old.state, new.state) == ("leased", "ready")
@@ -328,9 +382,14 @@ async def test_forbid_runs_when_the_previous_execution_has_finished(db: Database
     a = node(db, clock, "a")
     await a.leaser.run_once()
     [job_id] = await seed(db, tenant, 1, T0, cron="* * * * *", concurrency="forbid")
-    await rows(db, "INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at, "
-                   "finished_at) VALUES (:j, :t, 'q', :at, 3, 'succeeded', :at, :at) RETURNING 1",
-               j=job_id, t=tenant, at=T0 - timedelta(minutes=1))
+    await rows(
+        db,
+        "INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at, "
+        "finished_at) VALUES (:j, :t, 'q', :at, 3, 'succeeded', :at, :at) RETURNING 1",
+        j=job_id,
+        t=tenant,
+        at=T0 - timedelta(minutes=1),
+    )
     await a.loader.run_once()
     assert (await a.dispatcher.run_once()).ready == 1
 
@@ -414,8 +473,9 @@ async def test_a_tenant_over_its_dispatch_quota_is_deferred_while_others_pass(db
         assert step.ready == 10  # 20/s
         seen += step.ready
     # Deferred, not dropped, and in due order.
-    got = await rows(db, "SELECT job_id FROM executions WHERE tenant_id = :t ORDER BY dispatched_at, scheduled_for",
-                     t=greedy)
+    got = await rows(
+        db, "SELECT job_id FROM executions WHERE tenant_id = :t ORDER BY dispatched_at, scheduled_for", t=greedy
+    )
     assert [r.job_id for r in got] == greedy_jobs
 
 
@@ -472,8 +532,9 @@ async def test_overlap_policies_are_applied_at_the_due_time_not_ahead(db: Databa
     assert (held.claimed, held.ready) == (0, 0)
     assert await rows(db, "SELECT 1 FROM executions") == []
     # The due row is back, unchanged, and the job did not advance.
-    assert [(r.next_run_at, r.nominal_at) for r in await rows(db, "SELECT next_run_at, nominal_at FROM due_index")] \
-        == [(due, due)]
+    assert [(r.next_run_at, r.nominal_at) for r in await rows(db, "SELECT next_run_at, nominal_at FROM due_index")] == [
+        (due, due)
+    ]
     assert (await a.dispatcher.run_once()).claimed == 0  # still held: not popped again before it is due
     clock.advance(1.0)
     done = await a.dispatcher.run_once()
@@ -506,5 +567,6 @@ async def test_pause_withdraws_an_occurrence_dispatched_ahead_and_resume_brings_
     assert [r.state for r in await rows(db, "SELECT state FROM executions")] == ["cancelled"]
     resumed = await service.resume(db, tenant, one_off, "skip")
     assert (resumed.state, resumed.next_run_at) == ("active", due)
-    assert [r.next_run_at for r in await rows(db, "SELECT next_run_at FROM due_index WHERE job_id = :j",
-                                              j=one_off)] == [due]
+    assert [
+        r.next_run_at for r in await rows(db, "SELECT next_run_at FROM due_index WHERE job_id = :j", j=one_off)
+    ] == [due]

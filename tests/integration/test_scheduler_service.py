@@ -33,14 +33,27 @@ async def test_serve_dispatches_a_job_due_in_one_second_and_hands_shards_back_on
     job_id = uuid.uuid4()
     # Submitted while the scheduler runs, due one second later ("delaySeconds: 1").
     run_at = datetime.now(timezone.utc) + timedelta(seconds=1)
-    job = factories.SeedJob(job_id=job_id, tenant_id=tenant.tenant_id, shard_id=shard_of(job_id), name="soon",
-                                 pool="work", queue="q", schedule_kind="once", nominal_at=run_at, next_run_at=run_at)
+    job = factories.SeedJob(
+        job_id=job_id,
+        tenant_id=tenant.tenant_id,
+        shard_id=shard_of(job_id),
+        name="soon",
+        pool="work",
+        queue="q",
+        schedule_kind="once",
+        nominal_at=run_at,
+        next_run_at=run_at,
+    )
     await factories.raw(db, lambda c: factories.seed_jobs(c, [job]))
 
     async def dispatched():
         async def read(conn):
-            return (await conn.execute(text("SELECT dispatched_at, ready_at FROM executions WHERE job_id = :j"),
-                                       {"j": job_id})).first()
+            return (
+                await conn.execute(
+                    text("SELECT dispatched_at, ready_at FROM executions WHERE job_id = :j"), {"j": job_id}
+                )
+            ).first()
+
         return await factories.raw(db, read)
 
     row = await poll(dispatched, timeout_s=10, interval_s=0.05, what="the job to be dispatched")

@@ -19,8 +19,11 @@ def lag_samples(tenant_id: str) -> int:
     """kairos_start_lag_seconds' count for the tenant, as this process would expose it."""
     for family in text_string_to_metric_families(observability.exposition().decode()):
         if family.name == "kairos_start_lag_seconds":
-            return int(sum(s.value for s in family.samples
-                           if s.name.endswith("_count") and s.labels.get("tenant") == tenant_id))
+            return int(
+                sum(
+                    s.value for s in family.samples if s.name.endswith("_count") and s.labels.get("tenant") == tenant_id
+                )
+            )
     return 0
 
 
@@ -34,10 +37,12 @@ async def test_backfills_and_manual_runs_are_left_out_of_start_lag(db: Database)
     late = await tf.insert_ready(db, [job] * 4, [now - timedelta(minutes=40 + i) for i in range(4)])
 
     async def mark(conn) -> None:
-        await conn.execute(text("UPDATE executions SET trigger = 'backfill' WHERE execution_id = ANY(:b)"),
-                           {"b": late[:2]})
-        await conn.execute(text("UPDATE executions SET trigger = 'manual' WHERE execution_id = ANY(:m)"),
-                           {"m": late[2:]})
+        await conn.execute(
+            text("UPDATE executions SET trigger = 'backfill' WHERE execution_id = ANY(:b)"), {"b": late[:2]}
+        )
+        await conn.execute(
+            text("UPDATE executions SET trigger = 'manual' WHERE execution_id = ANY(:m)"), {"m": late[2:]}
+        )
 
     await tf.raw(db, mark)
     outcomes = Outcomes(db)

@@ -20,10 +20,14 @@ async def flush_stats(db: Database) -> None:
 
 async def analyzed_at(db: Database) -> datetime | None:
     async with db.engine.connect() as conn:
-        row = (await conn.execute(text(
-            "SELECT greatest(last_analyze, last_autoanalyze) FROM pg_stat_user_tables"
-            " WHERE relname = 'executions'"
-        ))).first()
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT greatest(last_analyze, last_autoanalyze) FROM pg_stat_user_tables"
+                    " WHERE relname = 'executions'"
+                )
+            )
+        ).first()
     return row[0] if row else None
 
 
@@ -83,9 +87,14 @@ async def test_updates_that_leave_a_tables_size_alone_get_no_new_analyze(db: Dat
 
 async def ready_at_histogram_bounds(db: Database) -> int:
     async with db.engine.connect() as conn:
-        row = (await conn.execute(text(
-            "SELECT cardinality(CAST(CAST(histogram_bounds AS TEXT) AS TEXT[])) FROM pg_stats "
-            "WHERE tablename = 'executions' AND attname = 'ready_at'"))).first()
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT cardinality(CAST(CAST(histogram_bounds AS TEXT) AS TEXT[])) FROM pg_stats "
+                    "WHERE tablename = 'executions' AND attname = 'ready_at'"
+                )
+            )
+        ).first()
     assert row is not None, "executions.ready_at has no statistics"
     return int(row[0])
 
@@ -102,8 +111,9 @@ async def test_the_keepers_analyze_uses_its_own_statistics_target(db: Database, 
         assert (await conn.execute(text("SHOW default_statistics_target"))).scalar_one() == "100"
 
 
-@pytest.mark.parametrize("bad", [{"interval_s": 0}, {"min_rows": 0}, {"fraction": -1}, {"target": 0},
-                                 {"target": 10_001}])
+@pytest.mark.parametrize(
+    "bad", [{"interval_s": 0}, {"min_rows": 0}, {"fraction": -1}, {"target": 0}, {"target": 10_001}]
+)
 def test_config_is_validated(bad: dict) -> None:
     with pytest.raises(ValueError):
         StatisticsKeeperConfig(**bad)

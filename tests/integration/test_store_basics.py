@@ -74,7 +74,6 @@ async def test_skipped_occurrences_are_recorded_once_each(db: Database) -> None:
     import uuid
     from datetime import datetime, timedelta, timezone
 
-
     tenant, _ = await db.transaction(lambda c: c.tenants.create("skips"))
     job_id = uuid.uuid4()
     at = datetime(2026, 3, 8, 7, tzinfo=timezone.utc)
@@ -82,8 +81,9 @@ async def test_skipped_occurrences_are_recorded_once_each(db: Database) -> None:
     for _ in range(2):  # recording the same occurrences again changes nothing
         await db.transaction(lambda c: c.jobs.record_skipped(job_id, tenant.tenant_id, "q", 3, times, "dst_gap"))
     async with db.engine.connect() as conn:
-        got = (await conn.execute(text("SELECT scheduled_for, state, skip_reason FROM executions "
-                                       "ORDER BY scheduled_for"))).all()
+        got = (
+            await conn.execute(text("SELECT scheduled_for, state, skip_reason FROM executions ORDER BY scheduled_for"))
+        ).all()
     assert [tuple(r) for r in got] == [(t, "skipped", "dst_gap") for t in times]
 
 

@@ -24,8 +24,9 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 
 
 def sub(tenant_id: uuid.UUID, name: str = "j", key: str | None = None) -> Submission:
-    body = schemas.JobIn(name=name, target=schemas.TargetIn("queue", "pool"),
-                         schedule=schemas.ScheduleIn(run_at="2027-01-01T00:00:00Z"))
+    body = schemas.JobIn(
+        name=name, target=schemas.TargetIn("queue", "pool"), schedule=schemas.ScheduleIn(run_at="2027-01-01T00:00:00Z")
+    )
     return service.submission(body, Settings(), tenant_id, key, f"fp-{name}" if key else None, NOW)
 
 
@@ -41,8 +42,9 @@ async def new_tenant(db: Database, **quota: int | None) -> uuid.UUID:
 async def rows(db: Database, tenant_id: uuid.UUID) -> tuple[int, int]:
     async with db.engine.connect() as conn:
         jobs = (await conn.execute(text("SELECT count(*) FROM jobs WHERE tenant_id = :t"), {"t": tenant_id})).scalar()
-        due = (await conn.execute(text("SELECT count(*) FROM due_index WHERE tenant_id = :t"),
-                                  {"t": tenant_id})).scalar()
+        due = (
+            await conn.execute(text("SELECT count(*) FROM due_index WHERE tenant_id = :t"), {"t": tenant_id})
+        ).scalar()
     return jobs, due
 
 
@@ -68,8 +70,10 @@ async def test_the_active_jobs_quota_refuses_the_items_beyond_it_and_writes_none
     first = await writer.submit([sub(tenant_id, f"a{i}") for i in range(3)])
     assert all(isinstance(o, Created) for o in first)
     # One batch of 4: 2 fit. Another tenant's request in the same transaction is not held back.
-    batch, others = await asyncio.gather(writer.submit([sub(tenant_id, f"b{i}") for i in range(4)]),
-                                         writer.submit([sub(other, f"o{i}") for i in range(4)]))
+    batch, others = await asyncio.gather(
+        writer.submit([sub(tenant_id, f"b{i}") for i in range(4)]),
+        writer.submit([sub(other, f"o{i}") for i in range(4)]),
+    )
     assert [isinstance(o, Created) for o in batch] == [True, True, False, False]
     refused = quota_error(batch[2], "maxActiveJobs")
     assert refused.limit == 5 and refused.retry_after_s == ACTIVE_JOBS_RETRY_AFTER_S

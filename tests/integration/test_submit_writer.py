@@ -19,8 +19,9 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 
 
 def job(name: str) -> schemas.JobIn:
-    return schemas.JobIn(name=name, target=schemas.TargetIn("queue", "pool"),
-                         schedule=schemas.ScheduleIn(run_at="2027-01-01T00:00:00Z"))
+    return schemas.JobIn(
+        name=name, target=schemas.TargetIn("queue", "pool"), schedule=schemas.ScheduleIn(run_at="2027-01-01T00:00:00Z")
+    )
 
 
 async def new_tenant(db: Database) -> uuid.UUID:
@@ -32,8 +33,9 @@ async def new_tenant(db: Database) -> uuid.UUID:
 async def counts(db: Database, tenant_id: uuid.UUID) -> tuple[int, int]:
     async with db.engine.connect() as conn:
         jobs = (await conn.execute(text("SELECT count(*) FROM jobs WHERE tenant_id = :t"), {"t": tenant_id})).scalar()
-        due = (await conn.execute(text("SELECT count(*) FROM due_index WHERE tenant_id = :t"),
-                                  {"t": tenant_id})).scalar()
+        due = (
+            await conn.execute(text("SELECT count(*) FROM due_index WHERE tenant_id = :t"), {"t": tenant_id})
+        ).scalar()
     return jobs, due
 
 
@@ -52,9 +54,14 @@ async def test_concurrent_submits_share_transactions_and_each_gets_its_own_job(d
     assert ids == {s.job.job_id for s in subs}
     assert await counts(db, tenant_id) == (201, 201)
     async with db.engine.connect() as conn:
-        xacts = (await conn.execute(text("SELECT count(DISTINCT xmin::text) FROM jobs WHERE tenant_id = :t "
-                                         "AND name IN :late").bindparams(bindparam("late", expanding=True)),
-                                    {"t": tenant_id, "late": [f"j{i}" for i in range(100, 201)]})).scalar()
+        xacts = (
+            await conn.execute(
+                text("SELECT count(DISTINCT xmin::text) FROM jobs WHERE tenant_id = :t AND name IN :late").bindparams(
+                    bindparam("late", expanding=True)
+                ),
+                {"t": tenant_id, "late": [f"j{i}" for i in range(100, 201)]},
+            )
+        ).scalar()
     assert xacts == 2
 
 
@@ -68,7 +75,8 @@ async def test_a_request_that_fails_in_a_shared_transaction_fails_alone(db: Data
     # gather starts them in order: the first takes the one flush slot, the next two wait for it and
     # then share one transaction.
     ran_first, ran_good, ran_bad = await asyncio.gather(
-        writer.submit([first]), writer.submit([good]), writer.submit([bad]), return_exceptions=True)
+        writer.submit([first]), writer.submit([good]), writer.submit([bad]), return_exceptions=True
+    )
     assert isinstance(ran_first, list) and isinstance(ran_first[0], Created)
     assert isinstance(ran_good, list) and isinstance(ran_good[0], Created)
     # The seam translates the database's refusal (23503) into a Kairos error; it reaches only its request.
@@ -83,9 +91,9 @@ async def test_idempotency_keys_hold_within_and_across_transactions(db: Database
     def keyed(tenant: uuid.UUID, name: str, fingerprint: str) -> object:
         return service.submission(job(name), Settings(), tenant, "key-1", fingerprint, NOW)
 
-    a, same, different, elsewhere = await writer.submit([
-        keyed(tenant_id, "a", "f1"), keyed(tenant_id, "a", "f1"), keyed(tenant_id, "b", "f2"),
-        keyed(other, "a", "f1")])
+    a, same, different, elsewhere = await writer.submit(
+        [keyed(tenant_id, "a", "f1"), keyed(tenant_id, "a", "f1"), keyed(tenant_id, "b", "f2"), keyed(other, "a", "f1")]
+    )
     assert isinstance(a, Created) and not a.replayed
     assert isinstance(same, Created) and same.replayed and same.job_id == a.job_id
     assert isinstance(different, errors.IdempotencyConflict)
@@ -106,11 +114,15 @@ async def test_a_recurring_job_landing_on_a_crowded_minute_carries_a_herd_warnin
     writer = SubmitWriter(db, WriterConfig(herd_threshold=3))
 
     def hourly(name: str, jitter: int | None = None) -> schemas.JobIn:
-        return schemas.JobIn(name=name, target=schemas.TargetIn("queue", "pool"),
-                             schedule=schemas.ScheduleIn(cron="0 * * * *", tz="UTC", jitter_seconds=jitter))
+        return schemas.JobIn(
+            name=name,
+            target=schemas.TargetIn("queue", "pool"),
+            schedule=schemas.ScheduleIn(cron="0 * * * *", tz="UTC", jitter_seconds=jitter),
+        )
 
-    first = await writer.submit([service.submission(hourly(f"h{i}"), Settings(), tenant_id, None, None, NOW)
-                                 for i in range(2)])
+    first = await writer.submit(
+        [service.submission(hourly(f"h{i}"), Settings(), tenant_id, None, None, NOW) for i in range(2)]
+    )
     assert all(isinstance(o, Created) and o.warnings == () for o in first)
     [third] = await writer.submit([service.submission(hourly("h2"), Settings(), tenant_id, None, None, NOW)])
     assert isinstance(third, Created) and len(third.warnings) == 1
@@ -133,8 +145,9 @@ async def test_a_crowded_minute_is_counted_once_and_again_after_the_memo(db: Dat
     tenant_id = await new_tenant(db)
     now = [0.0]
     writer = SubmitWriter(db, WriterConfig(herd_threshold=3), clock=lambda: now[0])
-    hourly = schemas.JobIn(name="h", target=schemas.TargetIn("queue", "pool"),
-                           schedule=schemas.ScheduleIn(cron="0 * * * *", tz="UTC"))
+    hourly = schemas.JobIn(
+        name="h", target=schemas.TargetIn("queue", "pool"), schedule=schemas.ScheduleIn(cron="0 * * * *", tz="UTC")
+    )
 
     async def one() -> Created:
         [created] = await writer.submit([service.submission(hourly, Settings(), tenant_id, None, None, NOW)])
@@ -156,10 +169,12 @@ async def test_concurrent_recurring_submits_into_one_crowded_minute_never_confli
     a tenant's concurrent submits of recurring jobs never make each other re-run (or fail)."""
     tenant_id = await new_tenant(db)
     writer = SubmitWriter(db, WriterConfig(herd_threshold=50, in_flight=4))
-    hourly = schemas.JobIn(name="h", target=schemas.TargetIn("queue", "pool"),
-                           schedule=schemas.ScheduleIn(cron="0 * * * *", tz="UTC"))
-    got = await asyncio.gather(*(writer.submit([service.submission(hourly, Settings(), tenant_id, None, None, NOW)])
-                                 for _ in range(300)))
+    hourly = schemas.JobIn(
+        name="h", target=schemas.TargetIn("queue", "pool"), schedule=schemas.ScheduleIn(cron="0 * * * *", tz="UTC")
+    )
+    got = await asyncio.gather(
+        *(writer.submit([service.submission(hourly, Settings(), tenant_id, None, None, NOW)]) for _ in range(300))
+    )
     outcomes = [o for [o] in got]
     assert all(isinstance(o, Created) for o in outcomes)
     assert db.retries == 0

@@ -14,7 +14,8 @@ from app.store.db import Database
 
 @pytest.fixture
 async def addr(db: Database) -> AsyncIterator[str]:
-    server, servicer, port = await rpc_server.start(db, Outcomes(db), "127.0.0.1", 0,
-                                                    ServicerConfig(poll_interval_s=0.05))
+    server, servicer, port = await rpc_server.start(
+        db, Outcomes(db), "127.0.0.1", 0, ServicerConfig(poll_interval_s=0.05)
+    )
     yield f"127.0.0.1:{port}"
     await rpc_server.stop(server, servicer, 0.5)

@@ -30,8 +30,20 @@ async def kairos_worker(log: Path, pool: str, *args: str, **variables: str) -> A
     env.update({"KAIROS_LOG_FORMAT": "json", "PYTHONUNBUFFERED": "1", **variables})
     with open(log, "wb") as out:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "app.cli", "worker", "--pool", pool, *args, "--", "cat", cwd=ROOT, env=env,
-            stdout=out, stderr=subprocess.STDOUT)
+            sys.executable,
+            "-m",
+            "app.cli",
+            "worker",
+            "--pool",
+            pool,
+            *args,
+            "--",
+            "cat",
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
     def records() -> list:
         found = []
@@ -55,10 +67,11 @@ async def kairos_worker(log: Path, pool: str, *args: str, **variables: str) -> A
     assert proc.returncode == 0, log.read_text()[-3000:]
 
 
-@pytest.mark.parametrize("where", ["KAIROS_GRPC_PORT", "KAIROS_GRPC_HOST and KAIROS_GRPC_PORT",
-                                   "KAIROS_GRPC_ADDR", "--addr over KAIROS_GRPC_ADDR"])
-async def test_the_worker_connects_where_the_settings_say(db: Database, addr: str, tmp_path: Path,
-                                                          where: str) -> None:
+@pytest.mark.parametrize(
+    "where",
+    ["KAIROS_GRPC_PORT", "KAIROS_GRPC_HOST and KAIROS_GRPC_PORT", "KAIROS_GRPC_ADDR", "--addr over KAIROS_GRPC_ADDR"],
+)
+async def test_the_worker_connects_where_the_settings_say(db: Database, addr: str, tmp_path: Path, where: str) -> None:
     host, port = addr.rsplit(":", 1)
     variables, args = {
         "KAIROS_GRPC_PORT": ({"KAIROS_GRPC_PORT": port}, ()),
@@ -81,13 +94,22 @@ async def test_the_worker_connects_where_the_settings_say(db: Database, addr: st
     assert starting[0]["addr"] == addr
 
 
-async def test_an_idle_worker_logs_that_nothing_was_leased_from_its_pool(db: Database, addr: str,
-                                                                       tmp_path: Path) -> None:
+async def test_an_idle_worker_logs_that_nothing_was_leased_from_its_pool(
+    db: Database, addr: str, tmp_path: Path
+) -> None:
     t = await tf.tenant(db)
-    expected = ("no work leased from pool nobody-targets-this in the last 1 s: is any job targeting queue "
-                "nobody-targets-this with this tenant's key?")
-    async with kairos_worker(tmp_path / "worker.log", "nobody-targets-this", "--idle-notice-s", "1",
-                             KAIROS_API_KEY=t.key, KAIROS_GRPC_ADDR=addr) as records:
+    expected = (
+        "no work leased from pool nobody-targets-this in the last 1 s: is any job targeting queue "
+        "nobody-targets-this with this tenant's key?"
+    )
+    async with kairos_worker(
+        tmp_path / "worker.log",
+        "nobody-targets-this",
+        "--idle-notice-s",
+        "1",
+        KAIROS_API_KEY=t.key,
+        KAIROS_GRPC_ADDR=addr,
+    ) as records:
 
         async def noticed():
             return [r for r in records() if r.get("msg") == expected]
@@ -98,12 +120,23 @@ async def test_an_idle_worker_logs_that_nothing_was_leased_from_its_pool(db: Dat
 
 def test_every_option_has_help_and_the_epilog_states_the_command_contract() -> None:
     assert [p.name for p in worker_command.params if isinstance(p, click.Option) and not p.help] == []
-    done = subprocess.run([sys.executable, "-m", "app.cli", "worker", "--help"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "worker", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
-    for needed in ("--lease-seconds FLOAT RANGE Lease length", "--addr HOST:PORT", "--idle-notice-s",
-                   "stdin the payload as JSON", "KAIROS_EXECUTION_ID", "KAIROS_JOB_ID", "KAIROS_ATTEMPT",
-                   "KAIROS_SCHEDULED_FOR", "KAIROS_IDEMPOTENCY_KEY", "65 failed, not retryable",
-                   "75 failed, retryable (EX_TEMPFAIL)", "KAIROS_GRPC_HOST:KAIROS_GRPC_PORT"):
+    for needed in (
+        "--lease-seconds FLOAT RANGE Lease length",
+        "--addr HOST:PORT",
+        "--idle-notice-s",
+        "stdin the payload as JSON",
+        "KAIROS_EXECUTION_ID",
+        "KAIROS_JOB_ID",
+        "KAIROS_ATTEMPT",
+        "KAIROS_SCHEDULED_FOR",
+        "KAIROS_IDEMPOTENCY_KEY",
+        "65 failed, not retryable",
+        "75 failed, retryable (EX_TEMPFAIL)",
+        "KAIROS_GRPC_HOST:KAIROS_GRPC_PORT",
+    ):
         assert needed in text, needed

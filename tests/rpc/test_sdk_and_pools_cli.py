@@ -91,8 +91,9 @@ async def test_one_lease_answer_beats_and_times_out_each_execution_on_its_own(db
     t = await tf.tenant(db)
     queue = tf.tenant_queue(t.tenant_id, "jobs")
     [quick] = await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue, payload={"do": "quick"}))
-    slow_job = await tf.job(db, t.tenant_id, queue=queue, payload={"do": "slow"}, timeout_s=1, backoff_s=60,
-                            max_backoff_s=60)
+    slow_job = await tf.job(
+        db, t.tenant_id, queue=queue, payload={"do": "slow"}, timeout_s=1, backoff_s=60, max_backoff_s=60
+    )
     [slow] = await tf.ready_executions(db, slow_job)
     [held] = await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue, payload={"do": "hold"}))
     cancelled = {"slow": asyncio.Event(), "hold": asyncio.Event()}
@@ -110,8 +111,9 @@ async def test_one_lease_answer_beats_and_times_out_each_execution_on_its_own(db
             raise
 
     stop = asyncio.Event()
-    worker = Worker("jobs", handler, addr=addr, api_key=t.key, concurrency=3, batch=3, lease_seconds=2,
-                    wait_seconds=0.5, prefetch=0)
+    worker = Worker(
+        "jobs", handler, addr=addr, api_key=t.key, concurrency=3, batch=3, lease_seconds=2, wait_seconds=0.5, prefetch=0
+    )
     run = asyncio.create_task(worker.run(stop))
     await asyncio.wait_for(cancelled["slow"].wait(), 10)
 
@@ -142,7 +144,8 @@ async def test_one_lease_answer_beats_and_times_out_each_execution_on_its_own(db
 
 
 async def test_pools_cli_creates_a_shared_pool_whose_key_leases_granted_tenants_work(
-        db: Database, database_url: str, addr: str, tmp_path: Path) -> None:
+    db: Database, database_url: str, addr: str, tmp_path: Path
+) -> None:
     a, b = await tf.tenant(db, "pool-a"), await tf.tenant(db, "pool-b")
     env = {"KAIROS_DATABASE_URL": database_url, "KAIROS_HOME": str(tmp_path)}
 
@@ -174,8 +177,9 @@ async def test_buffered_outcomes_are_flushed_on_shutdown(db: Database, addr: str
     t = await tf.tenant(db)
     queue = tf.tenant_queue(t.tenant_id, "jobs")
     good = await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue, payload={"do": "ok"}), 3)
-    [bad] = await tf.ready_executions(db, await tf.job(db, t.tenant_id, queue=queue, payload={"do": "bad"},
-                                                       backoff_s=60, max_backoff_s=60))
+    [bad] = await tf.ready_executions(
+        db, await tf.job(db, t.tenant_id, queue=queue, payload={"do": "bad"}, backoff_s=60, max_backoff_s=60)
+    )
     handled = 0
     all_handled = asyncio.Event()
 

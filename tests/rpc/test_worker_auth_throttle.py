@@ -22,8 +22,12 @@ LIMIT = 3
 @pytest.fixture
 async def served(db: Database) -> AsyncIterator[tuple[str, WorkerServicer]]:
     server, servicer, port = await rpc_server.start(
-        db, Outcomes(db), "127.0.0.1", 0,
-        ServicerConfig(poll_interval_s=0.05, auth_failure_limit=LIMIT, auth_failure_window_s=600))
+        db,
+        Outcomes(db),
+        "127.0.0.1",
+        0,
+        ServicerConfig(poll_interval_s=0.05, auth_failure_limit=LIMIT, auth_failure_window_s=600),
+    )
     yield f"127.0.0.1:{port}", servicer
     await rpc_server.stop(server, servicer, 0.5)
 
@@ -36,7 +40,8 @@ async def lease_error(addr: str, key: str) -> grpc.aio.AioRpcError:
 
 
 async def test_after_the_limit_failures_are_resource_exhausted_and_a_valid_key_passes(
-        db: Database, served: tuple[str, WorkerServicer]) -> None:
+    db: Database, served: tuple[str, WorkerServicer]
+) -> None:
     addr, servicer = served
     t = await tf.tenant(db)
     codes = [(await lease_error(addr, f"kairos_guess-{i}")).code() for i in range(LIMIT)]
@@ -54,7 +59,8 @@ async def test_after_the_limit_failures_are_resource_exhausted_and_a_valid_key_p
 
 
 async def test_an_unknown_key_is_looked_up_once_while_its_miss_is_cached(
-        db: Database, served: tuple[str, WorkerServicer]) -> None:
+    db: Database, served: tuple[str, WorkerServicer]
+) -> None:
     addr, servicer = served
     before = servicer._keys.lookups
     async with WorkerClient(addr, "kairos_the-same-wrong-key") as client:

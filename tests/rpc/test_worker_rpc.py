@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_generated_modules_are_fresh(tmp_path: Path) -> None:
     """`make proto` would not change the committed modules."""
-    subprocess.run([sys.executable, "-m", "scripts.codegen", "--out", str(tmp_path)], check=True, cwd=ROOT,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "scripts.codegen", "--out", str(tmp_path)], check=True, cwd=ROOT, capture_output=True
+    )
     for name in codegen.GENERATED:
         fresh = (tmp_path / codegen.PACKAGE / name).read_text()
         committed = (codegen.SDK / codegen.PACKAGE / name).read_text()
@@ -165,21 +166,26 @@ async def test_complete_many_fences_each_item(db: Database, addr: str) -> None:
     queue = tf.tenant_queue(t.tenant_id, "p")
     async with WorkerClient(addr, t.key) as client:
         stale, [b, c] = await _stale_and_current(db, client, t, queue, "p")
-        answers = await client.complete_many([(b.execution_id, 1, {"n": "b"}), (str(stale), 1, {"late": True}),
-                                              (c.execution_id, 1, None)])
+        answers = await client.complete_many(
+            [(b.execution_id, 1, {"n": "b"}), (str(stale), 1, {"late": True}), (c.execution_id, 1, None)]
+        )
         assert [a.outcome for a in answers] == ["ok", "lease_lost", "ok"]  # in request order
         assert "discarded" in answers[1].message
         # Sending the same batch again changes nothing and answers the same.
         again = await client.complete_many([(b.execution_id, 1, {"n": "b"}), (str(stale), 1, {"late": True})])
         assert [a.outcome for a in again] == ["ok", "lease_lost"]
-    rows = {e: await db.transaction(lambda conn, e=e: conn.executions.get(t.tenant_id, e))
-            for e in (stale, UUID(b.execution_id), UUID(c.execution_id))}
+    rows = {
+        e: await db.transaction(lambda conn, e=e: conn.executions.get(t.tenant_id, e))
+        for e in (stale, UUID(b.execution_id), UUID(c.execution_id))
+    }
     assert (rows[stale].state, rows[stale].attempt, rows[stale].result) == ("leased", 2, None)
     assert (rows[UUID(b.execution_id)].state, rows[UUID(b.execution_id)].result) == ("succeeded", {"n": "b"})
     assert rows[UUID(c.execution_id)].state == "succeeded"
     history = await db.transaction(lambda conn: conn.attempts.list_for_execution(t.tenant_id, stale))
-    assert [(a.attempt, a.outcome, a.result) for a in history] == [(1, "discarded", {"late": True}),
-                                                                  (2, "running", None)]
+    assert [(a.attempt, a.outcome, a.result) for a in history] == [
+        (1, "discarded", {"late": True}),
+        (2, "running", None),
+    ]
 
 
 async def test_batched_calls_touch_only_executions_the_credential_covers(db: Database, addr: str) -> None:
@@ -189,8 +195,9 @@ async def test_batched_calls_touch_only_executions_the_credential_covers(db: Dat
     async with WorkerClient(addr, a.key) as client_a, WorkerClient(addr, b.key) as client_b:
         [held_a] = await client_a.lease("p", "a", 10)
         [held_b] = await client_b.lease("p", "b", 10)
-        answers = await client_b.complete_many([(str(ea), held_a.attempt, {"hijack": 1}),
-                                                (str(eb), held_b.attempt, {"mine": 1})])
+        answers = await client_b.complete_many(
+            [(str(ea), held_a.attempt, {"hijack": 1}), (str(eb), held_b.attempt, {"mine": 1})]
+        )
         assert [x.outcome for x in answers] == ["lease_lost", "ok"]
         failed = await client_b.fail_many([(str(ea), held_a.attempt, "hijack", False)])
         assert [x.outcome for x in failed] == ["lease_lost"]
@@ -209,17 +216,21 @@ async def test_fail_many_schedules_retries_and_dead_letters_per_item(db: Databas
         retry_job = await tf.job(db, t.tenant_id, queue=queue, max_attempts=3, backoff_s=40, max_backoff_s=100)
         last_job = await tf.job(db, t.tenant_id, queue=queue, max_attempts=1)
         fatal_job = await tf.job(db, t.tenant_id, queue=queue, max_attempts=5)
-        ids = {name: (await tf.ready_executions(db, j))[0]
-               for name, j in (("retry", retry_job), ("last", last_job), ("fatal", fatal_job))}
+        ids = {
+            name: (await tf.ready_executions(db, j))[0]
+            for name, j in (("retry", retry_job), ("last", last_job), ("fatal", fatal_job))
+        }
         held = {UUID(e.execution_id): e for e in await client.lease("p", "w", 10)}
         assert set(ids.values()) <= set(held)
         before = datetime.now(timezone.utc)
-        answers = await client.fail_many([
-            (str(ids["retry"]), held[ids["retry"]].attempt, "try later", True),
-            (str(stale), 1, "late error", True),
-            (str(ids["last"]), held[ids["last"]].attempt, "out of attempts", True),
-            (str(ids["fatal"]), held[ids["fatal"]].attempt, "never works", False),
-        ])
+        answers = await client.fail_many(
+            [
+                (str(ids["retry"]), held[ids["retry"]].attempt, "try later", True),
+                (str(stale), 1, "late error", True),
+                (str(ids["last"]), held[ids["last"]].attempt, "out of attempts", True),
+                (str(ids["fatal"]), held[ids["fatal"]].attempt, "never works", False),
+            ]
+        )
         after = datetime.now(timezone.utc)
     assert [a.outcome for a in answers] == ["retry_scheduled", "lease_lost", "dead", "dead"]
     assert before + timedelta(seconds=40 * 0.8) - timedelta(seconds=1) <= answers[0].at <= after + timedelta(seconds=40)
@@ -251,7 +262,8 @@ async def test_an_execution_id_in_another_spelling_is_the_same_execution(db: Dat
         answers = await client.complete_many([(eid, 1, {"n": i}) for i, eid in enumerate(spelled)])
         assert [a.outcome for a in answers] == ["ok", "ok", "ok"]
         assert [a.outcome for a in await client.fail_many([(failing.execution_id.upper(), 1, "no", True)])] == [
-            "retry_scheduled"]
+            "retry_scheduled"
+        ]
         assert (await client.heartbeat(spelled[0], 1)).outcome == "lease_lost"  # succeeded: no longer current
     for i, h in enumerate(held[:3]):
         row = await db.transaction(lambda c, e=h.execution_id: c.executions.get(t.tenant_id, UUID(e)))
@@ -264,9 +276,11 @@ async def test_batched_calls_refuse_malformed_batches(db: Database, addr: str) -
     t = await tf.tenant(db)
     eid = "00000000-0000-0000-0000-000000000001"
     async with WorkerClient(addr, t.key) as client:
-        for call in (client.complete_many([(eid, 1, None), (eid, 2, None)]),
-                     client.complete_many([("not-a-uuid", 1, None)]),
-                     client.fail_many([(eid, 1, "x", True), (eid, 1, "y", True)])):
+        for call in (
+            client.complete_many([(eid, 1, None), (eid, 2, None)]),
+            client.complete_many([("not-a-uuid", 1, None)]),
+            client.fail_many([(eid, 1, "x", True), (eid, 1, "y", True)]),
+        ):
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await call
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -278,8 +292,9 @@ async def test_batched_calls_refuse_malformed_batches(db: Database, addr: str) -
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-async def test_a_nul_in_a_worker_id_or_an_error_is_invalid_argument_and_changes_nothing(db: Database,
-                                                                                       addr: str) -> None:
+async def test_a_nul_in_a_worker_id_or_an_error_is_invalid_argument_and_changes_nothing(
+    db: Database, addr: str
+) -> None:
     t = await tf.tenant(db)
     queue = tf.tenant_queue(t.tenant_id, "p")
     job = await tf.job(db, t.tenant_id, queue=queue)

@@ -37,10 +37,18 @@ class Api:
 @pytest.fixture(scope="module")
 def throttled_api(pg_base_url: str, pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     # One process: the buckets are per API process (docs/quotas.md), so one client meets one bucket.
-    with fresh_database(pg_base_url, pg_template) as database_url, running_api(
-            database_url, tmp_path_factory, KAIROS_API_WORKERS="1", KAIROS_ADMIN_TOKEN=ADMIN_TOKEN,
-            KAIROS_AUTH_FAILURE_LIMIT=str(LIMIT), KAIROS_AUTH_FAILURE_WINDOW_S="600",
-            KAIROS_TRUSTED_PROXIES=PROXY) as (process, log):
+    with (
+        fresh_database(pg_base_url, pg_template) as database_url,
+        running_api(
+            database_url,
+            tmp_path_factory,
+            KAIROS_API_WORKERS="1",
+            KAIROS_ADMIN_TOKEN=ADMIN_TOKEN,
+            KAIROS_AUTH_FAILURE_LIMIT=str(LIMIT),
+            KAIROS_AUTH_FAILURE_WINDOW_S="600",
+            KAIROS_TRUSTED_PROXIES=PROXY,
+        ) as (process, log),
+    ):
         yield Api(process.url, database_url, log)
 
 
@@ -60,8 +68,9 @@ def log_lines(api: Api) -> list[dict]:
 
 def throttled_count(api: Api) -> float:
     text = httpx.get(f"{api.url}/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("kairos_auth_throttled_total"))
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("kairos_auth_throttled_total")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +79,16 @@ def tenant_key(throttled_api: Api) -> TenantKey:
 
 
 def test_after_the_limit_an_address_gets_429_for_failures_and_a_valid_key_still_passes(
-        throttled_api: Api, tenant_key: TenantKey) -> None:
+    throttled_api: Api, tenant_key: TenantKey
+) -> None:
     good = {"Authorization": f"Bearer {tenant_key.key}"}
     with client_from("127.0.0.2", throttled_api) as attacker, client_from("127.0.0.3", throttled_api) as bystander:
         assert attacker.get("/v1/jobs", headers=good).status_code == 200  # a good key costs nothing
         before = throttled_count(throttled_api)
-        bad = [attacker.get("/v1/jobs", headers={"Authorization": f"Bearer guess-{i}"}).status_code
-               for i in range(LIMIT - 1)] + [attacker.get("/v1/jobs").status_code]  # no header is a failure too
+        bad = [
+            attacker.get("/v1/jobs", headers={"Authorization": f"Bearer guess-{i}"}).status_code
+            for i in range(LIMIT - 1)
+        ] + [attacker.get("/v1/jobs").status_code]  # no header is a failure too
         assert bad == [401] * LIMIT
         for headers in ({"Authorization": "Bearer guess-again"}, {}):
             resp = attacker.get("/v1/jobs", headers=headers)
@@ -94,8 +106,11 @@ def test_after_the_limit_an_address_gets_429_for_failures_and_a_valid_key_still_
         assert bystander.get("/v1/jobs", headers=good).status_code == 200
         assert bystander.post("/v1/jobs:batch", headers=good, json={"jobs": []}).status_code == 200
     assert throttled_count(throttled_api) - before == 2
-    episodes = wait_for(lambda: [r for r in log_lines(throttled_api) if r.get("msg") == "authentication throttled"],
-                        timeout_s=10, what="the throttle's log line")
+    episodes = wait_for(
+        lambda: [r for r in log_lines(throttled_api) if r.get("msg") == "authentication throttled"],
+        timeout_s=10,
+        what="the throttle's log line",
+    )
     assert len(episodes) == 1
     assert episodes[0]["client"] == "127.0.0.2" and episodes[0]["limit"] == LIMIT
     assert episodes[0]["level"] == "warning" and episodes[0]["logger"] == "app.api.auth"
@@ -134,9 +149,12 @@ def test_x_forwarded_for_from_an_untrusted_peer_is_ignored(throttled_api: Api, t
     with client_from("127.0.0.1", throttled_api) as rotating, client_from("127.0.0.7", throttled_api) as victim:
         # Rotating X-Forwarded-For from a peer that is not a trusted proxy (loopback is not, by default)
         # buys no fresh buckets.
-        statuses = [rotating.get("/v1/jobs", headers={"Authorization": f"Bearer r{i}",
-                                                      "X-Forwarded-For": f"198.51.100.{i}"}).status_code
-                    for i in range(3 * LIMIT)]
+        statuses = [
+            rotating.get(
+                "/v1/jobs", headers={"Authorization": f"Bearer r{i}", "X-Forwarded-For": f"198.51.100.{i}"}
+            ).status_code
+            for i in range(3 * LIMIT)
+        ]
         assert statuses == [401] * LIMIT + [429] * (2 * LIMIT), statuses
         # Naming the victim's address costs the victim nothing.
         for i in range(2 * LIMIT):
@@ -147,9 +165,11 @@ def test_x_forwarded_for_from_an_untrusted_peer_is_ignored(throttled_api: Api, t
 
 def test_x_forwarded_for_from_a_trusted_proxy_names_the_client(throttled_api: Api) -> None:
     with client_from(PROXY, throttled_api) as proxy:
+
         def through(client: str, i: int) -> int:
-            return proxy.get("/v1/jobs", headers={"Authorization": f"Bearer p{i}",
-                                                  "X-Forwarded-For": client}).status_code
+            return proxy.get(
+                "/v1/jobs", headers={"Authorization": f"Bearer p{i}", "X-Forwarded-For": client}
+            ).status_code
 
         assert [through("203.0.113.9", i) for i in range(LIMIT + 1)] == [401] * LIMIT + [429]
         # Another client behind the same proxy has its own bucket.

@@ -25,15 +25,15 @@ from app.store.db import Database
 from tests import factories as tf
 
 EMBEDDING_LOOPBACK_OR_METADATA = [
-    "::127.0.0.1",                            # IPv4-compatible
-    "::ffff:127.0.0.1",                       # IPv4-mapped
-    "::ffff:0:7f00:1",                        # IPv4-translated (SIIT)
-    "64:ff9b::a9fe:a9fe",                     # NAT64 of the metadata address
-    "64:ff9b::7f00:1",                        # NAT64 of loopback
-    "2002:7f00:1::",                          # 6to4 of loopback
-    "2002:a9fe:a9fe::1",                      # 6to4 of the metadata address
-    "2001:0:4136:e378:8000:63bf:80ff:fffe",   # Teredo, client 127.0.0.1
-    "2001:0:4136:e378:8000:63bf:f5fe:f5f5",   # Teredo, client 10.1.10.10
+    "::127.0.0.1",  # IPv4-compatible
+    "::ffff:127.0.0.1",  # IPv4-mapped
+    "::ffff:0:7f00:1",  # IPv4-translated (SIIT)
+    "64:ff9b::a9fe:a9fe",  # NAT64 of the metadata address
+    "64:ff9b::7f00:1",  # NAT64 of loopback
+    "2002:7f00:1::",  # 6to4 of loopback
+    "2002:a9fe:a9fe::1",  # 6to4 of the metadata address
+    "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo, client 127.0.0.1
+    "2001:0:4136:e378:8000:63bf:f5fe:f5f5",  # Teredo, client 10.1.10.10
 ]
 
 
@@ -57,9 +57,17 @@ async def test_public_addresses_in_any_form_pass(address: str) -> None:
     assert await resolve(EgressPolicy(), address, 443) == ipaddress.ip_address(address)
 
 
-@pytest.mark.parametrize(("spelling", "address"), [("127.1", "127.0.0.1"), ("0x7f.0.0.1", "127.0.0.1"),
-                                                   ("2130706433", "127.0.0.1"), ("017700000001", "127.0.0.1"),
-                                                   ("[::1]", "::1"), ("0", "0.0.0.0")])
+@pytest.mark.parametrize(
+    ("spelling", "address"),
+    [
+        ("127.1", "127.0.0.1"),
+        ("0x7f.0.0.1", "127.0.0.1"),
+        ("2130706433", "127.0.0.1"),
+        ("017700000001", "127.0.0.1"),
+        ("[::1]", "::1"),
+        ("0", "0.0.0.0"),
+    ],
+)
 def test_legacy_spellings_of_addresses_are_read_as_addresses(spelling: str, address: str) -> None:
     assert literal_address(spelling) == ipaddress.ip_address(address)
     assert EgressPolicy().refused_literal(spelling, 80) is not None
@@ -67,8 +75,9 @@ def test_legacy_spellings_of_addresses_are_read_as_addresses(spelling: str, addr
 
 def test_allow_entries_take_a_port_and_open_that_port_only() -> None:
     """Before: `127.0.0.1:38182` parsed as a host name and silently allowed nothing."""
-    policy = EgressPolicy.from_allow_list(["127.0.0.1:38182", "[::1]:8443", "10.0.0.0/8:443", "hooks.internal:8080",
-                                           "192.168.1.0/24"])
+    policy = EgressPolicy.from_allow_list(
+        ["127.0.0.1:38182", "[::1]:8443", "10.0.0.0/8:443", "hooks.internal:8080", "192.168.1.0/24"]
+    )
     assert policy.invalid == ()
     loop, v6, ten, lan = (ipaddress.ip_address(a) for a in ("127.0.0.1", "::1", "10.2.3.4", "192.168.1.9"))
     assert policy.refusal("127.0.0.1", loop, 38182) is None
@@ -80,8 +89,9 @@ def test_allow_entries_take_a_port_and_open_that_port_only() -> None:
 
 
 def test_kairos_own_ports_are_refused_even_when_allowed() -> None:
-    settings = Settings(api_port=8080, grpc_port=50051, metrics_port=9470,
-                        database_url="postgresql://kairos@127.0.0.1:5433/kairos")
+    settings = Settings(
+        api_port=8080, grpc_port=50051, metrics_port=9470, database_url="postgresql://kairos@127.0.0.1:5433/kairos"
+    )
     ports = own_ports(settings)
     assert {8080, 50051, 9469, 9470, 9471, 9464, 9465, 5433} <= ports
     assert 8080 not in own_ports(replace(settings, demo=True))  # the demo job posts to the API's /demo/echo
@@ -98,8 +108,19 @@ def test_kairos_own_ports_are_refused_even_when_allowed() -> None:
 
 async def test_allow_entries_that_match_nothing_plausible_are_named_at_start() -> None:
     policy = EgressPolicy.from_allow_list(
-        ["127.0.0.1:8080", "8.8.8.8", "0.0.0.0/0", "169.254.169.254", "10.0.0.0/8:99999", "not a host",
-         "kairos-test.invalid", "10.0.0.0/8", "localhost"], own_ports={8080})
+        [
+            "127.0.0.1:8080",
+            "8.8.8.8",
+            "0.0.0.0/0",
+            "169.254.169.254",
+            "10.0.0.0/8:99999",
+            "not a host",
+            "kairos-test.invalid",
+            "10.0.0.0/8",
+            "localhost",
+        ],
+        own_ports={8080},
+    )
     warned = dict(await allow_list_warnings(policy))
     assert "own listening ports" in warned["127.0.0.1:8080"]
     assert "changes nothing" in warned["8.8.8.8"]
@@ -111,12 +132,24 @@ async def test_allow_entries_that_match_nothing_plausible_are_named_at_start() -
     assert "10.0.0.0/8" not in warned and "localhost" not in warned
 
 
-@pytest.mark.parametrize("url", [
-    "http://127.0.0.1/hook", "http://10.1.2.3:8080/hook", "http://169.254.169.254/latest/meta-data/",
-    "http://[::1]/", "http://[::ffff:127.0.0.1]/", "http://[64:ff9b::a9fe:a9fe]/", "http://[fec0::1]/",
-    "http://2130706433/", "http://localhost:9000/", "http://api.localhost/", "https://[fe80::1%25eth0]/",
-    "http://100.64.0.1/", "http://0.0.0.0/",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/hook",
+        "http://10.1.2.3:8080/hook",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://[64:ff9b::a9fe:a9fe]/",
+        "http://[fec0::1]/",
+        "http://2130706433/",
+        "http://localhost:9000/",
+        "http://api.localhost/",
+        "https://[fe80::1%25eth0]/",
+        "http://100.64.0.1/",
+        "http://0.0.0.0/",
+    ],
+)
 def test_literal_internal_addresses_are_refused_at_submit(url: str) -> None:
     with pytest.raises(InvalidInput) as refused:
         validate_target("http", url, EgressPolicy())
@@ -126,8 +159,13 @@ def test_literal_internal_addresses_are_refused_at_submit(url: str) -> None:
 
 def test_submit_accepts_public_and_allow_listed_targets_and_names() -> None:
     policy = EgressPolicy.from_allow_list(["10.0.0.0/8", "localhost:9000"], own_ports={8080})
-    for url in ("https://93.184.215.14/hook", "https://[2606:4700:4700::1111]/", "https://hooks.example.com/x",
-                "http://10.1.2.3:8081/hook", "http://localhost:9000/x"):
+    for url in (
+        "https://93.184.215.14/hook",
+        "https://[2606:4700:4700::1111]/",
+        "https://hooks.example.com/x",
+        "http://10.1.2.3:8081/hook",
+        "http://localhost:9000/x",
+    ):
         validate_target("http", url, policy)
     with pytest.raises(InvalidInput, match="own listening ports"):
         validate_target("http", "http://10.1.2.3:8080/hook", policy)
@@ -188,8 +226,12 @@ async def deliver(db: Database, urls: list[str], policy: EgressPolicy, *, max_at
         await pool.close()
 
     async def read(conn):
-        return (await conn.execute(text("SELECT execution_id, state, attempt, error FROM executions "
-                                        "WHERE execution_id = ANY(:ids)"), {"ids": ids})).all()
+        return (
+            await conn.execute(
+                text("SELECT execution_id, state, attempt, error FROM executions WHERE execution_id = ANY(:ids)"),
+                {"ids": ids},
+            )
+        ).all()
 
     by_id = {r.execution_id: r for r in await tf.raw(db, read)}
     return [by_id[i] for i in ids]
@@ -199,8 +241,11 @@ async def test_port_scoped_entries_and_kairos_ports_at_delivery(db: Database, an
     allowed, other, kairos = Answers(), Answers(), Answers()
     answers += [allowed, other, kairos]
     policy = EgressPolicy.from_allow_list([f"127.0.0.1:{allowed.port}", "localhost"], own_ports={kairos.port})
-    ok, refused, own = await deliver(db, [f"http://127.0.0.1:{allowed.port}/a", f"http://127.0.0.1:{other.port}/b",
-                                          f"http://localhost:{kairos.port}/c"], policy)
+    ok, refused, own = await deliver(
+        db,
+        [f"http://127.0.0.1:{allowed.port}/a", f"http://127.0.0.1:{other.port}/b", f"http://localhost:{kairos.port}/c"],
+        policy,
+    )
     assert ok.state == "succeeded" and allowed.received == 1
     assert refused.state == "dead" and "loopback" in refused.error and other.received == 0
     # Allowed by host name, refused for the port; the dead letter does not say what the name resolved to.

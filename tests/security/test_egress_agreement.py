@@ -37,14 +37,34 @@ async def delivery_refuses(url: str, policy: EgressPolicy) -> bool:
     return False
 
 
-@pytest.mark.parametrize("host", ["127。0。0。1", "127．0．0．1", "127｡0｡0｡1", "%31%32%37.0.0.1", "%31%32%37%2e0.0.1",
-                                  "127.0.0.1.", "LOCALHOST。", "0x7f.1"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127。0。0。1",
+        "127．0．0．1",
+        "127｡0｡0｡1",
+        "%31%32%37.0.0.1",
+        "%31%32%37%2e0.0.1",
+        "127.0.0.1.",
+        "LOCALHOST。",
+        "0x7f.1",
+    ],
+)
 def test_spellings_of_loopback_normalise_to_it(host: str) -> None:
     assert normalize_host(host) in ("127.0.0.1", "localhost", "0x7f.1")
 
 
-@pytest.mark.parametrize("url", [f"http://127。0。0。1:{PORT}/", "http://127。0。0。1/", "http://%31%32%37.0.0.1/",
-                                 "http://127．0．0．1/", "http://LOCALHOST。:8080/", "http://%6c%6fcalhost/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"http://127。0。0。1:{PORT}/",
+        "http://127。0。0。1/",
+        "http://%31%32%37.0.0.1/",
+        "http://127．0．0．1/",
+        "http://LOCALHOST。:8080/",
+        "http://%6c%6fcalhost/",
+    ],
+)
 async def test_submit_and_delivery_both_refuse_internal_spellings(url: str) -> None:
     policy = EgressPolicy.from_allow_list([], own_ports={PORT})
     assert submit_refuses(url, policy), url
@@ -70,8 +90,14 @@ def test_a_host_that_is_no_host_name_is_refused_at_submit() -> None:
 def test_kairos_up_tells_every_child_every_port_of_the_installation(tmp_path: Path) -> None:
     from app.cli.supervisor import Supervisor, SupervisorConfig
 
-    settings = load({"KAIROS_HOME": str(tmp_path), "KAIROS_API_PORT": "18080", "KAIROS_GRPC_PORT": "15051",
-                     "KAIROS_METRICS_PORT": str(PORT)})
+    settings = load(
+        {
+            "KAIROS_HOME": str(tmp_path),
+            "KAIROS_API_PORT": "18080",
+            "KAIROS_GRPC_PORT": "15051",
+            "KAIROS_METRICS_PORT": str(PORT),
+        }
+    )
     sup = Supervisor(settings, "postgresql://u@db.internal:6543/k", SupervisorConfig(), {})
     child = load({k: v for k, v in sup.env.items() if k.startswith("KAIROS_")} | {"KAIROS_METRICS_PORT": "0"})
     assert {18080, 15051, PORT, PORT + 1, PORT + 2, 6543} <= own_ports(child)

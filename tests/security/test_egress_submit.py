@@ -10,11 +10,22 @@ from tests.api.conftest import ApiProcess, TenantKey, query  # fixtures: tests/s
 from tests.api.test_jobs_api import once_job
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:8080/v1/jobs", "http://169.254.169.254/latest/meta-data/",
-                                 "http://10.0.0.1/hook", "http://[::ffff:127.0.0.1]/", "http://[64:ff9b::a9fe:a9fe]/",
-                                 "http://[2002:7f00:1::]/", "http://[fec0::1]/", "http://localhost/x"])
-def test_internal_literal_targets_answer_422_naming_the_field(api: ApiProcess, client: httpx.Client,
-                                                             tenant: TenantKey, url: str) -> None:
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080/v1/jobs",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.0.0.1/hook",
+        "http://[::ffff:127.0.0.1]/",
+        "http://[64:ff9b::a9fe:a9fe]/",
+        "http://[2002:7f00:1::]/",
+        "http://[fec0::1]/",
+        "http://localhost/x",
+    ],
+)
+def test_internal_literal_targets_answer_422_naming_the_field(
+    api: ApiProcess, client: httpx.Client, tenant: TenantKey, url: str
+) -> None:
     resp = client.post("/v1/jobs", json=once_job(target={"type": "http", "ref": url}))
     assert resp.status_code == 422, resp.text
     assert resp.headers["content-type"].startswith("application/problem+json")

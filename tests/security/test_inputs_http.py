@@ -65,11 +65,14 @@ def test_a_one_mebibyte_authorization_header_is_refused_with_431(api: ApiProcess
     assert resp.status_code == 431 and resp.headers["content-type"].startswith(PROBLEM)
 
 
-@pytest.mark.parametrize("request_bytes", [
-    b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (LIMIT + 100) + b"\r\n\r\n",  # one chunk, over
-    b"GET /" + b"a" * (LIMIT + 100) + b" HTTP/1.1\r\nHost: x\r\n\r\n",  # a long request line
-    b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Many: abcdefgh\r\n" * 3000 + b"\r\n",  # many small headers
-])
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (LIMIT + 100) + b"\r\n\r\n",  # one chunk, over
+        b"GET /" + b"a" * (LIMIT + 100) + b" HTTP/1.1\r\nHost: x\r\n\r\n",  # a long request line
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Many: abcdefgh\r\n" * 3000 + b"\r\n",  # many small headers
+    ],
+)
 def test_a_head_over_the_limit_is_431(api: ApiProcess, request_bytes: bytes) -> None:
     problem_in(*exchange(api, request_bytes), 431)
 
@@ -79,28 +82,35 @@ def test_a_head_under_the_limit_is_served(api: ApiProcess) -> None:
     assert status == 200 and json.loads(body)["status"] == "ok"
 
 
-@pytest.mark.parametrize("request_bytes", [
-    b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Nul: a\x00b\r\n\r\n",
-    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  # a TLS hello on the plain port
-    b"GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\x01b\r\n\r\n",
-])
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Nul: a\x00b\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  # a TLS hello on the plain port
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\x01b\r\n\r\n",
+    ],
+)
 def test_a_request_that_is_not_http_is_400_problem_json(api: ApiProcess, request_bytes: bytes) -> None:
     assert problem_in(*exchange(api, request_bytes), 400)["type"].endswith("/malformed-request")
 
 
-@pytest.mark.parametrize(("method", "path", "allow"), [
-    ("PUT", "/v1/jobs", "GET, POST, OPTIONS"),
-    ("DELETE", "/v1/jobs", "GET, POST, OPTIONS"),
-    ("PUT", "/v1/jobs/{job}", "GET, PATCH, DELETE, OPTIONS"),
-    ("POST", "/v1/jobs/{job}", "GET, PATCH, DELETE, OPTIONS"),
-    ("GET", "/v1/jobs/{job}:pause", "POST, OPTIONS"),
-    ("DELETE", "/v1/jobs/{job}:resume", "POST, OPTIONS"),
-    ("GET", "/v1/jobs:batch", "POST, OPTIONS"),
-    ("POST", "/v1/dead-letters", "GET, OPTIONS"),
-    ("TRACE", "/healthz", "GET, OPTIONS"),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("PUT", "/v1/jobs", "GET, POST, OPTIONS"),
+        ("DELETE", "/v1/jobs", "GET, POST, OPTIONS"),
+        ("PUT", "/v1/jobs/{job}", "GET, PATCH, DELETE, OPTIONS"),
+        ("POST", "/v1/jobs/{job}", "GET, PATCH, DELETE, OPTIONS"),
+        ("GET", "/v1/jobs/{job}:pause", "POST, OPTIONS"),
+        ("DELETE", "/v1/jobs/{job}:resume", "POST, OPTIONS"),
+        ("GET", "/v1/jobs:batch", "POST, OPTIONS"),
+        ("POST", "/v1/dead-letters", "GET, OPTIONS"),
+        ("TRACE", "/healthz", "GET, OPTIONS"),
+    ],
+)
 def test_a_method_the_path_does_not_take_is_405_with_allow(
-        client: httpx.Client, method: str, path: str, allow: str) -> None:
+    client: httpx.Client, method: str, path: str, allow: str
+) -> None:
     job_id = client.post("/v1/jobs", json=once_job()).json()["jobId"]
     resp = client.request(method, path.format(job=job_id))
     assert resp.status_code == 405, resp.text
@@ -110,15 +120,18 @@ def test_a_method_the_path_does_not_take_is_405_with_allow(
     assert client.get(f"/v1/jobs/{job_id}").json()["state"] == "active"  # nothing happened to the job
 
 
-@pytest.mark.parametrize(("path", "allow"), [
-    ("/v1/jobs", "GET, POST, OPTIONS"),
-    ("/v1/jobs/{job}", "GET, PATCH, DELETE, OPTIONS"),
-    ("/v1/jobs/{job}:pause", "POST, OPTIONS"),
-    ("/v1/jobs/{job}/executions", "GET, OPTIONS"),
-    ("/v1/jobs:batch", "POST, OPTIONS"),
-    ("/v1/executions/{job}:replay", "POST, OPTIONS"),
-    ("/v1/schedules/preview", "GET, OPTIONS"),
-])
+@pytest.mark.parametrize(
+    ("path", "allow"),
+    [
+        ("/v1/jobs", "GET, POST, OPTIONS"),
+        ("/v1/jobs/{job}", "GET, PATCH, DELETE, OPTIONS"),
+        ("/v1/jobs/{job}:pause", "POST, OPTIONS"),
+        ("/v1/jobs/{job}/executions", "GET, OPTIONS"),
+        ("/v1/jobs:batch", "POST, OPTIONS"),
+        ("/v1/executions/{job}:replay", "POST, OPTIONS"),
+        ("/v1/schedules/preview", "GET, OPTIONS"),
+    ],
+)
 def test_options_lists_the_methods_of_the_path(client: httpx.Client, path: str, allow: str) -> None:
     job_id = client.post("/v1/jobs", json=once_job()).json()["jobId"]
     resp = client.options(path.format(job=job_id))

@@ -23,23 +23,25 @@ SETTINGS = config.load({})
 
 
 def job(**schedule: Any) -> schemas.JobIn:
-    return msgspec.convert({"name": "n", "target": {"type": "queue", "ref": "p"}, "schedule": schedule},
-                           schemas.JobIn)
+    return msgspec.convert({"name": "n", "target": {"type": "queue", "ref": "p"}, "schedule": schedule}, schemas.JobIn)
 
 
-@pytest.mark.parametrize(("expr", "seconds"), [
-    ("* * * * *", 60),
-    ("*/2 * * * *", 120),
-    ("0,30 * * * *", 1800),
-    ("0 * * * *", 3600),
-    ("59 23 * * *", 86400),
-    ("0 0,23 * * *", 3600),  # 23:00 then 00:00 the next day
-    ("0 0,23 1 * *", 82800),  # the 1st only: never two days running, so 00:00 to 23:00
-    ("0 9 * * 1-5", 86400),
-    ("0 9 * * 1,3", 2 * 86400),  # never two days running: at least two days
-    ("0 9 29 2 *", 2 * 86400),
-    ("15,45 9 1,2 * *", 1800),
-])
+@pytest.mark.parametrize(
+    ("expr", "seconds"),
+    [
+        ("* * * * *", 60),
+        ("*/2 * * * *", 120),
+        ("0,30 * * * *", 1800),
+        ("0 * * * *", 3600),
+        ("59 23 * * *", 86400),
+        ("0 0,23 * * *", 3600),  # 23:00 then 00:00 the next day
+        ("0 0,23 1 * *", 82800),  # the 1st only: never two days running, so 00:00 to 23:00
+        ("0 9 * * 1-5", 86400),
+        ("0 9 * * 1,3", 2 * 86400),  # never two days running: at least two days
+        ("0 9 29 2 *", 2 * 86400),
+        ("15,45 9 1,2 * *", 1800),
+    ],
+)
 def test_the_closest_fire_times_of_an_expression(expr: str, seconds: int) -> None:
     assert cron.min_interval_s(expr, "key") == seconds
 
@@ -54,9 +56,11 @@ def test_a_raised_minimum_refuses_closer_fire_times_naming_the_field() -> None:
     strict = replace(SETTINGS, min_fire_interval_s=300)
     service.build_spec(job(cron="*/5 * * * *", tz="UTC"), strict, NOW)
     service.build_spec(job(every="5m"), strict, NOW)
-    for schedule, field in (({"cron": "*/2 * * * *", "tz": "UTC"}, "schedule.cron"),
-                            ({"cron": "0,1 9 * * *", "tz": "UTC"}, "schedule.cron"),
-                            ({"every": "1m"}, "schedule.every")):
+    for schedule, field in (
+        ({"cron": "*/2 * * * *", "tz": "UTC"}, "schedule.cron"),
+        ({"cron": "0,1 9 * * *", "tz": "UTC"}, "schedule.cron"),
+        ({"every": "1m"}, "schedule.every"),
+    ):
         with pytest.raises(errors.InvalidInput) as refused:
             service.build_spec(job(**schedule), strict, NOW)
         assert refused.value.field == field and ("300" in refused.value.detail or "5m" in refused.value.detail)
@@ -85,13 +89,16 @@ def test_the_setting_is_read_and_bounded() -> None:
         config.load({"KAIROS_MIN_FIRE_INTERVAL_S": "1"})
 
 
-@pytest.mark.parametrize(("raw", "limit", "path"), [
-    (b"[[[]]]", 2, [0, 0]),
-    (b'{"a": {"b": [1, {"c": []}]}}', 3, ["a", "b", 1]),
-    (b'{"a": 1, "b\\"q": [[]]}', 2, ['b"q', 0]),
-    (b'["x]", [["[["]]]', 2, [1, 0]),
-    (b"[[]]", 2, None),
-])
+@pytest.mark.parametrize(
+    ("raw", "limit", "path"),
+    [
+        (b"[[[]]]", 2, [0, 0]),
+        (b'{"a": {"b": [1, {"c": []}]}}', 3, ["a", "b", 1]),
+        (b'{"a": 1, "b\\"q": [[]]}', 2, ['b"q', 0]),
+        (b'["x]", [["[["]]]', 2, [1, 0]),
+        (b"[[]]", 2, None),
+    ],
+)
 def test_the_path_to_what_nests_too_deeply(raw: bytes, limit: int, path: list | None) -> None:
     assert bodies.deepest_path(raw, limit) == path
 

@@ -74,24 +74,47 @@ class World:
 def world(api: ApiProcess) -> Iterator[World]:
     a, b = make_tenant(api.database_url), make_tenant(api.database_url)
     with httpx.Client(base_url=api.url, headers=a.headers, timeout=10) as client:
-        body = {"name": "a-secret-report", "target": {"type": "queue", "ref": "emails"}, "payload": {"a": 1},
-                "schedule": {"cron": "0 9 * * *", "tz": "UTC"}, "labels": {"owner": "tenant-a"}}
+        body = {
+            "name": "a-secret-report",
+            "target": {"type": "queue", "ref": "emails"},
+            "payload": {"a": 1},
+            "schedule": {"cron": "0 9 * * *", "tz": "UTC"},
+            "labels": {"owner": "tenant-a"},
+        }
         created = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": "shared-key-1"})
         assert created.status_code == 201, created.text
         job_id = created.json()["jobId"]
         once_id, execution_id = dead_execution(api, client, attempts=1)
-    yield World(api, a, b, job_id, once_id, execution_id, "shared-key-1", body,
-                {job_id, once_id, execution_id, str(a.tenant_id), a.name, "a-secret-report", "tenant-a"})
+    yield World(
+        api,
+        a,
+        b,
+        job_id,
+        once_id,
+        execution_id,
+        "shared-key-1",
+        body,
+        {job_id, once_id, execution_id, str(a.tenant_id), a.name, "a-secret-report", "tenant-a"},
+    )
 
 
 def snapshot(w: World) -> list[tuple]:
     """Tenant A's rows in every table that holds them, as text."""
     rows: list[tuple] = []
-    for table, order in (("jobs", "job_id"), ("due_index", "job_id"), ("executions", "execution_id"),
-                         ("attempts", "execution_id, attempt")):
-        rows += [(table, *r) for r in query(
-            w.api.database_url, f"SELECT t::text FROM {table} t WHERE tenant_id = %s ORDER BY {order}",
-            (w.a.tenant_id,))]
+    for table, order in (
+        ("jobs", "job_id"),
+        ("due_index", "job_id"),
+        ("executions", "execution_id"),
+        ("attempts", "execution_id, attempt"),
+    ):
+        rows += [
+            (table, *r)
+            for r in query(
+                w.api.database_url,
+                f"SELECT t::text FROM {table} t WHERE tenant_id = %s ORDER BY {order}",
+                (w.a.tenant_id,),
+            )
+        ]
     return rows
 
 
@@ -110,8 +133,13 @@ def _own_or_empty(resp: httpx.Response) -> None:
 
 
 def list_jobs(w: World, c: httpx.Client) -> None:
-    for params in ({}, {"name": "a-secret-report"}, {"namePrefix": "a-"}, {"label": "owner:tenant-a"},
-                   {"state": "active"}):
+    for params in (
+        {},
+        {"name": "a-secret-report"},
+        {"namePrefix": "a-"},
+        {"label": "owner:tenant-a"},
+        {"state": "active"},
+    ):
         resp = c.get("/v1/jobs", params=params)
         _own_or_empty(resp)
         assert all(j["jobId"] not in w.secrets for j in resp.json()["jobs"])
@@ -147,8 +175,12 @@ def cancel_job(w: World, c: httpx.Client) -> None:
 
 def job_action(w: World, c: httpx.Client) -> None:
     past = datetime.now(timezone.utc) - timedelta(days=2)
-    bodies = {"pause": None, "resume": {"missed": "run_once"}, "run": {"overlap": "allow"},
-              "backfill": {"from": past.isoformat(), "to": (past + timedelta(days=1)).isoformat()}}
+    bodies = {
+        "pause": None,
+        "resume": {"missed": "run_once"},
+        "run": {"overlap": "allow"},
+        "backfill": {"from": past.isoformat(), "to": (past + timedelta(days=1)).isoformat()},
+    }
     for verb, body in bodies.items():
         _not_found(c.post(f"/v1/jobs/{w.job_id}:{verb}", json=body))
 
@@ -230,11 +262,16 @@ def route_table(home: Path) -> set[tuple[str, str]]:
     """Every (method, path template) the app serves, OPTIONS aside (the app answers it for every path)."""
     settings = config.load({"KAIROS_DEMO": "1", "KAIROS_HOME": str(home)})
     app = create_app(settings, None)  # type: ignore[arg-type]  # the routes need no database
-    return {(method, route.path_format) for route in app.routes for method in getattr(route, "methods", ())
-            if method != "OPTIONS"}
+    return {
+        (method, route.path_format)
+        for route in app.routes
+        for method in getattr(route, "methods", ())
+        if method != "OPTIONS"
+    }
 
 
 # -- the RPC probes: method name -> what tenant B's worker tries on A's leased execution ------------------
+
 
 @dataclass
 class Leased:
@@ -272,8 +309,12 @@ async def rpc_fail_many(b: WorkerClient, held: Leased) -> None:
 
 
 RPCS: dict[str, RpcProbe] = {
-    "Lease": rpc_lease, "Heartbeat": rpc_heartbeat, "Complete": rpc_complete, "Fail": rpc_fail,
-    "CompleteMany": rpc_complete_many, "FailMany": rpc_fail_many,
+    "Lease": rpc_lease,
+    "Heartbeat": rpc_heartbeat,
+    "Complete": rpc_complete,
+    "Fail": rpc_fail,
+    "CompleteMany": rpc_complete_many,
+    "FailMany": rpc_fail_many,
 }
 
 
@@ -282,6 +323,7 @@ def rpc_table() -> set[str]:
 
 
 # -- the tests ---------------------------------------------------------------------------------------------
+
 
 def test_every_route_and_rpc_is_covered(tmp_path: Path) -> None:
     routes = route_table(tmp_path)
@@ -313,20 +355,30 @@ def test_tenant_b_never_reads_or_changes_tenant_as_data(world: World, route: tup
 
 
 @pytest.mark.parametrize("method", sorted(RPCS))
-async def test_tenant_b_never_leases_or_settles_tenant_as_executions(db: Database, database_url: str,
-                                                                     method: str) -> None:
+async def test_tenant_b_never_leases_or_settles_tenant_as_executions(
+    db: Database, database_url: str, method: str
+) -> None:
     a, b = await tf.tenant(db), await tf.tenant(db)
     job = await tf.job(db, a.tenant_id, queue=tf.tenant_queue(a.tenant_id, "emails"))
     [held_id, waiting_id] = await tf.ready_executions(db, job, count=2)
-    server, servicer, port = await rpc_server.start(db, Outcomes(db), "127.0.0.1", 0,
-                                                    ServicerConfig(poll_interval_s=0.05))
+    server, servicer, port = await rpc_server.start(
+        db, Outcomes(db), "127.0.0.1", 0, ServicerConfig(poll_interval_s=0.05)
+    )
     addr = f"127.0.0.1:{port}"
 
     async def state() -> list[tuple]:
-        return [*query(database_url, "SELECT e::text FROM executions e WHERE tenant_id = %s ORDER BY execution_id",
-                       (a.tenant_id,)),
-                *query(database_url, "SELECT t::text FROM attempts t WHERE tenant_id = %s "
-                                     "ORDER BY execution_id, attempt", (a.tenant_id,))]
+        return [
+            *query(
+                database_url,
+                "SELECT e::text FROM executions e WHERE tenant_id = %s ORDER BY execution_id",
+                (a.tenant_id,),
+            ),
+            *query(
+                database_url,
+                "SELECT t::text FROM attempts t WHERE tenant_id = %s ORDER BY execution_id, attempt",
+                (a.tenant_id,),
+            ),
+        ]
 
     try:
         async with WorkerClient(addr, a.key) as worker_a, WorkerClient(addr, b.key) as worker_b:

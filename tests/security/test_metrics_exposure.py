@@ -44,8 +44,7 @@ async def test_a_metrics_token_guards_metrics_and_not_the_probes() -> None:
         server.close()
 
 
-def test_the_api_ports_metrics_carry_no_tenant_label(api: ApiProcess, client: httpx.Client,
-                                                     tenant: TenantKey) -> None:
+def test_the_api_ports_metrics_carry_no_tenant_label(api: ApiProcess, client: httpx.Client, tenant: TenantKey) -> None:
     set_quota(api, tenant, max_active_jobs=1)
     assert client.post("/v1/jobs", json=once_job()).status_code == 201
     assert client.post("/v1/jobs", json=once_job()).status_code == 429
@@ -57,12 +56,15 @@ def test_the_api_ports_metrics_carry_no_tenant_label(api: ApiProcess, client: ht
 
 
 def test_with_a_metrics_token_the_api_port_answers_metrics_to_it_only(
-        module_database_url: str, tmp_path_factory) -> None:
+    module_database_url: str, tmp_path_factory
+) -> None:
     from tests.api.conftest import running_api
 
     token = "scrape-token-abcdef0123456789"
-    with running_api(module_database_url, tmp_path_factory, KAIROS_API_WORKERS="1",
-                     KAIROS_METRICS_TOKEN=token) as (process, _log):
+    with running_api(module_database_url, tmp_path_factory, KAIROS_API_WORKERS="1", KAIROS_METRICS_TOKEN=token) as (
+        process,
+        _log,
+    ):
         refused = httpx.get(f"{process.url}/metrics", timeout=10)
         assert refused.status_code == 401 and "kairos_" not in refused.text
         assert refused.headers["www-authenticate"] == "Bearer"

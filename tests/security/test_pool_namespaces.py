@@ -35,8 +35,12 @@ async def rest(db: Database) -> AsyncIterator[AsyncTestClient]:
 
 def queue_job(ref: str) -> dict:
     at = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
-    return {"name": f"to-{ref}", "target": {"type": "queue", "ref": ref}, "payload": {"ref": ref},
-            "schedule": {"runAt": at}}
+    return {
+        "name": f"to-{ref}",
+        "target": {"type": "queue", "ref": ref},
+        "payload": {"ref": ref},
+        "schedule": {"runAt": at},
+    }
 
 
 def auth(t: tf.TenantFixture) -> dict[str, str]:
@@ -54,8 +58,9 @@ async def dispatch_now(db: Database, job_id: str) -> None:
     await tf.ready_executions(db, job_id)
 
 
-async def test_a_shared_pool_never_captures_a_tenants_own_pool_of_the_same_name(db: Database, rest: AsyncTestClient,
-                                                                               addr: str) -> None:
+async def test_a_shared_pool_never_captures_a_tenants_own_pool_of_the_same_name(
+    db: Database, rest: AsyncTestClient, addr: str
+) -> None:
     acme, beta = await tf.tenant(db), await tf.tenant(db)
     created = await pool_service.create(db, "emails", (acme.name,))
     assert created.name == "emails"
@@ -70,8 +75,11 @@ async def test_a_shared_pool_never_captures_a_tenants_own_pool_of_the_same_name(
     got = (await rest.get(f"/v1/jobs/{shared}", headers=auth(acme))).json()
     assert (got["target"]["type"], got["target"]["ref"]) == ("queue", "shared/emails")
 
-    async with WorkerClient(addr, acme.key) as acme_worker, WorkerClient(addr, beta.key) as beta_worker, \
-            WorkerClient(addr, created.worker_key) as fleet:
+    async with (
+        WorkerClient(addr, acme.key) as acme_worker,
+        WorkerClient(addr, beta.key) as beta_worker,
+        WorkerClient(addr, created.worker_key) as fleet,
+    ):
         [mine] = await acme_worker.lease("emails", "acme-w", 10)
         assert mine.job_id == own
         [theirs] = await beta_worker.lease("emails", "beta-w", 10)
@@ -86,7 +94,8 @@ async def test_a_shared_pool_never_captures_a_tenants_own_pool_of_the_same_name(
 
 
 async def test_only_granted_tenants_target_a_shared_pool_and_a_missing_one_is_refused(
-        db: Database, rest: AsyncTestClient) -> None:
+    db: Database, rest: AsyncTestClient
+) -> None:
     acme, beta = await tf.tenant(db), await tf.tenant(db)
     await pool_service.create(db, "emails", (acme.name,))
     for t, ref in ((beta, "shared/emails"), (acme, "shared/nope")):
@@ -123,8 +132,10 @@ async def tenant_as_of_0009(db: Database) -> tf.TenantFixture:
     tenant_id, name = uuid.uuid4(), f"t-{uuid.uuid4().hex[:8]}"
 
     async def insert(conn) -> None:
-        await conn.execute(text("INSERT INTO tenants (tenant_id, name, signing_secret) VALUES (:t, :n, 'plain')"),
-                           {"t": tenant_id, "n": name})
+        await conn.execute(
+            text("INSERT INTO tenants (tenant_id, name, signing_secret) VALUES (:t, :n, 'plain')"),
+            {"t": tenant_id, "n": name},
+        )
 
     await tf.raw(db, insert)
     return tf.TenantFixture(tenant_id, name, "", "plain")
@@ -135,6 +146,7 @@ async def upgrade_before(db: Database, version: str) -> None:
     await db.transaction(lambda s: s.schema.create_ledger())
     for m in migrate.available():
         if m.version < version:
+
             async def apply(s, m=m) -> None:
                 assert await s.schema.claim(m.version, m.checksum)
                 await s.schema.run_script(m.script)
@@ -153,8 +165,10 @@ async def test_migration_0010_names_existing_shared_targets_explicitly(pg_base_u
             own = await tf.job(db, t.tenant_id, queue=tf.tenant_queue(t.tenant_id, "emails"), target_ref="emails")
             http = await tf.job(db, t.tenant_id, queue=tf.HTTP_QUEUE, target_ref="https://example.com/shared:x")
             assert "0010_pool_namespaces" in await migrate.upgrade(db)
-            refs = {j: (await db.transaction(lambda tx, j=j: tx.jobs.get(t.tenant_id, j))).target_ref
-                    for j in (shared, own, http)}
+            refs = {
+                j: (await db.transaction(lambda tx, j=j: tx.jobs.get(t.tenant_id, j))).target_ref
+                for j in (shared, own, http)
+            }
             assert refs == {shared: "shared/emails", own: "emails", http: "https://example.com/shared:x"}
         finally:
             await db.close()

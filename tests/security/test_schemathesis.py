@@ -40,9 +40,15 @@ from tests.conftest import fresh_database
 EXAMPLES = 10
 BUDGET_S = 60.0
 PROBLEM = "application/problem+json"
-SETTINGS = hypothesis.settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                               phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
-                               report_multiple_bugs=False)
+SETTINGS = hypothesis.settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+    report_multiple_bugs=False,
+)
 
 # Fields (JSON Pointers into the body, or parameter names) whose rules JSON Schema cannot state: a
 # positive case may get a 422 naming one of these (or a field under one of them).
@@ -51,11 +57,15 @@ SEMANTIC_FIELDS = (
     "/target",  # a URL for http, a pool name for queue; method and headers for http only
     "/payload",  # size, NUL in strings and keys, depth
     "/retry/maxBackoffSeconds",  # at least backoffSeconds
-    "/from", "/to",  # a backfill covers the past, from before to
+    "/from",
+    "/to",  # a backfill covers the past, from before to
     "cursor",  # one this API issued
-    "cron", "tz", "from",  # preview: as a submit's schedule, and a horizon
+    "cron",
+    "tz",
+    "from",  # preview: as a submit's schedule, and a horizon
     "jobId",  # preview: a cron or every job of the tenant
-    "every", "startAt",  # preview: an interval such as 15m, and its anchor (an instant, with every only)
+    "every",
+    "startAt",  # preview: an interval such as 15m, and its anchor (an instant, with every only)
     "label",  # a label selector: its grammar is in the parameter's description, not a pattern
     "",  # PATCH: the merged job is validated as a submit
 )
@@ -66,8 +76,13 @@ STRICT_INTEGER = "got `float`"
 
 @pytest.fixture(scope="module")
 def api(pg_base_url: str, pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiProcess]:
-    with fresh_database(pg_base_url, pg_template) as database_url, running_api(
-            database_url, tmp_path_factory, KAIROS_API_WORKERS="1", KAIROS_AUTH_FAILURE_LIMIT="0") as (process, _log):
+    with (
+        fresh_database(pg_base_url, pg_template) as database_url,
+        running_api(database_url, tmp_path_factory, KAIROS_API_WORKERS="1", KAIROS_AUTH_FAILURE_LIMIT="0") as (
+            process,
+            _log,
+        ),
+    ):
         yield process
 
 
@@ -90,7 +105,8 @@ def _run(operation: schemathesis.APIOperation, mode: GenerationMode, statuses: C
             if detail.startswith("Expected `int") and detail.endswith(STRICT_INTEGER):
                 return  # 445.0 is an integer to JSON Schema; the API takes integers without a fraction
             assert response.status_code == 422 and _semantic(problem.get("field", "?")), (
-                f"schema-valid request refused: {response.status_code} {problem}\n{case.as_curl_command()}")
+                f"schema-valid request refused: {response.status_code} {problem}\n{case.as_curl_command()}"
+            )
 
     check()
 

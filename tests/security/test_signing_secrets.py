@@ -30,9 +30,13 @@ from tests.integration.test_http_pool import Target, make_pool, target  # noqa: 
 
 async def stored_row(db: Database, tenant_id) -> str:
     """The tenant's whole row as text, as a database dump would show it."""
+
     async def read(conn):
-        return (await conn.execute(text("SELECT CAST(row_to_json(t) AS TEXT) FROM tenants AS t "
-                                        "WHERE tenant_id = :t"), {"t": tenant_id})).scalar_one()
+        return (
+            await conn.execute(
+                text("SELECT CAST(row_to_json(t) AS TEXT) FROM tenants AS t WHERE tenant_id = :t"), {"t": tenant_id}
+            )
+        ).scalar_one()
 
     return await tf.raw(db, read)
 
@@ -65,7 +69,8 @@ async def test_the_signing_secret_is_not_stored_in_plaintext(db: Database) -> No
 
 
 async def test_rotation_signs_with_both_secrets_for_the_overlap_then_with_the_new_one_only(
-        db: Database, target: Target) -> None:
+    db: Database, target: Target
+) -> None:
     t = await tf.tenant(db)
     old = t.signing_secret
     rotated = await db.transaction(lambda tx: tx.tenants.rotate_signing_secret(t.tenant_id, 86400))
@@ -79,8 +84,11 @@ async def test_rotation_signs_with_both_secrets_for_the_overlap_then_with_the_ne
     assert not verify("not-the-secret", header, body)
 
     # Rotated 25 h ago with a 24 h overlap: the window is over, only the new secret signs.
-    later = await db.transaction(lambda tx: tx.tenants.rotate_signing_secret(
-        t.tenant_id, 86400, now=datetime.now(timezone.utc) - timedelta(hours=25)))
+    later = await db.transaction(
+        lambda tx: tx.tenants.rotate_signing_secret(
+            t.tenant_id, 86400, now=datetime.now(timezone.utc) - timedelta(hours=25)
+        )
+    )
     header, body = await deliver(db, t, target, {"n": 2})
     assert header.count("v1=") == 1
     assert verify(later.secrets.current, header, body)
@@ -97,13 +105,15 @@ async def test_rotation_without_overlap_and_show_secret(db: Database) -> None:
 
 
 async def test_plaintext_rows_from_before_0011_still_sign_and_are_sealed_when_the_executor_starts(
-        db: Database, target: Target) -> None:
+    db: Database, target: Target
+) -> None:
     t = await tf.tenant(db)
     legacy = "ab" * 32
 
     async def as_before(conn) -> None:
-        await conn.execute(text("UPDATE tenants SET signing_secret = :s WHERE tenant_id = :t"),
-                           {"s": legacy, "t": t.tenant_id})
+        await conn.execute(
+            text("UPDATE tenants SET signing_secret = :s WHERE tenant_id = :t"), {"s": legacy, "t": t.tenant_id}
+        )
 
     await tf.raw(db, as_before)
     header, body = await deliver(db, t, target, {"n": 1})

@@ -36,8 +36,13 @@ class Result:
         return lines[0]
 
 
-def run_kairos(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str,
-               stdin: str | None = None, env: Mapping[str, str | None] | None = None) -> Result:
+def run_kairos(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *args: str,
+    stdin: str | None = None,
+    env: Mapping[str, str | None] | None = None,
+) -> Result:
     """``kairos ARGS`` with ``stdin`` and ``env`` on top of this process's environment (a None value
     unsets that variable); the exit code and what it wrote. The environment is restored afterwards."""
     from app.cli import run as entry_point
@@ -63,5 +68,6 @@ def run_kairos(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[st
 def child(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``python -m app.cli ARGS`` as its own process, with ``env`` and none of this process's KAIROS_ variables."""
     full = {**{k: v for k, v in os.environ.items() if not k.startswith("KAIROS_")}, **env}
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], env=full, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], env=full, capture_output=True, text=True, timeout=60
+    )

@@ -122,8 +122,10 @@ class _Missing:
         self._table = table
 
     def __getattr__(self, name: str) -> Any:
-        raise NotImplementedError(f"the memory store has no {self._table}.{name}: add it with its case in "
-                                  "tests/integration/test_store_double_contract.py")
+        raise NotImplementedError(
+            f"the memory store has no {self._table}.{name}: add it with its case in "
+            "tests/integration/test_store_double_contract.py"
+        )
 
 
 class MemoryJobs(_Table):
@@ -139,10 +141,23 @@ class MemoryJobs(_Table):
             fields = {name: getattr(new, name) for name in _NEW_JOB_FIELDS}
             if new.payload_ref is not None:
                 fields["payload"] = None
-            self._t.jobs[new.job_id] = Job(**fields, state=JobState.ACTIVE, first_run_at=new.next_run_at,
-                                           paused_at=None, version=1, created_at=self._now, updated_at=self._now)
-            self._t.due[new.job_id] = NextDue(shard_of(new.job_id), due_minute(new.next_run_at), new.next_run_at,
-                                              new.job_id, new.tenant_id, new.next_nominal_at)
+            self._t.jobs[new.job_id] = Job(
+                **fields,
+                state=JobState.ACTIVE,
+                first_run_at=new.next_run_at,
+                paused_at=None,
+                version=1,
+                created_at=self._now,
+                updated_at=self._now,
+            )
+            self._t.due[new.job_id] = NextDue(
+                shard_of(new.job_id),
+                due_minute(new.next_run_at),
+                new.next_run_at,
+                new.job_id,
+                new.tenant_id,
+                new.next_nominal_at,
+            )
             inserted.add(new.job_id)
         return inserted
 
@@ -163,15 +178,24 @@ class MemoryJobs(_Table):
         mine = [e for e in self._t.executions.values() if e.job_id == job_id]
         finished = [e for e in mine if e.state not in _OPEN]
         last = max(finished, key=lambda e: e.scheduled_for, default=None)
-        return dataclasses.replace(job, last_outcome=last.state if last else None,
-                                   last_finished_at=last.finished_at if last else None,
-                                   has_open=any(e.state in _OPEN for e in mine))
+        return dataclasses.replace(
+            job,
+            last_outcome=last.state if last else None,
+            last_finished_at=last.finished_at if last else None,
+            has_open=any(e.state in _OPEN for e in mine),
+        )
 
-    async def set_state(self, job: Job, to_state: JobState, *, next_nominal_at: datetime | None,
-                        next_run_at: datetime | None) -> Job | None:
+    async def set_state(
+        self, job: Job, to_state: JobState, *, next_nominal_at: datetime | None, next_run_at: datetime | None
+    ) -> Job | None:
         row = self._t.jobs.get(job.job_id)
-        if (row is None or row.tenant_id != job.tenant_id or row.state != job.state or row.version != job.version
-                or row.updated_at != job.updated_at):
+        if (
+            row is None
+            or row.tenant_id != job.tenant_id
+            or row.state != job.state
+            or row.version != job.version
+            or row.updated_at != job.updated_at
+        ):
             return None
         row.state = to_state
         row.paused_at = self._now if to_state == JobState.PAUSED else None
@@ -182,86 +206,207 @@ class MemoryJobs(_Table):
 
     async def withdraw_ahead(self, tenant_id: UUID, job_id: UUID, now: datetime | None = None) -> list[datetime]:
         at = self._at(now)
-        gone = [e for e in self._t.executions.values()
-                if e.job_id == job_id and e.tenant_id == tenant_id and e.state == ExecutionState.READY
-                and e.attempt == 0 and e.trigger == "schedule" and e.ready_at > at]
+        gone = [
+            e
+            for e in self._t.executions.values()
+            if e.job_id == job_id
+            and e.tenant_id == tenant_id
+            and e.state == ExecutionState.READY
+            and e.attempt == 0
+            and e.trigger == "schedule"
+            and e.ready_at > at
+        ]
         for e in gone:
             del self._t.executions[e.execution_id]
         return [e.scheduled_for for e in gone]
 
     async def cancel_unstarted(self, tenant_id: UUID, job_id: UUID) -> int:
-        ready = [e for e in self._t.executions.values()
-                 if e.job_id == job_id and e.tenant_id == tenant_id and e.state == ExecutionState.READY]
+        ready = [
+            e
+            for e in self._t.executions.values()
+            if e.job_id == job_id and e.tenant_id == tenant_id and e.state == ExecutionState.READY
+        ]
         for e in ready:
             e.state, e.finished_at, e.error = ExecutionState.CANCELLED, self._now, "job cancelled"
         return len(ready)
 
-    async def record_skipped(self, job_id: UUID, tenant_id: UUID, queue: str, max_attempts: int,
-                             scheduled_for: list[datetime], reason: str) -> None:
+    async def record_skipped(
+        self, job_id: UUID, tenant_id: UUID, queue: str, max_attempts: int, scheduled_for: list[datetime], reason: str
+    ) -> None:
         for at in scheduled_for:
-            _insert_execution(self._t, _Execution(
-                uuid.uuid4(), job_id, tenant_id, queue, at, max_attempts, ExecutionState.SKIPPED,
-                ready_at=self._now, dispatched_at=self._now, finished_at=self._now, skip_reason=reason))
+            _insert_execution(
+                self._t,
+                _Execution(
+                    uuid.uuid4(),
+                    job_id,
+                    tenant_id,
+                    queue,
+                    at,
+                    max_attempts,
+                    ExecutionState.SKIPPED,
+                    ready_at=self._now,
+                    dispatched_at=self._now,
+                    finished_at=self._now,
+                    skip_reason=reason,
+                ),
+            )
 
     async def execution_counts(self, tenant_id: UUID, job_id: UUID) -> ExecutionCounts:
         by: dict[str, int] = {}
         for e in self._t.executions.values():
             if e.job_id == job_id and e.tenant_id == tenant_id:
                 by[e.state] = by.get(e.state, 0) + 1
-        return ExecutionCounts(succeeded=by.get("succeeded", 0), dead=by.get("dead", 0),
-                               cancelled=by.get("cancelled", 0), skipped=by.get("skipped", 0),
-                               pending=by.get("ready", 0) + by.get("leased", 0))
+        return ExecutionCounts(
+            succeeded=by.get("succeeded", 0),
+            dead=by.get("dead", 0),
+            cancelled=by.get("cancelled", 0),
+            skipped=by.get("skipped", 0),
+            pending=by.get("ready", 0) + by.get("leased", 0),
+        )
 
-    async def executions_page(self, tenant_id: UUID, job_id: UUID, *, before: tuple[datetime, UUID] | None,
-                              limit: int) -> list[ExecutionSummary]:
-        rows = sorted((e for e in self._t.executions.values() if e.job_id == job_id and e.tenant_id == tenant_id
-                       and (before is None or e.scheduled_for < before[0])),
-                      key=lambda e: e.scheduled_for, reverse=True)[:limit]
+    async def executions_page(
+        self, tenant_id: UUID, job_id: UUID, *, before: tuple[datetime, UUID] | None, limit: int
+    ) -> list[ExecutionSummary]:
+        rows = sorted(
+            (
+                e
+                for e in self._t.executions.values()
+                if e.job_id == job_id and e.tenant_id == tenant_id and (before is None or e.scheduled_for < before[0])
+            ),
+            key=lambda e: e.scheduled_for,
+            reverse=True,
+        )[:limit]
         out = []
         for e in rows:
-            starts = [a.leased_at for a in self._t.attempts.values()
-                      if a.execution_id == e.execution_id and a.leased_at is not None]
-            out.append(ExecutionSummary(e.execution_id, e.scheduled_for, e.attempt, e.state, e.started_at,
-                                        e.finished_at, e.error, e.skip_reason, e.trigger, e.dispatched_at,
-                                        e.traceparent, min(starts) if starts else e.started_at))
+            starts = [
+                a.leased_at
+                for a in self._t.attempts.values()
+                if a.execution_id == e.execution_id and a.leased_at is not None
+            ]
+            out.append(
+                ExecutionSummary(
+                    e.execution_id,
+                    e.scheduled_for,
+                    e.attempt,
+                    e.state,
+                    e.started_at,
+                    e.finished_at,
+                    e.error,
+                    e.skip_reason,
+                    e.trigger,
+                    e.dispatched_at,
+                    e.traceparent,
+                    min(starts) if starts else e.started_at,
+                )
+            )
         return out
 
 
 class MemoryDispatch(_Table):
-    async def load_due(self, shard_ids: Sequence[int], until: datetime, after: tuple[datetime, UUID] | None,
-                       limit: int) -> list[DueRow]:
+    async def load_due(
+        self, shard_ids: Sequence[int], until: datetime, after: tuple[datetime, UUID] | None, limit: int
+    ) -> list[DueRow]:
         shards = set(shard_ids)
-        rows = sorted((d for d in self._t.due.values()
-                       if d.shard_id in shards and d.due_minute <= due_minute(until) and d.next_run_at <= until
-                       and (after is None or (d.next_run_at, d.job_id) > after)),
-                      key=lambda d: (d.next_run_at, d.job_id))[:limit]
-        return [DueRow(d.shard_id, d.due_minute, d.next_run_at, d.job_id, d.tenant_id, d.nominal_at,
-                       self._t.tenants[d.tenant_id].weight, self._t.tenants[d.tenant_id].max_dispatch_per_s)
-                for d in rows]
+        rows = sorted(
+            (
+                d
+                for d in self._t.due.values()
+                if d.shard_id in shards
+                and d.due_minute <= due_minute(until)
+                and d.next_run_at <= until
+                and (after is None or (d.next_run_at, d.job_id) > after)
+            ),
+            key=lambda d: (d.next_run_at, d.job_id),
+        )[:limit]
+        return [
+            DueRow(
+                d.shard_id,
+                d.due_minute,
+                d.next_run_at,
+                d.job_id,
+                d.tenant_id,
+                d.nominal_at,
+                self._t.tenants[d.tenant_id].weight,
+                self._t.tenants[d.tenant_id].max_dispatch_per_s,
+            )
+            for d in rows
+        ]
 
     async def claim(self, owner: str, keys: Sequence[ClaimKey], now: datetime | None = None) -> list[Claim]:
         at = self._at(now)
         out = []
         for k in keys:
             lease = self._t.leases[k.shard_id]
-            held = (lease.owner == owner and lease.revision == k.revision and lease.lease_until is not None
-                    and lease.lease_until > at)
+            held = (
+                lease.owner == owner
+                and lease.revision == k.revision
+                and lease.lease_until is not None
+                and lease.lease_until > at
+            )
             due = self._t.due.get(k.job_id)
-            claimed = held and due is not None and (due.shard_id, due.due_minute, due.next_run_at) == (
-                k.shard_id, k.due_minute, k.next_run_at)
+            claimed = (
+                held
+                and due is not None
+                and (due.shard_id, due.due_minute, due.next_run_at) == (k.shard_id, k.due_minute, k.next_run_at)
+            )
             if not claimed or due is None:
-                out.append(Claim(k.shard_id, k.next_run_at, k.job_id, False, not held, None, None, None, None, None,
-                                 None, None, None, None, None, None, None, None, False))
+                out.append(
+                    Claim(
+                        k.shard_id,
+                        k.next_run_at,
+                        k.job_id,
+                        False,
+                        not held,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        False,
+                    )
+                )
                 continue
             del self._t.due[k.job_id]
             j = self._t.jobs[k.job_id]
             overlapping = j.concurrency != "allow" and any(
                 e.job_id == j.job_id and e.state in _OPEN and e.scheduled_for != due.nominal_at
-                for e in self._t.executions.values())
-            out.append(Claim(k.shard_id, k.next_run_at, k.job_id, True, False, k.tenant_id, k.nominal_at,
-                             JobState(j.state), j.schedule_kind, j.cron_resolved, j.tz, j.jitter_s, j.dst_gap,
-                             j.dst_repeat, j.concurrency, j.misfire, j.queue, j.max_attempts, overlapping,
-                             j.dry_run, j.end_at, j.every_s, j.traceparent))
+                for e in self._t.executions.values()
+            )
+            out.append(
+                Claim(
+                    k.shard_id,
+                    k.next_run_at,
+                    k.job_id,
+                    True,
+                    False,
+                    k.tenant_id,
+                    k.nominal_at,
+                    JobState(j.state),
+                    j.schedule_kind,
+                    j.cron_resolved,
+                    j.tz,
+                    j.jitter_s,
+                    j.dst_gap,
+                    j.dst_repeat,
+                    j.concurrency,
+                    j.misfire,
+                    j.queue,
+                    j.max_attempts,
+                    overlapping,
+                    j.dry_run,
+                    j.end_at,
+                    j.every_s,
+                    j.traceparent,
+                )
+            )
         return out
 
     async def cancel_replaced(self, replacements: Sequence[Replacement], now: datetime | None = None) -> None:
@@ -275,22 +420,51 @@ class MemoryDispatch(_Table):
             e = self._t.executions[execution_id]
             if e.state == ExecutionState.LEASED:
                 self._t.attempts[(e.execution_id, e.attempt)] = _Attempt(
-                    e.execution_id, e.attempt, e.tenant_id, e.lease_owner, e.started_at, e.lease_until, at,
-                    "cancelled", "replaced")
+                    e.execution_id,
+                    e.attempt,
+                    e.tenant_id,
+                    e.lease_owner,
+                    e.started_at,
+                    e.lease_until,
+                    at,
+                    "cancelled",
+                    "replaced",
+                )
             e.state, e.lease_owner, e.lease_until, e.finished_at, e.error = (
-                ExecutionState.CANCELLED, None, None, at, r.error)
+                ExecutionState.CANCELLED,
+                None,
+                None,
+                at,
+                r.error,
+            )
 
-    async def record(self, executions: Sequence[NewExecution], next_due: Sequence[NextDue],
-                     advances: Sequence[JobAdvance], now: datetime | None = None, *,
-                     traceparents: Sequence[str | None] | None = None) -> Recorded:
+    async def record(
+        self,
+        executions: Sequence[NewExecution],
+        next_due: Sequence[NextDue],
+        advances: Sequence[JobAdvance],
+        now: datetime | None = None,
+        *,
+        traceparents: Sequence[str | None] | None = None,
+    ) -> Recorded:
         at = self._at(now)
         ready = skipped = due_rows = advanced = 0
         for i, x in enumerate(executions):
-            row = _Execution(uuid.uuid4(), x.job_id, x.tenant_id, x.queue, x.scheduled_for, x.max_attempts,
-                             ExecutionState(x.state), x.ready_at, dispatched_at=at,
-                             finished_at=at if x.state == ExecutionState.SKIPPED else None,
-                             skip_reason=x.skip_reason, error=x.note,
-                             traceparent=traceparents[i] if traceparents is not None else None)
+            row = _Execution(
+                uuid.uuid4(),
+                x.job_id,
+                x.tenant_id,
+                x.queue,
+                x.scheduled_for,
+                x.max_attempts,
+                ExecutionState(x.state),
+                x.ready_at,
+                dispatched_at=at,
+                finished_at=at if x.state == ExecutionState.SKIPPED else None,
+                skip_reason=x.skip_reason,
+                error=x.note,
+                traceparent=traceparents[i] if traceparents is not None else None,
+            )
             if _insert_execution(self._t, row):
                 ready += row.state == ExecutionState.READY
                 skipped += row.state == ExecutionState.SKIPPED
@@ -308,9 +482,19 @@ class MemoryDispatch(_Table):
 
 
 class MemoryShardLeases(_Table):
-    async def acquire(self, owner: str, limit: int, ttl_s: float, *, salt: int = 0, now: datetime | None = None,
-                      region: str | None = None, grace_s: float = 0.0, primary_region: str | None = None,
-                      never_owned: bool = True) -> list[HeldShard]:
+    async def acquire(
+        self,
+        owner: str,
+        limit: int,
+        ttl_s: float,
+        *,
+        salt: int = 0,
+        now: datetime | None = None,
+        region: str | None = None,
+        grace_s: float = 0.0,
+        primary_region: str | None = None,
+        never_owned: bool = True,
+    ) -> list[HeldShard]:
         if limit <= 0:
             return []
         at = self._at(now)
@@ -322,8 +506,9 @@ class MemoryShardLeases(_Table):
             other = lease.region is not None and primary_region is not None and lease.region != primary_region
             return lease.lease_until <= at - timedelta(seconds=0 if other else grace_s)
 
-        chosen = sorted((s for s, lease in self._t.leases.items() if free(lease)),
-                        key=lambda s: (s * 167 + salt % 256) % 256)[:limit]
+        chosen = sorted(
+            (s for s, lease in self._t.leases.items() if free(lease)), key=lambda s: (s * 167 + salt % 256) % 256
+        )[:limit]
         for s in chosen:
             lease = self._t.leases[s]
             lease.owner, lease.lease_until, lease.region = owner, at + _ms(ttl_s), region
@@ -332,15 +517,20 @@ class MemoryShardLeases(_Table):
 
     async def renew(self, owner: str, ttl_s: float, now: datetime | None = None) -> list[HeldShard]:
         at = self._at(now)
-        held = [s for s, lease in self._t.leases.items()
-                if lease.owner == owner and lease.lease_until is not None and lease.lease_until > at]
+        held = [
+            s
+            for s, lease in self._t.leases.items()
+            if lease.owner == owner and lease.lease_until is not None and lease.lease_until > at
+        ]
         for s in held:
             self._t.leases[s].lease_until = at + _ms(ttl_s)
         return [HeldShard(s, self._t.leases[s].revision) for s in held]
 
     async def list_all(self) -> list[ShardLease]:
-        return [ShardLease(s, lease.owner, lease.lease_until, lease.revision, lease.region)
-                for s, lease in sorted(self._t.leases.items())]
+        return [
+            ShardLease(s, lease.owner, lease.lease_until, lease.revision, lease.region)
+            for s, lease in sorted(self._t.leases.items())
+        ]
 
 
 class MemoryStore:
@@ -371,8 +561,14 @@ class MemoryDatabase:
         self.tables.tenants[tenant_id] = _Tenant(tenant_id, weight, max_dispatch_per_s)
         return tenant_id
 
-    async def transaction(self, work: Callable[[MemoryStore], Awaitable[T]], *, isolation: str | None = None,
-                          on_ambiguous: object = None, read_only: bool = False) -> T:
+    async def transaction(
+        self,
+        work: Callable[[MemoryStore], Awaitable[T]],
+        *,
+        isolation: str | None = None,
+        on_ambiguous: object = None,
+        read_only: bool = False,
+    ) -> T:
         async with self._lock:
             working = copy.deepcopy(self.tables)
             result = await work(MemoryStore(working, self.clock()))

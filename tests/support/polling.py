@@ -10,8 +10,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-async def poll(condition: Callable[[], Awaitable[T]], *, timeout_s: float, interval_s: float = 0.1,
-               what: str = "condition") -> T:
+async def poll(
+    condition: Callable[[], Awaitable[T]], *, timeout_s: float, interval_s: float = 0.1, what: str = "condition"
+) -> T:
     """Await ``condition()`` until it is truthy and return that value; fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -23,8 +24,9 @@ async def poll(condition: Callable[[], Awaitable[T]], *, timeout_s: float, inter
         await asyncio.sleep(interval_s)
 
 
-def wait_for(condition: Callable[[], T], *, timeout_s: float = 30.0, interval_s: float = 0.05,
-             what: str = "condition") -> T:
+def wait_for(
+    condition: Callable[[], T], *, timeout_s: float = 30.0, interval_s: float = 0.05, what: str = "condition"
+) -> T:
     """Call ``condition()`` until it is truthy and return that value; fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:

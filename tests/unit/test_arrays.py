@@ -13,21 +13,30 @@ from app.store.arrays import plain, texts
 
 
 def reference_plain(values: list[Any]) -> str:
-    return "{" + ",".join("NULL" if v is None else v.isoformat() if isinstance(v, datetime) else str(v)
-                          for v in values) + "}"
+    return (
+        "{"
+        + ",".join("NULL" if v is None else v.isoformat() if isinstance(v, datetime) else str(v) for v in values)
+        + "}"
+    )
 
 
 def reference_texts(values: list[str | None]) -> str:
-    return "{" + ",".join("NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-                          for v in values) + "}"
+    return (
+        "{"
+        + ",".join("NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+        + "}"
+    )
 
 
 instants = st.datetimes(timezones=st.just(timezone.utc))
 scalars = st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(), st.uuids(), instants)
 
 
-@given(st.one_of(st.lists(st.integers()), st.lists(st.uuids()), st.lists(instants),
-                 st.lists(st.one_of(st.none(), scalars))))
+@given(
+    st.one_of(
+        st.lists(st.integers()), st.lists(st.uuids()), st.lists(instants), st.lists(st.one_of(st.none(), scalars))
+    )
+)
 def test_plain_matches_the_general_rendering(values: list[Any]) -> None:
     assert plain(values) == reference_plain(values)
     assert plain(iter(values)) == reference_plain(values)

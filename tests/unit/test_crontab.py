@@ -47,11 +47,16 @@ def utc(*args: int) -> datetime:
 
 # -- reading files -------------------------------------------------------------------------------------
 
+
 def test_a_realistic_crontab_reads_as_cron_does() -> None:
     entries = ct.parse_crontab(REALISTIC)
     assert [(e.line, e.schedule, e.fields) for e in entries] == [
-        (8, "30 2 * * *", "30 2 * * *"), (9, "*/15 * * * *", "*/15 * * * *"), (11, "@daily", "0 0 * * *"),
-        (12, "0 9 * * MON-FRI", "0 9 * * MON-FRI"), (14, "@hourly", "0 * * * *")]
+        (8, "30 2 * * *", "30 2 * * *"),
+        (9, "*/15 * * * *", "*/15 * * * *"),
+        (11, "@daily", "0 0 * * *"),
+        (12, "0 9 * * MON-FRI", "0 9 * * MON-FRI"),
+        (14, "@hourly", "0 * * * *"),
+    ]
     backup, ping, daily, mail, hourly = entries
     assert backup.command == "/usr/local/bin/backup.sh --full > /var/log/backup.log 2>&1"
     assert backup.tz == NY and backup.tz_variable == "CRON_TZ"
@@ -62,8 +67,12 @@ def test_a_realistic_crontab_reads_as_cron_does() -> None:
     assert mail.stdin == "Numbers attached.\n-- cron\n"
     # Variables apply to the lines below them only.
     assert "GREETING" not in mail.env and hourly.env["GREETING"] == "hello world"
-    assert hourly.payload() == {"command": 'echo "$GREETING"', "env": dict(hourly.env), "shell": "/bin/bash",
-                                "mailto": "ops@example.com"}
+    assert hourly.payload() == {
+        "command": 'echo "$GREETING"',
+        "env": dict(hourly.env),
+        "shell": "/bin/bash",
+        "mailto": "ops@example.com",
+    }
     assert daily.stdin is None and ping.command.startswith("curl")
 
 
@@ -72,12 +81,15 @@ def test_the_body_and_idempotency_key_depend_on_the_line_not_its_position() -> N
     [moved] = ct.parse_crontab("CRON_TZ=UTC\n# a comment above now\n\n0   1 * * *   /bin/true\n")
     assert first.line != moved.line and first.idempotency_key("live") == moved.idempotency_key("live")
     assert first.idempotency_key("live") != first.idempotency_key("dry-run")
-    body = ct.job_body(first, tz="UTC", target_type="queue", target_ref="cron", name_prefix="crontab: ",
-                       dry_run=True)
-    assert body == {"name": "crontab: /bin/true", "target": {"type": "queue", "ref": "cron"},
-                    "schedule": {"cron": "0 1 * * *", "tz": "UTC"},
-                    "payload": {"command": "/bin/true", "env": {}},
-                    "idempotencyKey": first.idempotency_key("dry-run"), "dryRun": True}
+    body = ct.job_body(first, tz="UTC", target_type="queue", target_ref="cron", name_prefix="crontab: ", dry_run=True)
+    assert body == {
+        "name": "crontab: /bin/true",
+        "target": {"type": "queue", "ref": "cron"},
+        "schedule": {"cron": "0 1 * * *", "tz": "UTC"},
+        "payload": {"command": "/bin/true", "env": {}},
+        "idempotencyKey": first.idempotency_key("dry-run"),
+        "dryRun": True,
+    }
     # Two identical lines run twice in classic cron, so they are two jobs.
     twins = ct.parse_crontab("* * * * * /bin/true\n* * * * * /bin/true\n")
     assert [t.repeat for t in twins] == [0, 1]
@@ -85,8 +97,7 @@ def test_the_body_and_idempotency_key_depend_on_the_line_not_its_position() -> N
 
 
 def test_tz_is_the_zone_and_stays_in_the_environment_but_cron_tz_wins() -> None:
-    [a, b, c] = ct.parse_crontab("TZ=Europe/Paris\n0 1 * * * a\nCRON_TZ=Asia/Tokyo\n0 1 * * * b\n"
-                                 "TZ=UTC\n0 1 * * * c\n")
+    [a, b, c] = ct.parse_crontab("TZ=Europe/Paris\n0 1 * * * a\nCRON_TZ=Asia/Tokyo\n0 1 * * * b\nTZ=UTC\n0 1 * * * c\n")
     assert (a.tz, a.env) == ("Europe/Paris", {"TZ": "Europe/Paris"})
     assert (b.tz, b.tz_variable) == ("Asia/Tokyo", "CRON_TZ")
     assert (c.tz, c.env["TZ"]) == ("Asia/Tokyo", "UTC")
@@ -96,19 +107,22 @@ def test_tz_is_the_zone_and_stays_in_the_environment_but_cron_tz_wins() -> None:
         d.zone(None)
 
 
-@pytest.mark.parametrize(("text", "line", "message"), [
-    ("# boot\n@reboot /usr/bin/start-things\n", 2, "@reboot runs when the machine boots"),
-    ("0 1 * * *\n", 1, "expected five time fields and a command"),
-    ("MAILTO=x\n\n61 * * * * cmd\n", 3, "61 is out of range 0-59"),
-    ("H * * * * cmd\n", 1, "Kairos H token"),
-    ("0 ? * * * cmd\n", 1, "not classic cron"),
-    ("5/10 * * * * cmd\n", 1, "a step only after \\* or a range"),
-    ("0 1 * * * %just input\n", 1, "no command before the first %"),
-    ("@every 5m cmd\n", 1, "unknown keyword '@every'"),
-    ("@daily\n", 1, "no command after the time fields"),
-    ("CRON_TZ=Mars/Olympus\n0 1 * * * x\n", 1, "CRON_TZ: unknown time zone 'Mars/Olympus'"),
-    ("0 0 31 2 * cmd\n", 1, "never fires"),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        ("# boot\n@reboot /usr/bin/start-things\n", 2, "@reboot runs when the machine boots"),
+        ("0 1 * * *\n", 1, "expected five time fields and a command"),
+        ("MAILTO=x\n\n61 * * * * cmd\n", 3, "61 is out of range 0-59"),
+        ("H * * * * cmd\n", 1, "Kairos H token"),
+        ("0 ? * * * cmd\n", 1, "not classic cron"),
+        ("5/10 * * * * cmd\n", 1, "a step only after \\* or a range"),
+        ("0 1 * * * %just input\n", 1, "no command before the first %"),
+        ("@every 5m cmd\n", 1, "unknown keyword '@every'"),
+        ("@daily\n", 1, "no command after the time fields"),
+        ("CRON_TZ=Mars/Olympus\n0 1 * * * x\n", 1, "CRON_TZ: unknown time zone 'Mars/Olympus'"),
+        ("0 0 31 2 * cmd\n", 1, "never fires"),
+    ],
+)
 def test_a_line_cron_would_refuse_is_refused_by_number(text: str, line: int, message: str) -> None:
     with pytest.raises(InvalidInput, match=message) as raised:
         ct.parse_crontab(text)
@@ -138,8 +152,14 @@ def test_spring_forward_wildcard_jobs_follow_the_new_local_time() -> None:
     hourly = runs("30 * * * *", NY, SPRING)
     assert ("07:30", "03:30", "on time") in hourly and not any(wall == "02:30" for _, wall, _ in hourly)
     quarter = [r for r in runs("*/15 * * * *", NY, SPRING) if "06:00" <= r[0] <= "07:15"]
-    assert quarter == [("06:00", "01:00", "on time"), ("06:15", "01:15", "on time"), ("06:30", "01:30", "on time"),
-                       ("06:45", "01:45", "on time"), ("07:00", "03:00", "on time"), ("07:15", "03:15", "on time")]
+    assert quarter == [
+        ("06:00", "01:00", "on time"),
+        ("06:15", "01:15", "on time"),
+        ("06:30", "01:30", "on time"),
+        ("06:45", "01:45", "on time"),
+        ("07:00", "03:00", "on time"),
+        ("07:15", "03:15", "on time"),
+    ]
 
 
 def test_fall_back_fixed_time_jobs_run_once_wildcard_jobs_in_both_passes() -> None:
@@ -153,8 +173,10 @@ def test_fall_back_fixed_time_jobs_run_once_wildcard_jobs_in_both_passes() -> No
 def test_a_cron_tz_job_on_a_utc_daemon_is_read_minute_by_minute() -> None:
     daemon = ZoneInfo("UTC")
     assert runs("30 2 * * *", NY, SPRING, daemon_zone=daemon) == []
-    assert runs("30 1 * * *", NY, FALL, daemon_zone=daemon) == [("05:30", "01:30", "on time"),
-                                                                ("06:30", "01:30", "on time")]
+    assert runs("30 1 * * *", NY, FALL, daemon_zone=daemon) == [
+        ("05:30", "01:30", "on time"),
+        ("06:30", "01:30", "on time"),
+    ]
 
 
 def test_a_thirty_minute_change_is_still_caught_up() -> None:
@@ -166,10 +188,13 @@ def test_a_thirty_minute_change_is_still_caught_up() -> None:
 def test_an_offset_change_without_a_dst_flip_goes_unseen() -> None:
     # Samoa skipped 2011-12-30 (-10 to +14, DST both sides): cron.c's set_time re-reads the offset only
     # when tm_isdst flips, so the daemon runs on at -10 and calls 12:00 on the 31st "the 30th".
-    found = ct.classic_runs(ct.ClassicEntry.of("0 12 * * *"), ZoneInfo("Pacific/Apia"), utc(2011, 12, 29),
-                            utc(2011, 12, 31, 12))
+    found = ct.classic_runs(
+        ct.ClassicEntry.of("0 12 * * *"), ZoneInfo("Pacific/Apia"), utc(2011, 12, 29), utc(2011, 12, 31, 12)
+    )
     assert [(r.at.isoformat(), r.wall.isoformat()) for r in found] == [
-        ("2011-12-29T22:00:00+00:00", "2011-12-29T12:00:00"), ("2011-12-30T22:00:00+00:00", "2011-12-30T12:00:00")]
+        ("2011-12-29T22:00:00+00:00", "2011-12-29T12:00:00"),
+        ("2011-12-30T22:00:00+00:00", "2011-12-30T12:00:00"),
+    ]
     result = ct.compare("0 12 * * *", "Pacific/Apia", utc(2011, 12, 29), utc(2011, 12, 31, 12))
     [note] = result.differences
     assert "cron does not see this change" in note.text and "Kairos shifts it to 2011-12-31 00:00 +14" in note.text
@@ -182,12 +207,15 @@ def test_a_jump_of_three_hours_or_more_is_not_caught_up() -> None:
     simulation = ct.simulate(ct.ClassicEntry.of("30 1 * * *"), ZoneInfo("Asia/Ust-Nera"), *span)
     assert simulation.runs == () and [(j.minutes, j.wakeup) for j in simulation.jumps] == [(180, "large")]
     [note] = ct.compare("30 1 * * *", "Asia/Ust-Nera", *span).differences
-    assert note.text == ("1981-04-01 01:30 Asia/Ust-Nera does not exist (clocks go from 00:00 to 03:00): classic cron "
-                         "does not run it (a jump of 3 h or more is not caught up), Kairos shifts it to 03:00 +12; "
-                         "at 03:00 +12 classic cron runs not at all, Kairos once")
+    assert note.text == (
+        "1981-04-01 01:30 Asia/Ust-Nera does not exist (clocks go from 00:00 to 03:00): classic cron "
+        "does not run it (a jump of 3 h or more is not caught up), Kairos shifts it to 03:00 +12; "
+        "at 03:00 +12 classic cron runs not at all, Kairos once"
+    )
 
 
 # -- comparing with Kairos -----------------------------------------------------------------------------
+
 
 def notes(fields: str, span: tuple[datetime, datetime], **kw: object) -> ct.Comparison:
     return ct.compare(fields, NY, *span, **kw)  # type: ignore[arg-type]
@@ -197,8 +225,10 @@ def test_a_gap_both_handle_alike_is_a_note_not_a_difference() -> None:
     result = notes("30 2 * * *", SPRING)
     assert result.identical and not result.differences
     [note] = result.notes
-    assert note.text == ("2027-03-14 02:30 America/New_York does not exist (clocks go from 02:00 to 03:00): "
-                         "classic cron runs it at 03:00 EDT (time jump), Kairos shifts it to 03:00 EDT")
+    assert note.text == (
+        "2027-03-14 02:30 America/New_York does not exist (clocks go from 02:00 to 03:00): "
+        "classic cron runs it at 03:00 EDT (time jump), Kairos shifts it to 03:00 EDT"
+    )
 
 
 def test_the_differences_across_a_us_dst_change_are_explained() -> None:
@@ -206,8 +236,11 @@ def test_the_differences_across_a_us_dst_change_are_explained() -> None:
     assert not skip.identical and "Kairos skips it" in skip.differences[0].text
     wildcard = notes("30 * * * *", SPRING)
     assert [n.text.split(": ", 1)[1] for n in wildcard.differences] == [
-        ("classic cron does not run it (a job with * in its minute or hour field follows the new local time), "
-        "Kairos shifts it to 03:00 EDT; at 03:00 EDT classic cron runs not at all, Kairos once")]
+        (
+            "classic cron does not run it (a job with * in its minute or hour field follows the new local time), "
+            "Kairos shifts it to 03:00 EDT; at 03:00 EDT classic cron runs not at all, Kairos once"
+        )
+    ]
     merged = notes("0,30 2 * * *", SPRING).differences[0]
     assert merged.text.endswith("at 03:00 EDT classic cron runs twice, Kairos once")
     assert (len(merged.classic), len(merged.kairos)) == (2, 1)
@@ -235,8 +268,16 @@ def test_identical_lines_have_no_notes() -> None:
 
 # -- property: zones without DST agree exactly ---------------------------------------------------------
 
-NO_DST = ["UTC", "Asia/Tokyo", "Asia/Kolkata", "America/Phoenix", "Asia/Kathmandu", "Pacific/Port_Moresby",
-          "Pacific/Kiritimati", "Africa/Nairobi"]
+NO_DST = [
+    "UTC",
+    "Asia/Tokyo",
+    "Asia/Kolkata",
+    "America/Phoenix",
+    "Asia/Kathmandu",
+    "Pacific/Port_Moresby",
+    "Pacific/Kiritimati",
+    "Africa/Nairobi",
+]
 
 
 @dataclass(frozen=True)
@@ -263,7 +304,8 @@ def field(low: int, high: int, star_high: int | None = None, stars: int = 1) -> 
         st.integers(1, max(1, (high - low) // 2)).map(step),
         st.builds(span, value, value, st.integers(1, 4)),
         st.lists(value, min_size=2, max_size=4, unique=True).map(
-            lambda vs: Field(",".join(map(str, vs)), frozenset(vs))),
+            lambda vs: Field(",".join(map(str, vs)), frozenset(vs))
+        ),
     ]
     star = st.just(Field("*", frozenset(range(low, top + 1))))
     return st.integers(0, stars + len(others) - 1).flatmap(lambda i: star if i < stars else others[i - stars])
@@ -294,16 +336,21 @@ class Expr:
         return by_day or by_dow
 
 
-EXPRESSIONS = st.builds(Expr, field(0, 59), field(0, 23, stars=2), field(1, 28, 31, stars=4), field(1, 12, stars=6),
-                        field(0, 7, stars=3))
+EXPRESSIONS = st.builds(
+    Expr, field(0, 59), field(0, 23, stars=2), field(1, 28, 31, stars=4), field(1, 12, stars=6), field(0, 7, stars=3)
+)
 
 
 @PROPERTY
-@given(expr=EXPRESSIONS, zone=st.sampled_from(NO_DST),
-       start=st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2035, 1, 1)),
-       hours=st.integers(1, 48))
-def test_without_dst_classic_cron_the_oracle_and_kairos_agree(expr: Expr, zone: str, start: datetime,
-                                                              hours: int) -> None:
+@given(
+    expr=EXPRESSIONS,
+    zone=st.sampled_from(NO_DST),
+    start=st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2035, 1, 1)),
+    hours=st.integers(1, 48),
+)
+def test_without_dst_classic_cron_the_oracle_and_kairos_agree(
+    expr: Expr, zone: str, start: datetime, hours: int
+) -> None:
     try:
         entry = ct.ClassicEntry.of(expr.text)
     except InvalidSchedule:
@@ -312,8 +359,11 @@ def test_without_dst_classic_cron_the_oracle_and_kairos_agree(expr: Expr, zone: 
     lo = start.replace(second=0, microsecond=0, tzinfo=UTC)
     hi = lo + timedelta(hours=hours)
     tz = ZoneInfo(zone)
-    oracle = [lo + timedelta(minutes=m) for m in range(hours * 60)
-              if expr.matches((lo + timedelta(minutes=m)).astimezone(tz).replace(tzinfo=None))]
+    oracle = [
+        lo + timedelta(minutes=m)
+        for m in range(hours * 60)
+        if expr.matches((lo + timedelta(minutes=m)).astimezone(tz).replace(tzinfo=None))
+    ]
     event(f"runs: {min(len(oracle), 10)}")
     simulated = ct.classic_runs(entry, tz, lo, hi)
     assert [r.at for r in simulated] == oracle

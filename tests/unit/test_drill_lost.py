@@ -18,4 +18,3 @@ def test_an_occurrence_started_but_never_succeeded_is_lost() -> None:
     assert (result.owed, result.started, result.ran, result.lost) == (3, 2, 1, 2)
     assert set(result.lost_keys) == {(started_only, 1001.0), (never, 1002.0)}
     assert result.started_not_succeeded == 1
-

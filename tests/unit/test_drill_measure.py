@@ -12,8 +12,12 @@ FAULT = 1000.0
 
 def test_lost_duplicated_and_lag_back_under_two_seconds() -> None:
     a, b, c, cron = uuid4(), uuid4(), uuid4(), uuid4()
-    owed = [Owed(a, "steady", 999.0), Owed(b, "steady", 1001.0), Owed(c, "herd", 1002.0),
-            Owed(cron, "recurring", 990.0, every_s=10.0)]
+    owed = [
+        Owed(a, "steady", 999.0),
+        Owed(b, "steady", 1001.0),
+        Owed(c, "herd", 1002.0),
+        Owed(cron, "recurring", 990.0, every_s=10.0),
+    ]
     runs = [
         Run(a, 999.0, 1, "w1", 999.1),  # on time, before the fault
         Run(a, 999.0, 2, "w2", 1006.0),  # its worker died: run again (duplicated, not a lag)

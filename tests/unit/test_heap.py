@@ -13,8 +13,9 @@ TS0 = T0.timestamp()
 A, B, C = (uuid.UUID(int=i) for i in (1, 2, 3))
 
 
-def entry(tenant=A, at: float = 0.0, shard: int = 0, revision: int = 1, weight: int = 1, quota: int = 5000,
-          job=None) -> DueEntry:
+def entry(
+    tenant=A, at: float = 0.0, shard: int = 0, revision: int = 1, weight: int = 1, quota: int = 5000, job=None
+) -> DueEntry:
     run = T0 + timedelta(seconds=at)
     return DueEntry(shard, revision, run.replace(second=0), run, job or uuid.uuid4(), tenant, run, weight, quota)
 
@@ -209,7 +210,7 @@ def test_a_herd_of_100k_at_one_instant_pops_fairly_and_intact() -> None:
     assert sum(e.tenant_id == A for e in first) == 100
     assert [e.tenant_id for e in popped[10_100:]] == [A] * 89_900
     for k in range(100):  # every small tenant has its k-th turn before anyone's (k+1)-th
-        assert len({e.tenant_id for e in first[101 * k:101 * (k + 1)]}) == 101
+        assert len({e.tenant_id for e in first[101 * k : 101 * (k + 1)]}) == 101
     assert [e for e in popped if e.tenant_id == A] == hog  # a tenant's own entries keep their order
 
 

@@ -34,8 +34,13 @@ def test_once_schedule_bounds() -> None:
 
 def test_targets() -> None:
     assert jobs.validate_target("queue", "emails.v2").ref == "emails.v2"
-    for kind, ref in (("http", "ftp://x"), ("http", "https://user:pw@host/"), ("queue", "-x"), ("queue", "a" * 64),
-                      ("sms", "x")):
+    for kind, ref in (
+        ("http", "ftp://x"),
+        ("http", "https://user:pw@host/"),
+        ("queue", "-x"),
+        ("queue", "a" * 64),
+        ("sms", "x"),
+    ):
         with pytest.raises(InvalidInput):
             jobs.validate_target(kind, ref)
 
@@ -58,8 +63,9 @@ def test_queue_keys_keep_tenants_apart() -> None:
     assert (jobs.shared_pool_of(own), jobs.shared_pool_of(shared)) == (None, "emails")
 
 
-@pytest.mark.parametrize("ref", ["shared/", "shared/shared/x", "a/b", "-x", "x" * 64, "emails\n", "shared/emails\n",
-                                 "Shared/emails"])
+@pytest.mark.parametrize(
+    "ref", ["shared/", "shared/shared/x", "a/b", "-x", "x" * 64, "emails\n", "shared/emails\n", "Shared/emails"]
+)
 def test_a_pool_ref_names_one_namespace_or_is_refused(ref: str) -> None:
     with pytest.raises(InvalidInput) as exc:
         jobs.validate_target("queue", ref)
@@ -93,12 +99,16 @@ def test_backoff_follows_the_formula_with_bounded_jitter() -> None:
 
 
 def test_shards_are_stable_and_spread() -> None:
-    assert shard_of(UUID("12345678-1234-4234-8234-123456789abc")) == shard_of(UUID("12345678-1234-4234-8234-123456789abc"))
+    assert shard_of(UUID("12345678-1234-4234-8234-123456789abc")) == shard_of(
+        UUID("12345678-1234-4234-8234-123456789abc")
+    )
     counts = [0] * SHARD_COUNT
     for _ in range(25_600):
         counts[shard_of(uuid4())] += 1
     assert min(counts) > 40 and max(counts) < 180
-    assert due_minute(datetime(2026, 1, 1, 9, 0, 59, 999, tzinfo=timezone.utc)) == datetime(2026, 1, 1, 9, 0, tzinfo=timezone.utc)
+    assert due_minute(datetime(2026, 1, 1, 9, 0, 59, 999, tzinfo=timezone.utc)) == datetime(
+        2026, 1, 1, 9, 0, tzinfo=timezone.utc
+    )
 
 
 def test_first_occurrence_reports_dst_gap_skips_before_it() -> None:

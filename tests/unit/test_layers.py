@@ -119,8 +119,13 @@ DIRECT_SQL = ("app.store", "app.drill.reads")
 
 def seam_bypasses(source: str) -> list[int]:
     """Lines reaching past the seam: ``db.engine``, ``x.execute(...)``, a table's ``_conn``."""
-    return sorted({node.lineno for node in ast.walk(ast.parse(source))
-                   if isinstance(node, ast.Attribute) and node.attr in STORE_INTERNALS})
+    return sorted(
+        {
+            node.lineno
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Attribute) and node.attr in STORE_INTERNALS
+        }
+    )
 
 
 def violations(root: Path) -> list[str]:
@@ -133,8 +138,10 @@ def violations(root: Path) -> list[str]:
             found.append(f"{where}: {module} is in no layer (add it to LAYER_OF)")
             continue
         if not _within(module, DIRECT_SQL):
-            found.extend(f"{where}:{line}: reaches past the Store (engine, execute, _conn); only {DIRECT_SQL} may"
-                         for line in seam_bypasses(path.read_text()))
+            found.extend(
+                f"{where}:{line}: reaches past the Store (engine, execute, _conn); only {DIRECT_SQL} may"
+                for line in seam_bypasses(path.read_text())
+            )
         for imp in imports_of(path.read_text(), module, path.name == "__init__.py"):
             at = f"{where}:{imp.line}"
             if _within(imp.target, DATABASE_DRIVERS) and not _within(module, ("app.store",)):
@@ -149,8 +156,10 @@ def violations(root: Path) -> list[str]:
             if target == "?":
                 found.append(f"{at}: imports {imp.target}, which is in no layer")
             elif target not in ALLOWED[own]:
-                found.append(f"{at}: {own} imports {target} ({imp.target}); {own} may use "
-                             f"{', '.join(sorted(ALLOWED[own])) or 'nothing of ours'}")
+                found.append(
+                    f"{at}: {own} imports {target} ({imp.target}); {own} may use "
+                    f"{', '.join(sorted(ALLOWED[own])) or 'nothing of ours'}"
+                )
     return found
 
 
@@ -177,25 +186,32 @@ def test_layers_form_no_cycle() -> None:
     assert [name for name in ALLOWED if reaches(name, name)] == []
 
 
-@pytest.mark.parametrize(("path", "source", "complaint"), [
-    ("executor/service.py", "from app.rpc import server\n", "executor imports rpc"),
-    ("rpc/servicer.py", "def f():\n    from app.api import app\n", "rpc imports api"),
-    ("scheduler/x.py", "from app.executor.batching import Outcomes\n", "scheduler imports executor"),
-    ("store/jobs.py", "from app import observability\nfrom app.scheduler import heap\n", "store imports scheduler"),
-    ("domain/jobs.py", "from app.config import load\n", "domain imports foundation"),
-    ("domain/jobs.py", "from app.store import db\n", "domain imports store"),
-    ("duties.py", "import app.store.db\n", "foundation imports store"),
-    ("api/service.py", "from sqlalchemy.ext.asyncio import AsyncConnection\n", "only app/store"),
-    ("executor/pools.py", "import psycopg\n", "only app/store"),
-    ("cli/worker.py", "from kairos_sdk._proto import worker_pb2\n", "only app/rpc"),
-    ("scheduler/x.py", "from kairos_sdk.worker import Worker\n", "uses the SDK only"),
-    ("executor/reaper.py", "from ..rpc import servicer\n", "executor imports rpc"),
-    ("tools.py", "", "in no layer"),
-    ("api/service.py", "async def f(db):\n    async with db.engine.connect() as c:\n        pass\n", "past the Store"),
-    ("scheduler/x.py", "async def f(tx):\n    await tx.jobs._conn.execute('SELECT 1')\n", "past the Store"),
-    ("drill/scenarios.py", "async def f(tx):\n    await tx._conn.execute('SELECT 1')\n", "past the Store"),
-    ("drill/reads.py", "import sqlalchemy\n", "only app/store"),
-])
+@pytest.mark.parametrize(
+    ("path", "source", "complaint"),
+    [
+        ("executor/service.py", "from app.rpc import server\n", "executor imports rpc"),
+        ("rpc/servicer.py", "def f():\n    from app.api import app\n", "rpc imports api"),
+        ("scheduler/x.py", "from app.executor.batching import Outcomes\n", "scheduler imports executor"),
+        ("store/jobs.py", "from app import observability\nfrom app.scheduler import heap\n", "store imports scheduler"),
+        ("domain/jobs.py", "from app.config import load\n", "domain imports foundation"),
+        ("domain/jobs.py", "from app.store import db\n", "domain imports store"),
+        ("duties.py", "import app.store.db\n", "foundation imports store"),
+        ("api/service.py", "from sqlalchemy.ext.asyncio import AsyncConnection\n", "only app/store"),
+        ("executor/pools.py", "import psycopg\n", "only app/store"),
+        ("cli/worker.py", "from kairos_sdk._proto import worker_pb2\n", "only app/rpc"),
+        ("scheduler/x.py", "from kairos_sdk.worker import Worker\n", "uses the SDK only"),
+        ("executor/reaper.py", "from ..rpc import servicer\n", "executor imports rpc"),
+        ("tools.py", "", "in no layer"),
+        (
+            "api/service.py",
+            "async def f(db):\n    async with db.engine.connect() as c:\n        pass\n",
+            "past the Store",
+        ),
+        ("scheduler/x.py", "async def f(tx):\n    await tx.jobs._conn.execute('SELECT 1')\n", "past the Store"),
+        ("drill/scenarios.py", "async def f(tx):\n    await tx._conn.execute('SELECT 1')\n", "past the Store"),
+        ("drill/reads.py", "import sqlalchemy\n", "only app/store"),
+    ],
+)
 def test_the_check_catches(tmp_path: Path, path: str, source: str, complaint: str) -> None:
     root = tmp_path / "app"
     (root / path).parent.mkdir(parents=True, exist_ok=True)
@@ -295,4 +311,6 @@ def test_the_cycle_check_catches_a_ring(tmp_path: Path) -> None:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(source)
     assert sorted(map(sorted, import_cycles(module_imports(root)))) == [
-        ["app.drill.patroni_failover", "app.drill.scenarios"], ["app.store.db", "app.store.seam"]]
+        ["app.drill.patroni_failover", "app.drill.scenarios"],
+        ["app.store.db", "app.store.seam"],
+    ]

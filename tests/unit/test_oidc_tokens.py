@@ -28,16 +28,36 @@ def config(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def leased(key: oidc_keys.NewKey | None, job: str = "job-1", auth: dict | None = None) -> Leased:
     now = datetime.now(timezone.utc)
-    return Leased("exec-1", job, "tenant-1", 1, 3, now, now, None, "http", "https://hooks.example/a", 30, "s",
-                  http_auth=auth or {"type": "oidc"}, oidc_key_id=key.key_id if key else None,
-                  oidc_key=key.private_key if key else None)
+    return Leased(
+        "exec-1",
+        job,
+        "tenant-1",
+        1,
+        3,
+        now,
+        now,
+        None,
+        "http",
+        "https://hooks.example/a",
+        30,
+        "s",
+        http_auth=auth or {"type": "oidc"},
+        oidc_key_id=key.key_id if key else None,
+        oidc_key=key.private_key if key else None,
+    )
 
 
 def claims(value: str, key: oidc_keys.NewKey, audience: str) -> dict:
     token = value.removeprefix("Bearer ")
     public = jwt.PyJWK(key.public_jwk)
-    return jwt.decode(token, public, algorithms=[key.algorithm], audience=audience, issuer="https://kairos.example",
-                      options={"verify_exp": False, "verify_iat": False})
+    return jwt.decode(
+        token,
+        public,
+        algorithms=[key.algorithm],
+        audience=audience,
+        issuer="https://kairos.example",
+        options={"verify_exp": False, "verify_iat": False},
+    )
 
 
 @pytest.mark.parametrize("algorithm", ["ES256", "RS256"])
@@ -46,9 +66,15 @@ def test_a_token_carries_the_claims_and_verifies_with_the_published_key(algorith
     value = oidc.bearer(leased(key), now=T0)
     assert value is not None and value.startswith("Bearer ")
     got = claims(value, key, "https://hooks.example/a")  # no audience given: the target's URL
-    assert got == {"iss": "https://kairos.example", "aud": "https://hooks.example/a",
-                   "sub": "tenants/tenant-1/jobs/job-1", "iat": int(T0), "exp": int(T0) + 900,
-                   "tenant_id": "tenant-1", "job_id": "job-1"}
+    assert got == {
+        "iss": "https://kairos.example",
+        "aud": "https://hooks.example/a",
+        "sub": "tenants/tenant-1/jobs/job-1",
+        "iat": int(T0),
+        "exp": int(T0) + 900,
+        "tenant_id": "tenant-1",
+        "job_id": "job-1",
+    }
     assert jwt.get_unverified_header(value.removeprefix("Bearer "))["kid"] == key.key_id
 
 

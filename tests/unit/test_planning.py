@@ -22,15 +22,39 @@ def at(minutes: float) -> datetime:
     return T0 + timedelta(minutes=minutes)
 
 
-def claim(*, nominal: datetime = T0, run_at: datetime | None = None, kind: str = "once", cron: str | None = None,
-          concurrency: str = "allow", misfire: str = "run_once", overlapping: bool = False,
-          state: str | None = "active") -> Claim:
+def claim(
+    *,
+    nominal: datetime = T0,
+    run_at: datetime | None = None,
+    kind: str = "once",
+    cron: str | None = None,
+    concurrency: str = "allow",
+    misfire: str = "run_once",
+    overlapping: bool = False,
+    state: str | None = "active",
+) -> Claim:
     run_at = nominal if run_at is None else run_at
-    return Claim(shard_id=shard_of(JOB), next_run_at=run_at, job_id=JOB, claimed=True, fenced=False,
-                 tenant_id=TENANT, nominal_at=nominal, job_state=state, schedule_kind=kind, cron_resolved=cron,
-                 tz="UTC" if cron else None, jitter_s=0 if cron else None, dst_gap="shift" if cron else None,
-                 dst_repeat="once" if cron else None, concurrency=concurrency, misfire=misfire, queue=QUEUE,
-                 max_attempts=3, overlapping=overlapping)
+    return Claim(
+        shard_id=shard_of(JOB),
+        next_run_at=run_at,
+        job_id=JOB,
+        claimed=True,
+        fenced=False,
+        tenant_id=TENANT,
+        nominal_at=nominal,
+        job_state=state,
+        schedule_kind=kind,
+        cron_resolved=cron,
+        tz="UTC" if cron else None,
+        jitter_s=0 if cron else None,
+        dst_gap="shift" if cron else None,
+        dst_repeat="once" if cron else None,
+        concurrency=concurrency,
+        misfire=misfire,
+        queue=QUEUE,
+        max_attempts=3,
+        overlapping=overlapping,
+    )
 
 
 def no_slot(tenant_id: UUID) -> datetime:
@@ -65,8 +89,9 @@ def test_a_cron_step_runs_the_occurrence_and_moves_the_due_row_to_the_next() -> 
 
 
 def test_forbid_skips_an_occurrence_while_the_previous_execution_is_unfinished() -> None:
-    plan = planning.plan_claim(claim(kind="cron", cron="*/5 * * * *", concurrency="forbid", overlapping=True),
-                               at(0), no_slot)
+    plan = planning.plan_claim(
+        claim(kind="cron", cron="*/5 * * * *", concurrency="forbid", overlapping=True), at(0), no_slot
+    )
     assert states(plan) == [(T0, "skipped", "overlap")]
     assert plan.next_due is not None and plan.next_due.nominal_at == at(5)  # the chain goes on
     assert plan.replacement is None and plan.lag_s is None
@@ -99,8 +124,12 @@ def missed(misfire: str, slot=no_slot) -> planning.Plan:
 
 def test_misfire_run_once_runs_the_newest_and_records_the_rest() -> None:
     plan = missed("run_once")
-    assert states(plan) == [(at(0), "skipped", "misfire"), (at(5), "skipped", "misfire"),
-                            (at(10), "skipped", "misfire"), (at(15), "ready", None)]
+    assert states(plan) == [
+        (at(0), "skipped", "misfire"),
+        (at(5), "skipped", "misfire"),
+        (at(10), "skipped", "misfire"),
+        (at(15), "ready", None),
+    ]
     assert "misfire policy run_once" in (plan.executions[0].note or "")
     assert plan.advance == planning.store.JobAdvance(JOB, "active", at(20), at(20))
     assert plan.lag_s is None  # not the claimed occurrence alone
@@ -146,8 +175,9 @@ def test_catch_up_under_forbid_runs_one_missed_occurrence_at_a_time() -> None:
     assert plan.next_due is not None and plan.next_due.nominal_at == at(1)
     assert plan.advance == planning.store.JobAdvance(JOB, "active", at(1), plan.next_due.next_run_at)
     # That next occurrence, dispatched while the first still runs, is recorded as an overlap skip.
-    again = planning.plan_claim(replace(c, nominal_at=at(1), next_run_at=plan.next_due.next_run_at,
-                                        overlapping=True), at(6), lambda _t: at(6))
+    again = planning.plan_claim(
+        replace(c, nominal_at=at(1), next_run_at=plan.next_due.next_run_at, overlapping=True), at(6), lambda _t: at(6)
+    )
     assert next(s for s in states(again) if s[2] == "overlap")[0] == at(1)
     assert all(s[1] != "ready" for s in states(again))
 
@@ -169,8 +199,9 @@ def test_end_at_stops_the_schedule_after_its_last_occurrence() -> None:
 
 
 def every_claim(nominal: datetime, every_s: int = 900, **kw) -> Claim:
-    return replace(claim(nominal=nominal, **kw), schedule_kind="every", cron_resolved=None, tz=None,
-                   jitter_s=0, every_s=every_s)
+    return replace(
+        claim(nominal=nominal, **kw), schedule_kind="every", cron_resolved=None, tz=None, jitter_s=0, every_s=every_s
+    )
 
 
 def test_an_interval_step_runs_and_moves_the_due_row_one_interval_on() -> None:
@@ -182,8 +213,12 @@ def test_an_interval_step_runs_and_moves_the_due_row_one_interval_on() -> None:
 
 def test_an_interval_misfire_follows_the_policy_and_stays_on_its_grid() -> None:
     plan = planning.plan_claim(every_claim(T0, misfire="run_once"), at(50), no_slot)
-    assert states(plan) == [(at(0), "skipped", "misfire"), (at(15), "skipped", "misfire"),
-                            (at(30), "skipped", "misfire"), (at(45), "ready", None)]
+    assert states(plan) == [
+        (at(0), "skipped", "misfire"),
+        (at(15), "skipped", "misfire"),
+        (at(30), "skipped", "misfire"),
+        (at(45), "ready", None),
+    ]
     assert plan.next_due is not None and plan.next_due.nominal_at == at(60)
     skip = planning.plan_claim(every_claim(T0, misfire="skip"), at(50), no_slot)
     assert all(s[1] == "skipped" for s in states(skip)) and len(skip.executions) == 4

@@ -24,8 +24,11 @@ kairos_lag_seconds_sum {requests * 0.5}
 
 
 def values(text: bytes) -> dict[tuple[str, tuple], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(text.decode()) for s in f.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text.decode())
+        for s in f.samples
+    }
 
 
 def test_members_add_up_and_a_departed_member_keeps_its_counts_but_not_its_gauges() -> None:

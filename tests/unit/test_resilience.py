@@ -14,9 +14,11 @@ from tests.support.clocks import ManualClock
 def test_session_options_add_both_server_side_bounds_to_the_urls_own() -> None:
     assert session_options("postgresql://u@h/db", 0) is None
     assert session_options("postgresql://u@h/db", 2.5) == (
-        "-c statement_timeout=2500 -c idle_in_transaction_session_timeout=2500")
+        "-c statement_timeout=2500 -c idle_in_transaction_session_timeout=2500"
+    )
     assert session_options("postgresql://u@h/db?options=-c%20search_path%3Dkairos", 1) == (
-        "-c search_path=kairos -c statement_timeout=1000 -c idle_in_transaction_session_timeout=1000")
+        "-c search_path=kairos -c statement_timeout=1000 -c idle_in_transaction_session_timeout=1000"
+    )
 
 
 def test_liveness_names_the_first_silent_loop_and_forgets_finished_ones() -> None:
@@ -33,8 +35,15 @@ def progress(heap_head: list[float | None], clock: ManualClock, totals: BatchRes
     """A watchdog over a fake dispatcher (its totals) and heap (its head's due time, wall clock)."""
     heap = SimpleNamespace(next_wake_ts=lambda: heap_head[0])
     dispatcher = SimpleNamespace(totals=totals)
-    return DispatchProgress(dispatcher, heap, stall_s=6, sit_out_s=3, sit_out_max_s=10, clock=clock,  # type: ignore[arg-type]
-                            wall=clock.wall)
+    return DispatchProgress(
+        dispatcher,
+        heap,
+        stall_s=6,
+        sit_out_s=3,
+        sit_out_max_s=10,
+        clock=clock,  # type: ignore[arg-type]
+        wall=clock.wall,
+    )
 
 
 def test_a_dispatcher_that_finishes_nothing_while_work_is_overdue_stands_down_then_rejoins() -> None:

@@ -42,11 +42,13 @@ async def history(db: MemoryDatabase, tenant: UUID, job_id: UUID) -> list[tuple[
 
 async def due_rows(db: MemoryDatabase) -> list[UUID]:
     far = now() + timedelta(days=365)
-    return [r.job_id for r in await db.transaction(lambda tx: tx.dispatch.load_due(range(SHARD_COUNT), far, None,
-                                                                                      1000))]
+    return [
+        r.job_id for r in await db.transaction(lambda tx: tx.dispatch.load_due(range(SHARD_COUNT), far, None, 1000))
+    ]
 
 
 # -- the jobs service: pause, resume, cancel ------------------------------------------------------------------
+
 
 async def test_pausing_a_one_off_dispatched_ahead_takes_its_execution_back_and_remembers_its_time() -> None:
     db, at = MemoryDatabase(), now() + timedelta(seconds=30)
@@ -54,9 +56,13 @@ async def test_pausing_a_one_off_dispatched_ahead_takes_its_execution_back_and_r
     job = await seeded(db, tenant, at=at)
     # What a dispatch ahead leaves: the due row claimed, the execution ready at its due time, the one-off completed.
     await db.transaction(lambda tx: tx.jobs.delete_due(job.job_id))
-    await db.transaction(lambda tx: tx.dispatch.record(
-        [d.NewExecution(job.job_id, tenant, job.queue, at, 3, ExecutionState.READY, at)], [],
-        [d.JobAdvance(job.job_id, JobState.COMPLETED, None, None)]))
+    await db.transaction(
+        lambda tx: tx.dispatch.record(
+            [d.NewExecution(job.job_id, tenant, job.queue, at, 3, ExecutionState.READY, at)],
+            [],
+            [d.JobAdvance(job.job_id, JobState.COMPLETED, None, None)],
+        )
+    )
 
     paused = await service.pause(db, tenant, job.job_id)  # type: ignore[arg-type]
     assert (paused.state, paused.next_nominal_at, paused.next_run_at) == (JobState.PAUSED, at, None)
@@ -79,10 +85,12 @@ async def test_a_cancelled_job_cannot_be_paused_or_resumed_and_nothing_changes()
         await service.pause(db, db.add_tenant(), job.job_id)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("missed", "state", "skipped"), [("skip", JobState.COMPLETED, ["paused"]),
-                                                         ("run_once", JobState.ACTIVE, [])])
+@pytest.mark.parametrize(
+    ("missed", "state", "skipped"), [("skip", JobState.COMPLETED, ["paused"]), ("run_once", JobState.ACTIVE, [])]
+)
 async def test_resuming_a_one_off_whose_time_passed_runs_it_now_or_records_it_skipped(
-        missed: str, state: JobState, skipped: list[str]) -> None:
+    missed: str, state: JobState, skipped: list[str]
+) -> None:
     db, at = MemoryDatabase(), now() - timedelta(minutes=1)
     tenant = db.add_tenant()
     job = await seeded(db, tenant, at=at)
@@ -100,13 +108,20 @@ async def test_cancel_cancels_what_no_worker_holds_and_removes_the_next_occurren
     tenant = db.add_tenant()
     job = await seeded(db, tenant, at=now() + timedelta(minutes=1))
     earlier = now() - timedelta(minutes=1)
-    await db.transaction(lambda tx: tx.dispatch.record(
-        [d.NewExecution(job.job_id, tenant, job.queue, earlier, 3, ExecutionState.READY, earlier)], [], []))
+    await db.transaction(
+        lambda tx: tx.dispatch.record(
+            [d.NewExecution(job.job_id, tenant, job.queue, earlier, 3, ExecutionState.READY, earlier)], [], []
+        )
+    )
     await service.cancel(db, tenant, job.job_id)  # type: ignore[arg-type]
     await service.cancel(db, tenant, job.job_id)  # type: ignore[arg-type]  # again: nothing more to do
     got = await db.transaction(lambda tx: tx.jobs.get(tenant, job.job_id))
     assert (got.state, got.next_run_at, got.has_open, got.last_outcome) == (
-        JobState.CANCELLED, None, False, ExecutionState.CANCELLED)
+        JobState.CANCELLED,
+        None,
+        False,
+        ExecutionState.CANCELLED,
+    )
     assert await due_rows(db) == []
 
 
@@ -117,8 +132,10 @@ T0 = datetime(2027, 3, 1, 12, 0, tzinfo=timezone.utc)
 
 async def scheduler(db: MemoryDatabase, clock: ManualClock, owner: str = "a") -> tuple[Dispatcher, dict[int, int]]:
     held = await db.transaction(lambda tx: tx.shard_leases.acquire(owner, SHARD_COUNT, 60.0, now=clock.wall()))
-    return (Dispatcher(db, owner, DueHeap(), DispatcherConfig(ahead_s=0.0), clock.wall),  # type: ignore[arg-type]
-            {h.shard_id: h.revision for h in held})
+    return (
+        Dispatcher(db, owner, DueHeap(), DispatcherConfig(ahead_s=0.0), clock.wall),  # type: ignore[arg-type]
+        {h.shard_id: h.revision for h in held},
+    )
 
 
 def entry(job: Any, revision: int, *, at: datetime | None = None) -> DueEntry:
@@ -151,25 +168,43 @@ async def test_a_shard_taken_over_since_loading_fences_the_batch_and_leaves_the_
     assert await history(db, tenant, job.job_id) == [] and await due_rows(db) == [job.job_id]
 
 
-@pytest.mark.parametrize(("concurrency", "old_state", "new_state"), [
-    ("forbid", ExecutionState.READY, ExecutionState.SKIPPED),
-    ("replace", ExecutionState.CANCELLED, ExecutionState.READY),
-    ("allow", ExecutionState.READY, ExecutionState.READY),
-])
+@pytest.mark.parametrize(
+    ("concurrency", "old_state", "new_state"),
+    [
+        ("forbid", ExecutionState.READY, ExecutionState.SKIPPED),
+        ("replace", ExecutionState.CANCELLED, ExecutionState.READY),
+        ("allow", ExecutionState.READY, ExecutionState.READY),
+    ],
+)
 async def test_a_cron_occurrence_due_while_the_last_is_unfinished_follows_the_overlap_policy(
-        concurrency: str, old_state: ExecutionState, new_state: ExecutionState) -> None:
+    concurrency: str, old_state: ExecutionState, new_state: ExecutionState
+) -> None:
     db, clock = MemoryDatabase(), ManualClock(T0)
     tenant = db.add_tenant()
-    job = await seeded(db, tenant, at=T0, schedule_kind="cron", run_at=None, cron="* * * * *",
-                       cron_resolved="* * * * *", tz="UTC", concurrency=concurrency)
+    job = await seeded(
+        db,
+        tenant,
+        at=T0,
+        schedule_kind="cron",
+        run_at=None,
+        cron="* * * * *",
+        cron_resolved="* * * * *",
+        tz="UTC",
+        concurrency=concurrency,
+    )
     previous = T0 - timedelta(minutes=1)
-    await db.transaction(lambda tx: tx.dispatch.record(
-        [d.NewExecution(job.job_id, tenant, job.queue, previous, 3, ExecutionState.READY, previous)], [], []))
+    await db.transaction(
+        lambda tx: tx.dispatch.record(
+            [d.NewExecution(job.job_id, tenant, job.queue, previous, 3, ExecutionState.READY, previous)], [], []
+        )
+    )
     dispatcher, revisions = await scheduler(db, clock)
     dispatcher.heap.add([entry(job, revisions[shard_of(job.job_id)])])
     await dispatcher.run_once()
     assert [(at, state) for at, state, _ in await history(db, tenant, job.job_id)] == [
-        (T0, new_state), (previous, old_state)]
+        (T0, new_state),
+        (previous, old_state),
+    ]
     got = await db.transaction(lambda tx: tx.jobs.get(tenant, job.job_id))
     assert (got.state, got.next_nominal_at) == (JobState.ACTIVE, T0 + timedelta(minutes=1))
     assert await due_rows(db) == [job.job_id]  # the chain goes on

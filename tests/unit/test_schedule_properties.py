@@ -33,9 +33,7 @@ from app.domain.schedule import (
 UTC = timezone.utc
 # database=None: no .hypothesis directory written by unit tests; deadline=None: the first call
 # per zone loads tz data.
-PROPERTY = settings(
-    max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPERTY = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @dataclass(frozen=True)
@@ -118,9 +116,7 @@ def test_transition_table_is_plausible() -> None:
 
 
 transitions = st.sampled_from(all_transitions())
-policies = st.builds(
-    DstPolicy, gap=st.sampled_from(["shift", "skip"]), repeat=st.sampled_from(["once", "twice"])
-)
+policies = st.builds(DstPolicy, gap=st.sampled_from(["shift", "skip"]), repeat=st.sampled_from(["once", "twice"]))
 
 
 @st.composite
@@ -128,10 +124,14 @@ def expressions(draw: st.DrawFn, transition: Transition) -> str:
     """Expressions that land on or near the transition's wall times, fixed and wildcard hours."""
     start, _ = transition.affected_walls
     near_hour = (start.hour + draw(st.integers(-1, 1))) % 24
-    minute = draw(st.sampled_from(["*/15", "*/30", "*/7", "0", "30", "45", str(start.minute), "H", "H/20"])
-                  | st.integers(0, 59).map(str))
-    hour = draw(st.sampled_from(["*", "*/2", str(near_hour), f"{near_hour},{(near_hour + 1) % 24}", "H"])
-                | st.integers(0, 23).map(str))
+    minute = draw(
+        st.sampled_from(["*/15", "*/30", "*/7", "0", "30", "45", str(start.minute), "H", "H/20"])
+        | st.integers(0, 59).map(str)
+    )
+    hour = draw(
+        st.sampled_from(["*", "*/2", str(near_hour), f"{near_hour},{(near_hour + 1) % 24}", "H"])
+        | st.integers(0, 23).map(str)
+    )
     weekday = draw(st.sampled_from(["*", "*", "*", "1-5", "0,6"]))
     return f"{minute} {hour} * * {weekday}"
 
@@ -181,8 +181,9 @@ def matching_walls(resolved: str, first: datetime, last: datetime) -> set[dateti
     return set(takewhile(lambda wall: wall <= last, iter(lambda: walk.get_next(datetime), None)))
 
 
-def expected_real_instants(resolved: str, zone: ZoneInfo, start: datetime, end: datetime,
-                           schedule_repeat: str) -> set[datetime]:
+def expected_real_instants(
+    resolved: str, zone: ZoneInfo, start: datetime, end: datetime, schedule_repeat: str
+) -> set[datetime]:
     """Every whole minute in (start, end] whose wall time matches, minus suppressed second copies.
 
     A second copy is suppressed only for a fixed hour field under repeat="once".
@@ -203,8 +204,13 @@ def expected_real_instants(resolved: str, zone: ZoneInfo, start: datetime, end: 
 
 
 @PROPERTY
-@given(data=st.data(), transition=transitions, dst=policies, job_key=st.sampled_from(["a", "b", "job-9"]),
-       jitter_s=st.sampled_from([0, 0, 45, 3600]))
+@given(
+    data=st.data(),
+    transition=transitions,
+    dst=policies,
+    job_key=st.sampled_from(["a", "b", "job-9"]),
+    jitter_s=st.sampled_from([0, 0, 45, 3600]),
+)
 def test_occurrences_around_any_transition_are_sound_and_complete(
     data: st.DataObject, transition: Transition, dst: DstPolicy, job_key: str, jitter_s: int
 ) -> None:
@@ -222,8 +228,9 @@ def test_occurrences_around_any_transition_are_sound_and_complete(
     # A wall time that falls in the gap shows up at the transition instant (run or skipped).
     gap_start, gap_end = transition.affected_walls
     if transition.is_gap:
-        hit = any(gap_start <= wall < gap_end
-                  for wall in matching_walls(resolved, gap_start - timedelta(minutes=1), gap_end))
+        hit = any(
+            gap_start <= wall < gap_end for wall in matching_walls(resolved, gap_start - timedelta(minutes=1), gap_end)
+        )
         at_transition = [o for o in found if o.nominal_utc == transition.instant]
         assert bool(at_transition) == (hit or transition.instant in real)
         if hit:
@@ -233,8 +240,12 @@ def test_occurrences_around_any_transition_are_sound_and_complete(
 
 
 @PROPERTY
-@given(transition=transitions, minute=st.integers(0, 59), hour_offset=st.integers(-2, 2),
-       gap=st.sampled_from(["shift", "skip"]))
+@given(
+    transition=transitions,
+    minute=st.integers(0, 59),
+    hour_offset=st.integers(-2, 2),
+    gap=st.sampled_from(["shift", "skip"]),
+)
 def test_fixed_time_fires_once_per_local_date_under_repeat_once(
     transition: Transition, minute: int, hour_offset: int, gap: str
 ) -> None:
@@ -273,8 +284,14 @@ def test_fixed_time_fires_once_per_local_date_under_repeat_once(
 
 
 @PROPERTY
-@given(data=st.data(), transition=transitions, dst=policies,
-       before_h=st.integers(0, 30), after_h=st.integers(0, 30), cap=st.integers(0, 40))
+@given(
+    data=st.data(),
+    transition=transitions,
+    dst=policies,
+    before_h=st.integers(0, 30),
+    after_h=st.integers(0, 30),
+    cap=st.integers(0, 40),
+)
 def test_missed_count_matches_listing_around_any_transition(
     data: st.DataObject, transition: Transition, dst: DstPolicy, before_h: int, after_h: int, cap: int
 ) -> None:
@@ -282,8 +299,9 @@ def test_missed_count_matches_listing_around_any_transition(
     schedule = CronSchedule(expr, transition.zone_name, dst=dst)
     last = transition.instant - timedelta(hours=before_h, minutes=data.draw(st.integers(0, 59)))
     now = transition.instant + timedelta(hours=after_h, seconds=data.draw(st.integers(0, 3599)))
-    listed = [o for o in takewhile(lambda o: o.nominal_utc <= now, occurrences_after(schedule, last, "k"))
-              if not o.skipped]
+    listed = [
+        o for o in takewhile(lambda o: o.nominal_utc <= now, occurrences_after(schedule, last, "k")) if not o.skipped
+    ]
     missed, total = missed_occurrences(schedule, last, now, "k", cap=cap)
     assert total == len(listed)
     assert missed == (listed[-cap:] if cap else [])

@@ -27,6 +27,7 @@ DRILL_SQL = "drill"  # sql/drill, the drills' own catalogue
 def drill_statements() -> dict[str, NamedQuery]:
     return own_catalogue(DRILL_SQL)
 
+
 # Things CockroachDB lacks or ignores (ARCHITECTURE.md, compatibility rules).
 BANNED = {
     r"\bLISTEN\b|\bNOTIFY\b|pg_notify": "LISTEN/NOTIFY does not exist on CockroachDB",
@@ -78,12 +79,15 @@ def test_drill_statement_is_described_used_and_portable(name: str) -> None:
 
 def test_drill_statements_stay_out_of_the_shipped_catalogue() -> None:
     assert len(drill_statements()) >= 3
-    assert set(drill_statements()) & (set(catalogue()) | set(cockroach_catalogue()) | set(factories.statements())) == set()
+    assert (
+        set(drill_statements()) & (set(catalogue()) | set(cockroach_catalogue()) | set(factories.statements())) == set()
+    )
 
 
 def test_only_the_drills_reads_load_the_drill_catalogue() -> None:
-    loaders = {str(p.relative_to(APP)) for p in APP.rglob("*.py")
-               if re.search(r"\bown_(statement|catalogue)\b", p.read_text())}
+    loaders = {
+        str(p.relative_to(APP)) for p in APP.rglob("*.py") if re.search(r"\bown_(statement|catalogue)\b", p.read_text())
+    }
     assert loaders == {"store/queries.py", "drill/reads.py"}
 
 
@@ -126,8 +130,9 @@ def test_an_unknown_statement_name_is_caught() -> None:
 
 def test_no_sql_strings_outside_the_catalogue() -> None:
     dml = re.compile(r"[\"'](\s*)(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM)\s", re.IGNORECASE)
-    offenders = [str(p.relative_to(APP)) for p in APP.rglob("*.py")
-                 if "_pb2" not in p.name and dml.search(p.read_text())]
+    offenders = [
+        str(p.relative_to(APP)) for p in APP.rglob("*.py") if "_pb2" not in p.name and dml.search(p.read_text())
+    ]
     assert offenders == []
 
 
@@ -141,8 +146,11 @@ def _guarded_updates(table: str) -> list[tuple[str, str, set[str], str]]:
     """(query, new state, guarded source states) for every UPDATE <table> that sets state."""
     found = []
     for name, query in catalogue().items():
-        for m in re.finditer(rf"UPDATE\s+{table}\b(?:\s+AS\s+\w+)?\s+SET(.*?)(?:\bRETURNING\b|\Z|\)\s*,\s*\w+\s+AS\s*\(|\)\s*(?:SELECT|INSERT|UPDATE|DELETE)\b)",
-                             query.sql, re.IGNORECASE | re.DOTALL):
+        for m in re.finditer(
+            rf"UPDATE\s+{table}\b(?:\s+AS\s+\w+)?\s+SET(.*?)(?:\bRETURNING\b|\Z|\)\s*,\s*\w+\s+AS\s*\(|\)\s*(?:SELECT|INSERT|UPDATE|DELETE)\b)",
+            query.sql,
+            re.IGNORECASE | re.DOTALL,
+        ):
             body = m.group(1)
             parts = re.split(r"\bWHERE\b", body, maxsplit=1, flags=re.IGNORECASE)
             assignments, where = parts[0], parts[1] if len(parts) > 1 else ""
@@ -150,8 +158,11 @@ def _guarded_updates(table: str) -> list[tuple[str, str, set[str], str]]:
             if not new:
                 continue
             sources = set(re.findall(r"\bstate\s*=\s*'(\w+)'", where))
-            sources |= {s for group in re.findall(r"\bstate\s+IN\s*\(([^)]*)\)", where, re.IGNORECASE)
-                        for s in re.findall(r"'(\w+)'", group)}
+            sources |= {
+                s
+                for group in re.findall(r"\bstate\s+IN\s*\(([^)]*)\)", where, re.IGNORECASE)
+                for s in re.findall(r"'(\w+)'", group)
+            }
             found.append((name, new.group(1), sources, where))
     return found
 
@@ -174,15 +185,18 @@ def test_job_state_changes_are_listed_transitions() -> None:
 
 def test_parser_reads_names_descriptions_and_bodies() -> None:
     parsed = parse("x.sql", "-- name: ThingGet\n-- Get a thing.\nSELECT 1;\n\n-- name: ThingPut\n-- Put.\nSELECT 2;\n")
-    assert [(q.name, q.description, q.sql) for q in parsed] == [("ThingGet", "Get a thing.", "SELECT 1"),
-                                                                ("ThingPut", "Put.", "SELECT 2")]
+    assert [(q.name, q.description, q.sql) for q in parsed] == [
+        ("ThingGet", "Get a thing.", "SELECT 1"),
+        ("ThingPut", "Put.", "SELECT 2"),
+    ]
     assert sql_dir().is_dir()
 
 
 def test_a_migration_checksum_covers_statements_not_comments() -> None:
     script = "-- the schema\nCREATE TABLE t (a INT);\n"
     assert migrate.statements_checksum(script) == migrate.statements_checksum(
-        "-- the schema, reworded\n\nCREATE TABLE t (a INT);  \n")
+        "-- the schema, reworded\n\nCREATE TABLE t (a INT);  \n"
+    )
     assert migrate.statements_checksum(script) != migrate.statements_checksum("CREATE TABLE t (a BIGINT);\n")
 
 

@@ -22,8 +22,14 @@ def test_a_child_keeps_the_trace_and_flags_with_a_new_span() -> None:
 
 
 def test_malformed_or_missing_contexts_start_a_new_trace() -> None:
-    for bad in (None, "", "garbage", "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-                "00-00000000000000000000000000000000-b7ad6b7169203331-01", "00-xyz-b7ad6b7169203331-01"):
+    for bad in (
+        None,
+        "",
+        "garbage",
+        "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+        "00-xyz-b7ad6b7169203331-01",
+    ):
         assert tracing.parse(bad) is None
         assert W3C.match(tracing.child_of(bad))
 

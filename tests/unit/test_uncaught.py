@@ -10,8 +10,7 @@ import pytest
 from app import observability
 
 
-def test_an_uncaught_exception_in_a_thread_is_logged_with_the_threads_name(
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_an_uncaught_exception_in_a_thread_is_logged_with_the_threads_name(caplog: pytest.LogCaptureFixture) -> None:
     thread = threading.Thread(name="reader-7")
     caplog.set_level(logging.CRITICAL, logger="kairos")
     try:

@@ -15,14 +15,23 @@ from app.domain import jobs as job_rules
 JOB = b'{"name": "n", "target": {"type": "http", "ref": "https://example.com"}, "schedule": {"delaySeconds": 1}, '
 
 
-@pytest.mark.parametrize(("extra", "field", "detail"), [
-    (b'"retry": {"maxAttempts": 0}}', "/retry/maxAttempts", f"must be between 1 and {job_rules.MAX_ATTEMPTS}"),
-    (b'"retry": {"maxBackoffSeconds": 1e9}}', "/retry/maxBackoffSeconds",
-     f"must be between backoffSeconds and {job_rules.MAX_BACKOFF_S}"),
-    (b'"retry": {"maxRetryDurationSeconds": 0}}', "/retry/maxRetryDurationSeconds",
-     f"must be between 0 (exclusive) and {job_rules.MAX_RETRY_DURATION_S}"),
-    (b'"timeoutSeconds": 0}', "/timeoutSeconds", f"must be between 1 and {job_rules.MAX_TIMEOUT_S}"),
-])
+@pytest.mark.parametrize(
+    ("extra", "field", "detail"),
+    [
+        (b'"retry": {"maxAttempts": 0}}', "/retry/maxAttempts", f"must be between 1 and {job_rules.MAX_ATTEMPTS}"),
+        (
+            b'"retry": {"maxBackoffSeconds": 1e9}}',
+            "/retry/maxBackoffSeconds",
+            f"must be between backoffSeconds and {job_rules.MAX_BACKOFF_S}",
+        ),
+        (
+            b'"retry": {"maxRetryDurationSeconds": 0}}',
+            "/retry/maxRetryDurationSeconds",
+            f"must be between 0 (exclusive) and {job_rules.MAX_RETRY_DURATION_S}",
+        ),
+        (b'"timeoutSeconds": 0}', "/timeoutSeconds", f"must be between 1 and {job_rules.MAX_TIMEOUT_S}"),
+    ],
+)
 def test_a_value_outside_its_declared_range_is_refused_while_decoding(extra: bytes, field: str, detail: str) -> None:
     with pytest.raises(errors.InvalidInput) as refused:
         bodies.decode(JOB + extra, schemas.JobIn)
@@ -36,8 +45,7 @@ def test_the_document_carries_each_declared_bound() -> None:
         shown = document["components"]["schemas"][name]["properties"]
         for field, prop in declared[name]["properties"].items():
             want = next((b for b in prop.get("anyOf", [prop]) if b.get("type") != "null"), prop)
-            got = next((b for b in shown[field].get("oneOf", [shown[field]]) if b.get("type") != "null"),
-                       shown[field])
+            got = next((b for b in shown[field].get("oneOf", [shown[field]]) if b.get("type") != "null"), shown[field])
             for key in ("minimum", "maximum", "exclusiveMinimum", "maxLength", "pattern", "maxProperties"):
                 assert got.get(key) == want.get(key), (name, field, key)
 

@@ -13,10 +13,16 @@ from app.api.wire import AwareDatetime, BackoffSeconds, MaxAttempts, Uuid, Wire
 class RetryOverride(Wire):
     """Replay with a different retry policy; a field left out keeps the job's."""
 
-    max_attempts: Annotated[MaxAttempts | None, msgspec.Meta(description=(
-        "How many attempts the replay grants, counted from the replay: 3 means up to three more attempts, "
-        "whatever the execution spent before (attempt numbers keep counting up). Left out: the job's "
-        "maxAttempts."))] = None
+    max_attempts: Annotated[
+        MaxAttempts | None,
+        msgspec.Meta(
+            description=(
+                "How many attempts the replay grants, counted from the replay: 3 means up to three more attempts, "
+                "whatever the execution spent before (attempt numbers keep counting up). Left out: the job's "
+                "maxAttempts."
+            )
+        ),
+    ] = None
     backoff_seconds: BackoffSeconds | None = None
     max_backoff_seconds: BackoffSeconds | None = None
 
@@ -55,15 +61,28 @@ class ReplayedOut(Wire):
     execution_id: str
     job_id: str
     state: str
-    attempt: Annotated[int, msgspec.Meta(description=(
-        "Attempts the execution made before the replay; the next one is attempt + 1."))]
-    max_attempts: Annotated[int, msgspec.Meta(description=(
-        "Attempts the replay grants, counted from the replay: retry.maxAttempts of the request, or the "
-        "job's maxAttempts."))]
+    attempt: Annotated[
+        int, msgspec.Meta(description=("Attempts the execution made before the replay; the next one is attempt + 1."))
+    ]
+    max_attempts: Annotated[
+        int,
+        msgspec.Meta(
+            description=(
+                "Attempts the replay grants, counted from the replay: retry.maxAttempts of the request, or the "
+                "job's maxAttempts."
+            )
+        ),
+    ]
     ready_at: datetime
-    last_attempt: Annotated[int, msgspec.Meta(description=(
-        "The attempt number after which the execution is dead again if every attempt fails: "
-        "attempt + maxAttempts."))]
+    last_attempt: Annotated[
+        int,
+        msgspec.Meta(
+            description=(
+                "The attempt number after which the execution is dead again if every attempt fails: "
+                "attempt + maxAttempts."
+            )
+        ),
+    ]
 
 
 class BulkReplayedOut(Wire):

@@ -51,14 +51,18 @@ def validate_retry(retry: schemas.RetryOverride | None) -> schemas.RetryOverride
         raise errors.InvalidInput("retry.backoffSeconds", f"must be between 0 and {MAX_BACKOFF_S}")
     if retry.max_backoff_seconds is not None and not 0 <= retry.max_backoff_seconds <= MAX_BACKOFF_S:
         raise errors.InvalidInput("retry.maxBackoffSeconds", f"must be between 0 and {MAX_BACKOFF_S}")
-    if (retry.backoff_seconds is not None and retry.max_backoff_seconds is not None
-            and retry.max_backoff_seconds < retry.backoff_seconds):
+    if (
+        retry.backoff_seconds is not None
+        and retry.max_backoff_seconds is not None
+        and retry.max_backoff_seconds < retry.backoff_seconds
+    ):
         raise errors.InvalidInput("retry.maxBackoffSeconds", "must be at least backoffSeconds")
     return retry
 
 
-async def list_dead(db: Database, tenant_id: UUID, *, job_id: str | None, cursor: str | None,
-                    limit: int | None) -> tuple[list[executions_store.DeadLetter], str | None]:
+async def list_dead(
+    db: Database, tenant_id: UUID, *, job_id: str | None, cursor: str | None, limit: int | None
+) -> tuple[list[executions_store.DeadLetter], str | None]:
     """A page of dead letters, newest first, and the cursor of the next page."""
     n = page_limit(limit)
     before = decode_cursor(cursor)
@@ -67,8 +71,9 @@ async def list_dead(db: Database, tenant_id: UUID, *, job_id: str | None, cursor
     return split_page(rows, n, lambda d: (d.finished_at, d.execution_id))
 
 
-async def replay_many(db: Database, tenant_id: UUID, body: schemas.BulkReplayIn, *, per_window: int,
-                      window_s: float) -> schemas.BulkReplayedOut:
+async def replay_many(
+    db: Database, tenant_id: UUID, body: schemas.BulkReplayIn, *, per_window: int, window_s: float
+) -> schemas.BulkReplayedOut:
     """Replay what the filter matches, up to what is left of the tenant's budget of ``per_window``
     executions per ``window_s``; a spent budget is TenantQuotaExceeded."""
     if not 1 <= body.limit <= BULK_REPLAY_MAX:
@@ -82,25 +87,40 @@ async def replay_many(db: Database, tenant_id: UUID, body: schemas.BulkReplayIn,
             raise errors.TenantQuotaExceeded(
                 f"the bulk replay budget of {per_window} per {window_s:g}s is spent; "
                 f"it resets at {budget.resets_at.isoformat()}",
-                quota="bulkReplayPerWindow", limit=per_window, retry_after_s=max(1, math.ceil(wait_s)))
-        ids = await tx.executions.replay_dead_many(tenant_id, limit=min(body.limit, budget.left), job_id=job,
-                                           finished_after=body.finished_after, finished_before=body.finished_before)
+                quota="bulkReplayPerWindow",
+                limit=per_window,
+                retry_after_s=max(1, math.ceil(wait_s)),
+            )
+        ids = await tx.executions.replay_dead_many(
+            tenant_id,
+            limit=min(body.limit, budget.left),
+            job_id=job,
+            finished_after=body.finished_after,
+            finished_before=body.finished_before,
+        )
         budget = await tx.attempts.spend_replay_budget(tenant_id, budget, len(ids))
         return schemas.BulkReplayedOut(len(ids), [str(i) for i in ids], budget.left, budget.resets_at)
 
     return await db.transaction(work)
 
 
-async def replay(db: Database, tenant_id: UUID, execution_id: UUID, body: schemas.ReplayIn,
-                 max_payload_bytes: int) -> executions_store.Replayed:
+async def replay(
+    db: Database, tenant_id: UUID, execution_id: UUID, body: schemas.ReplayIn, max_payload_bytes: int
+) -> executions_store.Replayed:
     retry = validate_retry(body.retry)
     payload: Any = None
     if body.payload is not msgspec.UNSET:
         payload = validate_payload(body.payload, max_payload_bytes)
 
     async def work(tx: Store) -> executions_store.Replayed:
-        done = await tx.executions.replay(tenant_id, execution_id, payload=payload, max_attempts=retry.max_attempts,
-                                  backoff_s=retry.backoff_seconds, max_backoff_s=retry.max_backoff_seconds)
+        done = await tx.executions.replay(
+            tenant_id,
+            execution_id,
+            payload=payload,
+            max_attempts=retry.max_attempts,
+            backoff_s=retry.backoff_seconds,
+            max_backoff_s=retry.max_backoff_seconds,
+        )
         if done is None:
             current = await tx.executions.get(tenant_id, execution_id)
             if current is None:
@@ -121,18 +141,26 @@ async def attempts(db: Database, tenant_id: UUID, execution_id: UUID) -> list[at
 
 
 def dead_letter_out(d: executions_store.DeadLetter) -> schemas.DeadLetterOut:
-    return schemas.DeadLetterOut(str(d.execution_id), str(d.job_id), d.scheduled_for, d.attempt, d.max_attempts,
-                                 d.finished_at, d.error)
+    return schemas.DeadLetterOut(
+        str(d.execution_id), str(d.job_id), d.scheduled_for, d.attempt, d.max_attempts, d.finished_at, d.error
+    )
 
 
 def replayed_out(done: executions_store.Replayed) -> schemas.ReplayedOut:
     """The replay in the terms it was asked in: the attempts it grants, and where they end (the stored
     ``max_attempts`` is that absolute ceiling, since the attempt counter never goes back)."""
-    return schemas.ReplayedOut(str(done.execution_id), str(done.job_id), ExecutionState.READY, done.attempt,
-                               done.max_attempts - done.attempt, done.ready_at, last_attempt=done.max_attempts)
+    return schemas.ReplayedOut(
+        str(done.execution_id),
+        str(done.job_id),
+        ExecutionState.READY,
+        done.attempt,
+        done.max_attempts - done.attempt,
+        done.ready_at,
+        last_attempt=done.max_attempts,
+    )
 
 
 def attempt_out(a: attempts_store.Attempt) -> AttemptOut:
-    return AttemptOut(a.attempt, a.worker_id, a.leased_at, a.lease_until, a.finished_at, a.outcome.value, a.error,
-                              a.result, a.sent_at)
-
+    return AttemptOut(
+        a.attempt, a.worker_id, a.leased_at, a.lease_until, a.finished_at, a.outcome.value, a.error, a.result, a.sent_at
+    )

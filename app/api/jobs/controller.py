@@ -68,67 +68,131 @@ class JobController(Controller):
     path = "/v1/jobs"
     tags = ["jobs"]
 
-    @post("/", operation_id="CreateJob", status_code=201,
-          summary="Submit a one-off or cron job; Idempotency-Key makes retries safe.")
-    async def create_job(self, request: Request[Any, Any, Any], data: JSONBody[schemas.JobIn], tenant: Tenant,
-                         submitter: SubmitterDep,
-                         idempotency_key: Annotated[str | None, HeaderParameter(
-                             name="Idempotency-Key", schema_extra={"min_length": 1, "max_length": 255})] = None,
-                         ) -> Response[schemas.JobCreated]:
+    @post(
+        "/",
+        operation_id="CreateJob",
+        status_code=201,
+        summary="Submit a one-off or cron job; Idempotency-Key makes retries safe.",
+    )
+    async def create_job(
+        self,
+        request: Request[Any, Any, Any],
+        data: JSONBody[schemas.JobIn],
+        tenant: Tenant,
+        submitter: SubmitterDep,
+        idempotency_key: Annotated[
+            str | None, HeaderParameter(name="Idempotency-Key", schema_extra={"min_length": 1, "max_length": 255})
+        ] = None,
+    ) -> Response[schemas.JobCreated]:
         """The fast path (app.api.jobs.fast_submit) answers the ordinary request before it gets here; both
         answer through ``JobSubmitter.create``."""
-        created = await submitter.create(tenant.tenant_id, data, await request.body(), idempotency_key,
-                                         request.headers.get("traceparent"))
+        created = await submitter.create(
+            tenant.tenant_id, data, await request.body(), idempotency_key, request.headers.get("traceparent")
+        )
         return Response(created, status_code=201, headers={"Location": f"/v1/jobs/{created.job_id}"})
 
-    @get("/", operation_id="ListJobs",
-         summary="A tenant's jobs, newest first, filtered by state, name, name prefix and labels.")
-    async def list_jobs(self, db: DB, tenant: Tenant,
-                        job_state: Annotated[str | None, QueryParameter(
-                            name="state", description="active, paused, completed, failed or cancelled",
-                            schema_extra={"enum": list(REPORTED_JOB_STATES)})] = None,
-                        name: Annotated[str | None, QueryParameter(schema_extra={"pattern": NO_NUL})] = None,
-                        name_prefix: Annotated[str | None, QueryParameter(
-                            name="namePrefix", schema_extra={"pattern": NO_NUL})] = None,
-                        label: Annotated[list[str] | None, QueryParameter(
-                            schema_extra={"min_length": 1, "pattern": NO_NUL},
-                            name="label", description="a label selector: key:value (or key=value), key!=value, "
-                                                      "'key in (a,b)', 'key notin (a,b)', key (has it), !key "
-                                                      "(has not); comma-separated or repeated, all must hold")] = None,
-                        cursor: FromQuery[str | None] = None,
-                        limit: pagination.PageLimit = None) -> Response[schemas.JobPage]:
-        rows, nxt = await service.list_jobs(db, tenant.tenant_id, state=job_state, name=name, cursor=cursor,
-                                            limit=limit, name_prefix=name_prefix, labels=label)
+    @get(
+        "/",
+        operation_id="ListJobs",
+        summary="A tenant's jobs, newest first, filtered by state, name, name prefix and labels.",
+    )
+    async def list_jobs(
+        self,
+        db: DB,
+        tenant: Tenant,
+        job_state: Annotated[
+            str | None,
+            QueryParameter(
+                name="state",
+                description="active, paused, completed, failed or cancelled",
+                schema_extra={"enum": list(REPORTED_JOB_STATES)},
+            ),
+        ] = None,
+        name: Annotated[str | None, QueryParameter(schema_extra={"pattern": NO_NUL})] = None,
+        name_prefix: Annotated[str | None, QueryParameter(name="namePrefix", schema_extra={"pattern": NO_NUL})] = None,
+        label: Annotated[
+            list[str] | None,
+            QueryParameter(
+                schema_extra={"min_length": 1, "pattern": NO_NUL},
+                name="label",
+                description="a label selector: key:value (or key=value), key!=value, "
+                "'key in (a,b)', 'key notin (a,b)', key (has it), !key "
+                "(has not); comma-separated or repeated, all must hold",
+            ),
+        ] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: pagination.PageLimit = None,
+    ) -> Response[schemas.JobPage]:
+        rows, nxt = await service.list_jobs(
+            db,
+            tenant.tenant_id,
+            state=job_state,
+            name=name,
+            cursor=cursor,
+            limit=limit,
+            name_prefix=name_prefix,
+            labels=label,
+        )
         page = schemas.JobPage(jobs=[views.job_out(j) for j in rows], next_cursor=nxt)
-        headers = {"Link": pagination.next_link("/v1/jobs", nxt, state=job_state, name=name, namePrefix=name_prefix,
-                                                label=label, limit=limit)} if nxt else None
+        headers = (
+            {
+                "Link": pagination.next_link(
+                    "/v1/jobs", nxt, state=job_state, name=name, namePrefix=name_prefix, label=label, limit=limit
+                )
+            }
+            if nxt
+            else None
+        )
         return Response(page, headers=headers)
 
-    @get("/{job_ref:str}", operation_id="GetJob",
-         summary="One job, with how its executions stand; ETag is its version (for If-Match on PATCH).")
-    async def get_job(self, job_ref: FromPath[str], db: DB, tenant: Tenant,
-                      payload_store: PayloadStoreDep) -> Response[schemas.JobOut]:
+    @get(
+        "/{job_ref:str}",
+        operation_id="GetJob",
+        summary="One job, with how its executions stand; ETag is its version (for If-Match on PATCH).",
+    )
+    async def get_job(
+        self, job_ref: FromPath[str], db: DB, tenant: Tenant, payload_store: PayloadStoreDep
+    ) -> Response[schemas.JobOut]:
         job_id, _ = parse_job_ref(job_ref, action=False)
         job, counts = await service.get_job_with_counts(db, tenant.tenant_id, job_id)
         out = views.job_out(await large_payloads.whole(payload_store, job), counts)
         return Response(out, headers={"ETag": etag(job.version)})
 
-    @delete("/{job_ref:str}", operation_id="CancelJob", status_code=204,
-            summary="Cancel a job: removes its next occurrence and cancels executions not yet started.")
+    @delete(
+        "/{job_ref:str}",
+        operation_id="CancelJob",
+        status_code=204,
+        summary="Cancel a job: removes its next occurrence and cancels executions not yet started.",
+    )
     async def cancel_job(self, job_ref: FromPath[str], db: DB, tenant: Tenant) -> None:
         job_id, _ = parse_job_ref(job_ref, action=False)
         await service.cancel(db, tenant.tenant_id, job_id)
 
-    @patch("/{job_ref:str}", operation_id="UpdateJob", status_code=200,
-           summary="Change a job (JSON Merge Patch of the submit body); the next occurrence follows the new "
-                   "schedule. If-Match: the ETag of GET (\"<version>\"); another version is 412.")
-    async def update_job(self, request: Request[Any, Any, Any], job_ref: FromPath[str], db: DB, tenant: Tenant,
-                         settings: SettingsDep, payload_store: PayloadStoreDep,
-                         if_match: Annotated[str | None, HeaderParameter(
-                             name="If-Match", schema_extra={"pattern": '^(W/)?"?[0-9]{1,18}"?$'},
-                             description="the job's ETag (its version, quoted); a job at another "
-                                                          "version answers 412 and is not changed")] = None,
-                         ) -> Response[schemas.JobOut]:
+    @patch(
+        "/{job_ref:str}",
+        operation_id="UpdateJob",
+        status_code=200,
+        summary="Change a job (JSON Merge Patch of the submit body); the next occurrence follows the new "
+        'schedule. If-Match: the ETag of GET ("<version>"); another version is 412.',
+    )
+    async def update_job(
+        self,
+        request: Request[Any, Any, Any],
+        job_ref: FromPath[str],
+        db: DB,
+        tenant: Tenant,
+        settings: SettingsDep,
+        payload_store: PayloadStoreDep,
+        if_match: Annotated[
+            str | None,
+            HeaderParameter(
+                name="If-Match",
+                schema_extra={"pattern": '^(W/)?"?[0-9]{1,18}"?$'},
+                description="the job's ETag (its version, quoted); a job at another "
+                "version answers 412 and is not changed",
+            ),
+        ] = None,
+    ) -> Response[schemas.JobOut]:
         job_id, _ = parse_job_ref(job_ref, action=False)
         raw = await request.body()
         # A merge patch: any JSON, checked once merged (shaped like a job when naming what nests too deeply).
@@ -138,10 +202,21 @@ class JobController(Controller):
         out = views.job_out(await large_payloads.whole(payload_store, job))
         return Response(out, headers={"ETag": etag(job.version)})
 
-    @post("/{job_ref:str}", operation_id="JobAction", status_code=200,
-          summary="POST /v1/jobs/{jobId}:pause | :resume {missed} | :run {overlap} | :backfill {from, to, overlap}.")
-    async def job_action(self, request: Request[Any, Any, Any], job_ref: FromPath[str], db: DB, tenant: Tenant,
-                         settings: SettingsDep, submit_writer: SubmitWriterDep) -> Response[Any]:
+    @post(
+        "/{job_ref:str}",
+        operation_id="JobAction",
+        status_code=200,
+        summary="POST /v1/jobs/{jobId}:pause | :resume {missed} | :run {overlap} | :backfill {from, to, overlap}.",
+    )
+    async def job_action(
+        self,
+        request: Request[Any, Any, Any],
+        job_ref: FromPath[str],
+        db: DB,
+        tenant: Tenant,
+        settings: SettingsDep,
+        submit_writer: SubmitWriterDep,
+    ) -> Response[Any]:
         job_id, verb = parse_job_ref(job_ref, action=True)
         raw = await request.body()
         if verb == "pause":
@@ -161,23 +236,34 @@ class JobController(Controller):
             out = schemas.RunOut(execution_id=str(execution_id), job=views.job_out(job))
             return Response(out, status_code=202, headers={"Location": f"/v1/jobs/{job_id}/executions"})
         if not raw.strip():
-            raise errors.MalformedBody("", "is empty; :backfill needs {\"from\": ..., \"to\": ...}")
+            raise errors.MalformedBody("", 'is empty; :backfill needs {"from": ..., "to": ...}')
         fill = wire.decode_body(raw, schemas.BackfillIn)
         # At most what the tenant's manual-run quotas admit now; nextFrom says where to go on.
         admitted = await manual.admit(tenant.tenant_id, service.MAX_BACKFILL)
         created = 0
         try:
-            created, existing, nxt, note = await service.backfill(db, settings, tenant.tenant_id, job_id,
-                                                                  fill.from_, fill.to, fill.overlap, limit=admitted)
+            created, existing, nxt, note = await service.backfill(
+                db, settings, tenant.tenant_id, job_id, fill.from_, fill.to, fill.overlap, limit=admitted
+            )
         finally:
             manual.unused(tenant.tenant_id, admitted - created)
-        return Response(schemas.BackfillOut(created=created, existing=existing, next_from=nxt, note=note),
-                        status_code=202)
+        return Response(
+            schemas.BackfillOut(created=created, existing=existing, next_from=nxt, note=note), status_code=202
+        )
 
-    @get("/{job_ref:str}/executions", operation_id="ListJobExecutions",
-         summary="A job's executions, newest first; next page in the Link header.")
-    async def job_executions(self, job_ref: FromPath[str], db: DB, tenant: Tenant, cursor: FromQuery[str | None] = None,
-                         limit: pagination.PageLimit = None) -> Response[list[schemas.ExecutionOut]]:
+    @get(
+        "/{job_ref:str}/executions",
+        operation_id="ListJobExecutions",
+        summary="A job's executions, newest first; next page in the Link header.",
+    )
+    async def job_executions(
+        self,
+        job_ref: FromPath[str],
+        db: DB,
+        tenant: Tenant,
+        cursor: FromQuery[str | None] = None,
+        limit: pagination.PageLimit = None,
+    ) -> Response[list[schemas.ExecutionOut]]:
         job_id, _ = parse_job_ref(job_ref, action=False)
         job, rows, attempts, nxt = await service.executions(db, tenant.tenant_id, job_id, cursor, limit)
         headers = {"Link": pagination.next_link(f"/v1/jobs/{job_id}/executions", nxt, limit=limit)} if nxt else None
@@ -190,19 +276,33 @@ class _BatchOperation(Operation):
     derive it from the handler: this documents it, each item a JobIn plus its own idempotencyKey."""
 
     def __post_init__(self) -> None:
-        item = Schema(all_of=[Reference(ref="#/components/schemas/JobIn"), Schema(
+        item = Schema(
+            all_of=[
+                Reference(ref="#/components/schemas/JobIn"),
+                Schema(
+                    type=OpenAPIType.OBJECT,
+                    properties={"idempotencyKey": Schema(type=OpenAPIType.STRING, min_length=1, max_length=255)},
+                ),
+            ]
+        )
+        body = Schema(
             type=OpenAPIType.OBJECT,
-            properties={"idempotencyKey": Schema(type=OpenAPIType.STRING, min_length=1, max_length=255)})])
-        body = Schema(type=OpenAPIType.OBJECT, required=["jobs"], properties={
-            "jobs": Schema(type=OpenAPIType.ARRAY, items=item, max_items=BATCH_MAX)})
+            required=["jobs"],
+            properties={"jobs": Schema(type=OpenAPIType.ARRAY, items=item, max_items=BATCH_MAX)},
+        )
         self.request_body = RequestBody(required=True, content={"application/json": OpenAPIMediaType(schema=body)})
 
 
-@post("/v1/jobs:batch", operation_id="CreateJobs", status_code=200, tags=["jobs"],
-      request_max_body_size=BATCH_MAX_BODY_BYTES, operation_class=_BatchOperation,
-      summary="Submit up to 1,000 jobs; each item is validated on its own and the valid ones commit together.")
-async def create_jobs(request: Request[Any, Any, Any], tenant: Tenant,
-                      submitter: SubmitterDep) -> schemas.BatchOut:
+@post(
+    "/v1/jobs:batch",
+    operation_id="CreateJobs",
+    status_code=200,
+    tags=["jobs"],
+    request_max_body_size=BATCH_MAX_BODY_BYTES,
+    operation_class=_BatchOperation,
+    summary="Submit up to 1,000 jobs; each item is validated on its own and the valid ones commit together.",
+)
+async def create_jobs(request: Request[Any, Any, Any], tenant: Tenant, submitter: SubmitterDep) -> schemas.BatchOut:
     """Body ``{"jobs": [JobIn + optional idempotencyKey, ...]}``; results in request order."""
     batch: schemas.BatchIn = bodies.decode(await request.body(), schemas.BatchIn, shape=schemas.BatchShape)
     if len(batch.jobs) > BATCH_MAX:

@@ -58,8 +58,16 @@ class _Accepted(NamedTuple):
 class FastCreateJob:
     """ASGI middleware: ``POST /v1/jobs`` answered here when it can be (module docstring), else ``app``."""
 
-    def __init__(self, app: ASGIApp, db: Database, *, key_cache: tenants.KeyCache, throttle: AuthThrottle,
-                 submitter: JobSubmitter, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        db: Database,
+        *,
+        key_cache: tenants.KeyCache,
+        throttle: AuthThrottle,
+        submitter: JobSubmitter,
+        max_body_bytes: int,
+    ) -> None:
         self.app = app
         self.db = db
         self.keys = key_cache
@@ -126,8 +134,7 @@ class FastCreateJob:
         except Exception:  # noqa: BLE001 - an unexpected failure answers 500 with its traceback logged
             await _answer(send, 500, _PROBLEM, self._encode(problems.internal_body(PATH)))
             return
-        await _answer(send, 201, [(b"location", f"{PATH}/{created.job_id}".encode()), *_JSON],
-                      self._encode(created))
+        await _answer(send, 201, [(b"location", f"{PATH}/{created.job_id}".encode()), *_JSON], self._encode(created))
 
     async def _problem(self, send: Send, scope: dict[str, Any], exc: errors.KairosError) -> None:
         parameters = frozenset({"path", *(name.decode("latin-1").lower() for name, _ in scope["headers"])})
@@ -167,6 +174,11 @@ def _replay(read: list[Message], receive: Receive) -> Receive:
 
 
 async def _answer(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body, "more_body": False})

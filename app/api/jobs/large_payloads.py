@@ -19,8 +19,11 @@ from app.store.payloads import PayloadStore
 
 async def keep_large(payloads: PayloadStore, subs: Sequence[Submission]) -> list[Submission]:
     """``subs`` with every payload over the inline limit put in the object store and replaced by its reference."""
-    large = [(i, data) for i, s in enumerate(subs)
-             if (data := payloads.oversized(s.job.payload, s.job.payload_json)) is not None]
+    large = [
+        (i, data)
+        for i, s in enumerate(subs)
+        if (data := payloads.oversized(s.job.payload, s.job.payload_json)) is not None
+    ]
     if not large:
         return list(subs)
     refs = await asyncio.gather(*(payloads.put(subs[i].tenant_id, data) for i, data in large))

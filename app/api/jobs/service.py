@@ -37,8 +37,13 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: UUID | None = None,
-               every_anchor: datetime | None = None) -> job_rules.JobSpec:
+def build_spec(
+    body: schemas.JobIn,
+    settings: Settings,
+    now: datetime,
+    job_id: UUID | None = None,
+    every_anchor: datetime | None = None,
+) -> job_rules.JobSpec:
     """Validate everything that needs no database; raises InvalidInput naming the field.
 
     ``job_id``: an existing job's (an update keeps its id, so H tokens resolve the same).
@@ -52,30 +57,49 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
     timeout_s = job_rules.validate_timeout(body.timeout_seconds)
     method, headers = job_rules.validate_http(target, body.target.method, body.target.headers)
     auth = body.target.auth
-    http_auth = job_rules.validate_auth(target, auth.type if auth else None, auth.audience if auth else None,
-                                        headers)
+    http_auth = job_rules.validate_auth(target, auth.type if auth else None, auth.audience if auth else None, headers)
     start_at, end_at = job_rules.validate_bounds(body.schedule.start_at, body.schedule.end_at)
     if start_at is not None:
         job_rules.within_horizon(start_at, now, settings.max_schedule_horizon_days, "schedule.startAt")
-    options = job_rules.Options(labels=job_rules.validate_labels(body.labels), start_at=start_at, end_at=end_at,
-                           dry_run=body.dry_run, max_retry_duration_s=job_rules.validate_retry_duration(
-                               r.max_retry_duration_seconds), http_method=method, http_headers=headers,
-                           http_auth=http_auth)
+    options = job_rules.Options(
+        labels=job_rules.validate_labels(body.labels),
+        start_at=start_at,
+        end_at=end_at,
+        dry_run=body.dry_run,
+        max_retry_duration_s=job_rules.validate_retry_duration(r.max_retry_duration_seconds),
+        http_method=method,
+        http_headers=headers,
+        http_auth=http_auth,
+    )
     s = body.schedule
-    given = [k for k, v in (("runAt", s.run_at), ("delaySeconds", s.delay_seconds), ("cron", s.cron),
-                            ("every", s.every)) if v is not None]
+    given = [
+        k
+        for k, v in (("runAt", s.run_at), ("delaySeconds", s.delay_seconds), ("cron", s.cron), ("every", s.every))
+        if v is not None
+    ]
     if len(given) != 1:
-        raise errors.InvalidInput("schedule", "give exactly one of runAt, delaySeconds, cron or every"
-                                  + (f" (got {', '.join(given)})" if given else ""))
+        raise errors.InvalidInput(
+            "schedule",
+            "give exactly one of runAt, delaySeconds, cron or every" + (f" (got {', '.join(given)})" if given else ""),
+        )
     common: dict[str, Any] = {
-        "job_id": job_id, "name": name, "target": target, "payload": body.payload, "payload_json": payload_text,
-        "retry": retry, "timeout_s": timeout_s, "concurrency": body.concurrency or "allow",
-        "misfire": body.misfire or "run_once", "options": options}
+        "job_id": job_id,
+        "name": name,
+        "target": target,
+        "payload": body.payload,
+        "payload_json": payload_text,
+        "retry": retry,
+        "timeout_s": timeout_s,
+        "concurrency": body.concurrency or "allow",
+        "misfire": body.misfire or "run_once",
+        "options": options,
+    }
     if s.every is not None:
         if s.tz is not None or s.dst is not None:
             raise errors.InvalidInput("schedule", "an every schedule runs in UTC: tz and dst apply to cron only")
-        every = job_rules.every_schedule(s.every, s.jitter_seconds, start_at or every_anchor, now,
-                                    settings.min_fire_interval_s)
+        every = job_rules.every_schedule(
+            s.every, s.jitter_seconds, start_at or every_anchor, now, settings.min_fire_interval_s
+        )
         if end_at is not None and (every.first or every.anchor) > end_at:
             raise errors.InvalidInput("schedule.endAt", "no occurrence falls before endAt")
         return job_rules.JobSpec(schedule=every, **common)
@@ -87,27 +111,38 @@ def build_spec(body: schemas.JobIn, settings: Settings, now: datetime, job_id: U
         once = job_rules.once_schedule(s.run_at, s.delay_seconds, now, settings.max_schedule_horizon_days)
         return job_rules.JobSpec(schedule=once, **common)
     dst = s.dst or schemas.DstIn()
-    schedule, resolved = job_rules.cron_schedule(s.cron, s.tz, s.jitter_seconds, dst.gap, dst.repeat, str(job_id),
-                                            min_interval_s=settings.min_fire_interval_s)
+    schedule, resolved = job_rules.cron_schedule(
+        s.cron, s.tz, s.jitter_seconds, dst.gap, dst.repeat, str(job_id), min_interval_s=settings.min_fire_interval_s
+    )
     # The first occurrence at or after startAt (a schedule that starts later waits for it).
     after = max(now, start_at - _EPSILON) if start_at is not None else now
-    first, skipped = job_rules.first_occurrence(schedule, resolved, after, str(job_id),
-                                           settings.max_schedule_horizon_days
-                                           + max(0, (after - now).days))
+    first, skipped = job_rules.first_occurrence(
+        schedule, resolved, after, str(job_id), settings.max_schedule_horizon_days + max(0, (after - now).days)
+    )
     if end_at is not None and first.nominal_utc > end_at:
-        raise errors.InvalidInput("schedule.endAt", f"no occurrence falls before endAt (the first is "
-                                                    f"{first.nominal_utc.isoformat()})")
-    return job_rules.JobSpec(schedule=schedule, cron_resolved=resolved, first=first, skipped_before_first=skipped,
-                        **common)
+        raise errors.InvalidInput(
+            "schedule.endAt", f"no occurrence falls before endAt (the first is {first.nominal_utc.isoformat()})"
+        )
+    return job_rules.JobSpec(
+        schedule=schedule, cron_resolved=resolved, first=first, skipped_before_first=skipped, **common
+    )
 
 
-def submission(body: schemas.JobIn, settings: Settings, tenant_id: UUID, idem_key: str | None,
-               fingerprint: str | None, now: datetime, traceparent: str | None = None) -> Submission:
+def submission(
+    body: schemas.JobIn,
+    settings: Settings,
+    tenant_id: UUID,
+    idem_key: str | None,
+    fingerprint: str | None,
+    now: datetime,
+    traceparent: str | None = None,
+) -> Submission:
     """A validated job to store; raises InvalidInput naming the field."""
     if idem_key is not None and not 1 <= len(idem_key) <= 255:
         raise errors.InvalidInput("Idempotency-Key", "must be 1-255 characters")
-    return Submission(build_spec(body, settings, now), tenant_id, idem_key, fingerprint if idem_key else None,
-                      traceparent)
+    return Submission(
+        build_spec(body, settings, now), tenant_id, idem_key, fingerprint if idem_key else None, traceparent
+    )
 
 
 class JobSubmitter:
@@ -120,50 +155,62 @@ class JobSubmitter:
         self.writer = writer
         self.payload_store = payload_store
 
-    async def create(self, tenant_id: UUID, body: schemas.JobIn, raw: bytes, idempotency_key: str | None,
-                     traceparent: str | None) -> schemas.JobCreated:
+    async def create(
+        self, tenant_id: UUID, body: schemas.JobIn, raw: bytes, idempotency_key: str | None, traceparent: str | None
+    ) -> schemas.JobCreated:
         """One job; raises the KairosError that refuses it."""
         fingerprint = job_rules.request_fingerprint(raw) if idempotency_key else None
-        with tracing.span("kairos.submit", parent=traceparent,
-                          attributes={"kairos.tenant_id": str(tenant_id)}) as context:
+        with tracing.span(
+            "kairos.submit", parent=traceparent, attributes={"kairos.tenant_id": str(tenant_id)}
+        ) as context:
             sub = submission(body, self.settings, tenant_id, idempotency_key, fingerprint, utcnow(), context)
             [outcome] = await self.writer.submit(await large_payloads.keep_large(self.payload_store, [sub]))
         if isinstance(outcome, errors.KairosError):
             raise outcome
-        return schemas.JobCreated(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
-                                  warnings=list(outcome.warnings) or None)
+        return schemas.JobCreated(
+            job_id=str(outcome.job_id), next_run_at=outcome.next_run_at, warnings=list(outcome.warnings) or None
+        )
 
-    async def create_batch(self, tenant_id: UUID, batch: schemas.BatchIn,
-                           traceparent: str | None) -> schemas.BatchOut:
+    async def create_batch(self, tenant_id: UUID, batch: schemas.BatchIn, traceparent: str | None) -> schemas.BatchOut:
         """Each item validated on its own; the valid ones stored together. Results in request order."""
-        with tracing.span("kairos.submit_batch", parent=traceparent,
-                          attributes={"kairos.tenant_id": str(tenant_id), "kairos.jobs": len(batch.jobs)}) as context:
+        with tracing.span(
+            "kairos.submit_batch",
+            parent=traceparent,
+            attributes={"kairos.tenant_id": str(tenant_id), "kairos.jobs": len(batch.jobs)},
+        ) as context:
             return await self._create_batch(tenant_id, batch, utcnow(), context)
 
-    async def _create_batch(self, tenant_id: UUID, batch: schemas.BatchIn, now: datetime,
-                            traceparent: str | None) -> schemas.BatchOut:
+    async def _create_batch(
+        self, tenant_id: UUID, batch: schemas.BatchIn, now: datetime, traceparent: str | None
+    ) -> schemas.BatchOut:
         results: list[schemas.BatchItemOut | None] = [None] * len(batch.jobs)
         subs: list[Submission] = []
         where: list[int] = []
         for index, raw_item in enumerate(batch.jobs):
             try:
                 item, fingerprint = _decode_item(raw_item)
-                subs.append(submission(item, self.settings, tenant_id, item.idempotency_key, fingerprint, now,
-                                       traceparent))
+                subs.append(
+                    submission(item, self.settings, tenant_id, item.idempotency_key, fingerprint, now, traceparent)
+                )
                 where.append(index)
             except errors.InvalidInput as exc:
                 results[index] = _item_error(exc, index)
         outcomes = await self.writer.submit(await large_payloads.keep_large(self.payload_store, subs))
         for index, outcome in zip(where, outcomes, strict=True):
-            results[index] = (schemas.BatchItemOut(job_id=str(outcome.job_id), next_run_at=outcome.next_run_at,
-                                                   warnings=list(outcome.warnings) or None)
-                              if isinstance(outcome, Created) else _item_error(outcome, index))
+            results[index] = (
+                schemas.BatchItemOut(
+                    job_id=str(outcome.job_id), next_run_at=outcome.next_run_at, warnings=list(outcome.warnings) or None
+                )
+                if isinstance(outcome, Created)
+                else _item_error(outcome, index)
+            )
         return schemas.BatchOut(results=[r for r in results if r is not None])
 
 
 def _item_error(exc: errors.KairosError, index: int) -> schemas.BatchItemOut:
-    return schemas.BatchItemOut(error=problems.error_body(exc, f"/v1/jobs:batch#/jobs/{index}",
-                                                          within=f"/jobs/{index}"), index=index)
+    return schemas.BatchItemOut(
+        error=problems.error_body(exc, f"/v1/jobs:batch#/jobs/{index}", within=f"/jobs/{index}"), index=index
+    )
 
 
 def _decode_item(raw: msgspec.Raw) -> tuple[schemas.BatchItemIn, str | None]:
@@ -178,6 +225,7 @@ def _decode_item(raw: msgspec.Raw) -> tuple[schemas.BatchItemIn, str | None]:
 
 # -- reading -------------------------------------------------------------------------------------------
 
+
 async def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
     job = await db.transaction(lambda tx: tx.jobs.get(tenant_id, job_id))
     if job is None:
@@ -185,8 +233,11 @@ async def get_job(db: Database, tenant_id: UUID, job_id: UUID) -> jobs_store.Job
     return job
 
 
-async def get_job_with_counts(db: Database, tenant_id: UUID, job_id: UUID,
-                              ) -> tuple[jobs_store.Job, jobs_store.ExecutionCounts]:
+async def get_job_with_counts(
+    db: Database,
+    tenant_id: UUID,
+    job_id: UUID,
+) -> tuple[jobs_store.Job, jobs_store.ExecutionCounts]:
     async def work(tx: Store) -> tuple[jobs_store.Job, jobs_store.ExecutionCounts]:
         job = await tx.jobs.get(tenant_id, job_id)
         if job is None:
@@ -196,24 +247,44 @@ async def get_job_with_counts(db: Database, tenant_id: UUID, job_id: UUID,
     return await db.transaction(work, isolation="REPEATABLE READ")
 
 
-async def list_jobs(db: Database, tenant_id: UUID, *, state: str | None, name: str | None, cursor: str | None,
-                    limit: int | None, name_prefix: str | None = None,
-                    labels: list[str] | None = None) -> tuple[list[jobs_store.Job], str | None]:
+async def list_jobs(
+    db: Database,
+    tenant_id: UUID,
+    *,
+    state: str | None,
+    name: str | None,
+    cursor: str | None,
+    limit: int | None,
+    name_prefix: str | None = None,
+    labels: list[str] | None = None,
+) -> tuple[list[jobs_store.Job], str | None]:
     if state is not None and state not in REPORTED_JOB_STATES:
         raise errors.InvalidInput("state", f"must be one of {', '.join(REPORTED_JOB_STATES)}")
     wanted, selectors = job_rules.parse_label_selectors(labels or [])
     n = page_limit(limit)
     after = decode_cursor(cursor)
-    rows = await db.transaction(lambda tx: tx.jobs.list_page(
-        tenant_id, state=state, name=name, after=after, limit=n + 1,
-        name_prefix=name_prefix or None, labels=wanted or None,
-        selectors=[(s.key, s.op, s.values) for s in selectors]))
+    rows = await db.transaction(
+        lambda tx: tx.jobs.list_page(
+            tenant_id,
+            state=state,
+            name=name,
+            after=after,
+            limit=n + 1,
+            name_prefix=name_prefix or None,
+            labels=wanted or None,
+            selectors=[(s.key, s.op, s.values) for s in selectors],
+        )
+    )
     return split_page(rows, n, lambda j: (j.created_at, j.job_id))
 
 
-async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | None, limit: int | None,
-                     ) -> tuple[jobs_store.Job, list[jobs_store.ExecutionSummary], dict[UUID, list[Attempt]],
-                                str | None]:
+async def executions(
+    db: Database,
+    tenant_id: UUID,
+    job_id: UUID,
+    cursor: str | None,
+    limit: int | None,
+) -> tuple[jobs_store.Job, list[jobs_store.ExecutionSummary], dict[UUID, list[Attempt]], str | None]:
     """A page of the job's executions, newest first, with every attempt of each."""
     n = page_limit(limit)
     before = decode_cursor(cursor)
@@ -233,6 +304,7 @@ async def executions(db: Database, tenant_id: UUID, job_id: UUID, cursor: str | 
 
 # -- state changes -------------------------------------------------------------------------------------
 
+
 def _every_of(job: jobs_store.Job) -> job_rules.EverySchedule:
     assert job.every_s is not None and job.anchor_at is not None
     return job_rules.EverySchedule(job.every_s, job.anchor_at, job.jitter_s)
@@ -250,8 +322,9 @@ async def _locked(tx: Store, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
     return job
 
 
-async def _moved(tx: Store, job: jobs_store.Job, to: JobState, nominal: datetime | None,
-                 run_at: datetime | None) -> jobs_store.Job:
+async def _moved(
+    tx: Store, job: jobs_store.Job, to: JobState, nominal: datetime | None, run_at: datetime | None
+) -> jobs_store.Job:
     updated = await tx.jobs.set_state(job, to, next_nominal_at=nominal, next_run_at=run_at)
     if updated is None:
         raise errors.InvalidStateTransition("the job changed concurrently; retry")
@@ -316,8 +389,9 @@ def _skipped_while_paused(job: jobs_store.Job, now: datetime, resumed_at: dateti
             times.append(at)
             at = grid.next_after(at)
         return [t for t in times[-MAX_SKIPPED_RECORDS:] if t != resumed_at]
-    newest, _total = schedule_rules.missed_occurrences(_cron_of(job), first - _EPSILON, now, str(job.job_id),
-                                             cap=MAX_SKIPPED_RECORDS)
+    newest, _total = schedule_rules.missed_occurrences(
+        _cron_of(job), first - _EPSILON, now, str(job.job_id), cap=MAX_SKIPPED_RECORDS
+    )
     return [o.nominal_utc for o in newest if o.nominal_utc != resumed_at]
 
 
@@ -340,8 +414,9 @@ def _resume_point(job: jobs_store.Job, now: datetime, missed: str) -> tuple[date
     key = str(job.job_id)
     if missed == "run_once" and job.next_nominal_at is not None and job.next_nominal_at <= now:
         # The newest occurrence that fell inside the pause runs now (its own nominal time keeps it unique).
-        missed_newest, _total = schedule_rules.missed_occurrences(schedule, job.next_nominal_at - _EPSILON, now,
-                                                                  key, cap=1)
+        missed_newest, _total = schedule_rules.missed_occurrences(
+            schedule, job.next_nominal_at - _EPSILON, now, key, cap=1
+        )
         if missed_newest:
             return missed_newest[-1].nominal_utc, now
     upcoming = schedule_rules.next_occurrence(schedule, now, key)
@@ -361,6 +436,7 @@ async def cancel(db: Database, tenant_id: UUID, job_id: UUID) -> None:
 
 
 # -- update, run now, backfill ------------------------------------------------------------------------
+
 
 def merge_patch(base: Any, patch: Any) -> Any:
     """RFC 7396 JSON Merge Patch: objects merge key by key, null removes a key, anything else replaces."""
@@ -395,8 +471,15 @@ def patched_body(job: jobs_store.Job, patch: dict[str, Any]) -> schemas.JobIn:
         raise bodies.invalid_input(exc, schemas.JobIn, merged) from None
 
 
-async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, patch: Any,
-                 if_versions: frozenset[int] | None, payloads: PayloadStore | None = None) -> jobs_store.Job:
+async def update(
+    db: Database,
+    settings: Settings,
+    tenant_id: UUID,
+    job_id: UUID,
+    patch: Any,
+    if_versions: frozenset[int] | None,
+    payloads: PayloadStore | None = None,
+) -> jobs_store.Job:
     """PATCH /v1/jobs/{jobId}: merge, validate as a new submit would, store, move the next occurrence.
     ``if_versions``: the versions If-Match names (None: no precondition, or ``*``)."""
     payloads = payloads or PayloadStore.from_settings(settings)
@@ -412,16 +495,23 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
             raise errors.PreconditionFailed(f"the job is at version {job.version}, not {named} (If-Match)")
         if job.state not in (JobState.ACTIVE, JobState.PAUSED):
             raise errors.InvalidStateTransition(
-                f"a {job.reported_state} job cannot be updated; submit a new job instead")
+                f"a {job.reported_state} job cannot be updated; submit a new job instead"
+            )
         now = utcnow()
         kept = job.payload_ref if "payload" not in patch else None  # a payload in the object store, unchanged
         if job.payload_ref is not None and kept is None:
             job = await large_payloads.whole(payloads, job)  # the merge patch merges into the whole payload
-        new = build_spec(patched_body(job, patch), settings, now, job_id=job.job_id,
-                         every_anchor=job.anchor_at if job.schedule_kind == "every" else None)
+        new = build_spec(
+            patched_body(job, patch),
+            settings,
+            now,
+            job_id=job.job_id,
+            every_anchor=job.anchor_at if job.schedule_kind == "every" else None,
+        )
         shared = job_rules.shared_pool_of(new.target)
         if shared is not None and not (await tx.jobs.shared_pool_access_many([(tenant_id, shared)])).get(
-                (tenant_id, shared)):
+            (tenant_id, shared)
+        ):
             raise not_granted(new.target.ref)
         row = new_job_row(Submission(new, tenant_id, None, None), job_rules.queue_for(new.target, tenant_id))
         if (ref := kept or await payloads.keep(tenant_id, row.payload)) is not None:
@@ -438,8 +528,14 @@ async def update(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID
         if updated is None:
             raise errors.InvalidStateTransition("the job changed concurrently; retry")
         if active and new.skipped_before_first:
-            await tx.jobs.record_skipped(job.job_id, tenant_id, row.queue, row.max_attempts,
-                                         [o.nominal_utc for o in new.skipped_before_first], "dst_gap")
+            await tx.jobs.record_skipped(
+                job.job_id,
+                tenant_id,
+                row.queue,
+                row.max_attempts,
+                [o.nominal_utc for o in new.skipped_before_first],
+                "dst_gap",
+            )
         return await tx.jobs.get(tenant_id, job_id) or updated
 
     return await db.transaction(work)
@@ -457,9 +553,16 @@ def _trace(job: jobs_store.Job, nominal: datetime, trigger: str) -> str | None:
     """The trace of an occurrence the tenant asked for (a dry run records, so it has none)."""
     if job.dry_run:
         return None
-    return tracing.occurrence(job.traceparent, one_off=False, attributes={
-        "kairos.job_id": str(job.job_id), "kairos.tenant_id": str(job.tenant_id),
-        "kairos.scheduled_for": nominal.isoformat(), "kairos.trigger": trigger})
+    return tracing.occurrence(
+        job.traceparent,
+        one_off=False,
+        attributes={
+            "kairos.job_id": str(job.job_id),
+            "kairos.tenant_id": str(job.tenant_id),
+            "kairos.scheduled_for": nominal.isoformat(),
+            "kairos.trigger": trigger,
+        },
+    )
 
 
 async def run_now(db: Database, tenant_id: UUID, job_id: UUID, overlap: str | None) -> tuple[jobs_store.Job, UUID]:
@@ -477,11 +580,13 @@ async def run_now(db: Database, tenant_id: UUID, job_id: UUID, overlap: str | No
         if counts.pending and policy == "forbid":
             raise errors.InvalidStateTransition(
                 "an execution of this job is still unfinished and its overlap policy is forbid; "
-                "send {\"overlap\": \"allow\"} or \"replace\" to run anyway")
+                'send {"overlap": "allow"} or "replace" to run anyway'
+            )
         if counts.pending and policy == "replace":
             await tx.dispatch.cancel_replaced([dispatch_store.Replacement(job_id, now, "replaced by a manual run")])
-        made = await tx.jobs.insert_executions(job, [now], [now], trigger="manual", dry_run=job.dry_run,
-                                               traceparents=[_trace(job, now, "manual")])
+        made = await tx.jobs.insert_executions(
+            job, [now], [now], trigger="manual", dry_run=job.dry_run, traceparents=[_trace(job, now, "manual")]
+        )
         if now not in made:
             raise errors.StoreConflict("an occurrence at this instant exists already; retry")
         return job, made[now]
@@ -507,16 +612,27 @@ def _occurrences_from(job: jobs_store.Job, start: datetime) -> Iterator[schedule
 def _no_occurrence_note(job: jobs_store.Job, start: datetime) -> str:
     """Why a backfill range held no occurrence of ``job``'s schedule."""
     if job.schedule_kind == "every" and job.anchor_at is not None and start < job.anchor_at:
-        return (f"no occurrence in the range: an every schedule runs from its anchor, "
-                f"{job.anchor_at.isoformat()} (its startAt, or one interval after its submit); "
-                "backfill a range after it")
+        return (
+            f"no occurrence in the range: an every schedule runs from its anchor, "
+            f"{job.anchor_at.isoformat()} (its startAt, or one interval after its submit); "
+            "backfill a range after it"
+        )
     first = next(iter(_occurrences_from(job, start)), None)
     after = f"; the first after from is {first.nominal_utc.isoformat()}" if first is not None else ""
     return "no occurrence of the job's schedule falls in the range" + after
 
 
-async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UUID, from_: str, to: str,
-                   overlap: str | None, *, limit: int = MAX_BACKFILL) -> tuple[int, int, datetime | None, str | None]:
+async def backfill(
+    db: Database,
+    settings: Settings,
+    tenant_id: UUID,
+    job_id: UUID,
+    from_: str,
+    to: str,
+    overlap: str | None,
+    *,
+    limit: int = MAX_BACKFILL,
+) -> tuple[int, int, datetime | None, str | None]:
     """POST /v1/jobs/{jobId}:backfill: the schedule's occurrences in [from, to), paced per tenant.
 
     Returns (created, already there, where to continue when the range held more than ``limit`` (at most
@@ -550,13 +666,21 @@ async def backfill(db: Database, settings: Settings, tenant_id: UUID, job_id: UU
                 nominals.append(occ.nominal_utc)
         # Paced like catch-up: the tenant's backfill becomes ready at catch_up_per_tenant_per_s; under
         # forbid one occurrence per timeoutSeconds, so no first attempt overlaps the previous one.
-        step = (job.timeout_s if (overlap or job.concurrency) == "forbid"
-                else 1.0 / max(settings.catch_up_per_tenant_per_s, 1e-3))
+        step = (
+            job.timeout_s
+            if (overlap or job.concurrency) == "forbid"
+            else 1.0 / max(settings.catch_up_per_tenant_per_s, 1e-3)
+        )
         ready = [now + timedelta(seconds=i * step) for i in range(len(nominals))]
-        made = await tx.jobs.insert_executions(job, nominals, ready, trigger="backfill", dry_run=job.dry_run,
-                                               traceparents=[_trace(job, n, "backfill") for n in nominals])
+        made = await tx.jobs.insert_executions(
+            job,
+            nominals,
+            ready,
+            trigger="backfill",
+            dry_run=job.dry_run,
+            traceparents=[_trace(job, n, "backfill") for n in nominals],
+        )
         note = None if nominals or resume_at is not None else _no_occurrence_note(job, start)
         return len(made), len(nominals) - len(made), resume_at, note
 
     return await db.transaction(work)
-

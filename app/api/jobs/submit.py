@@ -86,19 +86,36 @@ def new_job_row(s: Submission, queue: str) -> jobs_store.NewJob:
     every = job.schedule if isinstance(job.schedule, job_rules.EverySchedule) else None
     c = job.schedule if isinstance(job.schedule, schedule_rules.CronSchedule) else None
     return jobs_store.NewJob(
-        job_id=job.job_id, tenant_id=s.tenant_id, name=job.name, target_type=job.target.type,
-        target_ref=job.target.ref, queue=queue, payload=job.payload,
+        job_id=job.job_id,
+        tenant_id=s.tenant_id,
+        name=job.name,
+        target_type=job.target.type,
+        target_ref=job.target.ref,
+        queue=queue,
+        payload=job.payload,
         schedule_kind="once" if once else "every" if every else "cron",
         run_at=job.schedule.run_at if isinstance(job.schedule, job_rules.OnceSchedule) else None,
-        cron=c.expr if c else None, cron_resolved=job.cron_resolved, tz=c.tz if c else None,
-        jitter_s=c.jitter_s if c else every.jitter_s if every else 0, dst_gap=c.dst.gap if c else "shift",
-        dst_repeat=c.dst.repeat if c else "once", max_attempts=job.retry.max_attempts,
-        backoff_s=job.retry.backoff_s, max_backoff_s=job.retry.effective_max_backoff_s,
-        timeout_s=job.timeout_s, concurrency=job.concurrency, misfire=job.misfire,
-        next_nominal_at=job.first_nominal_at, next_run_at=job.first_run_at,
-        idempotency_key=s.idempotency_key, request_hash=s.fingerprint,
-        every_s=every.every_s if every else None, anchor_at=every.anchor if every else None,
-        traceparent=s.traceparent, payload_ref=s.payload_ref, payload_json=job.payload_json,
+        cron=c.expr if c else None,
+        cron_resolved=job.cron_resolved,
+        tz=c.tz if c else None,
+        jitter_s=c.jitter_s if c else every.jitter_s if every else 0,
+        dst_gap=c.dst.gap if c else "shift",
+        dst_repeat=c.dst.repeat if c else "once",
+        max_attempts=job.retry.max_attempts,
+        backoff_s=job.retry.backoff_s,
+        max_backoff_s=job.retry.effective_max_backoff_s,
+        timeout_s=job.timeout_s,
+        concurrency=job.concurrency,
+        misfire=job.misfire,
+        next_nominal_at=job.first_nominal_at,
+        next_run_at=job.first_run_at,
+        idempotency_key=s.idempotency_key,
+        request_hash=s.fingerprint,
+        every_s=every.every_s if every else None,
+        anchor_at=every.anchor if every else None,
+        traceparent=s.traceparent,
+        payload_ref=s.payload_ref,
+        payload_json=job.payload_json,
         # A job's options are columns of the same names: a new option needs no line here.
         **{name: getattr(job.options, name) for name in OPTION_COLUMNS},
     )
@@ -109,11 +126,15 @@ def _herd_warning(due: int, minute: datetime, dispatch_per_s: int | None) -> str
     pace = ""
     if dispatch_per_s is not None:
         # What the herd costs at the tenant's dispatch quota (docs/quotas.md, "Dispatch rate").
-        pace = (f"; this tenant's occurrences are dispatched at most {dispatch_per_s:,} a second (its dispatch "
-                f"quota): each {dispatch_per_s:,} more due at one instant start a second later (an operator "
-                "raises the quota with `kairos tenants set-quota <tenant> --max-dispatch-per-s N`, docs/quotas.md)")
-    return (f"at least {due} occurrences of this tenant are due in the minute {at}: set schedule.jitterSeconds "
-            f"(e.g. 300) to spread this job over a window instead of the top of the minute{pace}")
+        pace = (
+            f"; this tenant's occurrences are dispatched at most {dispatch_per_s:,} a second (its dispatch "
+            f"quota): each {dispatch_per_s:,} more due at one instant start a second later (an operator "
+            "raises the quota with `kairos tenants set-quota <tenant> --max-dispatch-per-s N`, docs/quotas.md)"
+        )
+    return (
+        f"at least {due} occurrences of this tenant are due in the minute {at}: set schedule.jitterSeconds "
+        f"(e.g. 300) to spread this job over a window instead of the top of the minute{pace}"
+    )
 
 
 def not_granted(ref: str) -> errors.Forbidden:
@@ -122,8 +143,7 @@ def not_granted(ref: str) -> errors.Forbidden:
     return errors.Forbidden(f"pool {ref!r} is not a shared pool this tenant is granted")
 
 
-async def store_many(tx: Store, subs: Sequence[Submission], *,
-                     stored: frozenset[UUID] | None = None) -> list[Outcome]:
+async def store_many(tx: Store, subs: Sequence[Submission], *, stored: frozenset[UUID] | None = None) -> list[Outcome]:
     """Store submissions in the caller's transaction; one outcome per submission, in order.
 
     ``stored``: the job ids of these submissions found stored after an ambiguous commit of this
@@ -134,9 +154,14 @@ async def store_many(tx: Store, subs: Sequence[Submission], *,
     queues = {r.job_id: r.queue for r in rows}
     for s, outcome in zip(subs, outcomes, strict=True):
         if stored is None and isinstance(outcome, Created) and not outcome.replayed and s.job.skipped_before_first:
-            await tx.jobs.record_skipped(s.job.job_id, s.tenant_id, queues[s.job.job_id],
-                                       s.job.retry.max_attempts,
-                                       [o.nominal_utc for o in s.job.skipped_before_first], "dst_gap")
+            await tx.jobs.record_skipped(
+                s.job.job_id,
+                s.tenant_id,
+                queues[s.job.job_id],
+                s.job.retry.max_attempts,
+                [o.nominal_utc for o in s.job.skipped_before_first],
+                "dst_gap",
+            )
     return outcomes
 
 
@@ -164,8 +189,9 @@ def _shared_pairs(subs: Sequence[Submission]) -> list[tuple[UUID, str]]:
     return sorted({(s.tenant_id, pool) for s in subs if (pool := job_rules.shared_pool_of(s.job.target)) is not None})
 
 
-def _rows(subs: Sequence[Submission], granted: Mapping[tuple[UUID, str], bool]
-          ) -> tuple[list[Outcome | None], list[jobs_store.NewJob]]:
+def _rows(
+    subs: Sequence[Submission], granted: Mapping[tuple[UUID, str], bool]
+) -> tuple[list[Outcome | None], list[jobs_store.NewJob]]:
     """Per submission its refusal (a shared pool not granted) or None, and the rows of the others."""
     out: list[Outcome | None] = [None] * len(subs)
     rows: list[jobs_store.NewJob] = []
@@ -178,15 +204,25 @@ def _rows(subs: Sequence[Submission], granted: Mapping[tuple[UUID, str], bool]
     return out, rows
 
 
-def _taken(subs: Sequence[Submission], out: list[Outcome | None],
-           inserted: set[UUID] | frozenset[UUID]) -> list[tuple[UUID, str]]:
+def _taken(
+    subs: Sequence[Submission], out: list[Outcome | None], inserted: set[UUID] | frozenset[UUID]
+) -> list[tuple[UUID, str]]:
     """The (tenant, Idempotency-Key) pairs of submissions the insert left out: an earlier job holds the key."""
-    return sorted({(s.tenant_id, s.idempotency_key) for i, s in enumerate(subs)
-                   if out[i] is None and s.job.job_id not in inserted and s.idempotency_key is not None})
+    return sorted(
+        {
+            (s.tenant_id, s.idempotency_key)
+            for i, s in enumerate(subs)
+            if out[i] is None and s.job.job_id not in inserted and s.idempotency_key is not None
+        }
+    )
 
 
-def _answers(subs: Sequence[Submission], out: list[Outcome | None], inserted: set[UUID] | frozenset[UUID],
-             earlier: Mapping[tuple[UUID, str], jobs_store.IdempotentHit]) -> list[Outcome]:
+def _answers(
+    subs: Sequence[Submission],
+    out: list[Outcome | None],
+    inserted: set[UUID] | frozenset[UUID],
+    earlier: Mapping[tuple[UUID, str], jobs_store.IdempotentHit],
+) -> list[Outcome]:
     """Every submission's outcome: refused, created, or answered as the earlier job with its key was."""
     answers: list[Outcome] = []
     for s, refused in zip(subs, out, strict=True):
@@ -197,8 +233,11 @@ def _answers(subs: Sequence[Submission], out: list[Outcome | None], inserted: se
         else:
             assert s.idempotency_key is not None, "only a taken idempotency key keeps a job out"
             hit = earlier[(s.tenant_id, s.idempotency_key)]
-            answers.append(Created(hit.job_id, hit.first_run_at, replayed=True) if hit.request_hash == s.fingerprint
-                           else errors.IdempotencyConflict())
+            answers.append(
+                Created(hit.job_id, hit.first_run_at, replayed=True)
+                if hit.request_hash == s.fingerprint
+                else errors.IdempotencyConflict()
+            )
     return answers
 
 
@@ -231,8 +270,9 @@ class CriticalTenants:
             self._reading = self._reading or asyncio.Lock()
             async with self._reading:
                 if self._clock() >= self._until:
-                    self._ids = await db.transaction(lambda tx: tx.durability.critical_tenants(),
-                                                     isolation="READ COMMITTED")
+                    self._ids = await db.transaction(
+                        lambda tx: tx.durability.critical_tenants(), isolation="READ COMMITTED"
+                    )
                     self._until = self._clock() + self.refresh_s
         return tenant_id in self._ids
 
@@ -269,26 +309,40 @@ def _retry_after(seconds: float) -> int:
 
 
 def submit_rate_exceeded(rate: int, wait_s: float) -> errors.TenantQuotaExceeded:
-    return errors.TenantQuotaExceeded(f"the tenant's submit rate of {rate} jobs per second is reached",
-                                      quota="maxSubmitPerSecond", limit=rate, retry_after_s=_retry_after(wait_s))
+    return errors.TenantQuotaExceeded(
+        f"the tenant's submit rate of {rate} jobs per second is reached",
+        quota="maxSubmitPerSecond",
+        limit=rate,
+        retry_after_s=_retry_after(wait_s),
+    )
 
 
 def active_jobs_exceeded(cap: int) -> errors.TenantQuotaExceeded:
     return errors.TenantQuotaExceeded(
         f"the tenant holds its quota of {cap} active jobs (active or paused); cancel some or wait for one-off "
-        "jobs to run", quota="maxActiveJobs", limit=cap, retry_after_s=ACTIVE_JOBS_RETRY_AFTER_S)
+        "jobs to run",
+        quota="maxActiveJobs",
+        limit=cap,
+        retry_after_s=ACTIVE_JOBS_RETRY_AFTER_S,
+    )
 
 
 def manual_rate_exceeded(rate: int, wait_s: float) -> errors.TenantQuotaExceeded:
     return errors.TenantQuotaExceeded(
         f"the tenant's rate of {rate} manual or backfill executions per second is reached",
-        quota="maxManualRunsPerSecond", limit=rate, retry_after_s=_retry_after(wait_s))
+        quota="maxManualRunsPerSecond",
+        limit=rate,
+        retry_after_s=_retry_after(wait_s),
+    )
 
 
 def manual_inflight_exceeded(cap: int) -> errors.TenantQuotaExceeded:
     return errors.TenantQuotaExceeded(
         f"the tenant holds its quota of {cap} unfinished manual or backfill executions; wait for some to finish",
-        quota="maxManualInFlight", limit=cap, retry_after_s=MANUAL_INFLIGHT_RETRY_AFTER_S)
+        quota="maxManualInFlight",
+        limit=cap,
+        retry_after_s=MANUAL_INFLIGHT_RETRY_AFTER_S,
+    )
 
 
 class ManualRunQuota:
@@ -310,8 +364,9 @@ class ManualRunQuota:
         quota = self.quotas.cached(tenant_id) or await self.quotas.get(self.db, tenant_id)
         if quota.max_manual_inflight is not None:
             cap = quota.max_manual_inflight
-            held = await self.db.transaction(lambda tx: tx.tenants.manual_inflight_count(tenant_id, cap),
-                                             isolation="READ COMMITTED")
+            held = await self.db.transaction(
+                lambda tx: tx.tenants.manual_inflight_count(tenant_id, cap), isolation="READ COMMITTED"
+            )
             if held >= cap:
                 observability.quota_refusals.add(1, {"quota": "max_manual_inflight"})
                 raise manual_inflight_exceeded(cap)
@@ -336,8 +391,9 @@ class ManualRunQuota:
 class SubmitWriter:
     """Group commit of submits (see the module docstring)."""
 
-    def __init__(self, db: Database, config: WriterConfig = WriterConfig(),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, db: Database, config: WriterConfig = WriterConfig(), clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.db = db
         self.config = config
         self.quotas = tenants.QuotaCache(config.quota_ttl_s)
@@ -366,8 +422,12 @@ class SubmitWriter:
         refused: list[Outcome] = []
         if quota.max_submit_per_s is not None:
             subs, refused = self._admit(subs, quota.max_submit_per_s)
-        request = _Request(subs, asyncio.get_running_loop().create_future(), quota.max_active_jobs,
-                           await self.critical.contains(self.db, tenant_id))
+        request = _Request(
+            subs,
+            asyncio.get_running_loop().create_future(),
+            quota.max_active_jobs,
+            await self.critical.contains(self.db, tenant_id),
+        )
         self._waiting.append(request)
         self._start_flushes()
         # Shielded: a client that goes away does not cancel a transaction other requests share.
@@ -380,14 +440,13 @@ class SubmitWriter:
         now = self._clock()
         taken = self.rates.take(tenant_id, len(subs), rate, rate, now)
         if taken.granted < len(subs):
-            observability.quota_refusals.add(len(subs) - taken.granted,
-                                             {"quota": "max_submit_per_s"})
+            observability.quota_refusals.add(len(subs) - taken.granted, {"quota": "max_submit_per_s"})
         if taken.granted == 0:
             raise submit_rate_exceeded(rate, taken.retry_after_s)
         if taken.granted == len(subs):
             return subs, []
         over = submit_rate_exceeded(rate, self.rates.wait_s(tenant_id, rate, rate, now))
-        return subs[:taken.granted], [over] * (len(subs) - taken.granted)
+        return subs[: taken.granted], [over] * (len(subs) - taken.granted)
 
     def _start_flushes(self) -> None:
         while self._waiting and len(self._flushes) < self.config.in_flight:
@@ -418,8 +477,12 @@ class SubmitWriter:
     async def _flush(self, group: list[_Request]) -> None:
         try:
             verdicts = await self._active_jobs_verdicts(group)
-            subs = [s for r, v in zip(group, verdicts, strict=True) for i, s in enumerate(r.subs)
-                    if v is None or v[i] is None]
+            subs = [
+                s
+                for r, v in zip(group, verdicts, strict=True)
+                for i, s in enumerate(r.subs)
+                if v is None or v[i] is None
+            ]
             outcomes = await self._write(subs, critical=group[0].critical) if subs else []
         except (errors.DatabaseUnavailable, errors.TransactionRetriesExhausted) as exc:
             for r in group:
@@ -429,14 +492,17 @@ class SubmitWriter:
             if len(group) == 1:
                 _settle(group[0], exc)
                 return
-            log.warning("shared submit transaction failed; retrying its requests one by one",
-                        extra={"requests": len(group), "error": str(exc)})
+            log.warning(
+                "shared submit transaction failed; retrying its requests one by one",
+                extra={"requests": len(group), "error": str(exc)},
+            )
             await asyncio.gather(*(self._flush([r]) for r in group))
             return
         stored = iter(outcomes)
         for r, v in zip(group, verdicts, strict=True):
-            _settle(r, [next(stored) if v is None or (refused := v[i]) is None else refused
-                        for i in range(len(r.subs))])
+            _settle(
+                r, [next(stored) if v is None or (refused := v[i]) is None else refused for i in range(len(r.subs))]
+            )
         created = sum(1 for o in outcomes if isinstance(o, Created) and not o.replayed)
         if created:
             observability.jobs_submitted.add(created)
@@ -468,9 +534,11 @@ class SubmitWriter:
         minute per submit. The warning is advice: a count that fails leaves the jobs stored and
         unwarned."""
         threshold = self.config.herd_threshold
-        recurring = [i for i, (s, o) in enumerate(zip(subs, outcomes, strict=True))
-                     if isinstance(o, Created) and not o.replayed
-                     and not isinstance(s.job.schedule, job_rules.OnceSchedule)]
+        recurring = [
+            i
+            for i, (s, o) in enumerate(zip(subs, outcomes, strict=True))
+            if isinstance(o, Created) and not o.replayed and not isinstance(s.job.schedule, job_rules.OnceSchedule)
+        ]
         if threshold is None or not recurring:
             return outcomes
         now = self._clock()
@@ -478,8 +546,9 @@ class SubmitWriter:
         crowded = {m for m in minutes if now - self._crowded.get(m, -math.inf) < CROWDED_MEMO_S}
         if to_count := sorted(minutes - crowded):
             try:
-                due = await self.db.transaction(lambda tx: tx.jobs.due_per_minute(to_count, threshold),
-                                                isolation="READ COMMITTED")
+                due = await self.db.transaction(
+                    lambda tx: tx.jobs.due_per_minute(to_count, threshold), isolation="READ COMMITTED"
+                )
             except Exception as exc:  # noqa: BLE001 - advice only: the jobs are committed and the answer must say so
                 log.warning("herd warning count failed; the jobs are stored without it", extra={"error": str(exc)})
                 due = {}
@@ -519,8 +588,15 @@ class SubmitWriter:
         caps = {r.subs[0].tenant_id: r.max_active_jobs for r in group if r.max_active_jobs is not None}
         if not caps:
             return [None] * len(group)
-        keys = sorted({(s.tenant_id, s.idempotency_key) for r in group if r.max_active_jobs is not None
-                       for s in r.subs if s.idempotency_key is not None})
+        keys = sorted(
+            {
+                (s.tenant_id, s.idempotency_key)
+                for r in group
+                if r.max_active_jobs is not None
+                for s in r.subs
+                if s.idempotency_key is not None
+            }
+        )
 
         async def read(tx: Store) -> tuple[dict[UUID, int], set[tuple[UUID, str]]]:
             counts = {t: await tx.tenants.active_job_count(t, cap) for t, cap in caps.items()}

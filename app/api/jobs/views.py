@@ -25,8 +25,9 @@ class JobView:
 
     __slots__ = ("_text", "counts", "job")
 
-    def __init__(self, job: jobs_store.Job, counts: jobs_store.ExecutionCounts | None = None, *,
-                 text: bool = False) -> None:
+    def __init__(
+        self, job: jobs_store.Job, counts: jobs_store.ExecutionCounts | None = None, *, text: bool = False
+    ) -> None:
         self.job = job
         self.counts = counts
         self._text = text
@@ -150,21 +151,33 @@ def job_as_body(job: jobs_store.Job) -> dict[str, Any]:
     return body  # type: ignore[no-any-return]
 
 
-def execution_out(job: jobs_store.Job, e: jobs_store.ExecutionSummary, attempts: list[Attempt] | None = None,
-                  ) -> schemas.ExecutionOut:
+def execution_out(
+    job: jobs_store.Job,
+    e: jobs_store.ExecutionSummary,
+    attempts: list[Attempt] | None = None,
+) -> schemas.ExecutionOut:
     """One execution with its start lag: due at the nominal time plus the job's jitter offset (manual
     runs and backfills carry no jitter), started when its first attempt was leased."""
     error = e.error if e.error is not None else (f"skipped: {e.skip_reason}" if e.skip_reason else None)
     jitter = job.jitter_s if job.schedule_kind != "once" and e.trigger == "schedule" else 0
     offset_s = schedule_rules.jitter_offset_s(str(job.job_id), jitter) if jitter else 0
-    due_at = e.scheduled_for + timedelta(seconds=offset_s) if jitter else \
-        e.scheduled_for
-    lag_ms = (None if e.first_started_at is None
-              else max(0, round((e.first_started_at - due_at).total_seconds() * 1000)))
+    due_at = e.scheduled_for + timedelta(seconds=offset_s) if jitter else e.scheduled_for
+    lag_ms = None if e.first_started_at is None else max(0, round((e.first_started_at - due_at).total_seconds() * 1000))
     # The store's state, skip_reason and trigger columns hold only the values the wire's Literals list.
-    return schemas.ExecutionOut(str(e.execution_id), e.scheduled_for, e.attempt, e.state.value,
-                                e.started_at, e.finished_at, error, skip_reason=e.skip_reason,  # type: ignore[arg-type]
-                                trigger=e.trigger, due_at=due_at,  # type: ignore[arg-type]
-                                dispatched_at=e.dispatched_at, first_started_at=e.first_started_at,
-                                start_lag_ms=lag_ms, trace_id=e.traceparent.split("-")[1] if e.traceparent else None,
-                                attempts=[attempt_out(a) for a in attempts or ()])
+    return schemas.ExecutionOut(
+        str(e.execution_id),
+        e.scheduled_for,
+        e.attempt,
+        e.state.value,
+        e.started_at,
+        e.finished_at,
+        error,
+        skip_reason=e.skip_reason,  # type: ignore[arg-type]
+        trigger=e.trigger,  # type: ignore[arg-type]
+        due_at=due_at,
+        dispatched_at=e.dispatched_at,
+        first_started_at=e.first_started_at,
+        start_lag_ms=lag_ms,
+        trace_id=e.traceparent.split("-")[1] if e.traceparent else None,
+        attempts=[attempt_out(a) for a in attempts or ()],
+    )

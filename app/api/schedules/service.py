@@ -32,8 +32,14 @@ PREVIEW_MAX = 100
 _EPSILON = timedelta(microseconds=1)
 
 # The query parameter each schedule field is given in.
-_PARAMETER_OF = {"schedule.cron": "cron", "schedule.tz": "tz", "schedule.jitterSeconds": "jitterSeconds",
-                 "schedule.dst.gap": "gap", "schedule.dst.repeat": "repeat", "schedule.every": "every"}
+_PARAMETER_OF = {
+    "schedule.cron": "cron",
+    "schedule.tz": "tz",
+    "schedule.jitterSeconds": "jitterSeconds",
+    "schedule.dst.gap": "gap",
+    "schedule.dst.repeat": "repeat",
+    "schedule.every": "every",
+}
 
 
 @dataclass(frozen=True)
@@ -69,8 +75,9 @@ class PreviewLimits:
     min_interval_s: int = 0  # KAIROS_MIN_FIRE_INTERVAL_S
 
 
-async def preview(db: Database, tenant_id: UUID, q: PreviewQuery, now: datetime,
-                  limits: PreviewLimits = PreviewLimits()) -> Preview:
+async def preview(
+    db: Database, tenant_id: UUID, q: PreviewQuery, now: datetime, limits: PreviewLimits = PreviewLimits()
+) -> Preview:
     if not 1 <= q.count <= PREVIEW_MAX:
         raise errors.InvalidParameter("count", f"must be between 1 and {PREVIEW_MAX}")
     try:
@@ -81,8 +88,9 @@ async def preview(db: Database, tenant_id: UUID, q: PreviewQuery, now: datetime,
         if q.every is not None or (job is not None and job.schedule_kind == "every" and q.cron is None):
             return _evaluate_every(q, job, start, now, limits)
         if job is not None and job.schedule_kind != "cron":
-            raise errors.InvalidParameter("jobId", f"is a {job.schedule_kind} job; only recurring jobs have fire "
-                                                   "times to preview")
+            raise errors.InvalidParameter(
+                "jobId", f"is a {job.schedule_kind} job; only recurring jobs have fire times to preview"
+            )
         if q.start_at is not None:
             raise errors.InvalidParameter("startAt", "anchors an every schedule; a cron preview starts at from")
         return _evaluate(q, job, start, limits)
@@ -103,8 +111,9 @@ async def _job(db: Database, tenant_id: UUID, job_id: str) -> jobs_store.Job:
     return job
 
 
-def _evaluate_every(q: PreviewQuery, job: jobs_store.Job | None, start: datetime, now: datetime,
-                    limits: PreviewLimits) -> Preview:
+def _evaluate_every(
+    q: PreviewQuery, job: jobs_store.Job | None, start: datetime, now: datetime, limits: PreviewLimits
+) -> Preview:
     """The instants of an interval's grid strictly after ``start``, within the job's bounds."""
     if q.cron is not None:
         raise errors.InvalidParameter("every", "give cron (with tz) or every, not both")
@@ -119,8 +128,9 @@ def _evaluate_every(q: PreviewQuery, job: jobs_store.Job | None, start: datetime
     if not 0 <= jitter_s <= job_rules.MAX_JITTER_S:
         raise errors.InvalidParameter("jitterSeconds", f"must be between 0 and {job_rules.MAX_JITTER_S}")
     if q.start_at is not None:
-        anchor = job_rules.within_horizon(job_rules.parse_instant(q.start_at, "startAt"), now, limits.horizon_days,
-                                          "startAt")
+        anchor = job_rules.within_horizon(
+            job_rules.parse_instant(q.start_at, "startAt"), now, limits.horizon_days, "startAt"
+        )
     elif job is not None and job.schedule_kind == "every" and job.anchor_at is not None:
         anchor = job.anchor_at
     else:
@@ -142,8 +152,9 @@ def _evaluate_every(q: PreviewQuery, job: jobs_store.Job | None, start: datetime
 
 def _evaluate(q: PreviewQuery, job: jobs_store.Job | None, start: datetime, limits: PreviewLimits) -> Preview:
     if job is not None and (job.cron is None or job.cron_resolved is None or job.tz is None):
-        raise errors.InvalidParameter("jobId", f"is a {job.schedule_kind} job; only recurring jobs have fire "
-                                               "times to preview")
+        raise errors.InvalidParameter(
+            "jobId", f"is a {job.schedule_kind} job; only recurring jobs have fire times to preview"
+        )
     if job is None:
         for name, value in (("cron", q.cron), ("tz", q.tz)):
             if value is None:
@@ -155,21 +166,31 @@ def _evaluate(q: PreviewQuery, job: jobs_store.Job | None, start: datetime, limi
         schedule_rules.validate_tz(q.tz)  # a new zone must be one a job may name; a stored one stays as it was
     tz = q.tz if q.tz is not None else job.tz if job is not None else None
     assert tz is not None
-    resolved = (job_rules.validate_cron_interval(q.cron, key, limits.min_interval_s) if q.cron is not None
-                else job.cron_resolved if job else None)
+    resolved = (
+        job_rules.validate_cron_interval(q.cron, key, limits.min_interval_s)
+        if q.cron is not None
+        else job.cron_resolved
+        if job
+        else None
+    )
     assert resolved is not None
     jitter_s = q.jitter_s if q.jitter_s is not None else job.jitter_s if job is not None else 0
     if not 0 <= jitter_s <= job_rules.MAX_JITTER_S:
         raise errors.InvalidParameter("jitterSeconds", f"must be between 0 and {job_rules.MAX_JITTER_S}")
-    schedule = job_rules.stored_schedule(resolved, tz, jitter_s,
-                                    q.gap if q.gap is not None else job.dst_gap if job else None,
-                                    q.repeat if q.repeat is not None else job.dst_repeat if job else None)
+    schedule = job_rules.stored_schedule(
+        resolved,
+        tz,
+        jitter_s,
+        q.gap if q.gap is not None else job.dst_gap if job else None,
+        q.repeat if q.repeat is not None else job.dst_repeat if job else None,
+    )
     end_at = None
     if job is not None:
         # The job's bounds: nothing fires before startAt or after endAt.
         if job.start_at is not None:
             start = max(start, job.start_at - _EPSILON)
         end_at = job.end_at
-    found = [o for o in schedule_rules.preview(schedule, start, q.count, key)
-             if end_at is None or o.nominal_utc <= end_at]
+    found = [
+        o for o in schedule_rules.preview(schedule, start, q.count, key) if end_at is None or o.nominal_utc <= end_at
+    ]
     return Preview(job, expr, schedule, schedule_rules.jitter_offset_s(key, jitter_s), found)

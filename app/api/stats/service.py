@@ -79,18 +79,42 @@ async def start_lag(db: Database, viewer: Viewer, minutes: int | None) -> schema
     n = window_minutes(minutes)
     end = utcnow()
     rows = await read(db, lambda tx: tx.stats.start_lag_per_minute(viewer.tenant_id, n * 60.0))
-    return schemas.LagOut(scope_out(viewer), end - timedelta(minutes=n), end, [
-        schemas.LagMinuteOut(r.minute, r.occurrences, r.started, r.start_p50_ms, r.start_p99_ms, r.dispatch_p50_ms,
-                         r.dispatch_p99_ms) for r in rows])
+    return schemas.LagOut(
+        scope_out(viewer),
+        end - timedelta(minutes=n),
+        end,
+        [
+            schemas.LagMinuteOut(
+                r.minute, r.occurrences, r.started, r.start_p50_ms, r.start_p99_ms, r.dispatch_p50_ms, r.dispatch_p99_ms
+            )
+            for r in rows
+        ],
+    )
 
 
 async def outcomes(db: Database, viewer: Viewer, minutes: int | None) -> schemas.OutcomesOut:
     n = window_minutes(minutes)
     end = utcnow()
     rows = await read(db, lambda tx: tx.stats.outcomes_per_minute(viewer.tenant_id, n * 60.0))
-    return schemas.OutcomesOut(scope_out(viewer), end - timedelta(minutes=n), end, [
-        schemas.OutcomeMinuteOut(r.minute, r.occurrences, r.succeeded, r.dead, r.retried, r.lease_lost, r.cancelled,
-                             r.open, failure_rate(r)) for r in rows])
+    return schemas.OutcomesOut(
+        scope_out(viewer),
+        end - timedelta(minutes=n),
+        end,
+        [
+            schemas.OutcomeMinuteOut(
+                r.minute,
+                r.occurrences,
+                r.succeeded,
+                r.dead,
+                r.retried,
+                r.lease_lost,
+                r.cancelled,
+                r.open,
+                failure_rate(r),
+            )
+            for r in rows
+        ],
+    )
 
 
 async def queues(db: Database, viewer: Viewer) -> schemas.QueuesOut:
@@ -105,29 +129,52 @@ async def due(db: Database, viewer: Viewer, hours: int | None) -> schemas.DueOut
     n = horizon_hours(hours)
     start = utcnow()
     rows = await read(db, lambda tx: tx.stats.due_histogram(viewer.tenant_id, n * 3600.0))
-    return schemas.DueOut(scope_out(viewer), start, start + timedelta(hours=n), [
-        schemas.DueMinuteOut(r.minute, r.due, r.dispatched_ahead, r.retrying) for r in rows])
+    return schemas.DueOut(
+        scope_out(viewer),
+        start,
+        start + timedelta(hours=n),
+        [schemas.DueMinuteOut(r.minute, r.due, r.dispatched_ahead, r.retrying) for r in rows],
+    )
 
 
 async def status(db: Database, viewer: Viewer) -> schemas.StatusOut:
-    async def work(tx: Store) -> tuple[list[stats_store.ShardOwner], stats_store.LagSummary,
-                                       list[stats_store.QueueDepth],
-                                       stats_store.DeadLetterCount]:
-        return (await tx.stats.shard_owners(),
-                await tx.stats.start_lag_summary(viewer.tenant_id, STATUS_LAG_WINDOW_MINUTES * 60.0),
-                await tx.stats.queue_depths(viewer.tenant_id), await tx.stats.dead_letters(viewer.tenant_id))
+    async def work(
+        tx: Store,
+    ) -> tuple[
+        list[stats_store.ShardOwner], stats_store.LagSummary, list[stats_store.QueueDepth], stats_store.DeadLetterCount
+    ]:
+        return (
+            await tx.stats.shard_owners(),
+            await tx.stats.start_lag_summary(viewer.tenant_id, STATUS_LAG_WINDOW_MINUTES * 60.0),
+            await tx.stats.queue_depths(viewer.tenant_id),
+            await tx.stats.dead_letters(viewer.tenant_id),
+        )
 
     owners, lag, depths, dead = await read(db, work)
     live = [o for o in owners if o.owner is not None]
     shards = schemas.ShardsOut(
-        total=SHARD_COUNT, owned=sum(o.shards for o in live), schedulers=len(live),
+        total=SHARD_COUNT,
+        owned=sum(o.shards for o in live),
+        schedulers=len(live),
         owners=[schemas.SchedulerOut(o.owner, o.shards, o.lease_until) for o in live if o.owner]
-        if viewer.admin else None)
+        if viewer.admin
+        else None,
+    )
     return schemas.StatusOut(
-        scope=scope_out(viewer), generated_at=utcnow(), shards=shards,
-        start_lag=schemas.LagSummaryOut(STATUS_LAG_WINDOW_MINUTES, lag.occurrences, lag.started, lag.start_p50_ms,
-                                    lag.start_p99_ms, lag.oldest_waiting_ms),
-        queues=[queue_out(q) for q in depths], dead_letters=dead_letters_out(dead))
+        scope=scope_out(viewer),
+        generated_at=utcnow(),
+        shards=shards,
+        start_lag=schemas.LagSummaryOut(
+            STATUS_LAG_WINDOW_MINUTES,
+            lag.occurrences,
+            lag.started,
+            lag.start_p50_ms,
+            lag.start_p99_ms,
+            lag.oldest_waiting_ms,
+        ),
+        queues=[queue_out(q) for q in depths],
+        dead_letters=dead_letters_out(dead),
+    )
 
 
 async def tenant_names(db: Database, viewer: Viewer) -> schemas.TenantsOut:

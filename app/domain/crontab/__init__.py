@@ -23,6 +23,23 @@ from app.domain.crontab._parse import (
     split_command,
 )
 
-__all__ = ["DEFAULT_DST", "JOB_KEY", "MAX_RANGE", "REBOOT_REASON", "ClassicEntry", "ClassicRun", "ClockJump",
-           "Comparison", "CrontabEntry", "Difference", "Simulation", "SkippedLine", "classic_runs", "compare",
-           "job_body", "parse_crontab", "simulate", "split_command"]
+__all__ = [
+    "DEFAULT_DST",
+    "JOB_KEY",
+    "MAX_RANGE",
+    "REBOOT_REASON",
+    "ClassicEntry",
+    "ClassicRun",
+    "ClockJump",
+    "Comparison",
+    "CrontabEntry",
+    "Difference",
+    "Simulation",
+    "SkippedLine",
+    "classic_runs",
+    "compare",
+    "job_body",
+    "parse_crontab",
+    "simulate",
+    "split_command",
+]

@@ -16,6 +16,7 @@ from app.errors import InvalidInput
 
 # -- classic cron's clock ------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ClassicEntry:
     """A line as cronie's find_jobs sees it: the field value sets and entry.c's star flags."""
@@ -33,8 +34,12 @@ class ClassicEntry:
         fields = KEYWORDS.get(fields.strip().lower(), fields)
         parts = fields.split()
         compiled = compile_cron(fields, JOB_KEY)
-        return cls(compiled, frozenset(compiled.minutes), frozenset(compiled.hours),
-                   *(parts[i].startswith("*") for i in (0, 1, 2, 4)))
+        return cls(
+            compiled,
+            frozenset(compiled.minutes),
+            frozenset(compiled.hours),
+            *(parts[i].startswith("*") for i in (0, 1, 2, 4)),
+        )
 
     @property
     def wildcard(self) -> bool:
@@ -154,8 +159,9 @@ class Simulation:
         return next((j for j in self.jumps if j.at == at), None)
 
 
-def classic_runs(entry: ClassicEntry, zone: ZoneInfo, start: datetime, end: datetime, *,
-                 daemon_zone: ZoneInfo | None = None) -> list[ClassicRun]:
+def classic_runs(
+    entry: ClassicEntry, zone: ZoneInfo, start: datetime, end: datetime, *, daemon_zone: ZoneInfo | None = None
+) -> list[ClassicRun]:
     """When classic cron (cronie, Vixie cron 4.1) runs ``entry`` from ``start`` to before ``end``.
 
     Without ``daemon_zone`` the daemon runs in ``zone``; with it, ``entry`` is a CRON_TZ=``zone``
@@ -164,8 +170,9 @@ def classic_runs(entry: ClassicEntry, zone: ZoneInfo, start: datetime, end: date
     return list(simulate(entry, zone, start, end, daemon_zone=daemon_zone).runs)
 
 
-def simulate(entry: ClassicEntry, zone: ZoneInfo, start: datetime, end: datetime, *,
-             daemon_zone: ZoneInfo | None = None) -> Simulation:
+def simulate(
+    entry: ClassicEntry, zone: ZoneInfo, start: datetime, end: datetime, *, daemon_zone: ZoneInfo | None = None
+) -> Simulation:
     """:func:`classic_runs`, and the clock jumps the daemon saw on the way."""
     lo, hi = _minute_span(start, end)
     clock_zone = daemon_zone or zone
@@ -203,8 +210,9 @@ def simulate(entry: ClassicEntry, zone: ZoneInfo, start: datetime, end: datetime
             continue  # the minute has not changed: keep sleeping
         if clock_time - time_running != 1:
             ahead = clock_time - virtual_time
-            kind: Wakeup = ("large" if abs(ahead) > 180 else "medium" if ahead > 5 else "small" if ahead > 0
-                            else "negative")
+            kind: Wakeup = (
+                "large" if abs(ahead) > 180 else "medium" if ahead > 5 else "small" if ahead > 0 else "negative"
+            )
             jumps.append(ClockJump(_instant(now), clock_time - time_running - 1, kind))
         time_running = clock_time
         diff = time_running - virtual_time
@@ -222,8 +230,9 @@ def simulate(entry: ClassicEntry, zone: ZoneInfo, start: datetime, end: datetime
                 virtual_time += 1
                 if virtual_time >= time_running:
                     old_gmtoff = gmtoff
-                find_jobs(virtual_time, False, True, old_gmtoff,
-                          "on time" if virtual_time >= time_running else "catch-up")
+                find_jobs(
+                    virtual_time, False, True, old_gmtoff, "on time" if virtual_time >= time_running else "catch-up"
+                )
                 if virtual_time >= time_running:
                     break
         elif diff > 0:  # small: woke late, run every job for each minute missed
@@ -231,8 +240,9 @@ def simulate(entry: ClassicEntry, zone: ZoneInfo, start: datetime, end: datetime
                 virtual_time += 1
                 if virtual_time >= time_running:
                     old_gmtoff = gmtoff
-                find_jobs(virtual_time, True, True, old_gmtoff,
-                          "on time" if virtual_time >= time_running else "catch-up")
+                find_jobs(
+                    virtual_time, True, True, old_gmtoff, "on time" if virtual_time >= time_running else "catch-up"
+                )
                 if virtual_time >= time_running:
                     break
         else:  # negative: wildcard jobs only; virtual time waits for the clock
@@ -240,8 +250,9 @@ def simulate(entry: ClassicEntry, zone: ZoneInfo, start: datetime, end: datetime
     return Simulation(tuple(runs), tuple(jumps))
 
 
-def kairos_occurrences(fields: str, zone: str, start: datetime, end: datetime,
-                       dst: DstPolicy = DEFAULT_DST) -> list[Occurrence]:
+def kairos_occurrences(
+    fields: str, zone: str, start: datetime, end: datetime, dst: DstPolicy = DEFAULT_DST
+) -> list[Occurrence]:
     """Kairos's occurrences of the schedule with nominal time in [start, end), skipped ones included."""
     lo, hi = _minute_span(start, end)
     found = []
@@ -251,5 +262,3 @@ def kairos_occurrences(fields: str, zone: str, start: datetime, end: datetime,
             break
         found.append(occurrence)
     return found
-
-

@@ -23,6 +23,7 @@ from app.domain.schedule.zone import place
 
 # -- comparing -----------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Difference:
     """One way the two schedulers treat a time; ``differs`` False: a DST change both handle alike."""
@@ -83,8 +84,15 @@ def _wall_minutes(lo: int, hi: int) -> range:
     return range(lo // 60, -(-hi // 60))
 
 
-def compare(fields: str, zone_name: str, start: datetime, end: datetime, *, dst: DstPolicy = DEFAULT_DST,
-            daemon_zone: ZoneInfo | None = None) -> Comparison:
+def compare(
+    fields: str,
+    zone_name: str,
+    start: datetime,
+    end: datetime,
+    *,
+    dst: DstPolicy = DEFAULT_DST,
+    daemon_zone: ZoneInfo | None = None,
+) -> Comparison:
     """Classic cron's runs of one line beside Kairos's occurrences over [start, end), explained."""
     zone = validate_tz(zone_name)
     entry = ClassicEntry.of(fields)
@@ -116,8 +124,11 @@ def compare(fields: str, zone_name: str, start: datetime, end: datetime, *, dst:
             continue
         at = _instant(at_s)
         old_wall, new_wall = _wall((at_s + before) // 60), _wall((at_s + after) // 60)
-        clocks = (f"{_hhmm(old_wall)} to {_hhmm(new_wall)}" if old_wall.date() == new_wall.date()
-                  else f"{old_wall:%Y-%m-%d %H:%M} to {new_wall:%Y-%m-%d %H:%M}")
+        clocks = (
+            f"{_hhmm(old_wall)} to {_hhmm(new_wall)}"
+            if old_wall.date() == new_wall.date()
+            else f"{old_wall:%Y-%m-%d %H:%M} to {new_wall:%Y-%m-%d %H:%M}"
+        )
         if after > before:
             gap_c, gap_k = classic_walls(at_s + before, at_s + after), kairos_walls(at_s + before, at_s + after)
             if not gap_c and not gap_k:
@@ -134,23 +145,29 @@ def compare(fields: str, zone_name: str, start: datetime, end: datetime, *, dst:
             elif not gap_c:
                 c_text = "does not match " + ("it" if one else "them")
             elif cronie_tz:
-                c_text = (f"does not run {'it' if one else 'them'} (cronie does not catch up CRON_TZ jobs "
-                          f"across a DST change)")
+                c_text = (
+                    f"does not run {'it' if one else 'them'} (cronie does not catch up CRON_TZ jobs "
+                    f"across a DST change)"
+                )
             elif (jump := simulation.jump_at(at)) is None:
                 c_text = f"does not run {'it' if one else 'them'} ({_UNSEEN})"
             elif jump.wakeup == "large":
                 c_text = f"does not run {'it' if one else 'them'} (a jump of 3 h or more is not caught up)"
             else:
-                c_text = (f"does not run {'it' if one else 'them'} (a job with * in its minute or hour field "
-                          "follows the new local time)")
+                c_text = (
+                    f"does not run {'it' if one else 'them'} (a job with * in its minute or hour field "
+                    "follows the new local time)"
+                )
             if not gap_k:
                 k_text = "does not match " + ("it" if one else "them")
             elif dst.gap == "skip":
                 k_text = f"skips {'it' if one else 'them'}"
             else:
                 k_text = f"shifts {'it' if one else 'them'} to {_local(at, zone, walls[0].date())}"
-            text = (f"{walls[0].date().isoformat()} {_walls(walls)} {zone_name} {'does' if one else 'do'} not exist "
-                    f"(clocks go from {clocks}): classic cron {c_text}, Kairos {k_text}")
+            text = (
+                f"{walls[0].date().isoformat()} {_walls(walls)} {zone_name} {'does' if one else 'do'} not exist "
+                f"(clocks go from {clocks}): classic cron {c_text}, Kairos {k_text}"
+            )
             if len(c_at) != len(k_at) or len(c_at) > 1:
                 text += f"; at {there} classic cron runs {_runs(len(c_at))}, Kairos {_runs(len(k_at))}"
             notes.append(Difference(text, tuple(r.at for r in c_at), tuple(k_at), len(c_at) != len(k_at)))
@@ -172,11 +189,13 @@ def compare(fields: str, zone_name: str, start: datetime, end: datetime, *, dst:
             for (c_flags, k_flags), walls in groups.items():
                 one = len(walls) == 1
                 first, second = (i.astimezone(zone) for i in instants[walls[0]])
-                names = ((f"{first:%H:%M %Z}", f"{second:%H:%M %Z}") if one
-                         else (f"in {first:%Z}", f"in {second:%Z}"))
+                names = (f"{first:%H:%M %Z}", f"{second:%H:%M %Z}") if one else (f"in {first:%Z}", f"in {second:%Z}")
 
-                def said(flags: tuple[bool, bool], names: tuple[str, str] = names, at: str = "at " if one else "",
-                         ) -> str:
+                def said(
+                    flags: tuple[bool, bool],
+                    names: tuple[str, str] = names,
+                    at: str = "at " if one else "",
+                ) -> str:
                     if all(flags):
                         return f"twice, {names[0]} and {names[1]}"
                     if flags[0] or flags[1]:
@@ -184,25 +203,35 @@ def compare(fields: str, zone_name: str, start: datetime, end: datetime, *, dst:
                     return "not at all"
 
                 if all(c_flags):
-                    why = (" (cronie reads CRON_TZ jobs on each real minute)" if cronie_tz
-                           else " (a job with * in its minute or hour field runs in both passes)" if entry.wildcard
-                           else f" ({_UNSEEN})" if simulation.jump_at(at) is None
-                           else " (the clock went back more than 3 h, so everything runs again)")
+                    why = (
+                        " (cronie reads CRON_TZ jobs on each real minute)"
+                        if cronie_tz
+                        else " (a job with * in its minute or hour field runs in both passes)"
+                        if entry.wildcard
+                        else f" ({_UNSEEN})"
+                        if simulation.jump_at(at) is None
+                        else " (the clock went back more than 3 h, so everything runs again)"
+                    )
                 elif c_flags[0] and not entry.wildcard and not cronie_tz:
                     why = " (a fixed-time job does not run again in the repeated hour)"
                 else:
                     why = ""
                 if all(k_flags):
-                    k_why = " (a * hour field follows elapsed time)" if entry.cron.hour_is_wildcard \
+                    k_why = (
+                        " (a * hour field follows elapsed time)"
+                        if entry.cron.hour_is_wildcard
                         else " (dst repeat: twice)"
+                    )
                 elif k_flags[0]:
                     k_why = " (dst repeat: once)"
                 else:
                     k_why = ""
-                text = (f"{walls[0].date().isoformat()} {_walls(walls)} {zone_name} "
-                        f"{'occurs' if one else 'occur'} twice (clocks go back from {clocks}): "
-                        f"classic cron runs {'it' if one else 'them'} "
-                        f"{said(c_flags)}{why}, Kairos {said(k_flags)}{k_why}")
+                text = (
+                    f"{walls[0].date().isoformat()} {_walls(walls)} {zone_name} "
+                    f"{'occurs' if one else 'occur'} twice (clocks go back from {clocks}): "
+                    f"classic cron runs {'it' if one else 'them'} "
+                    f"{said(c_flags)}{why}, Kairos {said(k_flags)}{k_why}"
+                )
                 c_inst = tuple(i for w in walls for i, f in zip(instants[w], c_flags, strict=True) if f)
                 k_inst = tuple(i for w in walls for i, f in zip(instants[w], k_flags, strict=True) if f)
                 notes.append(Difference(text, c_inst, k_inst, c_flags != k_flags))
@@ -212,22 +241,30 @@ def compare(fields: str, zone_name: str, start: datetime, end: datetime, *, dst:
     only_c = sorted((rest_c - rest_k).elements())
     only_k = sorted((rest_k - rest_c).elements())
     if entry.day_rule_differs:
-        why = (" (a day field starting with * makes classic cron require both day-of-month and day-of-week; "
-               "Kairos runs on days matching either)")
+        why = (
+            " (a day field starting with * makes classic cron require both day-of-month and day-of-week; "
+            "Kairos runs on days matching either)"
+        )
     elif cronie_tz:
         why = " (cronie skips CRON_TZ jobs while the daemon's own zone changes its offset)"
     else:
         why = ""
     if only_c:
-        notes.append(Difference(f"classic cron also runs at {_times(only_c, zone)}; Kairos does not{why}",
-                                tuple(only_c), (), True))
+        notes.append(
+            Difference(
+                f"classic cron also runs at {_times(only_c, zone)}; Kairos does not{why}", tuple(only_c), (), True
+            )
+        )
     if only_k:
-        notes.append(Difference(f"Kairos also runs at {_times(only_k, zone)}; classic cron does not{why}",
-                                (), tuple(only_k), True))
+        notes.append(
+            Difference(
+                f"Kairos also runs at {_times(only_k, zone)}; classic cron does not{why}", (), tuple(only_k), True
+            )
+        )
     comparison = Comparison(zone_name, tuple(r.at for r in classic), tuple(kairos), tuple(notes))
     if not comparison.identical and not comparison.differences:
-        notes.append(Difference("the two schedulers run at different times", comparison.classic, comparison.kairos,
-                                True))
+        notes.append(
+            Difference("the two schedulers run at different times", comparison.classic, comparison.kairos, True)
+        )
         comparison = Comparison(zone_name, comparison.classic, comparison.kairos, tuple(notes))
     return comparison
-

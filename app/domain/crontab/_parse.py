@@ -86,8 +86,16 @@ class CrontabEntry:
         return f"crontab-{digest[:40]}"
 
 
-def job_body(entry: CrontabEntry, *, tz: str, target_type: str, target_ref: str, name_prefix: str,
-             dry_run: bool, revision: int = 1) -> dict[str, Any]:
+def job_body(
+    entry: CrontabEntry,
+    *,
+    tz: str,
+    target_type: str,
+    target_ref: str,
+    name_prefix: str,
+    dry_run: bool,
+    revision: int = 1,
+) -> dict[str, Any]:
     """The POST /v1/jobs:batch item for one line (its idempotencyKey included). A ``revision`` other
     than 1 starts a new set of keys: for lines whose settings changed after their jobs were cancelled."""
     mode = "dry-run" if dry_run else "live"
@@ -136,7 +144,7 @@ def split_command(raw: str) -> tuple[str, str | None]:
         i += 1
     else:
         return "".join(command), None
-    rest, data = raw[i + 1:], []
+    rest, data = raw[i + 1 :], []
     j = 0
     while j < len(rest):
         if rest[j] == "\\" and j + 1 < len(rest) and rest[j + 1] == "%":
@@ -169,8 +177,10 @@ def _classic_fields(fields: str, line: int) -> str:
             if "?" in item or "~" in item:
                 raise _line_error(line, f"'{item}' in the {label} field is not classic cron syntax")
             if _STEP_AFTER_NUMBER.match(item):
-                raise _line_error(line, f"'{item}' in the {label} field: classic cron takes a step only after "
-                                        "* or a range (write a-b/n)")
+                raise _line_error(
+                    line,
+                    f"'{item}' in the {label} field: classic cron takes a step only after * or a range (write a-b/n)",
+                )
     try:
         compile_cron(fields, JOB_KEY)
     except InvalidSchedule as exc:
@@ -226,13 +236,16 @@ def parse_crontab(text: str, *, skipped: list[SkippedLine] | None = None) -> lis
                 skipped.append(SkippedLine(number, stripped, REBOOT_REASON))
                 continue
             if keyword not in KEYWORDS:
-                raise _line_error(number, f"unknown keyword '{words[0]}'; classic cron knows "
-                                          + ", ".join(KEYWORDS) + " and @reboot")
+                raise _line_error(
+                    number, f"unknown keyword '{words[0]}'; classic cron knows " + ", ".join(KEYWORDS) + " and @reboot"
+                )
             schedule, fields, width = words[0], KEYWORDS[keyword], 1
         else:
             if len(words) < 6:
-                raise _line_error(number, "expected five time fields and a command "
-                                          "(minute hour day-of-month month day-of-week command)")
+                raise _line_error(
+                    number,
+                    "expected five time fields and a command (minute hour day-of-month month day-of-week command)",
+                )
             schedule = fields = " ".join(words[:5])
             width = 5
         if len(words) <= width:
@@ -245,10 +258,21 @@ def parse_crontab(text: str, *, skipped: list[SkippedLine] | None = None) -> lis
         if not command.strip():
             raise _line_error(number, "has no command before the first %")
         normal = " ".join(stripped.split())
-        entries.append(CrontabEntry(
-            line=number, text=raw, schedule=schedule, fields=fields, command=command.strip(), stdin=stdin,
-            env=dict(env), shell=shell, mailto=mailto, tz=tz, tz_variable=tz_variable, repeat=seen[normal]))
+        entries.append(
+            CrontabEntry(
+                line=number,
+                text=raw,
+                schedule=schedule,
+                fields=fields,
+                command=command.strip(),
+                stdin=stdin,
+                env=dict(env),
+                shell=shell,
+                mailto=mailto,
+                tz=tz,
+                tz_variable=tz_variable,
+                repeat=seen[normal],
+            )
+        )
         seen[normal] += 1
     return entries
-
-

@@ -201,9 +201,7 @@ def _parse_step(spec: _FieldSpec, text: str | None, item: str) -> int | None:
     if step < 1:
         raise _invalid(f"'{item}' in the {spec.label} field: step must be at least 1")
     if step > span:
-        raise _invalid(
-            f"'{item}' in the {spec.label} field: step {step} is larger than the field's span ({span})"
-        )
+        raise _invalid(f"'{item}' in the {spec.label} field: step {step} is larger than the field's span ({span})")
     return step
 
 
@@ -222,18 +220,14 @@ def _stepped(start: int, stop: int, step: int) -> tuple[list[int], str]:
 def _parse_item(spec: _FieldSpec, item: str, job_key: str) -> tuple[list[int], str]:
     """The values one list item selects, and its rendering with H tokens and names resolved."""
     if _QUARTZ_ONLY.match(item):
-        raise _invalid(
-            f"'{item}' in the {spec.label} field: L, W and # (Quartz extensions) are not supported"
-        )
+        raise _invalid(f"'{item}' in the {spec.label} field: L, W and # (Quartz extensions) are not supported")
     match = _ITEM.match(item)
     if match is None:
         raise _invalid(f"'{item}' in the {spec.label} field is not a value, range, step, name or H token")
     step = _parse_step(spec, match["step"], item)
     if match["star"]:
         if match["star"] == "?" and spec not in (_DAY, _WEEKDAY):
-            raise _invalid(
-                f"'?' is only allowed in day-of-month and day-of-week, not in the {spec.label} field"
-            )
+            raise _invalid(f"'?' is only allowed in day-of-month and day-of-week, not in the {spec.label} field")
         values = list(range(spec.low, spec.star_high + 1, step or 1))
         return values, ("*" if step is None else f"*/{step}")
     if match["hash"]:
@@ -334,8 +328,11 @@ def _compile_cron(expr: str, job_key: str) -> CompiledCron:
     rendered[2] = _compress(days) if days_restricted else "*"
     rendered[4] = _compress(weekdays) if weekdays_restricted else "*"
 
-    if days_restricted and not weekdays_restricted and not any(
-            day <= _MAX_DAYS[month] for day in days for month in months):
+    if (
+        days_restricted
+        and not weekdays_restricted
+        and not any(day <= _MAX_DAYS[month] for day in days for month in months)
+    ):
         raise _invalid(f"day-of-month {_compress(days)} never occurs in month {_compress(months)}, so it never fires")
 
     sorted_minutes, sorted_hours = tuple(sorted(minutes)), tuple(sorted(hours))

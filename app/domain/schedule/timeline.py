@@ -126,9 +126,7 @@ class Timeline:
         while order:
             yield self._finish(pending.pop(heapq.heappop(order)))
 
-    def _place_repeat(
-        self, wall: datetime, placement: Placement, at: Callable[[datetime], _Pending | None]
-    ) -> None:
+    def _place_repeat(self, wall: datetime, placement: Placement, at: Callable[[datetime], _Pending | None]) -> None:
         first_name = placement.first.astimezone(self.zone).tzname()
         second_name = placement.second.astimezone(self.zone).tzname()
         head = f"{_hhmm(wall)} occurs twice on {wall.date().isoformat()} (fall back)"
@@ -203,9 +201,7 @@ def next_occurrence(schedule: CronSchedule, after_utc: datetime, job_key: str) -
     return next(occ for occ in occurrences_after(schedule, after_utc, job_key) if not occ.skipped)
 
 
-def preview(
-    schedule: CronSchedule, from_utc: datetime, count: int, job_key: str = "preview"
-) -> list[Occurrence]:
+def preview(schedule: CronSchedule, from_utc: datetime, count: int, job_key: str = "preview") -> list[Occurrence]:
     """The next ``count`` occurrences strictly after ``from_utc``, skipped ones included (marked)."""
     if count < 0:
         raise ValueError("count must not be negative")

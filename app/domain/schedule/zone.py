@@ -59,9 +59,9 @@ _NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
 # one fires at the time its author meant only until the two disagree: every summer, for EST.
 _LEGACY_ZONES: dict[str, str] = {
     "EST": "UTC-05:00 all year, never EDT; name America/New_York for US Eastern time, "
-           "or America/Panama for UTC-05:00 all year",
+    "or America/Panama for UTC-05:00 all year",
     "MST": "UTC-07:00 all year, never MDT; name America/Denver for US Mountain time, "
-           "or America/Phoenix for UTC-07:00 all year",
+    "or America/Phoenix for UTC-07:00 all year",
     "HST": "UTC-10:00 all year; name Pacific/Honolulu",
     "EST5EDT": "US Eastern rules without local history; name America/New_York",
     "CST6CDT": "US Central rules without local history; name America/Chicago",
@@ -85,9 +85,11 @@ def _legacy_reason(name: str) -> str | None:
     fixed = _FIXED_OFFSET.match(name)
     if fixed and int(fixed[2]) != 0:
         sign = "-" if fixed[1] == "+" else "+"
-        return (f"'{name}' is a fixed offset, UTC{sign}{int(fixed[2]):02d}:00 all year (POSIX sign: "
-                f"Etc/GMT+N is N hours behind UTC); name the zone of the place, e.g. America/New_York "
-                f"or Europe/Berlin, or UTC")
+        return (
+            f"'{name}' is a fixed offset, UTC{sign}{int(fixed[2]):02d}:00 all year (POSIX sign: "
+            f"Etc/GMT+N is N hours behind UTC); name the zone of the place, e.g. America/New_York "
+            f"or Europe/Berlin, or UTC"
+        )
     return None
 
 
@@ -95,8 +97,11 @@ def validate_tz(tz: str) -> ZoneInfo:
     """The zone for an IANA name a new schedule may use; InvalidSchedule("schedule.tz", ...) for
     anything else, including the legacy names that are not places (EST, EST5EDT, Etc/GMT+5, ...)."""
     if isinstance(tz, str) and tz.strip() and len(tz) <= MAX_TZ_LENGTH:
-        canonical = tz if tz in _zone_names() else next(
-            (name for name in _zone_names() if name.lower() == tz.strip().lower()), None)
+        canonical = (
+            tz
+            if tz in _zone_names()
+            else next((name for name in _zone_names() if name.lower() == tz.strip().lower()), None)
+        )
         reason = _legacy_reason(canonical) if canonical else None
         if reason:
             raise InvalidSchedule(TZ_FIELD, reason)
@@ -113,14 +118,10 @@ def load_zone(tz: str) -> ZoneInfo:
     if tz.startswith(("/", ".")):
         raise InvalidSchedule(TZ_FIELD, f"'{tz}' is a file path, not an IANA zone name such as Europe/London")
     if tz == "localtime":
-        raise InvalidSchedule(
-            TZ_FIELD, "'localtime' is the server's own zone; name the zone, e.g. Europe/London"
-        )
+        raise InvalidSchedule(TZ_FIELD, "'localtime' is the server's own zone; name the zone, e.g. Europe/London")
     if tz not in _zone_names():
         near = [name for name in _zone_names() if name.lower() == tz.strip().lower()]
-        hint = (
-            f"; did you mean '{near[0]}'?" if near else "; use an IANA name such as America/New_York or UTC"
-        )
+        hint = f"; did you mean '{near[0]}'?" if near else "; use an IANA name such as America/New_York or UTC"
         raise InvalidSchedule(TZ_FIELD, f"unknown time zone '{tz}'{hint}")
     try:
         return ZoneInfo(tz)

@@ -27,5 +27,13 @@ try:
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["Answer", "Execution", "NonRetryable", "Worker", "WorkerClient", "__version__", "command_handler",
-           "verify_signature"]
+__all__ = [
+    "Answer",
+    "Execution",
+    "NonRetryable",
+    "Worker",
+    "WorkerClient",
+    "__version__",
+    "command_handler",
+    "verify_signature",
+]

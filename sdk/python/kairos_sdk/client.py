@@ -89,8 +89,10 @@ class WorkerClient:
         self.addr = addr or os.environ.get("KAIROS_GRPC_ADDR", DEFAULT_ADDR)
         key = api_key if api_key is not None else os.environ.get("KAIROS_API_KEY", "")
         self._metadata = (("authorization", f"Bearer {key}"),)
-        self._channel = grpc.aio.insecure_channel(self.addr, options=[
-            ("grpc.keepalive_time_ms", 30_000), ("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+        self._channel = grpc.aio.insecure_channel(
+            self.addr,
+            options=[("grpc.keepalive_time_ms", 30_000), ("grpc.max_receive_message_length", 64 * 1024 * 1024)],
+        )
         self._stub = pb_grpc.WorkerStub(self._channel)
 
     async def close(self) -> None:
@@ -102,58 +104,92 @@ class WorkerClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def lease(self, pool: str, worker_id: str, max: int = 1, lease_seconds: float = 30,
-                    wait_seconds: float = 0, timeout: float | None = None) -> list[Execution]:
+    async def lease(
+        self,
+        pool: str,
+        worker_id: str,
+        max: int = 1,
+        lease_seconds: float = 30,
+        wait_seconds: float = 0,
+        timeout: float | None = None,
+    ) -> list[Execution]:
         response = await self._stub.Lease(
-            pb.LeaseRequest(pool=pool, worker_id=worker_id, max=max, lease_seconds=lease_seconds,
-                            wait_seconds=wait_seconds),
-            metadata=self._metadata, timeout=timeout if timeout is not None else wait_seconds + 30)
+            pb.LeaseRequest(
+                pool=pool, worker_id=worker_id, max=max, lease_seconds=lease_seconds, wait_seconds=wait_seconds
+            ),
+            metadata=self._metadata,
+            timeout=timeout if timeout is not None else wait_seconds + 30,
+        )
         times = _Times()
         return [
             Execution(
-                execution_id=e.execution_id, job_id=e.job_id, attempt=e.attempt,
+                execution_id=e.execution_id,
+                job_id=e.job_id,
+                attempt=e.attempt,
                 payload=_payload(e.payload),
-                scheduled_for=times(e.scheduled_for), lease_until=times(e.lease_until),
-                idempotency_key=e.idempotency_key, max_attempts=e.max_attempts,
+                scheduled_for=times(e.scheduled_for),
+                lease_until=times(e.lease_until),
+                idempotency_key=e.idempotency_key,
+                max_attempts=e.max_attempts,
                 timeout_seconds=e.timeout_seconds,
             )
             for e in response.executions
         ]
 
-    async def heartbeat(self, execution_id: str, attempt: int, lease_seconds: float = 30,
-                        timeout: float = 10) -> Answer:
-        r = await self._stub.Heartbeat(pb.HeartbeatRequest(execution_id=execution_id, attempt=attempt,
-                                                           lease_seconds=lease_seconds),
-                                       metadata=self._metadata, timeout=timeout)
+    async def heartbeat(
+        self, execution_id: str, attempt: int, lease_seconds: float = 30, timeout: float = 10
+    ) -> Answer:
+        r = await self._stub.Heartbeat(
+            pb.HeartbeatRequest(execution_id=execution_id, attempt=attempt, lease_seconds=lease_seconds),
+            metadata=self._metadata,
+            timeout=timeout,
+        )
         return Answer(_OUTCOMES.get(r.outcome, "unknown"), _dt(r.lease_until), r.message)
 
     async def complete(self, execution_id: str, attempt: int, result: Any = None, timeout: float = 30) -> Answer:
         body = b"" if result is None else json.dumps(result, separators=(",", ":")).encode()
-        r = await self._stub.Complete(pb.CompleteRequest(execution_id=execution_id, attempt=attempt, result=body),
-                                      metadata=self._metadata, timeout=timeout)
+        r = await self._stub.Complete(
+            pb.CompleteRequest(execution_id=execution_id, attempt=attempt, result=body),
+            metadata=self._metadata,
+            timeout=timeout,
+        )
         return Answer(_OUTCOMES.get(r.outcome, "unknown"), None, r.message)
 
-    async def fail(self, execution_id: str, attempt: int, error: str, retryable: bool = True,
-                   timeout: float = 30) -> Answer:
-        r = await self._stub.Fail(pb.FailRequest(execution_id=execution_id, attempt=attempt, error=error,
-                                                 retryable=retryable),
-                                  metadata=self._metadata, timeout=timeout)
+    async def fail(
+        self, execution_id: str, attempt: int, error: str, retryable: bool = True, timeout: float = 30
+    ) -> Answer:
+        r = await self._stub.Fail(
+            pb.FailRequest(execution_id=execution_id, attempt=attempt, error=error, retryable=retryable),
+            metadata=self._metadata,
+            timeout=timeout,
+        )
         return Answer(_OUTCOMES.get(r.outcome, "unknown"), _dt(r.retry_at), r.message)
 
     async def complete_many(self, items: Sequence[tuple[str, int, Any]], timeout: float = 30) -> list[Answer]:
         """Complete (execution_id, attempt, result) items in one call; one Answer per item, in order."""
-        request = pb.CompleteManyRequest(items=[
-            pb.CompleteRequest(execution_id=eid, attempt=attempt,
-                               result=b"" if result is None else json.dumps(result, separators=(",", ":")).encode())
-            for eid, attempt, result in items])
+        request = pb.CompleteManyRequest(
+            items=[
+                pb.CompleteRequest(
+                    execution_id=eid,
+                    attempt=attempt,
+                    result=b"" if result is None else json.dumps(result, separators=(",", ":")).encode(),
+                )
+                for eid, attempt, result in items
+            ]
+        )
         r = await self._stub.CompleteMany(request, metadata=self._metadata, timeout=timeout)
         return [Answer(_OUTCOMES.get(i.outcome, "unknown"), None, i.message) for i in r.results]
 
     async def fail_many(self, items: Sequence[tuple[str, int, str, bool]], timeout: float = 30) -> list[Answer]:
         """Fail (execution_id, attempt, error, retryable) items in one call; one Answer per item, in order."""
-        request = pb.FailManyRequest(items=[
-            pb.FailRequest(execution_id=eid, attempt=attempt, error=error, retryable=retryable)
-            for eid, attempt, error, retryable in items])
+        request = pb.FailManyRequest(
+            items=[
+                pb.FailRequest(execution_id=eid, attempt=attempt, error=error, retryable=retryable)
+                for eid, attempt, error, retryable in items
+            ]
+        )
         r = await self._stub.FailMany(request, metadata=self._metadata, timeout=timeout)
-        return [Answer(_OUTCOMES.get(i.outcome, "unknown"), _dt(i.retry_at) if i.HasField("retry_at") else None,
-                       i.message) for i in r.results]
+        return [
+            Answer(_OUTCOMES.get(i.outcome, "unknown"), _dt(i.retry_at) if i.HasField("retry_at") else None, i.message)
+            for i in r.results
+        ]

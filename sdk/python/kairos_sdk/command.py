@@ -61,7 +61,7 @@ def _write_all(fd: int, data: bytes) -> None:
     """Write ``data`` to the empty file ``fd`` and rewind it, so the command reads it from the start."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
 
 
@@ -109,8 +109,9 @@ async def _run_spawned(argv: list[str], env: dict[str, str], stdio: tuple[int, i
     (negative: killed by that signal). Cancelled, it kills the process group and reaps the process."""
     actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)]
     # posix_spawn returns once the child exists (vfork): not a wait, so not a blocking call in the loop.
-    pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True,
-                          setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+    pid = os.posix_spawnp(
+        argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+    )
     pidfd = os.pidfd_open(pid)
     try:
         await _exited(pidfd)
@@ -126,8 +127,9 @@ async def _run_spawned(argv: list[str], env: dict[str, str], stdio: tuple[int, i
 
 async def _run_asyncio(argv: list[str], env: dict[str, str], stdio: tuple[int, int, int]) -> int:
     """The same as _run_spawned through asyncio's subprocess support (any platform)."""
-    proc = await asyncio.create_subprocess_exec(*argv, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], env=env,
-                                                start_new_session=True)
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], env=env, start_new_session=True
+    )
     try:
         return await proc.wait()
     except BaseException:
@@ -151,7 +153,8 @@ def command_handler(argv: Sequence[str]) -> Callable[[Execution], Awaitable[Any]
     async def run(execution: Execution) -> Any:
         env = {
             **base_env,
-            "KAIROS_EXECUTION_ID": execution.execution_id, "KAIROS_JOB_ID": execution.job_id,
+            "KAIROS_EXECUTION_ID": execution.execution_id,
+            "KAIROS_JOB_ID": execution.job_id,
             "KAIROS_ATTEMPT": str(execution.attempt),
             "KAIROS_SCHEDULED_FOR": execution.scheduled_for.isoformat().replace("+00:00", "Z"),
             "KAIROS_IDEMPOTENCY_KEY": execution.idempotency_key,

@@ -23,8 +23,14 @@ log = logging.getLogger("kairos.worker")
 Item = TypeVar("Item", bound=tuple[Any, ...])
 
 # A call that failed with one of these may succeed if sent again (reports are idempotent per attempt).
-TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                       grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED})
+TRANSIENT = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+    }
+)
 RETRY_FIRST_S, RETRY_MOST_S = 0.1, 2.0
 
 # One call for a batch of outcomes: an answer per item, or the exception that item raised.
@@ -51,8 +57,9 @@ class OutcomeReporter:
     An executor that does not know the batched calls (UNIMPLEMENTED) gets one call per outcome.
     """
 
-    def __init__(self, client: WorkerClient, *, report_s: float = 0.005, report_max: int = 500,
-                 retry_s: float = 30.0) -> None:
+    def __init__(
+        self, client: WorkerClient, *, report_s: float = 0.005, report_max: int = 500, retry_s: float = 30.0
+    ) -> None:
         self.client = client
         self.retry_s = retry_s  # how long a report that failed in passing is sent again
         self.report_s = report_s
@@ -157,7 +164,14 @@ class OutcomeReporter:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() not in TRANSIENT or loop.time() + delay > give_up_at:
                     raise
-                log.warning("reporting outcomes failed; sending them again", extra={
-                    "code": exc.code().name, "details": exc.details(), "outcomes": len(batch), "retry_in_s": delay})
+                log.warning(
+                    "reporting outcomes failed; sending them again",
+                    extra={
+                        "code": exc.code().name,
+                        "details": exc.details(),
+                        "outcomes": len(batch),
+                        "retry_in_s": delay,
+                    },
+                )
                 await asyncio.sleep(delay)
                 delay = min(RETRY_MOST_S, delay * 2)

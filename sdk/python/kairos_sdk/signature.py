@@ -51,8 +51,9 @@ def sign(secret: str | Sequence[str], body: bytes, t: int | None = None) -> str:
     return f"t={t}," + ",".join(f"v1={_mac(s, t, body)}" for s in secrets)
 
 
-def verify(secret: str | Sequence[str], header: str, body: bytes, *, tolerance_s: float = 300,
-           now: float | None = None) -> bool:
+def verify(
+    secret: str | Sequence[str], header: str, body: bytes, *, tolerance_s: float = 300, now: float | None = None
+) -> bool:
     """True when ``header`` signs ``body`` with ``secret`` (or any of several) and its time is within tolerance."""
     fields: dict[str, list[str]] = {}
     for part in header.split(","):

@@ -115,12 +115,26 @@ class _Slots:
 
 
 class Worker:
-    def __init__(self, pool: str, handler: Handler, *, addr: str | None = None, api_key: str | None = None,
-                 concurrency: int = 10, lease_seconds: float = 30.0, wait_seconds: float = 5.0,
-                 batch: int | None = None, worker_id: str | None = None, grace_s: float | None = None,
-                 report_s: float = 0.005, report_max: int = 500,
-                 idle_notice_s: float | None = IDLE_NOTICE_S_DEFAULT, prefetch: int | None = None,
-                 gather_s: float = 0.002, lease_calls: int = 1) -> None:
+    def __init__(
+        self,
+        pool: str,
+        handler: Handler,
+        *,
+        addr: str | None = None,
+        api_key: str | None = None,
+        concurrency: int = 10,
+        lease_seconds: float = 30.0,
+        wait_seconds: float = 5.0,
+        batch: int | None = None,
+        worker_id: str | None = None,
+        grace_s: float | None = None,
+        report_s: float = 0.005,
+        report_max: int = 500,
+        idle_notice_s: float | None = IDLE_NOTICE_S_DEFAULT,
+        prefetch: int | None = None,
+        gather_s: float = 0.002,
+        lease_calls: int = 1,
+    ) -> None:
         self.pool = pool
         self.handler = handler
         self.addr = addr
@@ -177,8 +191,9 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         client = WorkerClient(self.addr, self.api_key)
         # A report is worth sending again while the lease it settles lasts.
-        self._reporter = OutcomeReporter(client, report_s=self.report_s, report_max=self.report_max,
-                                         retry_s=self.lease_seconds)
+        self._reporter = OutcomeReporter(
+            client, report_s=self.report_s, report_max=self.report_max, retry_s=self.lease_seconds
+        )
         try:
             await self._lease_loop(client, stop)
             self._reporter.closing()
@@ -208,10 +223,18 @@ class Worker:
         if leased or self._running:
             return now
         if self.idle_notice_s and now - idle_since >= self.idle_notice_s:
-            hint = ("is any job of a granted tenant targeting it?" if self.pool.startswith(SHARED_POOL_PREFIX)
-                    else f"is any job targeting queue {self.pool} with this tenant's key?")
-            log.info("no work leased from pool %s in the last %g s: %s", self.pool, self.idle_notice_s, hint,
-                     extra={"pool": self.pool, "idle_s": round(now - idle_since, 1)})
+            hint = (
+                "is any job of a granted tenant targeting it?"
+                if self.pool.startswith(SHARED_POOL_PREFIX)
+                else f"is any job targeting queue {self.pool} with this tenant's key?"
+            )
+            log.info(
+                "no work leased from pool %s in the last %g s: %s",
+                self.pool,
+                self.idle_notice_s,
+                hint,
+                extra={"pool": self.pool, "idle_s": round(now - idle_since, 1)},
+            )
             return now
         return idle_since
 
@@ -246,8 +269,11 @@ class Worker:
                     was_full, gather_until = False, now + self.gather_s
                 if may_call and free > 0 and now >= not_before and (free >= enough or now >= gather_until):
                     ask = min(free, most)
-                    calls[asyncio.ensure_future(client.lease(self.pool, self.worker_id, ask, self.lease_seconds,
-                                                             self.wait_seconds))] = (ask, now)
+                    calls[
+                        asyncio.ensure_future(
+                            client.lease(self.pool, self.worker_id, ask, self.lease_seconds, self.wait_seconds)
+                        )
+                    ] = (ask, now)
                     continue
                 waits: list[asyncio.Future[Any]] = [stopped, *calls]
                 freed = None
@@ -266,11 +292,13 @@ class Worker:
                     try:
                         got = call.result()
                     except grpc.aio.AioRpcError as exc:
-                        if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
-                                          grpc.StatusCode.INVALID_ARGUMENT):
+                        if exc.code() in (
+                            grpc.StatusCode.UNAUTHENTICATED,
+                            grpc.StatusCode.PERMISSION_DENIED,
+                            grpc.StatusCode.INVALID_ARGUMENT,
+                        ):
                             raise
-                        log.warning("lease failed; retrying", extra={"code": exc.code().name,
-                                                                     "details": exc.details()})
+                        log.warning("lease failed; retrying", extra={"code": exc.code().name, "details": exc.details()})
                         not_before = loop.time() + backoff
                         backoff = min(5.0, backoff * 2)
                         continue
@@ -307,8 +335,10 @@ class Worker:
     async def _drain(self, client: WorkerClient) -> None:
         if not self._running:
             return
-        log.info("stopping: letting running executions finish", extra={"running": len(self._running),
-                                                                       "grace_s": self.grace_s})
+        log.info(
+            "stopping: letting running executions finish",
+            extra={"running": len(self._running), "grace_s": self.grace_s},
+        )
         running = set(self._running)
         _, late = await asyncio.wait(running, timeout=self.grace_s)
         for task in late:
@@ -379,8 +409,12 @@ class Worker:
                 log.warning("lease lost; outcome discarded", extra={"execution_id": eid, "attempt": attempt})
         except grpc.aio.AioRpcError as exc:
             # The lease will expire and the execution run again (at-least-once).
-            log.error("could not report outcome: %s %s", exc.code().name, exc.details(),
-                      extra={"execution_id": eid, "code": exc.code().name})
+            log.error(
+                "could not report outcome: %s %s",
+                exc.code().name,
+                exc.details(),
+                extra={"execution_id": eid, "code": exc.code().name},
+            )
 
 
 def _describe(exc: BaseException) -> str:

@@ -45,10 +45,19 @@ class FakeExecutor(pb_grpc.WorkerServicer):
     def add(self, payload: object = None, *, timeout_seconds: int = 0) -> str:
         eid = str(uuid.uuid4())
         now = datetime.now(timezone.utc)
-        self._ready.append(pb.LeasedExecution(
-            execution_id=eid, job_id=str(uuid.uuid4()), attempt=1, payload=json.dumps(payload).encode(),
-            scheduled_for=_ts(now), lease_until=_ts(now + timedelta(seconds=30)),
-            idempotency_key=f"{eid}:1", max_attempts=3, timeout_seconds=timeout_seconds))
+        self._ready.append(
+            pb.LeasedExecution(
+                execution_id=eid,
+                job_id=str(uuid.uuid4()),
+                attempt=1,
+                payload=json.dumps(payload).encode(),
+                scheduled_for=_ts(now),
+                lease_until=_ts(now + timedelta(seconds=30)),
+                idempotency_key=f"{eid}:1",
+                max_attempts=3,
+                timeout_seconds=timeout_seconds,
+            )
+        )
         self._added.set()
         return eid
 
@@ -76,7 +85,7 @@ class FakeExecutor(pb_grpc.WorkerServicer):
                 await asyncio.wait_for(self._added.wait(), deadline - time.monotonic())
             except TimeoutError:
                 break
-        taken, self._ready = self._ready[: request.max], self._ready[request.max:]
+        taken, self._ready = self._ready[: request.max], self._ready[request.max :]
         return pb.LeaseResponse(executions=taken)
 
     async def Heartbeat(self, request, context):
@@ -115,17 +124,23 @@ class FakeExecutor(pb_grpc.WorkerServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "executor restarting")
         if self.hold_completes is not None:
             await self.hold_completes.wait()
-        return pb.CompleteManyResponse(results=[
-            pb.CompleteManyItem(execution_id=i.execution_id, attempt=i.attempt, outcome=self._complete(i))
-            for i in request.items])
+        return pb.CompleteManyResponse(
+            results=[
+                pb.CompleteManyItem(execution_id=i.execution_id, attempt=i.attempt, outcome=self._complete(i))
+                for i in request.items
+            ]
+        )
 
     async def FailMany(self, request, context):
         if not self.batched:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
         self._record("FailMany", context)
-        return pb.FailManyResponse(results=[
-            pb.FailManyItem(execution_id=i.execution_id, attempt=i.attempt, outcome=self._fail(i))
-            for i in request.items])
+        return pb.FailManyResponse(
+            results=[
+                pb.FailManyItem(execution_id=i.execution_id, attempt=i.attempt, outcome=self._fail(i))
+                for i in request.items
+            ]
+        )
 
 
 @dataclass

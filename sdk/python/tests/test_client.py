@@ -48,13 +48,17 @@ def _floor(requirement: str) -> tuple[int, ...]:
 
 
 def test_the_promised_floors_are_what_the_generated_modules_check() -> None:
-    deps = {re.split(r"[<>=]", d)[0]: d for d in tomllib.loads((SDK / "pyproject.toml").read_text())["project"]
-            ["dependencies"]}
+    deps = {
+        re.split(r"[<>=]", d)[0]: d
+        for d in tomllib.loads((SDK / "pyproject.toml").read_text())["project"]["dependencies"]
+    }
     assert set(deps) == {"grpcio", "protobuf"}  # a tenant's worker needs nothing else
     grpc_generated = tuple(int(x) for x in worker_pb2_grpc.GRPC_GENERATED_VERSION.split("."))
     assert _floor(deps["grpcio"]) == grpc_generated
     source = Path(worker_pb2.__file__).read_text()
-    major, minor, patch = (int(x) for x in re.search(
-        r"ValidateProtobufRuntimeVersion\(\s*\S+,\s*(\d+),\s*(\d+),\s*(\d+),", source).groups())
+    major, minor, patch = (
+        int(x)
+        for x in re.search(r"ValidateProtobufRuntimeVersion\(\s*\S+,\s*(\d+),\s*(\d+),\s*(\d+),", source).groups()
+    )
     assert _floor(deps["protobuf"]) == (major, minor, patch)
     assert f"<{major + 1}" in deps["protobuf"]  # the generated code refuses another major version

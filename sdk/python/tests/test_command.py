@@ -14,8 +14,17 @@ from kairos_sdk.command import CommandFailed
 
 def _execution(payload: object) -> Execution:
     at = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-    return Execution(execution_id="e1", job_id="j1", attempt=2, payload=payload, scheduled_for=at,
-                     lease_until=at, idempotency_key="j1:2030", max_attempts=3, timeout_seconds=0)
+    return Execution(
+        execution_id="e1",
+        job_id="j1",
+        attempt=2,
+        payload=payload,
+        scheduled_for=at,
+        lease_until=at,
+        idempotency_key="j1:2030",
+        max_attempts=3,
+        timeout_seconds=0,
+    )
 
 
 def _python(code: str) -> list[str]:
@@ -23,15 +32,25 @@ def _python(code: str) -> list[str]:
 
 
 async def test_stdout_json_is_the_result_and_the_environment_names_the_execution(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("KAIROS_API_KEY", "secret")
     names = ("KAIROS_EXECUTION_ID", "KAIROS_ATTEMPT", "KAIROS_SCHEDULED_FOR", "KAIROS_API_KEY")
-    run = command_handler(_python(
-        "import json, os, sys; p = json.load(sys.stdin); "
-        f"print(json.dumps({{'n': p['n'] + 1, 'env': {{k: os.environ.get(k) for k in {names!r}}}}}))"))
-    assert await run(_execution({"n": 1})) == {"n": 2, "env": {
-        "KAIROS_EXECUTION_ID": "e1", "KAIROS_ATTEMPT": "2", "KAIROS_SCHEDULED_FOR": "2030-01-02T03:04:05Z",
-        "KAIROS_API_KEY": None}}
+    run = command_handler(
+        _python(
+            "import json, os, sys; p = json.load(sys.stdin); "
+            f"print(json.dumps({{'n': p['n'] + 1, 'env': {{k: os.environ.get(k) for k in {names!r}}}}}))"
+        )
+    )
+    assert await run(_execution({"n": 1})) == {
+        "n": 2,
+        "env": {
+            "KAIROS_EXECUTION_ID": "e1",
+            "KAIROS_ATTEMPT": "2",
+            "KAIROS_SCHEDULED_FOR": "2030-01-02T03:04:05Z",
+            "KAIROS_API_KEY": None,
+        },
+    }
 
 
 async def test_plain_stdout_is_wrapped_and_empty_stdout_is_none() -> None:
@@ -86,9 +105,12 @@ async def test_the_asyncio_path_behaves_the_same(monkeypatch: pytest.MonkeyPatch
 async def test_a_large_payload_and_output_pass_whole_and_the_result_is_the_tail_of_stdout() -> None:
     # Bigger than a pipe's buffer both ways: nothing blocks, and the result is stdout's last 16 KiB.
     payload = {"blob": "x" * 300_000}
-    run = command_handler(_python(
-        "import json, sys; p = json.load(sys.stdin); sys.stdout.write('y' * 200_000 + json.dumps(len(p['blob'])))"))
-    assert await run(_execution(payload)) == {"stdout": ("y" * 200_000 + "300000")[-16 * 1024:]}
+    run = command_handler(
+        _python(
+            "import json, sys; p = json.load(sys.stdin); sys.stdout.write('y' * 200_000 + json.dumps(len(p['blob'])))"
+        )
+    )
+    assert await run(_execution(payload)) == {"stdout": ("y" * 200_000 + "300000")[-16 * 1024 :]}
 
 
 async def test_the_error_is_the_last_lines_of_stderr_and_no_descriptor_is_left_open() -> None:

@@ -33,9 +33,11 @@ async def test_returns_complete_raises_fail_and_non_retryable_dead_letters(serve
     await until(lambda: len(fake.outcomes) == 3, what="three outcomes")
     stop.set()
     await asyncio.wait_for(run, 10)
-    assert fake.outcomes == {ok: ("complete", {"handled": ok, "key": f"{ok}:1"}),
-                             flaky: ("fail", "RuntimeError: try again", True),
-                             bad: ("fail", "cannot ever work", False)}
+    assert fake.outcomes == {
+        ok: ("complete", {"handled": ok, "key": f"{ok}:1"}),
+        flaky: ("fail", "RuntimeError: try again", True),
+        bad: ("fail", "cannot ever work", False),
+    }
     assert worker.stats == {"completed": 1, "failed": 2, "lease_lost": 0}
     assert set(fake.keys) == {"Bearer k1"}
     assert "Complete" not in fake.calls and "Fail" not in fake.calls  # sent batched
@@ -169,8 +171,10 @@ async def test_shutdown_flushes_buffered_outcomes_and_fails_handlers_past_the_gr
     assert fake.outcomes == {}
     stop.set()
     await asyncio.wait_for(run, 10)
-    assert fake.outcomes == {quick: ("complete", "ok"),
-                             stuck: ("fail", "worker stopped before the handler finished", True)}
+    assert fake.outcomes == {
+        quick: ("complete", "ok"),
+        stuck: ("fail", "worker stopped before the handler finished", True),
+    }
 
 
 async def test_a_handler_past_its_timeout_fails_retryably(served: Served) -> None:
@@ -210,7 +214,8 @@ async def test_a_slot_is_free_once_the_handler_returns_not_when_its_outcome_is_a
 
 
 async def test_an_idle_worker_says_no_work_was_leased_but_not_while_a_handler_runs(
-        served: Served, caplog: pytest.LogCaptureFixture) -> None:
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="kairos.worker")
     fake = served.executor
     started, release = asyncio.Event(), asyncio.Event()
@@ -235,8 +240,9 @@ async def test_an_idle_worker_says_no_work_was_leased_but_not_while_a_handler_ru
     await until(lambda: eid in fake.outcomes and bool(notices()), what="the idle notice")
     stop.set()
     await asyncio.wait_for(run, 10)
-    assert notices()[0] == ("no work leased from pool jobs in the last 0.2 s: is any job targeting queue jobs "
-                            "with this tenant's key?")
+    assert notices()[0] == (
+        "no work leased from pool jobs in the last 0.2 s: is any job targeting queue jobs with this tenant's key?"
+    )
 
 
 async def test_prefetch_leases_ahead_but_never_runs_more_handlers_than_concurrency(served: Served) -> None:
@@ -282,8 +288,17 @@ async def test_under_load_a_lease_asks_for_half_a_batch_at_least_not_for_each_sl
     async def handler(execution):
         await asyncio.sleep(0.0005 * (execution.payload % 7))  # slots free one by one
 
-    worker = Worker("jobs", handler, addr=served.addr, api_key="k", concurrency=16, batch=16, prefetch=0,
-                    gather_s=0.05, wait_seconds=0.2)
+    worker = Worker(
+        "jobs",
+        handler,
+        addr=served.addr,
+        api_key="k",
+        concurrency=16,
+        batch=16,
+        prefetch=0,
+        gather_s=0.05,
+        wait_seconds=0.2,
+    )
     stop, run = await _run(worker)
     await until(lambda: len(fake.outcomes) == 200, what="every outcome")
     stop.set()
@@ -306,8 +321,9 @@ async def test_without_an_explicit_batch_a_lease_asks_for_every_free_slot_prefet
     asks: dict[str, list[int]] = {}
     for label, batch in (("default", None), ("explicit", 4)):
         fake.lease_asks.clear()
-        worker = Worker("jobs", handler, addr=served.addr, api_key="k", concurrency=4, prefetch=4, batch=batch,
-                        wait_seconds=0.2)
+        worker = Worker(
+            "jobs", handler, addr=served.addr, api_key="k", concurrency=4, prefetch=4, batch=batch, wait_seconds=0.2
+        )
         stop, run = await _run(worker)
         await until(lambda: sum(fake.lease_asks) >= 8 or len(fake.lease_asks) >= 2, what="the first leases")
         asks[label] = list(fake.lease_asks)
@@ -327,8 +343,16 @@ async def test_under_load_lease_calls_go_out_at_once_but_idle_there_is_one(serve
     async def handler(execution):
         await asyncio.sleep(0.002)
 
-    worker = Worker("jobs", handler, addr=served.addr, api_key="k", concurrency=4, prefetch=4, wait_seconds=0.1,
-                    lease_calls=lease_calls)
+    worker = Worker(
+        "jobs",
+        handler,
+        addr=served.addr,
+        api_key="k",
+        concurrency=4,
+        prefetch=4,
+        wait_seconds=0.1,
+        lease_calls=lease_calls,
+    )
     stop, run = await _run(worker)
     await until(lambda: len(fake.lease_asks) >= 3, what="idle long polls")
     assert fake.most_leases_in_flight == 1  # nothing to do: a single long poll at a time
@@ -341,8 +365,9 @@ async def test_under_load_lease_calls_go_out_at_once_but_idle_there_is_one(serve
 
 async def test_idle_a_worker_with_a_small_explicit_batch_still_has_one_long_poll(served: Served) -> None:
     fake = served.executor
-    worker = Worker("jobs", lambda e: None, addr=served.addr, api_key="k", concurrency=8, batch=2, prefetch=0,
-                    wait_seconds=0.1)
+    worker = Worker(
+        "jobs", lambda e: None, addr=served.addr, api_key="k", concurrency=8, batch=2, prefetch=0, wait_seconds=0.1
+    )
     stop, run = await _run(worker)
     await until(lambda: len(fake.lease_asks) >= 3, what="idle long polls")
     stop.set()
