@@ -29,7 +29,7 @@ run: $(RUNTIME)
 	$(BIN)/kairos up --demo
 
 ## ruff over the server, the SDK, tests and benchmarks (generated modules excluded, see pyproject.toml),
-## then the format check (FORMAT_CHECK=1 turns it on).
+## then the format check (FORMAT_CHECK=0 leaves it out).
 FORMAT_CHECK ?= 1
 lint: $(DEV)
 	$(BIN)/ruff check .
