@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 
 
-def _herd() -> Any:
+def herd_module() -> Any:
+    """herd.py's module: ``__main__`` when it runs as the bench, else imported (its helpers live there)."""
     return sys.modules.get("__main__") if hasattr(sys.modules.get("__main__"), "Stack") else __import__("herd")
 
 
@@ -137,7 +138,7 @@ def http_env(run: Run) -> dict[str, str]:
 
 def receipt_figures(receipts: list[Receipt], due_of: dict[str, float], t0: float | None = None) -> dict[str, Any]:
     """Lag (first receipt - due) per job, duplicates (receipts of a job beyond its first), and the drain."""
-    h = _herd()
+    h = herd_module()
     first: dict[str, float] = {}
     count: dict[str, int] = defaultdict(int)
     for r in receipts:
@@ -179,7 +180,7 @@ def delivery_rows(
     rate_target: float | None,
     correctness: dict[str, Any],
 ) -> None:
-    h = _herd()
+    h = herd_module()
     lag = fig["receiptLagS"]
     run.row(name, "receipt lag p50 / p99", "-", f"{h.fmt_s(lag['p50'])} / {h.fmt_s(lag['p99'])}", None)
     missing = fig["notReceived"]
@@ -212,7 +213,7 @@ async def http_herd(
     run: Run, name: str, groups: list[tuple[str, int, int]], *, slow: dict[int, float] | None = None
 ) -> tuple[dict[str, Any], list[Receipt]]:
     """groups: (tenant, jobs, receiver port); every job due at one instant T."""
-    h = _herd()
+    h = herd_module()
     ports = sorted({p for _, _, p in groups})
     receiver = Receiver(run, name, ports, slow)
     try:
@@ -252,7 +253,7 @@ def settings_row(run: Run, name: str) -> None:
 
 
 def _common(run: Run, name: str, res: dict[str, Any], fig: dict[str, Any]) -> None:
-    h = _herd()
+    h = herd_module()
     settings_row(run, name)
     per = cpu_per_delivery(res, fig["received"])
     res["cpuUsPerDelivery"] = per
@@ -269,7 +270,7 @@ def _common(run: Run, name: str, res: dict[str, Any], fig: dict[str, Any]) -> No
 
 async def scenario_http10k(run: Run) -> None:
     a = run.args
-    port = _herd().free_port()
+    port = herd_module().free_port()
     res, receipts = await http_herd(run, "http10k", [("hooks", a.http10k_jobs, port)])
     occ = res.pop("_occ")
     fig = receipt_figures(receipts, _occ_due(occ), res["T"])
@@ -280,7 +281,7 @@ async def scenario_http10k(run: Run) -> None:
 
 async def scenario_httpmixed(run: Run) -> None:
     a = run.args
-    free = _herd().free_port
+    free = herd_module().free_port
     groups = [("hog", a.httpmixed_hog, free())] + [
         (f"small-{i:02d}", a.httpmixed_small_jobs, free()) for i in range(1, a.httpmixed_small + 1)
     ]
@@ -296,13 +297,19 @@ async def scenario_httpmixed(run: Run) -> None:
     res["receiptsSmall"] = small
     run.results["httpmixed"] = res
     p99 = small["receiptLagS"]["p99"]
-    run.row("httpmixed", "small tenants' receipt lag p99", "<= 1 s", _herd().fmt_s(p99), p99 is not None and p99 <= 1.0)
+    run.row(
+        "httpmixed",
+        "small tenants' receipt lag p99",
+        "<= 1 s",
+        herd_module().fmt_s(p99),
+        p99 is not None and p99 <= 1.0,
+    )
     delivery_rows(run, "httpmixed", fig, within_s=10.0, rate_target=None, correctness=res["correctness"])
 
 
 async def scenario_httpslow(run: Run) -> None:
     a = run.args
-    free = _herd().free_port
+    free = herd_module().free_port
     slow_port, fast_port = free(), free()
     res, receipts = await http_herd(
         run,
@@ -323,14 +330,14 @@ async def scenario_httpslow(run: Run) -> None:
         "httpslow",
         f"B's receipt lag p99 (A's origin answers after {a.httpslow_delay_s:g} s)",
         "<= 1 s",
-        _herd().fmt_s(p99),
+        herd_module().fmt_s(p99),
         p99 is not None and p99 <= 1.0,
     )
     delivery_rows(run, "httpslow", fig, within_s=None, rate_target=None, correctness=res["correctness"])
 
 
 async def scenario_httplight(run: Run) -> None:
-    h = _herd()
+    h = herd_module()
     a = run.args
     port = h.free_port()
     receiver = Receiver(run, "httplight", [port])
@@ -384,7 +391,7 @@ async def scenario_httplight(run: Run) -> None:
 async def scenario_httpsteady(run: Run) -> None:
     """rate*60 cron jobs `* * * * *` (60 s jitter window) spread over `origins` receiver ports and 10 tenants;
     measured: the occurrences due in [M, M + seconds) and their receipts."""
-    h = _herd()
+    h = herd_module()
     a = run.args
     n = a.httpsteady_rate * 60
     need = n / 150 + 60 + a.httpsteady_seconds + 60

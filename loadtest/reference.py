@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from http_herd import herd_module
+
 if TYPE_CHECKING:
     from herd import Run
 
@@ -27,10 +29,6 @@ VENV = HERE.parent / ".venv-pgqueuer"
 REQUIREMENTS = ["pgqueuer==1.6.0", "asyncpg>=0.29", "uvloop>=0.19"]
 PGQUEUER_WORKERS = 2
 PGQUEUER_BATCH = 100
-
-
-def _herd() -> Any:
-    return sys.modules.get("__main__") if hasattr(sys.modules.get("__main__"), "Stack") else __import__("herd")
 
 
 def python() -> Path:
@@ -48,7 +46,7 @@ def python() -> Path:
 
 async def pgqueuer_herd(run: Run, name: str, groups: list[tuple[str, int]]) -> dict[str, Any]:
     """The herd of ``groups`` [(group, jobs)] through pgqueuer: lag figures, per group, and CPU per job."""
-    h = _herd()
+    h = herd_module()
     exe = python()
     total = sum(n for _, n in groups)
     url = run.server.create(f"{name}_pgq")
@@ -85,17 +83,23 @@ async def pgqueuer_herd(run: Run, name: str, groups: list[tuple[str, int]]) -> d
             raise h.ScenarioFailed(f"pgqueuer: enqueue of {total} ended after T")
         print(f"  [{name}] pgqueuer: {total} jobs enqueued in {enqueued_s:.1f} s; T in {t_due - time.time():.1f} s")
         await asyncio.sleep(max(0.0, t_due - 1 - time.time()))
-        roots = {"workers": [w.popen.pid for w in workers]}
+        # Each worker read on its own: one that exits first leaves /proc, and its last reading must stay.
+        roots = {f"worker{i}": [w.popen.pid] for i, w in enumerate(workers)}
         pm = run.server.postmaster_pid()
         if pm:
             roots["postgres"] = [pm]
         cpu0 = h.tree_cpu(roots)
         deadline = t_due + h.drain_timeout(run, total)
-        cpu1 = cpu0
+        last = dict(cpu0)
         while time.time() < deadline and any(w.popen.poll() is None for w in workers):
-            cpu1 = h.tree_cpu(roots)  # the last reading before the workers exit
+            last = {k: max(v, last.get(k, 0.0)) for k, v in h.tree_cpu(roots).items()}
             await asyncio.sleep(0.25)
         run.procs.stop(workers)
+        used = {k: last[k] - cpu0.get(k, 0.0) for k in last}
+        cpu1 = {
+            "workers": sum(v for k, v in used.items() if k.startswith("worker")),
+            "postgres": used.get("postgres", 0.0),
+        }
         starts = [
             (float(at), group)
             for p in out.glob("starts-*.txt")
@@ -112,7 +116,7 @@ async def pgqueuer_herd(run: Run, name: str, groups: list[tuple[str, int]]) -> d
         "workers": PGQUEUER_WORKERS,
         "batch": PGQUEUER_BATCH,
         "startLagS": h.summary(lags),
-        "cpuSecondsDuringDrain": {k: round(cpu1[k] - cpu0.get(k, 0), 2) for k in cpu1},
+        "cpuSecondsDuringDrain": {k: round(v, 2) for k, v in cpu1.items()},
     }
     if starts:
         last = max(at for at, _ in starts)
@@ -125,7 +129,7 @@ def rows(
     run: Run, name: str, kairos: dict[str, Any], ref: dict[str, Any], *, ratio_target: float, small: str | None = None
 ) -> None:
     """The reference's figures beside Kairos's, and the ratio of their drains against ``ratio_target``."""
-    h = _herd()
+    h = herd_module()
     lost = ref["jobs"] - ref["started"]
     run.row(
         name,
