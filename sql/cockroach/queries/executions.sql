@@ -59,6 +59,11 @@ WITH clock AS (
       AND e.state = 'ready' AND e.attempt = p.attempt  -- a concurrent lease of the same row changes nothing
     RETURNING e.execution_id, e.job_id, e.tenant_id, e.attempt, e.max_attempts, e.scheduled_for,
               e.lease_until, e.payload, e.traceparent, e.trigger, e.ready_at
+), signer AS (
+    -- The key that signs identity tokens now (read only for a row whose job asks for one).
+    SELECT k.key_id, k.private_key FROM oidc_keys AS k
+    WHERE k.signs_from <= coalesce(CAST(:now AS TIMESTAMPTZ), now())
+    ORDER BY k.signs_from DESC, k.key_id LIMIT 1
 )
 -- The ids as text: what the executor hands on (gRPC, HTTP headers, log lines) and keys its leases by.
 SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS job_id,
@@ -70,12 +75,8 @@ SELECT CAST(l.execution_id AS TEXT) AS execution_id, CAST(l.job_id AS TEXT) AS j
        j.http_auth,  -- an HTTP target's auth object: the identity token it asks for (docs/http-delivery.md)
        -- The key that signs that token now: its id and sealed private half (app/store/oidc_keys.py; the
        -- latest signs_from not in the future: a rotation's new key is published before it signs).
-       CASE WHEN j.http_auth IS NOT NULL THEN (
-           SELECT k.key_id FROM oidc_keys AS k WHERE k.signs_from <= coalesce(CAST(:now AS TIMESTAMPTZ), now())
-           ORDER BY k.signs_from DESC, k.key_id LIMIT 1) END AS oidc_key_id,
-       CASE WHEN j.http_auth IS NOT NULL THEN (
-           SELECT k.private_key FROM oidc_keys AS k WHERE k.signs_from <= coalesce(CAST(:now AS TIMESTAMPTZ), now())
-           ORDER BY k.signs_from DESC, k.key_id LIMIT 1) END AS oidc_key
+       CASE WHEN j.http_auth IS NOT NULL THEN (SELECT key_id FROM signer) END AS oidc_key_id,
+       CASE WHEN j.http_auth IS NOT NULL THEN (SELECT private_key FROM signer) END AS oidc_key
 FROM leased AS l
 JOIN jobs AS j ON j.job_id = l.job_id
 JOIN tenants AS t ON t.tenant_id = l.tenant_id
