@@ -75,7 +75,7 @@ class _Connection(asyncio.Protocol):
             if not self._head_done and self._received > HEAD_MAX_BYTES:
                 self._fail(SendFailed(f"the answer's headers exceed {HEAD_MAX_BYTES} bytes"))
             elif self._head_done and self._received > DRAIN_MAX_BYTES + HEAD_MAX_BYTES:
-                self._fail(None)  # a large 2xx body: not worth reading to keep the connection
+                self._fail(None)  # a large body: not read to keep the connection (closing settles an error)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

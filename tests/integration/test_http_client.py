@@ -187,6 +187,19 @@ async def test_error_answers_keep_status_headers_and_an_excerpt(serve) -> None:
         await client.close()
 
 
+async def test_an_error_with_a_large_body_answers_with_its_excerpt_and_closes(serve) -> None:
+    big = b"HTTP/1.1 500 Oops\r\nContent-Length: 10000000\r\n\r\n" + b"z" * 400_000
+    server = await serve(lambda n, req: big if n == 0 else OK)
+    client = HttpClient(8)
+    try:
+        answer = await client("POST", origin(server), "/", b"{}", HEADERS, 5)
+        assert (answer.status, answer.excerpt) == (500, b"z" * 8)
+        assert (await client("POST", origin(server), "/", b"{}", HEADERS, 5)).status == 200
+    finally:
+        await client.close()
+    assert server.connections == 2
+
+
 async def test_a_2xx_is_done_at_its_headers_and_a_large_body_is_not_drained(serve) -> None:
     big = b"HTTP/1.1 200 OK\r\nContent-Length: 10000000\r\n\r\n" + b"y" * 400_000
     server = await serve(lambda n, req: big if n == 0 else OK)
