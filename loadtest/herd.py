@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 
 from app.domain.schedule import jitter_offset_s  # noqa: E402
+from app.executor import pools as shared_pools  # noqa: E402
 from app.store import (  # noqa: E402
     Store,  # noqa: E402
     embedded,
@@ -742,7 +743,7 @@ class Stack:
         await migrate.upgrade(self.db)
         self.conn = psycopg.connect(libpq(self.url), autocommit=True)
         await self._tenants(tenant_names)
-        self._pool(tenant_names)
+        await self._pool(tenant_names)
         cmd = kairos_command()
         api_argv = [*cmd, "api"]
         env = self.env()
@@ -808,9 +809,10 @@ class Stack:
         for tenant, key in await self.db.transaction(work):
             self.tenants[tenant.name] = TenantInfo(tenant.name, str(tenant.tenant_id), key)
 
-    def _pool(self, names: list[str]) -> None:
+    async def _pool(self, names: list[str]) -> None:
         allow = [a for n in names for a in ("--allow", n)]
-        out = subprocess.run(
+        out = await asyncio.to_thread(
+            subprocess.run,
             [*kairos_command(), "pools", "create", POOL, "--shared", *allow, "--json"],
             env=self.env(),
             cwd=ROOT,
@@ -818,6 +820,13 @@ class Stack:
             text=True,
             timeout=120,
         )
+        if out.returncode != 0 and "exists" in out.stderr + out.stdout:
+            # A database kept from an earlier scenario (the lived one): the pool is there; grant this
+            # scenario's tenants and take a key of its own, as `kairos pools grant` and `issue-key` do.
+            assert self.db is not None
+            await shared_pools.grant(self.db, POOL, tuple(names))
+            self.worker_key = await shared_pools.issue_key(self.db, POOL)
+            return
         if out.returncode != 0:
             raise RuntimeError(f"kairos pools create failed: {out.stderr.strip() or out.stdout.strip()}")
         self.worker_key = json.loads(out.stdout.strip().splitlines()[-1])["workerKey"]
@@ -976,6 +985,7 @@ def occurrences(
         "  AND (%(lo)s::float8 IS NULL OR e.scheduled_for >= to_timestamp(%(lo)s::float8)) "
         "  AND (%(hi)s::float8 IS NULL OR e.scheduled_for < to_timestamp(%(hi)s::float8)) "
         "LEFT JOIN attempts AS a ON a.execution_id = e.execution_id AND a.attempt = 1 "
+        "  AND a.scheduled_for = e.scheduled_for "  # one partition's index per row on partitioned history
         "WHERE j.name LIKE %(name)s",
         {"name": name_like, "lo": lo, "hi": hi},
     )
@@ -1148,11 +1158,23 @@ PENDING_SQL = (
 
 
 async def wait_drain(
-    run: Run, stack: Stack, expected: int, until: float, *, t0: float | None, stall_s: float = 30.0
+    run: Run,
+    stack: Stack,
+    expected: int,
+    until: float,
+    *,
+    t0: float | None,
+    stall_s: float = 30.0,
+    since: float | None = None,
 ) -> dict[str, Any]:
     """Poll (every POLL_S, counting when PENDING_SQL allows) until `expected` executions succeeded or the
     wall-clock bound `until` (epoch seconds) passes, or nothing progressed for stall_s after the last
-    due time. Takes the planner statistics (and EXPLAIN with --explain) once half of them succeeded."""
+    due time. Takes the planner statistics (and EXPLAIN with --explain) once half of them succeeded.
+    ``since`` (epoch seconds): count only executions finished from then on, a range of executions_finished,
+    so a database that holds history (the lived one) is not drained before the herd starts."""
+    count_sql = "SELECT count(*) FROM executions WHERE state = 'succeeded'"
+    if since is not None:
+        count_sql += f" AND finished_at >= to_timestamp({since:.3f})"
     info: dict[str, Any] = {}
     mid_done = False
     last_n, last_change = -1, time.time()
@@ -1161,7 +1183,7 @@ async def wait_drain(
         if i % COUNT_EVERY and last_n >= 0 and stack.sql1(PENDING_SQL):
             await asyncio.sleep(POLL_S)
             continue
-        n = stack.sql1("SELECT count(*) FROM executions WHERE state = 'succeeded'")
+        n = stack.sql1(count_sql)
         now = time.time()
         if n != last_n:
             last_n, last_change = n, now
@@ -1255,7 +1277,7 @@ async def herd(
         late = stack.sql1("SELECT count(*) FROM jobs WHERE name = 'herd' AND created_at >= run_at")
         await asyncio.sleep(max(0.0, t_due - 1 - time.time()))
         cpu0, counters0 = stack.cpu(), stack.db_counters()
-        drain = await wait_drain(run, stack, accepted, t_due + drain_timeout(run, total), t0=t_due)
+        drain = await wait_drain(run, stack, accepted, t_due + drain_timeout(run, total), t0=t_due, since=t_due - 1)
         cpu1, counters1 = stack.cpu(), stack.db_counters()
         occ, per_job = occurrences(stack, "herd")
         c = correctness(occ, per_job)
