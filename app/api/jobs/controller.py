@@ -76,20 +76,16 @@ class JobController(Controller):
     )
     async def create_job(
         self,
-        request: Request[Any, Any, Any],
         data: JSONBody[schemas.JobIn],
         tenant: Tenant,
-        submitter: SubmitterDep,
         idempotency_key: Annotated[
             str | None, HeaderParameter(name="Idempotency-Key", schema_extra={"min_length": 1, "max_length": 255})
         ] = None,
     ) -> Response[schemas.JobCreated]:
-        """The fast path (app.api.jobs.fast_submit) answers the ordinary request before it gets here; both
-        answer through ``JobSubmitter.create``."""
-        created = await submitter.create(
-            tenant.tenant_id, data, await request.body(), idempotency_key, request.headers.get("traceparent")
-        )
-        return Response(created, status_code=201, headers={"Location": f"/v1/jobs/{created.job_id}"})
+        """The route's declaration, for the OpenAPI document and the path's methods. Its requests are answered
+        in front of the router, by ``app.api.jobs.create_route.CreateJobRoute`` (``create_app`` installs it),
+        and never reach this handler."""
+        raise RuntimeError("POST /v1/jobs is answered by app.api.jobs.create_route.CreateJobRoute")
 
     @get(
         "/",

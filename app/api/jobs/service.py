@@ -146,8 +146,8 @@ def submission(
 
 
 class JobSubmitter:
-    """The one implementation of a submit: POST /v1/jobs (the route and its fast path,
-    app.api.jobs.fast_submit) and each item of POST /v1/jobs:batch. Validates, keeps a large payload
+    """The one implementation of a submit: POST /v1/jobs
+    (app.api.jobs.create_route) and each item of POST /v1/jobs:batch. Validates, keeps a large payload
     in the object store, and hands the jobs to the process's group-committing writer."""
 
     def __init__(self, settings: Settings, writer: SubmitWriter, payload_store: PayloadStore) -> None:
