@@ -43,6 +43,9 @@ _MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]*)`$")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`$")
 _ENUM = re.compile(r"^Invalid enum value (?P<value>.*)$")
 _RANGE = re.compile(r"^Expected `(?:int|float)` (?:>=|>|<=|<) \S+$")
+_LENGTH = re.compile(r"^Expected `(?P<kind>str|object|array)` of length (?P<op>>=|<=) (?P<n>\d+)$")
+_PATTERN = re.compile(r"^Expected `str` matching regex ")
+_UNITS = {"str": "characters", "object": "members", "array": "items"}
 
 
 def pointer(steps: Iterable[str | int]) -> str:
@@ -159,7 +162,28 @@ def describe(what: str, steps: list[str | int], type_: Any | None) -> tuple[str,
             return pointer(steps), f"must be one of {_quoted(allowed)} (got {found['value']})"
     if _RANGE.match(what) and type_ is not None and (bounds := _range(_type_at(type_, steps))) is not None:
         return pointer(steps), bounds
+    if found := _LENGTH.match(what):
+        n, unit = int(found["n"]), _UNITS[found["kind"]]
+        if found["op"] == ">=":
+            return pointer(steps), "must not be empty" if n == 1 else f"must have at least {n} {unit}"
+        return pointer(steps), f"must have at most {n} {unit}"
+    if _PATTERN.match(what) and type_ is not None and (says := _says(_type_at(type_, steps))) is not None:
+        return pointer(steps), says
     return pointer(steps), what
+
+
+def _says(t: msgspec.inspect.Type | None) -> str | None:
+    """What a string field's pattern requires, in words: the ``says`` of its Meta ``extra`` (app.api.wire)."""
+    members = [t] if t is not None else []
+    while members:
+        member = members.pop(0)
+        if isinstance(member, msgspec.inspect.Metadata):
+            if says := (member.extra or {}).get("says"):
+                return str(says)
+            members.insert(0, member.type)
+        elif isinstance(member, msgspec.inspect.UnionType):
+            members[:0] = member.types
+    return None
 
 
 _UNNAMED_KEY = "[...]"

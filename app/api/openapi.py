@@ -383,10 +383,9 @@ def _batch_body(known: dict[str, Any]) -> dict[str, Any]:
     item = copy.deepcopy(known["JobIn"])
     item.title, item.examples = "BatchItemIn", None
     item.description = "A job of a batch: the fields of a single submit plus its own Idempotency-Key."
-    item.properties = {
-        **item.properties,
-        "idempotencyKey": Schema(type=OpenAPIType.STRING, min_length=1, max_length=255),
-    }
+    _, declared = msgspec.json.schema_components([schemas.BatchItemIn], ref_template="#/components/schemas/{name}")
+    key = _value_branch(declared["BatchItemIn"]["properties"]["idempotencyKey"])
+    item.properties = {**item.properties, "idempotencyKey": _as_schema(key)}
     known["BatchItemIn"] = item
     # Any item is taken: one that is not a BatchItemIn gets its own problem in results (the batch is 200).
     each = {

@@ -2,18 +2,20 @@
 types that carry their bounds.
 
 A field's bounds are declared here once, on its type, and give both the validation and the
-OpenAPI document (app.api.openapi copies them into the schemas Litestar derives). Numeric ranges
-are ``msgspec.Meta`` constraints: msgspec refuses a value outside them while decoding, and
-app.api.bodies words the refusal as "must be between LOW and HIGH". Bounds whose refusal the
-domain words more precisely (a name's NUL character, a label key's grammar, a header's value, a
-method written in lower case) are validated by app.domain.jobs and declared here as document
-only (``extra_json_schema``), from the same constants.
+OpenAPI document (app.api.openapi copies them into the schemas Litestar derives). Ranges, lengths,
+patterns and the values of a ``Literal`` are ``msgspec.Meta`` constraints: msgspec refuses a value
+outside them while decoding, and app.api.bodies words the refusal ("must be between LOW and HIGH",
+"must have at most N characters", "must be one of ..."; a pattern's refusal is the ``says`` of its
+Meta ``extra``). Bounds whose refusal names a part of the value (a label key or header name in the
+pointer, /labels/team) or that the domain reads more loosely than a pattern could say (a method in
+lower case, an interval) are validated by app.domain.jobs and declared here as document only
+(``extra_json_schema``), from the same constants.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
@@ -39,20 +41,24 @@ def decode_body(raw: bytes, type_: type[W]) -> W:
 NO_NUL = "^[^\\u0000]*$"  # PostgreSQL refuses NUL in text
 
 
+NO_NUL_SAYS = "must not contain the NUL character (U+0000)"
+
+
+def _text(max_length: int, *, pattern: str = NO_NUL, says: str = NO_NUL_SAYS) -> msgspec.Meta:
+    """A non-empty string of at most ``max_length`` characters matching ``pattern`` (refused as ``says``)."""
+    return msgspec.Meta(min_length=1, max_length=max_length, pattern=pattern, extra={"says": says})
+
+
 Name = Annotated[
     str,
-    msgspec.Meta(
-        extra_json_schema={
-            "minLength": 1,
-            "maxLength": job_rules.MAX_NAME_LEN,
-            "pattern": "^[^\\u0000]*\\S[^\\u0000]*$",
-        }
+    _text(
+        job_rules.MAX_NAME_LEN,
+        pattern="^[^\\u0000]*\\S[^\\u0000]*$",
+        says="must hold a character other than a space, and no NUL character (U+0000)",
     ),
 ]
-TargetType = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["http", "queue"]})]
-TargetRef = Annotated[
-    str, msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": job_rules.MAX_URL_LEN, "pattern": NO_NUL})
-]
+TargetType = Literal["http", "queue"]
+TargetRef = Annotated[str, _text(job_rules.MAX_URL_LEN)]
 HttpMethod = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(job_rules.HTTP_METHODS)})]
 HeaderValue = Annotated[
     str,
@@ -84,24 +90,18 @@ Labels = Annotated[
         }
     ),
 ]
-DstGap = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["shift", "skip"]})]
-DstRepeat = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["once", "twice"]})]
-Cron = Annotated[
-    str,
-    msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": schedule_rules.MAX_CRON_LENGTH, "pattern": NO_NUL}),
-]
+DstGap = Literal["shift", "skip"]
+DstRepeat = Literal["once", "twice"]
+Cron = Annotated[str, _text(schedule_rules.MAX_CRON_LENGTH)]
 Every = Annotated[str, msgspec.Meta(extra_json_schema={"pattern": "^[0-9dhms]{1,40}$"})]
-TimeZone = Annotated[
-    str, msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": MAX_TZ_LENGTH, "pattern": NO_NUL})
-]
+TimeZone = Annotated[str, _text(MAX_TZ_LENGTH)]
 Audience = Annotated[
     str,
-    msgspec.Meta(
-        extra_json_schema={
-            "minLength": 1,
-            "maxLength": job_rules.MAX_AUDIENCE_LEN,
-            "pattern": f"^{job_rules.AUDIENCE.pattern}$",
-        }
+    _text(
+        job_rules.MAX_AUDIENCE_LEN,
+        pattern=f"^{job_rules.AUDIENCE.pattern}$",
+        says=f"an audience is 1-{job_rules.MAX_AUDIENCE_LEN} visible ASCII characters without spaces (a URL or "
+        "another string the receiver expects)",
     ),
 ]
 Uuid = Annotated[str, msgspec.Meta(extra_json_schema={"format": "uuid"})]

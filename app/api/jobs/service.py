@@ -49,7 +49,7 @@ def build_spec(
     ``job_id``: an existing job's (an update keeps its id, so H tokens resolve the same).
     ``every_anchor``: an existing every job's grid, kept when the body names no startAt."""
     job_id = job_id or random_uuid()
-    name = job_rules.validate_name(body.name)
+    name = body.name  # its bounds are its wire type's (app.api.wire.Name), checked while decoding
     target = job_rules.validate_target(body.target.type, body.target.ref, egress_policy(settings))
     payload_text = job_rules.payload_json(body.payload, settings.payload_max_bytes)
     r = body.retry or schemas.RetryIn()
