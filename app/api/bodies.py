@@ -38,6 +38,8 @@ T = TypeVar("T")
 
 # msgspec's ValidationError reads "<what> - at `$.jobs[3].name`"; at the root there is no " - at".
 _AT = re.compile(r"^(?P<what>.*?)(?: - at `(?P<path>\$[^`]*)`)?$", re.DOTALL)
+# A key of an object that breaks its type: "<what> - at `key` in `$.labels`".
+_KEY_AT = re.compile(r"^(?P<what>.*?) - at `key` in `(?P<path>\$[^`]*)`$", re.DOTALL)
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[([^\]]*)\]")
 _MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]*)`$")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`$")
@@ -162,14 +164,29 @@ def describe(what: str, steps: list[str | int], type_: Any | None) -> tuple[str,
             return pointer(steps), f"must be one of {_quoted(allowed)} (got {found['value']})"
     if _RANGE.match(what) and type_ is not None and (bounds := _range(_type_at(type_, steps))) is not None:
         return pointer(steps), bounds
+    if type_ is not None and (worded := _worded(what, _type_at(type_, steps))) is not None:
+        return pointer(steps), worded
+    return pointer(steps), what
+
+
+def _worded(what: str, t: msgspec.inspect.Type | None) -> str | None:
+    """A length's or a pattern's refusal (msgspec's ``what``) in words, for a value of type ``t``."""
     if found := _LENGTH.match(what):
         n, unit = int(found["n"]), _UNITS[found["kind"]]
         if found["op"] == ">=":
-            return pointer(steps), "must not be empty" if n == 1 else f"must have at least {n} {unit}"
-        return pointer(steps), f"must have at most {n} {unit}"
-    if _PATTERN.match(what) and type_ is not None and (says := _says(_type_at(type_, steps))) is not None:
-        return pointer(steps), says
-    return pointer(steps), what
+            return "must not be empty" if n == 1 else f"must have at least {n} {unit}"
+        return f"must have at most {n} {unit}"
+    if _PATTERN.match(what):
+        return _says(t)
+    return None
+
+
+def _key_type(t: msgspec.inspect.Type | None) -> msgspec.inspect.Type | None:
+    """The type of the keys of the object type ``t``."""
+    for member in _unwrap(t) if t is not None else []:
+        if isinstance(member, msgspec.inspect.DictType):
+            return member.key_type
+    return None
 
 
 def _says(t: msgspec.inspect.Type | None) -> str | None:
@@ -215,6 +232,8 @@ def _culprit_key(document: Any, type_: Any, steps: list[str | int]) -> str | Non
         try:
             msgspec.convert(alone(key), type_, strict=True)
         except msgspec.ValidationError as exc:
+            if _KEY_AT.match(str(exc)):
+                return str(key)
             found = _AT.match(str(exc))
             if found and found["path"] and _UNNAMED_KEY in found["path"]:
                 return str(key)
@@ -225,6 +244,11 @@ def invalid_input(exc: msgspec.ValidationError, type_: Any, document: Any = None
     """The InvalidInput for msgspec's ValidationError decoding ``type_``: its field a JSON Pointer.
     ``document``: the body decoded without a schema, to name the key of a bad value in a client's object
     (labels, headers), which msgspec leaves unnamed."""
+    if keyed := _KEY_AT.match(str(exc)):
+        steps = _steps(keyed["path"])
+        key = _culprit_key(document, type_, steps) if document is not None else None
+        detail = _worded(keyed["what"], _key_type(_type_at(type_, steps))) or f"has a key that {keyed['what']}"
+        return errors.InvalidInput(pointer([*steps, key] if key is not None else steps), detail)
     found = _AT.match(str(exc))
     assert found is not None  # the pattern matches any text
     steps = _steps(found["path"])

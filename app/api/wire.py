@@ -6,10 +6,10 @@ OpenAPI document (app.api.openapi copies them into the schemas Litestar derives)
 patterns and the values of a ``Literal`` are ``msgspec.Meta`` constraints: msgspec refuses a value
 outside them while decoding, and app.api.bodies words the refusal ("must be between LOW and HIGH",
 "must have at most N characters", "must be one of ..."; a pattern's refusal is the ``says`` of its
-Meta ``extra``). Bounds whose refusal names a part of the value (a label key or header name in the
-pointer, /labels/team) or that the domain reads more loosely than a pattern could say (a method in
-lower case, an interval) are validated by app.domain.jobs and declared here as document only
-(``extra_json_schema``), from the same constants.
+Meta ``extra``; a bad key of an object is pointed at by its own name, /labels/Team). What the
+domain reads more loosely than a pattern could say (a method in lower case, an interval such as
+1h30m) or checks beyond a pattern (reserved header names, a URL) is validated by app.domain.jobs, and
+its bounds are declared here as document only (``extra_json_schema``), from the same constants.
 """
 
 from __future__ import annotations
@@ -53,43 +53,43 @@ Name = Annotated[
     str,
     _text(
         job_rules.MAX_NAME_LEN,
-        pattern="^[^\\u0000]*\\S[^\\u0000]*$",
+        pattern="^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",
         says="must hold a character other than a space, and no NUL character (U+0000)",
     ),
 ]
 TargetType = Literal["http", "queue"]
 TargetRef = Annotated[str, _text(job_rules.MAX_URL_LEN)]
 HttpMethod = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(job_rules.HTTP_METHODS)})]
+HeaderName = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=f"^{job_rules.HEADER_NAME.pattern}$",
+        extra={"says": "is not a valid HTTP header name (RFC 9110 token: 1-128 of A-Z a-z 0-9 !#$%&'*+.^_`|~-)"},
+    ),
+]
 HeaderValue = Annotated[
     str,
     msgspec.Meta(
-        extra_json_schema={
-            "maxLength": job_rules.MAX_HEADER_VALUE_LEN,
-            "pattern": f"^{job_rules.HEADER_VALUE.pattern}$",
-        }
+        max_length=job_rules.MAX_HEADER_VALUE_LEN,
+        pattern=f"^{job_rules.HEADER_VALUE.pattern}$",
+        extra={
+            "says": "a header value is visible ASCII characters, with spaces or tabs only between them "
+            "(RFC 9110 field-value; no control or non-ASCII characters)"
+        },
     ),
 ]
-Headers = Annotated[
-    dict[str, HeaderValue],
+Headers = Annotated[dict[HeaderName, HeaderValue], msgspec.Meta(max_length=job_rules.MAX_HEADERS)]
+LabelKey = Annotated[
+    str,
     msgspec.Meta(
-        extra_json_schema={
-            "maxProperties": job_rules.MAX_HEADERS,
-            "propertyNames": {"pattern": f"^{job_rules.HEADER_NAME.pattern}$"},
-        }
+        pattern=job_rules.LABEL_KEY.pattern,
+        extra={"says": "a label key is 1-63 of a-z 0-9 . _ / - starting and ending with a letter or digit"},
     ),
 ]
 LabelValue = Annotated[
-    str, msgspec.Meta(extra_json_schema={"maxLength": job_rules.MAX_LABEL_VALUE_LEN, "pattern": NO_NUL})
+    str, msgspec.Meta(max_length=job_rules.MAX_LABEL_VALUE_LEN, pattern=NO_NUL, extra={"says": NO_NUL_SAYS})
 ]
-Labels = Annotated[
-    dict[str, LabelValue],
-    msgspec.Meta(
-        extra_json_schema={
-            "maxProperties": job_rules.MAX_LABELS,
-            "propertyNames": {"pattern": job_rules.LABEL_KEY.pattern},
-        }
-    ),
-]
+Labels = Annotated[dict[LabelKey, LabelValue], msgspec.Meta(max_length=job_rules.MAX_LABELS)]
 DstGap = Literal["shift", "skip"]
 DstRepeat = Literal["once", "twice"]
 Cron = Annotated[str, _text(schedule_rules.MAX_CRON_LENGTH)]

@@ -55,6 +55,11 @@ def job_with(**parts: bytes) -> bytes:
         (job_with(name=b'""'), "/name", "must not be empty"),
         (job_with(name=b'"   "'), "/name", "must hold a character other than a space, and no NUL character (U+0000)"),
         (
+            job_with(name=b'"report\\u0000"'),
+            "/name",
+            "must hold a character other than a space, and no NUL character (U+0000)",
+        ),
+        (
             job_with(name=b'"%s"' % (b"x" * (job_rules.MAX_NAME_LEN + 1))),
             "/name",
             f"must have at most {job_rules.MAX_NAME_LEN} characters",
@@ -82,6 +87,26 @@ def job_with(**parts: bytes) -> bytes:
                 f"an audience is 1-{job_rules.MAX_AUDIENCE_LEN} visible ASCII characters without spaces (a URL or "
                 "another string the receiver expects)"
             ),
+        ),
+        (
+            job_with(labels=b'{"ok": "a", "Team": "b"}'),
+            "/labels/Team",
+            "a label key is 1-63 of a-z 0-9 . _ / - starting and ending with a letter or digit",
+        ),
+        (
+            job_with(labels=b'{"a/b/": "x"}'),
+            "/labels/a~1b~1",
+            "a label key is 1-63 of a-z 0-9 . _ / - starting and ending with a letter or digit",
+        ),
+        (
+            job_with(labels=b'{"team": "%s"}' % (b"x" * (job_rules.MAX_LABEL_VALUE_LEN + 1))),
+            "/labels/team",
+            f"must have at most {job_rules.MAX_LABEL_VALUE_LEN} characters",
+        ),
+        (
+            job_with(labels=b"{%s}" % b", ".join(b'"k%d": "v"' % i for i in range(job_rules.MAX_LABELS + 1))),
+            "/labels",
+            f"must have at most {job_rules.MAX_LABELS} members",
         ),
     ],
 )

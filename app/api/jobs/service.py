@@ -62,7 +62,7 @@ def build_spec(
     if start_at is not None:
         job_rules.within_horizon(start_at, now, settings.max_schedule_horizon_days, "schedule.startAt")
     options = job_rules.Options(
-        labels=job_rules.validate_labels(body.labels),
+        labels=dict(body.labels or {}),  # bounded by its wire type (app.api.wire.Labels) while decoding
         start_at=start_at,
         end_at=end_at,
         dry_run=body.dry_run,
