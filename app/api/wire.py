@@ -104,6 +104,8 @@ Audience = Annotated[
         "another string the receiver expects)",
     ),
 ]
+IDEMPOTENCY_KEY_MAX = 255  # characters of an Idempotency-Key (the header, or a batch item's idempotencyKey)
+IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)]
 Uuid = Annotated[str, msgspec.Meta(extra_json_schema={"format": "uuid"})]
 
 # Validated while decoding; app.api.bodies words a refusal "must be between LOW and HIGH" (``low_name``

@@ -12,7 +12,7 @@ from uuid import UUID
 import msgspec
 
 from app import errors
-from app.api import bodies, problems
+from app.api import bodies, problems, wire
 from app.api.jobs import large_payloads, schemas, views
 from app.api.jobs.submit import Created, Submission, SubmitWriter, new_job_row, not_granted
 from app.api.pagination import decode_cursor, page_limit, split_page
@@ -138,8 +138,8 @@ def submission(
     traceparent: str | None = None,
 ) -> Submission:
     """A validated job to store; raises InvalidInput naming the field."""
-    if idem_key is not None and not 1 <= len(idem_key) <= 255:
-        raise errors.InvalidInput("Idempotency-Key", "must be 1-255 characters")
+    if idem_key is not None and not 1 <= len(idem_key) <= wire.IDEMPOTENCY_KEY_MAX:
+        raise errors.InvalidInput("Idempotency-Key", f"must be 1-{wire.IDEMPOTENCY_KEY_MAX} characters")
     return Submission(
         build_spec(body, settings, now), tenant_id, idem_key, fingerprint if idem_key else None, traceparent
     )
