@@ -11,12 +11,13 @@ can give, path parameters named and typed as ids, and an example on the job body
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 from litestar import Litestar
 from litestar.openapi.spec import Components, OpenAPI, OpenAPIType, Schema, SecurityScheme
 
+from app import errors
 from app.api import wire
 from app.api._openapi_fields import describe_fields
 from app.api.dead_letters import schemas as dead_letter_schemas
@@ -45,13 +46,7 @@ PROBLEM_SCHEMA: dict[str, Any] = {
         "maxBytes": {"type": "integer", "description": "413 only: the route's body limit"},
         "quota": {
             "type": "string",
-            "enum": [
-                "maxActiveJobs",
-                "maxSubmitPerSecond",
-                "maxManualRunsPerSecond",
-                "maxManualInFlight",
-                "bulkReplayPerWindow",
-            ],
+            "enum": list(get_args(errors.Quota)),
             "description": "429 of a tenant quota only: which one (docs/quotas.md)",
         },
         "limit": {"type": "integer", "description": "429 of a tenant quota only: the quota's value"},
