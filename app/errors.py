@@ -7,6 +7,8 @@ They are translated to HTTP problem bodies in ``app.api.problems`` and to gRPC r
 
 from __future__ import annotations
 
+from typing import Literal
+
 
 class KairosError(Exception):
     """Kairos failed to handle the request."""
@@ -79,6 +81,12 @@ class InvalidExecutionState(InvalidStateTransition):
     """The execution is not in a state that allows this."""
 
 
+# A tenant quota as the API names it (a 429 problem's ``quota``; docs/quotas.md).
+Quota = Literal[
+    "maxActiveJobs", "maxSubmitPerSecond", "maxManualRunsPerSecond", "maxManualInFlight", "bulkReplayPerWindow"
+]
+
+
 class TenantQuotaExceeded(KairosError):
     """The tenant's quota is exhausted; try again later."""
 
@@ -86,12 +94,12 @@ class TenantQuotaExceeded(KairosError):
         self,
         detail: str | None = None,
         *,
-        quota: str | None = None,
+        quota: Quota | None = None,
         limit: int | None = None,
         retry_after_s: int | None = None,
     ) -> None:
         super().__init__(detail)
-        self.quota = quota  # which one, as the API spells it: maxActiveJobs, maxSubmitPerSecond
+        self.quota = quota  # which one, as the API spells it
         self.limit = limit
         self.retry_after_s = retry_after_s  # the Retry-After header's seconds
 

@@ -16,7 +16,7 @@ from app.api.dashboard import DashboardController
 from app.api.dead_letters.controller import DeadLetterController
 from app.api.health import DemoController, HealthController
 from app.api.jobs.controller import JobController, create_jobs
-from app.api.jobs.fast_submit import ASGIApp, FastCreateJob
+from app.api.jobs.create_route import ASGIApp, CreateJobRoute
 from app.api.jobs.service import JobSubmitter
 from app.api.jobs.submit import SubmitWriter, WriterConfig
 from app.api.metrics import MetricsController
@@ -41,20 +41,6 @@ def controllers(settings: Settings) -> list[type]:
 def max_body_bytes(settings: Settings) -> int:
     """A request body's limit (the batch route's is its own)."""
     return max(1024 * 1024, settings.payload_max_bytes + 64 * 1024)
-
-
-def served_app(settings: Settings, db: Database) -> FastCreateJob:
-    """What the API serves: the Litestar app, behind the single submit's own path (app.api.jobs.fast_submit)."""
-    app = create_app(settings, db)
-    shared: Shared = app.state.shared
-    return FastCreateJob(
-        cast(ASGIApp, app),
-        db,
-        key_cache=shared.key_cache,
-        throttle=shared.auth_throttle,
-        submitter=shared.submitter,
-        max_body_bytes=max_body_bytes(settings),
-    )
 
 
 @dataclass(frozen=True)
@@ -133,4 +119,15 @@ def create_app(settings: Settings, db: Database) -> Litestar:
         request_max_body_size=max_body_bytes(settings),
     )
     openapi.document(app)
+    # POST /v1/jobs is answered in front of the router (app.api.jobs.create_route), inside the app, so
+    # whoever serves the app serves that route; the router keeps its declaration for the document.
+    route = CreateJobRoute(
+        cast(ASGIApp, app.asgi_handler),
+        db,
+        key_cache=shared.key_cache,
+        throttle=shared.auth_throttle,
+        submitter=shared.submitter,
+        max_body_bytes=max_body_bytes(settings),
+    )
+    app.asgi_handler = cast(Any, route)
     return app

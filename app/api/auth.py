@@ -109,22 +109,34 @@ def _refused(throttle: AuthThrottle, client: str, was_throttled: bool, refusal: 
     raise refusal
 
 
-async def provide_tenant(request: Request[Any, Any, Any], state: State) -> TenantContext:
-    throttle: AuthThrottle = state.auth_throttle
-    client = client_address(request)
+async def authenticate(
+    throttle: AuthThrottle, keys: tenants.KeyCache, db: Database, client: str, authorization: str
+) -> TenantContext:
+    """The tenant whose key ``authorization`` (the header's value, "" for none) bears, for a request from
+    ``client``; raises Unauthorized, AuthenticationThrottled or Forbidden. Every /v1 route's check:
+    ``provide_tenant`` for the Litestar routes, ``app.api.jobs.create_route`` for POST /v1/jobs."""
     throttled = throttle.wait_s(client) > 0
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
+    scheme, _, key = authorization.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         _refused(throttle, client, throttled, errors.Unauthorized())
-    keys: tenants.KeyCache = state.key_cache
-    principal = await keys.resolve(state.db, key.strip(), queued=throttled)
+    principal = await keys.resolve(db, key.strip(), queued=throttled)
     if principal is None:
         _refused(throttle, client, throttled, errors.Unauthorized("the API key is unknown or revoked"))
     if principal.tenant_id is None:
         raise errors.Forbidden("a pool worker key cannot use the REST API")
-    request.state.tenant_id = principal.tenant_id  # for the request's log line (app.api.telemetry)
     return TenantContext(principal.tenant_id, principal.tenant_name or "")
+
+
+async def provide_tenant(request: Request[Any, Any, Any], state: State) -> TenantContext:
+    tenant = await authenticate(
+        state.auth_throttle,
+        state.key_cache,
+        state.db,
+        client_address(request),
+        request.headers.get("authorization", ""),
+    )
+    request.state.tenant_id = tenant.tenant_id  # for the request's log line (app.api.telemetry)
+    return tenant
 
 
 # What handlers declare: injected by name (the app factory registers "db" and "tenant").

@@ -38,11 +38,16 @@ T = TypeVar("T")
 
 # msgspec's ValidationError reads "<what> - at `$.jobs[3].name`"; at the root there is no " - at".
 _AT = re.compile(r"^(?P<what>.*?)(?: - at `(?P<path>\$[^`]*)`)?$", re.DOTALL)
+# A key of an object that breaks its type: "<what> - at `key` in `$.labels`".
+_KEY_AT = re.compile(r"^(?P<what>.*?) - at `key` in `(?P<path>\$[^`]*)`$", re.DOTALL)
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[([^\]]*)\]")
 _MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]*)`$")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`$")
 _ENUM = re.compile(r"^Invalid enum value (?P<value>.*)$")
 _RANGE = re.compile(r"^Expected `(?:int|float)` (?:>=|>|<=|<) \S+$")
+_LENGTH = re.compile(r"^Expected `(?P<kind>str|object|array)` of length (?P<op>>=|<=) (?P<n>\d+)$")
+_PATTERN = re.compile(r"^Expected `str` matching regex ")
+_UNITS = {"str": "characters", "object": "members", "array": "items"}
 
 
 def pointer(steps: Iterable[str | int]) -> str:
@@ -159,7 +164,43 @@ def describe(what: str, steps: list[str | int], type_: Any | None) -> tuple[str,
             return pointer(steps), f"must be one of {_quoted(allowed)} (got {found['value']})"
     if _RANGE.match(what) and type_ is not None and (bounds := _range(_type_at(type_, steps))) is not None:
         return pointer(steps), bounds
+    if type_ is not None and (worded := _worded(what, _type_at(type_, steps))) is not None:
+        return pointer(steps), worded
     return pointer(steps), what
+
+
+def _worded(what: str, t: msgspec.inspect.Type | None) -> str | None:
+    """A length's or a pattern's refusal (msgspec's ``what``) in words, for a value of type ``t``."""
+    if found := _LENGTH.match(what):
+        n, unit = int(found["n"]), _UNITS[found["kind"]]
+        if found["op"] == ">=":
+            return "must not be empty" if n == 1 else f"must have at least {n} {unit}"
+        return f"must have at most {n} {unit}"
+    if _PATTERN.match(what):
+        return _says(t)
+    return None
+
+
+def _key_type(t: msgspec.inspect.Type | None) -> msgspec.inspect.Type | None:
+    """The type of the keys of the object type ``t``."""
+    for member in _unwrap(t) if t is not None else []:
+        if isinstance(member, msgspec.inspect.DictType):
+            return member.key_type
+    return None
+
+
+def _says(t: msgspec.inspect.Type | None) -> str | None:
+    """What a string field's pattern requires, in words: the ``says`` of its Meta ``extra`` (app.api.wire)."""
+    members = [t] if t is not None else []
+    while members:
+        member = members.pop(0)
+        if isinstance(member, msgspec.inspect.Metadata):
+            if says := (member.extra or {}).get("says"):
+                return str(says)
+            members.insert(0, member.type)
+        elif isinstance(member, msgspec.inspect.UnionType):
+            members[:0] = member.types
+    return None
 
 
 _UNNAMED_KEY = "[...]"
@@ -191,6 +232,8 @@ def _culprit_key(document: Any, type_: Any, steps: list[str | int]) -> str | Non
         try:
             msgspec.convert(alone(key), type_, strict=True)
         except msgspec.ValidationError as exc:
+            if _KEY_AT.match(str(exc)):
+                return str(key)
             found = _AT.match(str(exc))
             if found and found["path"] and _UNNAMED_KEY in found["path"]:
                 return str(key)
@@ -201,6 +244,11 @@ def invalid_input(exc: msgspec.ValidationError, type_: Any, document: Any = None
     """The InvalidInput for msgspec's ValidationError decoding ``type_``: its field a JSON Pointer.
     ``document``: the body decoded without a schema, to name the key of a bad value in a client's object
     (labels, headers), which msgspec leaves unnamed."""
+    if keyed := _KEY_AT.match(str(exc)):
+        steps = _steps(keyed["path"])
+        key = _culprit_key(document, type_, steps) if document is not None else None
+        detail = _worded(keyed["what"], _key_type(_type_at(type_, steps))) or f"has a key that {keyed['what']}"
+        return errors.InvalidInput(pointer([*steps, key] if key is not None else steps), detail)
     found = _AT.match(str(exc))
     assert found is not None  # the pattern matches any text
     steps = _steps(found["path"])

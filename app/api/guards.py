@@ -131,10 +131,15 @@ async def before_request(request: Request[Any, Any, Any]) -> Response[None] | No
             refuse_if_throttled(request, state)
         else:
             await provide_tenant(request, state)
-    for name, value in request.query_params.multi_items():
+    refuse_nul(request.query_params.multi_items())
+    check_query(request)
+    return None
+
+
+def refuse_nul(query: Iterable[tuple[str, str]]) -> None:
+    """InvalidParameter for the first query parameter whose name or value holds the NUL character."""
+    for name, value in query:
         if "\x00" in name or "\x00" in value:
             raise errors.InvalidParameter(
                 name.replace("\x00", "\\u0000"), "must not contain the NUL character (U+0000)"
             )
-    check_query(request)
-    return None

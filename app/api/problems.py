@@ -170,15 +170,20 @@ def http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[
         except AttributeError:
             limit = None
         if limit:
-            return problem(
-                413,
-                "body-too-large",
-                "The request body is too large.",
-                f"the body is larger than this route's limit of {limit} bytes",
-                request.url.path,
-                maxBytes=limit,
-            )
+            return Response(too_large_body(limit, request.url.path), status_code=413, media_type=PROBLEM)
     return problem(exc.status_code, "http-error", str(exc.detail), str(exc.detail), request.url.path)
+
+
+def too_large_body(limit: int, path: str) -> dict[str, Any]:
+    """The 413 problem for a body over the route's limit of ``limit`` bytes."""
+    return problem_body(
+        413,
+        "body-too-large",
+        "The request body is too large.",
+        f"the body is larger than this route's limit of {limit} bytes",
+        path,
+        maxBytes=limit,
+    )
 
 
 def internal_body(path: str) -> dict[str, Any]:

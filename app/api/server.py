@@ -28,7 +28,7 @@ import msgspec
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.api.app import served_app
+from app.api.app import create_app
 from app.api.metrics import TierMetrics, start_worker_listener, worker_socket
 from app.api.telemetry import RequestTelemetry
 from app.config import Settings
@@ -157,7 +157,7 @@ def _listen(settings: Settings, reuse_port: bool) -> socket.socket:
 async def serve(settings: Settings, db: Database, stop: asyncio.Event) -> None:
     sock = _listen(settings, reuse_port=settings.api_reuse_port)
     # uvicorn's access log stays off: RequestTelemetry writes the one line per request.
-    app = RequestTelemetry(served_app(settings, db))
+    app = RequestTelemetry(create_app(settings, db))
     gc.freeze()  # the application's routes and models join what the tier froze once started (settle_gc)
     # Proxy headers only from KAIROS_TRUSTED_PROXIES (uvicorn would trust loopback's by default): a client
     # that could name its own address would pick its auth-throttle bucket, or a victim's.

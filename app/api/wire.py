@@ -2,18 +2,20 @@
 types that carry their bounds.
 
 A field's bounds are declared here once, on its type, and give both the validation and the
-OpenAPI document (app.api.openapi copies them into the schemas Litestar derives). Numeric ranges
-are ``msgspec.Meta`` constraints: msgspec refuses a value outside them while decoding, and
-app.api.bodies words the refusal as "must be between LOW and HIGH". Bounds whose refusal the
-domain words more precisely (a name's NUL character, a label key's grammar, a header's value, a
-method written in lower case) are validated by app.domain.jobs and declared here as document
-only (``extra_json_schema``), from the same constants.
+OpenAPI document (app.api.openapi copies them into the schemas Litestar derives). Ranges, lengths,
+patterns and the values of a ``Literal`` are ``msgspec.Meta`` constraints: msgspec refuses a value
+outside them while decoding, and app.api.bodies words the refusal ("must be between LOW and HIGH",
+"must have at most N characters", "must be one of ..."; a pattern's refusal is the ``says`` of its
+Meta ``extra``; a bad key of an object is pointed at by its own name, /labels/Team). What the
+domain reads more loosely than a pattern could say (a method in lower case, an interval such as
+1h30m) or checks beyond a pattern (reserved header names, a URL) is validated by app.domain.jobs, and
+its bounds are declared here as document only (``extra_json_schema``), from the same constants.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
@@ -39,71 +41,71 @@ def decode_body(raw: bytes, type_: type[W]) -> W:
 NO_NUL = "^[^\\u0000]*$"  # PostgreSQL refuses NUL in text
 
 
+NO_NUL_SAYS = "must not contain the NUL character (U+0000)"
+
+
+def _text(max_length: int, *, pattern: str = NO_NUL, says: str = NO_NUL_SAYS) -> msgspec.Meta:
+    """A non-empty string of at most ``max_length`` characters matching ``pattern`` (refused as ``says``)."""
+    return msgspec.Meta(min_length=1, max_length=max_length, pattern=pattern, extra={"says": says})
+
+
 Name = Annotated[
     str,
-    msgspec.Meta(
-        extra_json_schema={
-            "minLength": 1,
-            "maxLength": job_rules.MAX_NAME_LEN,
-            "pattern": "^[^\\u0000]*\\S[^\\u0000]*$",
-        }
+    _text(
+        job_rules.MAX_NAME_LEN,
+        pattern="^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",
+        says="must hold a character other than a space, and no NUL character (U+0000)",
     ),
 ]
-TargetType = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["http", "queue"]})]
-TargetRef = Annotated[
-    str, msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": job_rules.MAX_URL_LEN, "pattern": NO_NUL})
-]
+TargetType = Literal["http", "queue"]
+TargetRef = Annotated[str, _text(job_rules.MAX_URL_LEN)]
 HttpMethod = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(job_rules.HTTP_METHODS)})]
+HeaderName = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=f"^{job_rules.HEADER_NAME.pattern}$",
+        extra={"says": "is not a valid HTTP header name (RFC 9110 token: 1-128 of A-Z a-z 0-9 !#$%&'*+.^_`|~-)"},
+    ),
+]
 HeaderValue = Annotated[
     str,
     msgspec.Meta(
-        extra_json_schema={
-            "maxLength": job_rules.MAX_HEADER_VALUE_LEN,
-            "pattern": f"^{job_rules.HEADER_VALUE.pattern}$",
-        }
+        max_length=job_rules.MAX_HEADER_VALUE_LEN,
+        pattern=f"^{job_rules.HEADER_VALUE.pattern}$",
+        extra={
+            "says": "a header value is visible ASCII characters, with spaces or tabs only between them "
+            "(RFC 9110 field-value; no control or non-ASCII characters)"
+        },
     ),
 ]
-Headers = Annotated[
-    dict[str, HeaderValue],
+Headers = Annotated[dict[HeaderName, HeaderValue], msgspec.Meta(max_length=job_rules.MAX_HEADERS)]
+LabelKey = Annotated[
+    str,
     msgspec.Meta(
-        extra_json_schema={
-            "maxProperties": job_rules.MAX_HEADERS,
-            "propertyNames": {"pattern": f"^{job_rules.HEADER_NAME.pattern}$"},
-        }
+        pattern=job_rules.LABEL_KEY.pattern,
+        extra={"says": "a label key is 1-63 of a-z 0-9 . _ / - starting and ending with a letter or digit"},
     ),
 ]
 LabelValue = Annotated[
-    str, msgspec.Meta(extra_json_schema={"maxLength": job_rules.MAX_LABEL_VALUE_LEN, "pattern": NO_NUL})
+    str, msgspec.Meta(max_length=job_rules.MAX_LABEL_VALUE_LEN, pattern=NO_NUL, extra={"says": NO_NUL_SAYS})
 ]
-Labels = Annotated[
-    dict[str, LabelValue],
-    msgspec.Meta(
-        extra_json_schema={
-            "maxProperties": job_rules.MAX_LABELS,
-            "propertyNames": {"pattern": job_rules.LABEL_KEY.pattern},
-        }
-    ),
-]
-DstGap = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["shift", "skip"]})]
-DstRepeat = Annotated[str, msgspec.Meta(extra_json_schema={"enum": ["once", "twice"]})]
-Cron = Annotated[
-    str,
-    msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": schedule_rules.MAX_CRON_LENGTH, "pattern": NO_NUL}),
-]
+Labels = Annotated[dict[LabelKey, LabelValue], msgspec.Meta(max_length=job_rules.MAX_LABELS)]
+DstGap = Literal["shift", "skip"]
+DstRepeat = Literal["once", "twice"]
+Cron = Annotated[str, _text(schedule_rules.MAX_CRON_LENGTH)]
 Every = Annotated[str, msgspec.Meta(extra_json_schema={"pattern": "^[0-9dhms]{1,40}$"})]
-TimeZone = Annotated[
-    str, msgspec.Meta(extra_json_schema={"minLength": 1, "maxLength": MAX_TZ_LENGTH, "pattern": NO_NUL})
-]
+TimeZone = Annotated[str, _text(MAX_TZ_LENGTH)]
 Audience = Annotated[
     str,
-    msgspec.Meta(
-        extra_json_schema={
-            "minLength": 1,
-            "maxLength": job_rules.MAX_AUDIENCE_LEN,
-            "pattern": f"^{job_rules.AUDIENCE.pattern}$",
-        }
+    _text(
+        job_rules.MAX_AUDIENCE_LEN,
+        pattern=f"^{job_rules.AUDIENCE.pattern}$",
+        says=f"an audience is 1-{job_rules.MAX_AUDIENCE_LEN} visible ASCII characters without spaces (a URL or "
+        "another string the receiver expects)",
     ),
 ]
+IDEMPOTENCY_KEY_MAX = 255  # characters of an Idempotency-Key (the header, or a batch item's idempotencyKey)
+IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)]
 Uuid = Annotated[str, msgspec.Meta(extra_json_schema={"format": "uuid"})]
 
 # Validated while decoding; app.api.bodies words a refusal "must be between LOW and HIGH" (``low_name``

@@ -16,7 +16,6 @@ for instance::
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -24,6 +23,7 @@ from typing import Any, Literal
 
 import click
 
+from app.cli._jobs_change import changed, jobs_backfill, jobs_run, jobs_update, read_json_file
 from app.cli.client import PAGE_MAX, Execution, Job, KairosClient, every_page
 from app.cli.job_views import more_hint, show_attempts, show_executions, show_job, show_jobs
 from app.cli.pools import check_pool_ref
@@ -38,7 +38,6 @@ from app.cli.remote import (
     json_option,
     pass_api,
     progress,
-    read_text,
     table,
     utc_iso,
     when,
@@ -53,14 +52,6 @@ _NO_DATA = object()
 @api_group("jobs")
 def jobs() -> None:
     """Submit, list, inspect, pause, resume and cancel jobs (a tenant's API key)."""
-
-
-def _read_file(path: str) -> Any:
-    text = read_text(path)
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        fail(f"{'stdin' if path == '-' else path} is not JSON: {exc}")
 
 
 def _check_cron(expr: str, tz: str) -> None:
@@ -323,7 +314,7 @@ def jobs_submit(
         )
         if used:
             fail(f"--file holds the whole job; leave out {', '.join(used)}")
-        document = _read_file(file)
+        document = read_json_file(file)
         if isinstance(document, list):
             if idempotency_key:
                 fail("--idempotency-key is for one job; give each item of the array its own idempotencyKey")
@@ -485,21 +476,13 @@ def jobs_attempts(api: KairosClient, execution_id: str, as_json: bool) -> None:
 # -- state changes -------------------------------------------------------------------------------------
 
 
-def _changed(job: Job, as_json: bool, verb: str) -> None:
-    emit(
-        job,
-        as_json,
-        lambda: click.echo(f"{verb} {job['jobId']} ({job['name']}): {job['state']}, next run {when(job['nextRunAt'])}"),
-    )
-
-
 @jobs.command("pause")
 @click.argument("job_id", type=JOB_ID)
 @json_option
 @pass_api
 def jobs_pause(api: KairosClient, job_id: str, as_json: bool) -> None:
     """Pause a job: no occurrence runs until it is resumed."""
-    _changed(api.pause_job(job_id), as_json, "paused")
+    changed(api.pause_job(job_id), as_json, "paused")
 
 
 @jobs.command("resume")
@@ -515,7 +498,7 @@ def jobs_pause(api: KairosClient, job_id: str, as_json: bool) -> None:
 @pass_api
 def jobs_resume(api: KairosClient, job_id: str, missed: Literal["skip", "run_once"], as_json: bool) -> None:
     """Resume a paused job."""
-    _changed(api.resume_job(job_id, missed), as_json, "resumed")
+    changed(api.resume_job(job_id, missed), as_json, "resumed")
 
 
 @jobs.command("cancel")
@@ -525,124 +508,8 @@ def jobs_resume(api: KairosClient, job_id: str, missed: Literal["skip", "run_onc
 def jobs_cancel(api: KairosClient, job_id: str, as_json: bool) -> None:
     """Cancel a job: its next occurrence is removed, executions not yet started are cancelled."""
     api.cancel_job(job_id)
-    _changed(api.get_job(job_id), as_json, "cancelled")
+    changed(api.get_job(job_id), as_json, "cancelled")
 
 
-# -- update, run now, backfill ---------------------------------------------------------------------------
-
-
-def _label_patch(pairs: Sequence[str]) -> dict[str, str | None]:
-    """KEY=VALUE sets a label, KEY= removes it (JSON Merge Patch null)."""
-    out: dict[str, str | None] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE (KEY= removes the label)", param_hint="--label")
-        out[key] = value or None
-    return out
-
-
-@jobs.command("update")
-@click.argument("job_id", type=JOB_ID)
-@click.option("--patch", "patch_doc", type=JSON_VALUE, help="A JSON Merge Patch of the submit body.")
-@click.option("--file", type=click.Path(dir_okay=False, allow_dash=True), help="The patch from a file (- for stdin).")
-@click.option("--name", help="A new name.")
-@click.option("--cron", help="A new cron expression (the job keeps its zone unless --tz).")
-@click.option("--tz", help="A new IANA zone for the cron expression.")
-@click.option("--every", help="A new interval, e.g. 15m.")
-@click.option("--payload", type=JSON_VALUE, help="A new payload (JSON).")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Set a label; KEY= removes it.")
-@click.option("--dry-run/--live", "dry_run", default=None, help="Record occurrences only, or deliver them again.")
-@click.option("--if-version", type=click.IntRange(1), help="Refuse the update unless the job is at this version.")
-@json_option
-@pass_api
-def jobs_update(
-    api: KairosClient,
-    job_id: str,
-    patch_doc: Any,
-    file: str | None,
-    name: str | None,
-    cron: str | None,
-    tz: str | None,
-    every: str | None,
-    payload: Any,
-    labels: tuple[str, ...],
-    dry_run: bool | None,
-    if_version: int | None,
-    as_json: bool,
-) -> None:
-    """Change a job; its next occurrence follows the new schedule."""
-    patch: dict[str, Any] = {}
-    if patch_doc is not None or file is not None:
-        if patch_doc is not None and file is not None:
-            raise click.UsageError("give --patch or --file, not both")
-        patch = _read_file(file) if file is not None else patch_doc
-        if not isinstance(patch, dict):
-            raise click.UsageError("the patch must be a JSON object")
-    schedule: dict[str, Any] = {k: v for k, v in (("cron", cron), ("tz", tz), ("every", every)) if v is not None}
-    if cron is not None and every is not None:
-        raise click.UsageError("give --cron or --every, not both")
-    if schedule:
-        patch["schedule"] = {**patch.get("schedule", {}), **schedule}
-    for key, value in (("name", name), ("payload", payload), ("dryRun", dry_run)):
-        if value is not None:
-            patch[key] = value
-    if labels:
-        patch["labels"] = {**patch.get("labels", {}), **_label_patch(labels)}
-    if not patch:
-        raise click.UsageError("nothing to change: give --patch, --file or a field option")
-    _changed(api.update_job(job_id, patch, if_version), as_json, "updated")
-
-
-@jobs.command("run")
-@click.argument("job_id", type=JOB_ID)
-@click.option(
-    "--overlap",
-    type=click.Choice(["allow", "forbid", "replace"]),
-    help="Override the job's concurrency policy for this run.",
-)
-@json_option
-@pass_api
-def jobs_run(api: KairosClient, job_id: str, overlap: str | None, as_json: bool) -> None:
-    """Run JOB_ID once now, outside its schedule."""
-    out = api.run_job(job_id, overlap)
-    emit(out, as_json, lambda: click.echo(f"running {job_id} now: execution {out['executionId']}"))
-
-
-@jobs.command("backfill")
-@click.argument("job_id", type=JOB_ID)
-@click.option("--from", "start", type=INSTANT, required=True, help="First instant of the range (inclusive).")
-@click.option("--to", "end", type=INSTANT, required=True, help="End of the range (exclusive, not in the future).")
-@click.option("--overlap", type=click.Choice(["allow", "forbid"]), help="allow (default) or forbid overlaps.")
-@json_option
-@pass_api
-def jobs_backfill(
-    api: KairosClient, job_id: str, start: datetime, end: datetime, overlap: str | None, as_json: bool
-) -> None:
-    """Create the occurrences of a past range, paced like catch-up; 1,000 per call, as many calls as needed."""
-    if start >= end:
-        raise click.BadParameter("must be after --from", param_hint="--to")
-    created = existing = 0
-    note: str | None = None
-    cursor: str | None = utc_iso(start)
-    total_s = (end - start).total_seconds()
-    with progress() as bar:
-        task = bar.add_task("backfill", total=total_s)
-        while cursor is not None:
-            out = api.backfill_job(job_id, cursor, utc_iso(end), overlap)
-            created += out["created"]
-            existing += out["existing"]
-            cursor = out["nextFrom"]
-            note = out.get("note", note)
-            done = total_s if cursor is None else (datetime.fromisoformat(cursor) - start).total_seconds()
-            bar.update(task, completed=done)
-    summary: dict[str, Any] = {"created": created, "existing": existing}
-    if note:
-        summary["note"] = note
-    emit(
-        summary,
-        as_json,
-        lambda: click.echo(
-            f"backfilled {job_id}: {created} created, {existing} already there" + (f" ({note})" if note else "")
-        ),
-    )
+for _command in (jobs_backfill, jobs_run, jobs_update):
+    jobs.add_command(_command)

@@ -48,10 +48,10 @@ def pools_create(name: str, shared: bool, allow: tuple[str, ...], as_json: bool)
     """Create shared pool NAME (given as NAME or shared/NAME) and print its worker key (shown once; only its
     hash is stored). Granted tenants target it as shared/NAME."""
     from app.cli.runtime import run_command
-    from app.executor import pools as service
+    from app.executor import pools as executor_pools
 
     pool = shared_pool_name(name)
-    created = run_command(lambda db: service.create(db, pool, allow))
+    created = run_command(lambda db: executor_pools.create(db, pool, allow))
     if as_json:
         click.echo(
             json.dumps(
@@ -78,10 +78,10 @@ def pools_create(name: str, shared: bool, allow: tuple[str, ...], as_json: bool)
 def pools_grant(name: str, tenants: tuple[str, ...]) -> None:
     """Let TENANTS target shared pool NAME (as shared/NAME)."""
     from app.cli.runtime import run_command
-    from app.executor import pools as service
+    from app.executor import pools as executor_pools
 
     pool = shared_pool_name(name)
-    run_command(lambda db: service.grant(db, pool, tenants))
+    run_command(lambda db: executor_pools.grant(db, pool, tenants))
     click.echo(f"granted {', '.join(tenants)} on {queues.shared_ref(pool)}")
 
 
@@ -90,10 +90,10 @@ def pools_grant(name: str, tenants: tuple[str, ...]) -> None:
 def pools_issue_key(name: str) -> None:
     """Issue another worker key for shared pool NAME (NAME or shared/NAME)."""
     from app.cli.runtime import run_command
-    from app.executor import pools as service
+    from app.executor import pools as executor_pools
 
     pool = shared_pool_name(name)
-    click.echo(run_command(lambda db: service.issue_key(db, pool)))
+    click.echo(run_command(lambda db: executor_pools.issue_key(db, pool)))
 
 
 @pools.command("list")
@@ -101,9 +101,9 @@ def pools_issue_key(name: str) -> None:
 def pools_list(as_json: bool) -> None:
     """Shared pools (as jobs target them: shared/NAME) and the tenants granted each."""
     from app.cli.runtime import run_command
-    from app.executor import pools as service
+    from app.executor import pools as executor_pools
 
-    found = run_command(service.list_all)
+    found = run_command(executor_pools.list_all)
     if not found and not as_json:
         click.echo("no shared pools (kairos pools create NAME --shared makes one)")
     for p in found:

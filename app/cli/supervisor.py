@@ -33,13 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import logging
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -50,17 +48,29 @@ import httpx
 from rich.console import Console
 
 from app import observability
+from app.cli._demo import DemoTenant, demo_allow_list, ensure_demo_tenant, submit_demo_job
+from app.cli._up_ports import (
+    StartFailed,
+    check_ports,
+    installation_ports,
+    metrics_ports,
+    metrics_urls,
+    port_problem,
+    ports,
+)
 from app.cli.oidc_keys import ensure_key
 from app.cli.runtime import database_url
 from app.config import Settings
 from app.duties import supervise
 from app.observability.probes import serve_probes
 from app.rpc import server as rpc_server
-from app.store import Database, Store, embedded, migrate, sealing
+from app.store import Database, embedded, migrate, sealing
 
 log = logging.getLogger(__name__)
+
+# Named here for their users (`kairos up`'s tests): why it could not start, and how it is run.
+__all__ = ["TIERS", "Child", "StartFailed", "Supervisor", "SupervisorConfig", "run_all"]
 TIERS = ("api", "scheduler", "executor")
-DEMO_TENANT = "demo"
 
 
 @dataclass(frozen=True)
@@ -104,76 +114,6 @@ class Child:
     wedged: bool = False  # this start ended in our SIGKILL for not answering
 
 
-@dataclass(frozen=True)
-class DemoTenant:
-    key: str  # its API key (Bearer), for REST and gRPC
-    signing_secret: str  # keys the Kairos-Signature header of its HTTP deliveries
-
-
-async def ensure_demo_tenant(db: Database, home: Path) -> DemoTenant:
-    """The demo tenant's key and signing secret; the key is kept in KAIROS_HOME/demo.key (0600) because
-    only its hash is stored."""
-    from app.store.tenants import signing_secrets_of  # the secret is stored sealed (app.store.sealing)
-
-    key_file = home / "demo.key"
-
-    async def work(tx: Store) -> DemoTenant:
-        tenant = await tx.tenants.get_by_name(DEMO_TENANT)
-        if tenant is None:
-            created = await tx.tenants.create(DEMO_TENANT)
-            assert created is not None
-            return DemoTenant(created[1], signing_secrets_of(created[0]).current)
-        if key_file.exists():
-            key = key_file.read_text().strip()
-            principal = await tx.tenants.resolve_key(key)
-            if principal is not None and principal.tenant_id == tenant.tenant_id:
-                return DemoTenant(key, signing_secrets_of(tenant).current)
-        key, _ = await tx.tenants.rotate_key(tenant.tenant_id)
-        return DemoTenant(key, signing_secrets_of(tenant).current)
-
-    demo = await db.transaction(work)
-    key_file.write_text(demo.key + "\n")
-    key_file.chmod(0o600)
-    return demo
-
-
-class StartFailed(RuntimeError):
-    """Kairos cannot come up, or a tier cannot be brought back: the message is the line to print."""
-
-
-def ports(settings: Settings) -> dict[str, tuple[str, int, str]]:
-    """The tier that listens on each port -> (host, port, the variable that moves it)."""
-    return {
-        "api": (settings.api_host, settings.api_port, "KAIROS_API_PORT"),
-        "executor": (settings.grpc_host, settings.grpc_port, "KAIROS_GRPC_PORT"),
-    }
-
-
-def port_problem(host: str, port: int, variable: str) -> str | None:
-    """Why nothing of ours could listen on ``host:port`` now (held by another process, not an address
-    of this host), or None."""
-    if port == 0:
-        return None  # the tier picks a free one
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
-        # Like the tiers: a connection of an earlier run still in TIME_WAIT does not hold the port. Without
-        # SO_REUSEPORT, a listener that would share the port with us (SO_REUSEPORT) does.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return f"port {host}:{port} in use ({variable})"
-            return f"cannot listen on {host}:{port} ({variable}): {exc.strerror or exc}"
-    return None
-
-
-def check_ports(settings: Settings) -> None:
-    """StartFailed naming the first port a tier could not listen on."""
-    for host, port, variable in ports(settings).values():
-        if problem := port_problem(host, port, variable):
-            raise StartFailed(problem)
-
-
 def last_log_line(child: Child) -> str:
     """The last line the child's current run wrote (a JSON record's message), for an exit's reason."""
     try:
@@ -191,42 +131,6 @@ def last_log_line(child: Child) -> str:
         record = None
     line = str(record["msg"]) if isinstance(record, dict) and "msg" in record else lines[-1]
     return line.removeprefix("error: ")[:300]
-
-
-def metrics_ports(settings: Settings) -> dict[str, int]:
-    """Each child's KAIROS_METRICS_PORT: the scheduler's is ours, the executor's the next one, `kairos up`'s
-    own the one after (none when ours is 0); the API has none of its own, its /metrics is on the API port."""
-    base = settings.metrics_port
-    return {
-        "api": 0,
-        "scheduler": base,
-        "executor": base + 1 if 0 < base < 65535 else 0,
-        "up": base + 2 if 0 < base < 65534 else 0,
-    }
-
-
-def installation_ports(settings: Settings, url: str) -> list[int]:
-    """Every port this run listens on, for each child's egress policy (KAIROS_INSTALLATION_PORTS): the API sees
-    the scheduler's and executor's metrics ports and ours, which its own settings do not name."""
-    from urllib.parse import urlsplit
-
-    ports = {settings.api_port, settings.grpc_port, *metrics_ports(settings).values(), *settings.installation_ports}
-    with contextlib.suppress(ValueError):
-        ports.add(urlsplit(url).port or 0)
-    return sorted(p for p in ports if 0 < p <= 65535)
-
-
-def probe_host(settings: Settings) -> str:
-    """Where this machine reaches the metrics ports."""
-    return "127.0.0.1" if settings.metrics_host in ("0.0.0.0", "::", "") else settings.metrics_host
-
-
-def metrics_urls(settings: Settings) -> str:
-    """Where each tier's /metrics is, for the banner."""
-    host = probe_host(settings)
-    urls = [f"api {settings.api_url}/metrics"]
-    urls += [f"{tier} http://{host}:{port}/metrics" for tier, port in metrics_ports(settings).items() if port]
-    return "   ".join(urls)
 
 
 class Supervisor:
@@ -513,38 +417,6 @@ class Supervisor:
                     return
                 await asyncio.sleep(0.2)
         raise StartFailed("Kairos did not become ready in time; see the logs under " + str(s.home / "logs"))
-
-
-async def submit_demo_job(settings: Settings, key: str) -> dict[str, object]:
-    """The demo job, submitted through the API; StartFailed with the API's answer when it is refused."""
-    body = {
-        "name": "demo-echo",
-        "target": {"type": "http", "ref": f"{settings.api_url}/demo/echo"},
-        "payload": {"hello": "from kairos up --demo"},
-        "schedule": {"delaySeconds": 3},
-    }
-    async with httpx.AsyncClient(timeout=5.0) as client:
-        try:
-            resp = await client.post(
-                f"{settings.api_url}/v1/jobs", json=body, headers={"Authorization": f"Bearer {key}"}
-            )
-        except httpx.HTTPError as exc:
-            raise StartFailed(f"the demo job could not be submitted: {type(exc).__name__}") from None
-        if resp.status_code != 201:
-            try:
-                detail = resp.json().get("detail", "")
-            except ValueError:
-                detail = resp.text[:200]
-            raise StartFailed(f"the demo job was refused: {resp.status_code} {detail}".rstrip())
-        created: dict[str, object] = resp.json()
-        return created
-
-
-def demo_allow_list(settings: Settings) -> str:
-    """KAIROS_HTTP_EGRESS_ALLOW for the children of `kairos up --demo`: the user's entries and the API's own
-    port, to which the demo job posts (that one loopback port, not every one)."""
-    own = f"127.0.0.1:{settings.api_port}"
-    return ",".join(dict.fromkeys([*settings.http_egress_allow, own]))
 
 
 def run_all(settings: Settings, *, demo: bool = False, config: SupervisorConfig | None = None) -> int:

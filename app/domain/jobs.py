@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from uuid import UUID
 
 from app.domain import queues
-from app.domain import schedule as cron
+from app.domain import schedule as schedule_rules
 from app.domain.egress import EgressPolicy
 from app.domain.jsontext import compact_json
 
@@ -172,16 +172,16 @@ class JobSpec:
     name: str
     target: Target
     payload: Any
-    schedule: OnceSchedule | cron.CronSchedule | EverySchedule
+    schedule: OnceSchedule | schedule_rules.CronSchedule | EverySchedule
     retry: RetryPolicy
     timeout_s: int
     concurrency: Concurrency = "allow"
     misfire: Misfire = "run_once"
     cron_resolved: str | None = None
     options: Options = field(default_factory=Options)
-    first: cron.Occurrence | None = field(default=None)
+    first: schedule_rules.Occurrence | None = field(default=None)
     # Occurrences before the first that a DST rule dropped (gap: skip): history records them.
-    skipped_before_first: tuple[cron.Occurrence, ...] = ()
+    skipped_before_first: tuple[schedule_rules.Occurrence, ...] = ()
     # The payload's compact JSON, as validation wrote it: the object store's size check and the insert
     # use it instead of encoding the payload twice more. None once the payload is kept by reference.
     payload_json: str | None = None
@@ -192,7 +192,7 @@ class JobSpec:
             return self.schedule.run_at
         if isinstance(self.schedule, EverySchedule):
             return self.first_nominal_at + timedelta(
-                seconds=cron.jitter_offset_s(str(self.job_id), self.schedule.jitter_s)
+                seconds=schedule_rules.jitter_offset_s(str(self.job_id), self.schedule.jitter_s)
             )
         assert self.first is not None
         return self.first.run_at
@@ -450,26 +450,26 @@ def cron_schedule(
     job_key: str,
     *,
     min_interval_s: int = 0,
-) -> tuple[cron.CronSchedule, str]:
+) -> tuple[schedule_rules.CronSchedule, str]:
     if not tz:
         raise InvalidSchedule("schedule.tz", "a cron schedule needs an IANA time zone, e.g. Europe/London or UTC")
-    cron.validate_tz(tz)
+    schedule_rules.validate_tz(tz)
     resolved = validate_cron_interval(expr, job_key, min_interval_s)
     window = jitter_s or 0
     if not 0 <= window <= MAX_JITTER_S:
         raise InvalidSchedule("schedule.jitterSeconds", f"must be between 0 and {MAX_JITTER_S}")
-    return cron.CronSchedule(expr=expr, tz=tz, jitter_s=window, dst=dst_policy(gap, repeat)), resolved
+    return schedule_rules.CronSchedule(expr=expr, tz=tz, jitter_s=window, dst=dst_policy(gap, repeat)), resolved
 
 
 def validate_cron_interval(expr: str, job_key: str, min_interval_s: int) -> str:
     """``expr`` resolved (cron.validate_cron), refused when two of its fire times can come closer than
     ``min_interval_s`` (KAIROS_MIN_FIRE_INTERVAL_S; a five-field expression is never closer than 60 s)."""
-    resolved = cron.validate_cron(expr, job_key)
+    resolved = schedule_rules.validate_cron(expr, job_key)
     if min_interval_s > 60:
-        shortest = cron.min_interval_s(expr, job_key)
+        shortest = schedule_rules.min_interval_s(expr, job_key)
         if shortest < min_interval_s:
             raise InvalidSchedule(
-                cron.CRON_FIELD,
+                schedule_rules.CRON_FIELD,
                 f"fires {shortest} s apart at its closest; this server allows "
                 f"no less than {min_interval_s} s between fire times",
             )
@@ -481,7 +481,7 @@ _DST_REPEATS: dict[str, DstRepeat] = {"once": "once", "twice": "twice"}
 _MISFIRES: dict[str, Misfire] = {"run_once": "run_once", "catch_up": "catch_up", "skip": "skip"}
 
 
-def dst_policy(gap: str | None, repeat: str | None) -> cron.DstPolicy:
+def dst_policy(gap: str | None, repeat: str | None) -> schedule_rules.DstPolicy:
     """The DST policy named by a request or a stored row (None: the default of each)."""
     gap_policy = _DST_GAPS.get("shift" if gap is None else gap)
     if gap_policy is None:
@@ -489,7 +489,7 @@ def dst_policy(gap: str | None, repeat: str | None) -> cron.DstPolicy:
     repeat_policy = _DST_REPEATS.get("once" if repeat is None else repeat)
     if repeat_policy is None:
         raise InvalidSchedule("schedule.dst.repeat", "must be 'once' or 'twice'")
-    return cron.DstPolicy(gap=gap_policy, repeat=repeat_policy)
+    return schedule_rules.DstPolicy(gap=gap_policy, repeat=repeat_policy)
 
 
 def misfire_policy(value: str) -> Misfire:
@@ -506,15 +506,15 @@ def stored_schedule(
     jitter_s: int | None,
     gap: str | None,
     repeat: str | None,
-) -> cron.CronSchedule:
+) -> schedule_rules.CronSchedule:
     """The schedule a stored job row evaluates: its resolved expression (no H tokens), zone,
     jitter window and DST policy, as the jobs and dispatch rows hold them."""
-    return cron.CronSchedule(expr=expr, tz=tz, jitter_s=jitter_s or 0, dst=dst_policy(gap, repeat))
+    return schedule_rules.CronSchedule(expr=expr, tz=tz, jitter_s=jitter_s or 0, dst=dst_policy(gap, repeat))
 
 
-def resolved_schedule(s: cron.CronSchedule, resolved: str) -> cron.CronSchedule:
+def resolved_schedule(s: schedule_rules.CronSchedule, resolved: str) -> schedule_rules.CronSchedule:
     """The schedule with H tokens already replaced (what the scheduler evaluates)."""
-    return cron.CronSchedule(expr=resolved, tz=s.tz, jitter_s=s.jitter_s, dst=s.dst)
+    return schedule_rules.CronSchedule(expr=resolved, tz=s.tz, jitter_s=s.jitter_s, dst=s.dst)
 
 
 # A schedule whose every occurrence falls in DST gaps would otherwise be searched forever.
@@ -522,12 +522,12 @@ MAX_GAP_SKIPS = 16
 
 
 def first_occurrence(
-    s: cron.CronSchedule, resolved: str, now: datetime, job_key: str, horizon_days: int
-) -> tuple[cron.Occurrence, tuple[cron.Occurrence, ...]]:
+    s: schedule_rules.CronSchedule, resolved: str, now: datetime, job_key: str, horizon_days: int
+) -> tuple[schedule_rules.Occurrence, tuple[schedule_rules.Occurrence, ...]]:
     """The first occurrence that runs, and the DST-gap skips before it (recorded as skipped)."""
-    skipped: list[cron.Occurrence] = []
+    skipped: list[schedule_rules.Occurrence] = []
     first = None
-    for occ in cron.occurrences_after(resolved_schedule(s, resolved), now, job_key):
+    for occ in schedule_rules.occurrences_after(resolved_schedule(s, resolved), now, job_key):
         if occ.nominal_utc > now + timedelta(days=horizon_days) or len(skipped) > MAX_GAP_SKIPS:
             break
         if not occ.skipped:

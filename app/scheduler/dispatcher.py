@@ -45,7 +45,7 @@ from app.scheduler.ahead import AheadWindow, DispatchRate
 from app.scheduler.heap import DueEntry, DueHeap
 from app.scheduler.planning import Plan, plan_claim
 from app.store import Database, Store
-from app.store import dispatch as store
+from app.store import dispatch as dispatch_store
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class BatchResult:
 # ----------------------------------------------------------------------------------------------
 
 
-def _trace(c: store.Claim, e: store.NewExecution) -> str | None:
+def _trace(c: dispatch_store.Claim, e: dispatch_store.NewExecution) -> str | None:
     """The traceparent of an occurrence about to run (app.observability.tracing); none for a record."""
     if e.state != ExecutionState.READY:
         return None
@@ -186,7 +186,7 @@ class Dispatcher:
         sql_now = self._sql_now()
         slots_before = dict(self._catch_up_slots)
 
-        async def work(tx: Store) -> tuple[list[store.Claim], list[Plan], store.Recorded | None]:
+        async def work(tx: Store) -> tuple[list[dispatch_store.Claim], list[Plan], dispatch_store.Recorded | None]:
             self._catch_up_slots = dict(slots_before)  # a retried transaction plans afresh
             claims = await tx.dispatch.claim(self.owner, batch, sql_now)
             now = self._now()

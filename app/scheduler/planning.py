@@ -1,6 +1,6 @@
 """Dispatch planning: what one claimed due row turns into. Pure: no I/O, no clock, no asyncio.
 
-The dispatcher claims due rows (store.dispatch.claim) and hands each :class:`store.Claim` to
+The dispatcher claims due rows (store.dispatch.claim) and hands each :class:`app.store.dispatch.Claim` to
 :func:`plan_claim` with the time it plans at and a ``catch_up_slot`` that spreads catch-up
 misfires of a tenant over time; the :class:`Plan` it returns lists the executions to insert
 (ready, or skipped with a reason), the job's next due row and state, and for a replace-overlap
@@ -29,10 +29,10 @@ from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
 from app.domain import jobs
-from app.domain import schedule as cron
+from app.domain import schedule as schedule_rules
 from app.domain.shards import due_minute, shard_of
 from app.domain.states import ExecutionState, JobState
-from app.store import dispatch as store
+from app.store import dispatch as dispatch_store
 
 # Kubernetes' bound: a job never catches up more than this many missed occurrences.
 MISFIRE_CAP = 100
@@ -48,14 +48,14 @@ def _chain_step(
     gap: str,
     repeat: str,
     after: datetime,
-) -> tuple[tuple[cron.Occurrence, ...], cron.Occurrence | None]:
+) -> tuple[tuple[schedule_rules.Occurrence, ...], schedule_rules.Occurrence | None]:
     """Gap-skipped occurrences, then the first one that runs, strictly after ``after`` (no jitter).
 
     ``expr`` is the resolved expression (no H tokens), so the job key plays no part here.
     """
     schedule = jobs.stored_schedule(expr, tz, 0, gap, repeat)
-    skipped: list[cron.Occurrence] = []
-    for occ in cron.occurrences_after(schedule, after, "resolved"):
+    skipped: list[schedule_rules.Occurrence] = []
+    for occ in schedule_rules.occurrences_after(schedule, after, "resolved"):
         if not occ.skipped:
             return tuple(skipped), occ
         skipped.append(occ)
@@ -66,7 +66,7 @@ def _chain_step(
 
 @functools.lru_cache(maxsize=262_144)
 def _jitter(job_id: UUID, window_s: int) -> timedelta:
-    return timedelta(seconds=cron.jitter_offset_s(str(job_id), window_s))
+    return timedelta(seconds=schedule_rules.jitter_offset_s(str(job_id), window_s))
 
 
 def _iso(at: datetime) -> str:
@@ -77,17 +77,17 @@ def _iso(at: datetime) -> str:
 class Plan:
     """Everything one claimed due row turns into."""
 
-    executions: list[store.NewExecution] = field(default_factory=list)
-    next_due: store.NextDue | None = None
-    advance: store.JobAdvance | None = None
-    replacement: store.Replacement | None = None
+    executions: list[dispatch_store.NewExecution] = field(default_factory=list)
+    next_due: dispatch_store.NextDue | None = None
+    advance: dispatch_store.JobAdvance | None = None
+    replacement: dispatch_store.Replacement | None = None
     lag_s: float | None = None
     # Claimed before it was due, but its overlap policy must be applied at the due time: the due
     # row goes back unchanged (next_due) and the entry waits in the heap.
     held: bool = False
 
 
-def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime]) -> Plan:
+def plan_claim(c: dispatch_store.Claim, now: datetime, catch_up_slot: Callable[[UUID], datetime]) -> Plan:
     """Turn one claimed due row into executions, the next due row and the job's new state."""
     plan = Plan()
     if c.job_state != JobState.ACTIVE:
@@ -97,7 +97,7 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
     tenant_id, queue, max_attempts = c.tenant_id, c.queue, c.max_attempts
     if c.next_run_at > now and c.concurrency != "allow":
         plan.held = True
-        plan.next_due = store.NextDue(
+        plan.next_due = dispatch_store.NextDue(
             c.shard_id, due_minute(c.next_run_at), c.next_run_at, c.job_id, tenant_id, c.nominal_at
         )
         return plan
@@ -108,20 +108,22 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
         state: ExecutionState = ExecutionState.READY,
         reason: str | None = None,
         note: str | None = None,
-    ) -> store.NewExecution:
-        return store.NewExecution(c.job_id, tenant_id, queue, nominal, max_attempts, state, ready_at, reason, note)
+    ) -> dispatch_store.NewExecution:
+        return dispatch_store.NewExecution(
+            c.job_id, tenant_id, queue, nominal, max_attempts, state, ready_at, reason, note
+        )
 
     if c.end_at is not None and c.nominal_at > c.end_at:
         # endAt moved before this occurrence (an update): the schedule is over.
-        plan.advance = store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
+        plan.advance = dispatch_store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
         return plan
     # (nominal, ready_at) of every occurrence that runs now, oldest first.
     runs: list[tuple[datetime, datetime]] = [(c.nominal_at, c.next_run_at)]
     if c.schedule_kind == "once":
-        plan.advance = store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
+        plan.advance = dispatch_store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
     else:
         jitter = _jitter(c.job_id, c.jitter_s or 0)
-        gap_skipped: tuple[cron.Occurrence, ...] = ()
+        gap_skipped: tuple[schedule_rules.Occurrence, ...] = ()
         if c.schedule_kind == "every":
             runs, misfire_records, following = _every_step(c, now, catch_up_slot, jitter)
             plan.executions.extend(execution(*record) for record in misfire_records)
@@ -146,19 +148,19 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
             # due row, and its own dispatch applies the overlap rule then (runs, or is recorded as
             # skipped because this one is still unfinished); the misfire maths resumes from it.
             (nominal, ready_at), runs = runs[1], runs[:1]
-            plan.next_due = store.NextDue(
+            plan.next_due = dispatch_store.NextDue(
                 shard_of(c.job_id), due_minute(ready_at), ready_at, c.job_id, c.tenant_id, nominal
             )
-            plan.advance = store.JobAdvance(c.job_id, JobState.ACTIVE, nominal, ready_at)
+            plan.advance = dispatch_store.JobAdvance(c.job_id, JobState.ACTIVE, nominal, ready_at)
             following = None
         elif following is None:
-            plan.advance = store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
+            plan.advance = dispatch_store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
         else:
             run_at = following.nominal_utc + jitter
-            plan.next_due = store.NextDue(
+            plan.next_due = dispatch_store.NextDue(
                 shard_of(c.job_id), due_minute(run_at), run_at, c.job_id, c.tenant_id, following.nominal_utc
             )
-            plan.advance = store.JobAdvance(c.job_id, JobState.ACTIVE, following.nominal_utc, run_at)
+            plan.advance = dispatch_store.JobAdvance(c.job_id, JobState.ACTIVE, following.nominal_utc, run_at)
     if not runs:
         return plan
     if c.overlapping and c.concurrency == "forbid":
@@ -171,7 +173,7 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
         plan.executions.extend(execution(n, r, ExecutionState.SKIPPED, "dry_run", note) for n, r in runs)
         return plan
     if c.overlapping and c.concurrency == "replace":
-        plan.replacement = store.Replacement(c.job_id, runs[0][0], f"replaced by {_iso(runs[-1][0])}")
+        plan.replacement = dispatch_store.Replacement(c.job_id, runs[0][0], f"replaced by {_iso(runs[-1][0])}")
     plan.executions.extend(execution(n, r) for n, r in runs)
     if len(runs) == 1 and runs[0][0] == c.nominal_at:
         plan.lag_s = max(0.0, (now - c.next_run_at).total_seconds())
@@ -179,20 +181,22 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
 
 
 def _every_step(
-    c: store.Claim,
+    c: dispatch_store.Claim,
     now: datetime,
     catch_up_slot: Callable[[UUID], datetime],
     jitter: timedelta,
 ) -> tuple[
-    list[tuple[datetime, datetime]], list[tuple[datetime, datetime, ExecutionState, str, str]], cron.Occurrence | None
+    list[tuple[datetime, datetime]],
+    list[tuple[datetime, datetime, ExecutionState, str, str]],
+    schedule_rules.Occurrence | None,
 ]:
     """An interval schedule's step: runs, skipped records and the next occurrence, with the same misfire
     rules as cron (occurrences are nominal + k * every, in UTC)."""
     assert c.every_s and c.nominal_at and c.misfire and c.tenant_id
     step = timedelta(seconds=c.every_s)
 
-    def occurrence(nominal: datetime) -> cron.Occurrence:
-        return cron.Occurrence(nominal, nominal + jitter, nominal, False, None, None)
+    def occurrence(nominal: datetime) -> schedule_rules.Occurrence:
+        return schedule_rules.Occurrence(nominal, nominal + jitter, nominal, False, None, None)
 
     missed_total = int((now - c.nominal_at) / step) if now >= c.nominal_at + step else 0
     following = occurrence(c.nominal_at + step * (missed_total + 1))
@@ -202,9 +206,9 @@ def _every_step(
     newest = [
         occurrence(c.nominal_at + step * k) for k in range(max(1, missed_total - MISFIRE_CAP + 1), missed_total + 1)
     ]
-    this = cron.Occurrence(c.nominal_at, c.next_run_at, c.nominal_at, False, None, None)
+    this = schedule_rules.Occurrence(c.nominal_at, c.next_run_at, c.nominal_at, False, None, None)
     listed = [this, *newest][-MISFIRE_CAP:]
-    decision = cron.plan_misfire(misfire, listed, missed_total + 1, cap=MISFIRE_CAP)
+    decision = schedule_rules.plan_misfire(misfire, listed, missed_total + 1, cap=MISFIRE_CAP)
     run_ids = {occ.nominal_utc for occ in decision.run}
     note = f"missed while no scheduler ran; misfire policy {misfire}"
     records = [
@@ -220,24 +224,24 @@ def _every_step(
 
 
 def _plan_misfire(
-    c: store.Claim,
+    c: dispatch_store.Claim,
     now: datetime,
     catch_up_slot: Callable[[UUID], datetime],
 ) -> tuple[
     list[tuple[datetime, datetime]],
     list[tuple[datetime, datetime, ExecutionState, str, str]],
-    cron.Occurrence | None,
-    tuple[cron.Occurrence, ...],
+    schedule_rules.Occurrence | None,
+    tuple[schedule_rules.Occurrence, ...],
 ]:
     """Runs, skipped records, the next occurrence after now and gap-skips before it."""
     assert c.cron_resolved and c.tz and c.nominal_at and c.misfire and c.tenant_id and c.dst_gap and c.dst_repeat
     key = str(c.job_id)
     misfire = jobs.misfire_policy(c.misfire)
     schedule = jobs.stored_schedule(c.cron_resolved, c.tz, c.jitter_s, c.dst_gap, c.dst_repeat)
-    missed, total = cron.missed_occurrences(schedule, c.nominal_at, now, key, cap=MISFIRE_CAP)
-    this = cron.Occurrence(c.nominal_at, c.next_run_at, c.nominal_at, False, None, None)
+    missed, total = schedule_rules.missed_occurrences(schedule, c.nominal_at, now, key, cap=MISFIRE_CAP)
+    this = schedule_rules.Occurrence(c.nominal_at, c.next_run_at, c.nominal_at, False, None, None)
     listed = [this, *missed][-MISFIRE_CAP:]
-    decision = cron.plan_misfire(misfire, listed, total + 1, cap=MISFIRE_CAP)
+    decision = schedule_rules.plan_misfire(misfire, listed, total + 1, cap=MISFIRE_CAP)
     run_ids = {occ.nominal_utc for occ in decision.run}
     unlisted = total + 1 - len(listed)
     records: list[tuple[datetime, datetime, ExecutionState, str, str]] = []

@@ -15,7 +15,7 @@ from uuid import UUID
 import pytest
 from sqlalchemy import text
 
-from app.domain import schedule as cron
+from app.domain import schedule as schedule_rules
 from app.domain.shards import shard_of
 from app.scheduler.dispatcher import Dispatcher, DispatcherConfig
 from app.scheduler.heap import DueHeap
@@ -36,7 +36,9 @@ async def seed_cron(
     db: Database, tenant_id: UUID, expr: str, tz: str, after: datetime, *, gap: str = "shift", repeat: str = "once"
 ) -> UUID:
     job_id = uuid.uuid4()
-    first = cron.next_occurrence(cron.CronSchedule(expr, tz, 0, cron.DstPolicy(gap, repeat)), after, str(job_id))
+    first = schedule_rules.next_occurrence(
+        schedule_rules.CronSchedule(expr, tz, 0, schedule_rules.DstPolicy(gap, repeat)), after, str(job_id)
+    )
     job = factories.SeedJob(
         job_id=job_id,
         tenant_id=tenant_id,

@@ -15,8 +15,8 @@ from app import config, errors
 from app.api import bodies
 from app.api.jobs import schemas, service
 from app.api.schedules import service as schedule_service
-from app.domain import jobs as spec
-from app.domain import schedule as cron
+from app.domain import jobs as job_rules
+from app.domain import schedule as schedule_rules
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 SETTINGS = config.load({})
@@ -43,7 +43,7 @@ def job(**schedule: Any) -> schemas.JobIn:
     ],
 )
 def test_the_closest_fire_times_of_an_expression(expr: str, seconds: int) -> None:
-    assert cron.min_interval_s(expr, "key") == seconds
+    assert schedule_rules.min_interval_s(expr, "key") == seconds
 
 
 def test_the_default_allows_every_minute_and_ten_second_intervals() -> None:
@@ -107,8 +107,8 @@ def test_payload_depth_is_counted_without_recursion() -> None:
     deep: Any = []
     for _ in range(100_000):
         deep = [deep]
-    assert spec.json_depth(deep, 64) == 65
-    assert spec.json_depth({"a": [1, {"b": []}]}, 64) == 4
+    assert job_rules.json_depth(deep, 64) == 65
+    assert job_rules.json_depth({"a": [1, {"b": []}]}, 64) == 4
     with pytest.raises(errors.InvalidInput) as refused:
-        spec.validate_payload(deep, 64 * 1024)
+        job_rules.validate_payload(deep, 64 * 1024)
     assert refused.value.field == "payload"

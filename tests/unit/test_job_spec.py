@@ -112,7 +112,7 @@ def test_shards_are_stable_and_spread() -> None:
 
 
 def test_first_occurrence_reports_dst_gap_skips_before_it() -> None:
-    from app.domain import schedule as cron
+    from app.domain import schedule as schedule_rules
 
     key = "00000000-0000-4000-8000-000000000001"
     before_gap = datetime(2026, 3, 8, 6, 0, tzinfo=timezone.utc)  # 01:00 EST on spring-forward day
@@ -123,7 +123,7 @@ def test_first_occurrence_reports_dst_gap_skips_before_it() -> None:
     shift, resolved = jobs.cron_schedule("30 2 * * *", "America/New_York", None, "shift", None, key)
     first, skipped = jobs.first_occurrence(shift, resolved, before_gap, key, 3660)
     assert first.nominal_utc == datetime(2026, 3, 8, 7, 0, tzinfo=timezone.utc) and skipped == ()
-    assert isinstance(first, cron.Occurrence)
+    assert isinstance(first, schedule_rules.Occurrence)
 
 
 def test_a_decoded_batch_item_fingerprints_like_the_same_body_sent_alone() -> None:

@@ -28,6 +28,8 @@ LAYER_OF = {
     "domain": "domain",
     "drill": "drill",
     "config": "foundation",
+    "_config_fields": "foundation",  # app.config's private parts: its parsers and the worker's settings
+    "_config_worker": "foundation",
     "config_docs": "foundation",  # python -m app.config_docs: the settings tables of docs/configuration.md
     "errors": "errors",
     "observability": "foundation",

@@ -70,7 +70,7 @@ def test_a_one_off_runs_once_and_completes_the_job() -> None:
     assert states(plan) == [(T0, "ready", None)]
     [execution] = plan.executions
     assert (execution.job_id, execution.tenant_id, execution.queue, execution.ready_at) == (JOB, TENANT, QUEUE, T0)
-    assert plan.advance == planning.store.JobAdvance(JOB, "completed", None, None)
+    assert plan.advance == planning.dispatch_store.JobAdvance(JOB, "completed", None, None)
     assert plan.next_due is None and plan.replacement is None and not plan.held
     assert plan.lag_s == 30.0
 
@@ -84,8 +84,8 @@ def test_a_job_no_longer_active_plans_nothing() -> None:
 def test_a_cron_step_runs_the_occurrence_and_moves_the_due_row_to_the_next() -> None:
     plan = planning.plan_claim(claim(kind="cron", cron="*/5 * * * *"), at(0.25), no_slot)
     assert states(plan) == [(T0, "ready", None)]
-    assert plan.next_due == planning.store.NextDue(shard_of(JOB), due_minute(at(5)), at(5), JOB, TENANT, at(5))
-    assert plan.advance == planning.store.JobAdvance(JOB, "active", at(5), at(5))
+    assert plan.next_due == planning.dispatch_store.NextDue(shard_of(JOB), due_minute(at(5)), at(5), JOB, TENANT, at(5))
+    assert plan.advance == planning.dispatch_store.JobAdvance(JOB, "active", at(5), at(5))
 
 
 def test_forbid_skips_an_occurrence_while_the_previous_execution_is_unfinished() -> None:
@@ -100,7 +100,7 @@ def test_forbid_skips_an_occurrence_while_the_previous_execution_is_unfinished()
 def test_replace_cancels_the_unfinished_execution_and_runs() -> None:
     plan = planning.plan_claim(claim(concurrency="replace", overlapping=True), at(0), no_slot)
     assert states(plan) == [(T0, "ready", None)]
-    assert plan.replacement == planning.store.Replacement(JOB, T0, "replaced by 2026-11-30T10:00:00Z")
+    assert plan.replacement == planning.dispatch_store.Replacement(JOB, T0, "replaced by 2026-11-30T10:00:00Z")
 
 
 def test_overlap_policies_are_applied_at_the_due_time_not_when_dispatched_ahead() -> None:
@@ -108,7 +108,7 @@ def test_overlap_policies_are_applied_at_the_due_time_not_when_dispatched_ahead(
         early = claim(kind="cron", cron="*/5 * * * *", concurrency=concurrency, overlapping=False)
         plan = planning.plan_claim(early, T0 - timedelta(seconds=3), no_slot)
         assert plan.held
-        assert plan.next_due == planning.store.NextDue(early.shard_id, due_minute(T0), T0, JOB, TENANT, T0)
+        assert plan.next_due == planning.dispatch_store.NextDue(early.shard_id, due_minute(T0), T0, JOB, TENANT, T0)
         assert plan.executions == [] and plan.advance is None and plan.replacement is None
         assert not planning.plan_claim(early, T0, no_slot).held  # at its due time it is planned
     # allow is dispatched ahead: ready at its due time.
@@ -131,7 +131,7 @@ def test_misfire_run_once_runs_the_newest_and_records_the_rest() -> None:
         (at(15), "ready", None),
     ]
     assert "misfire policy run_once" in (plan.executions[0].note or "")
-    assert plan.advance == planning.store.JobAdvance(JOB, "active", at(20), at(20))
+    assert plan.advance == planning.dispatch_store.JobAdvance(JOB, "active", at(20), at(20))
     assert plan.lag_s is None  # not the claimed occurrence alone
 
 
@@ -173,7 +173,7 @@ def test_catch_up_under_forbid_runs_one_missed_occurrence_at_a_time() -> None:
     plan = planning.plan_claim(c, at(2.5), lambda _t: at(2.5))
     assert states(plan) == [(at(0), "ready", None)]
     assert plan.next_due is not None and plan.next_due.nominal_at == at(1)
-    assert plan.advance == planning.store.JobAdvance(JOB, "active", at(1), plan.next_due.next_run_at)
+    assert plan.advance == planning.dispatch_store.JobAdvance(JOB, "active", at(1), plan.next_due.next_run_at)
     # That next occurrence, dispatched while the first still runs, is recorded as an overlap skip.
     again = planning.plan_claim(
         replace(c, nominal_at=at(1), next_run_at=plan.next_due.next_run_at, overlapping=True), at(6), lambda _t: at(6)
@@ -192,10 +192,10 @@ def test_end_at_stops_the_schedule_after_its_last_occurrence() -> None:
     c = replace(claim(kind="cron", cron="* * * * *"), end_at=at(0.5))
     plan = planning.plan_claim(c, at(0.1), no_slot)
     assert states(plan) == [(T0, "ready", None)]
-    assert plan.next_due is None and plan.advance == planning.store.JobAdvance(JOB, "completed", None, None)
+    assert plan.next_due is None and plan.advance == planning.dispatch_store.JobAdvance(JOB, "completed", None, None)
     # An occurrence already past a lowered endAt does not run at all.
     late = planning.plan_claim(replace(c, nominal_at=at(1), next_run_at=at(1)), at(1.1), no_slot)
-    assert late.executions == [] and late.advance == planning.store.JobAdvance(JOB, "completed", None, None)
+    assert late.executions == [] and late.advance == planning.dispatch_store.JobAdvance(JOB, "completed", None, None)
 
 
 def every_claim(nominal: datetime, every_s: int = 900, **kw) -> Claim:
@@ -208,7 +208,7 @@ def test_an_interval_step_runs_and_moves_the_due_row_one_interval_on() -> None:
     plan = planning.plan_claim(every_claim(T0), at(0.1), no_slot)
     assert states(plan) == [(T0, "ready", None)]
     assert plan.next_due is not None and plan.next_due.nominal_at == at(15)
-    assert plan.advance == planning.store.JobAdvance(JOB, "active", at(15), at(15))
+    assert plan.advance == planning.dispatch_store.JobAdvance(JOB, "active", at(15), at(15))
 
 
 def test_an_interval_misfire_follows_the_policy_and_stays_on_its_grid() -> None:

@@ -1,5 +1,6 @@
-"""/v1/jobs: submit (single, batched, and the single submit's fast path), read, change and run jobs.
+"""/v1/jobs: submit (single and batched), read, change and run jobs.
 
-controller: the routes; service: what each does, one transaction each; submit: the group-committing
-writer every submit goes through; schemas: the bodies; large_payloads: payloads kept in the object store.
+controller: the routes (POST /v1/jobs is answered by create_route, in front of the router); service:
+what each does, one transaction each; submit: the group-committing writer every submit goes through;
+schemas: the bodies; large_payloads: payloads kept in the object store.
 """

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Any
 from uuid import UUID
 
 from litestar import Controller, Request, Response, delete, get, patch, post
-from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 
 from app import errors
@@ -76,20 +74,19 @@ class JobController(Controller):
     )
     async def create_job(
         self,
-        request: Request[Any, Any, Any],
         data: JSONBody[schemas.JobIn],
         tenant: Tenant,
-        submitter: SubmitterDep,
         idempotency_key: Annotated[
-            str | None, HeaderParameter(name="Idempotency-Key", schema_extra={"min_length": 1, "max_length": 255})
+            str | None,
+            HeaderParameter(
+                name="Idempotency-Key", schema_extra={"min_length": 1, "max_length": wire.IDEMPOTENCY_KEY_MAX}
+            ),
         ] = None,
     ) -> Response[schemas.JobCreated]:
-        """The fast path (app.api.jobs.fast_submit) answers the ordinary request before it gets here; both
-        answer through ``JobSubmitter.create``."""
-        created = await submitter.create(
-            tenant.tenant_id, data, await request.body(), idempotency_key, request.headers.get("traceparent")
-        )
-        return Response(created, status_code=201, headers={"Location": f"/v1/jobs/{created.job_id}"})
+        """The route's declaration, for the OpenAPI document and the path's methods. Its requests are answered
+        in front of the router, by ``app.api.jobs.create_route.CreateJobRoute`` (``create_app`` installs it),
+        and never reach this handler."""
+        raise RuntimeError("POST /v1/jobs is answered by app.api.jobs.create_route.CreateJobRoute")
 
     @get(
         "/",
@@ -270,36 +267,12 @@ class JobController(Controller):
         return Response([views.execution_out(job, e, attempts.get(e.execution_id)) for e in rows], headers=headers)
 
 
-@dataclass
-class _BatchOperation(Operation):
-    """The batch body is parsed item by item (one bad item must not refuse the rest), so Litestar cannot
-    derive it from the handler: this documents it, each item a JobIn plus its own idempotencyKey."""
-
-    def __post_init__(self) -> None:
-        item = Schema(
-            all_of=[
-                Reference(ref="#/components/schemas/JobIn"),
-                Schema(
-                    type=OpenAPIType.OBJECT,
-                    properties={"idempotencyKey": Schema(type=OpenAPIType.STRING, min_length=1, max_length=255)},
-                ),
-            ]
-        )
-        body = Schema(
-            type=OpenAPIType.OBJECT,
-            required=["jobs"],
-            properties={"jobs": Schema(type=OpenAPIType.ARRAY, items=item, max_items=BATCH_MAX)},
-        )
-        self.request_body = RequestBody(required=True, content={"application/json": OpenAPIMediaType(schema=body)})
-
-
 @post(
     "/v1/jobs:batch",
     operation_id="CreateJobs",
     status_code=200,
     tags=["jobs"],
     request_max_body_size=BATCH_MAX_BODY_BYTES,
-    operation_class=_BatchOperation,
     summary="Submit up to 1,000 jobs; each item is validated on its own and the valid ones commit together.",
 )
 async def create_jobs(request: Request[Any, Any, Any], tenant: Tenant, submitter: SubmitterDep) -> schemas.BatchOut:

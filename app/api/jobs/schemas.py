@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -17,6 +17,7 @@ from app.api.wire import (
     Every,
     Headers,
     HttpMethod,
+    IdempotencyKey,
     Instant,
     JitterSeconds,
     Labels,
@@ -88,7 +89,7 @@ class JobIn(Wire):
 class BatchItemIn(JobIn):
     """One job of a batch: the fields of a single submit plus its own Idempotency-Key."""
 
-    idempotency_key: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] | None = None
+    idempotency_key: IdempotencyKey | None = None
 
 
 class BatchIn(msgspec.Struct, forbid_unknown_fields=True):

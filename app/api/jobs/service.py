@@ -12,7 +12,7 @@ from uuid import UUID
 import msgspec
 
 from app import errors
-from app.api import bodies, problems
+from app.api import bodies, problems, wire
 from app.api.jobs import large_payloads, schemas, views
 from app.api.jobs.submit import Created, Submission, SubmitWriter, new_job_row, not_granted
 from app.api.pagination import decode_cursor, page_limit, split_page
@@ -49,7 +49,7 @@ def build_spec(
     ``job_id``: an existing job's (an update keeps its id, so H tokens resolve the same).
     ``every_anchor``: an existing every job's grid, kept when the body names no startAt."""
     job_id = job_id or random_uuid()
-    name = job_rules.validate_name(body.name)
+    name = body.name  # its bounds are its wire type's (app.api.wire.Name), checked while decoding
     target = job_rules.validate_target(body.target.type, body.target.ref, egress_policy(settings))
     payload_text = job_rules.payload_json(body.payload, settings.payload_max_bytes)
     r = body.retry or schemas.RetryIn()
@@ -62,7 +62,7 @@ def build_spec(
     if start_at is not None:
         job_rules.within_horizon(start_at, now, settings.max_schedule_horizon_days, "schedule.startAt")
     options = job_rules.Options(
-        labels=job_rules.validate_labels(body.labels),
+        labels=dict(body.labels or {}),  # bounded by its wire type (app.api.wire.Labels) while decoding
         start_at=start_at,
         end_at=end_at,
         dry_run=body.dry_run,
@@ -138,16 +138,16 @@ def submission(
     traceparent: str | None = None,
 ) -> Submission:
     """A validated job to store; raises InvalidInput naming the field."""
-    if idem_key is not None and not 1 <= len(idem_key) <= 255:
-        raise errors.InvalidInput("Idempotency-Key", "must be 1-255 characters")
+    if idem_key is not None and not 1 <= len(idem_key) <= wire.IDEMPOTENCY_KEY_MAX:
+        raise errors.InvalidInput("Idempotency-Key", f"must be 1-{wire.IDEMPOTENCY_KEY_MAX} characters")
     return Submission(
         build_spec(body, settings, now), tenant_id, idem_key, fingerprint if idem_key else None, traceparent
     )
 
 
 class JobSubmitter:
-    """The one implementation of a submit: POST /v1/jobs (the route and its fast path,
-    app.api.jobs.fast_submit) and each item of POST /v1/jobs:batch. Validates, keeps a large payload
+    """The one implementation of a submit: POST /v1/jobs
+    (app.api.jobs.create_route) and each item of POST /v1/jobs:batch. Validates, keeps a large payload
     in the object store, and hands the jobs to the process's group-committing writer."""
 
     def __init__(self, settings: Settings, writer: SubmitWriter, payload_store: PayloadStore) -> None:
