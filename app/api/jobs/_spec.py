@@ -45,6 +45,10 @@ def build_spec(
     start_at, end_at = job_rules.validate_bounds(body.schedule.start_at, body.schedule.end_at)
     if start_at is not None:
         job_rules.within_horizon(start_at, now, settings.max_schedule_horizon_days, "schedule.startAt")
+    s = body.schedule
+    pause_on_failure, max_runs = job_rules.validate_lifecycle(
+        s.cron is not None or s.every is not None, body.pause_on_failure, body.max_runs
+    )
     options = job_rules.Options(
         labels=job_rules.validate_labels(body.labels),
         start_at=start_at,
@@ -54,8 +58,10 @@ def build_spec(
         http_method=method,
         http_headers=headers,
         http_auth=http_auth,
+        pause_on_failure=pause_on_failure,
+        max_runs=max_runs,
+        delete_after_s=body.delete_after_completion_seconds,
     )
-    s = body.schedule
     given = [
         k
         for k, v in (("runAt", s.run_at), ("delaySeconds", s.delay_seconds), ("cron", s.cron), ("every", s.every))

@@ -383,6 +383,13 @@ async def update(
             job_id=job.job_id,
             every_anchor=job.anchor_at if job.schedule_kind == "every" else None,
         )
+        limit = new.options.max_runs
+        if limit is not None and job.max_runs is not None and limit <= job.run_count:
+            raise errors.InvalidInput(
+                "maxRuns",
+                f"the schedule has started {job.run_count} occurrences under its limit: give more than "
+                f"{job.run_count}, or null to remove the limit",
+            )
         shared = job_rules.shared_pool_of(new.target)
         if shared is not None and not (await tx.jobs.shared_pool_access_many([(tenant_id, shared)])).get(
             (tenant_id, shared)
