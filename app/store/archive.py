@@ -68,6 +68,7 @@ EXECUTION_COLUMNS = frozenset(
         "trigger",
         "traceparent",
         "restored_at",
+        "paused_job",
     }
 )
 ATTEMPT_COLUMNS = frozenset(

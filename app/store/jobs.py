@@ -128,6 +128,8 @@ class ExecutionSummary:
     dispatched_at: datetime
     traceparent: str | None
     first_started_at: datetime | None
+    # This dead letter paused its job (pauseOnFailure).
+    paused_job: bool = False
 
 
 @dataclass(frozen=True)

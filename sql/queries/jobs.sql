@@ -186,7 +186,7 @@ WHERE tenant_id = :tenant_id AND job_id = :job_id AND version = :version
 RETURNING *;
 
 -- name: JobPauseOnFailureMany
--- Pause the active pauseOnFailure jobs of these just dead-lettered executions, saying which dead letter paused each; only occurrences the schedule started count (a manual run's or a backfill's dead letter leaves the schedule alone). As the API's pause: the due row goes, and so does an occurrence dispatched ahead that no worker took. The jobs paused.
+-- Pause the active pauseOnFailure jobs of these just dead-lettered executions, saying which dead letter paused each; only occurrences the schedule started count (a manual run's or a backfill's dead letter leaves the schedule alone). As the API's pause: the due row goes, and so does an occurrence dispatched ahead that no worker took. The jobs paused, each with the dead letter that paused it.
 WITH dead AS (
     SELECT DISTINCT ON (e.job_id) e.job_id, e.execution_id, e.scheduled_for, e.attempt, e.error
     FROM executions AS e
@@ -202,7 +202,7 @@ WITH dead AS (
     FROM dead AS d
     WHERE j.job_id = d.job_id AND j.pause_on_failure
       AND j.state = 'active'  -- a job paused, completed or cancelled meanwhile keeps its state
-    RETURNING j.job_id
+    RETURNING j.job_id, d.execution_id
 ), undue AS (
     DELETE FROM due_index AS x USING paused AS p WHERE x.job_id = p.job_id
     RETURNING x.job_id
@@ -213,7 +213,7 @@ WITH dead AS (
       AND e.ready_at > coalesce(CAST(:now AS TIMESTAMPTZ), now())
     RETURNING e.job_id
 )
-SELECT p.job_id FROM paused AS p;
+SELECT p.job_id, p.execution_id FROM paused AS p;
 
 -- name: JobAddRunsMany
 -- Count the occurrences a dispatch started for jobs with a run limit (maxRuns): the planner completes a job when its count reaches the limit.

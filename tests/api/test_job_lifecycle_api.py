@@ -100,8 +100,18 @@ def test_a_job_paused_on_failure_shows_why_until_resumed(api: ApiProcess, client
         (reason, job_id),
     )
     query(api.database_url, "DELETE FROM due_index WHERE job_id = %s", (job_id,))
+    query(
+        api.database_url,
+        """INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, ready_at,
+                                   finished_at, error, paused_job)
+           SELECT job_id, tenant_id, queue, now() - interval '1 hour', 1, 1, 'dead', now(), now(), 'HTTP 500', true
+           FROM jobs WHERE job_id = %s""",
+        (job_id,),
+    )
     job = client.get(f"/v1/jobs/{job_id}").json()
     assert (job["state"], job["pausedReason"]) == ("paused", reason)
+    [entry] = client.get(f"/v1/jobs/{job_id}/executions").json()
+    assert (entry["state"], entry["pausedJob"]) == ("dead", True)  # the history says which dead letter paused it
     assert client.post(f"/v1/jobs/{job_id}:pause").json()["pausedReason"] == reason  # already paused: unchanged
     resumed = client.post(f"/v1/jobs/{job_id}:resume").json()
     assert (resumed["state"], resumed["pausedReason"]) == ("active", None)

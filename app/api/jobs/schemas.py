@@ -294,6 +294,9 @@ class ExecutionOut(Wire):
     trace_id: str | None = None
     # Every attempt, oldest first, discarded late results included ("this ran twice, here is why").
     attempts: list[AttemptOut] = msgspec.field(default_factory=list)
+    paused_job: Annotated[
+        bool, msgspec.Meta(description="true on the dead letter that paused its job (pauseOnFailure)")
+    ] = False
 
 
 class AttemptOut(Wire):
