@@ -91,6 +91,9 @@ def build_job(
     max_retry_duration: float | None = None,
     oidc: bool = False,
     oidc_audience: str | None = None,
+    pause_on_failure: bool = False,
+    max_runs: int | None = None,
+    delete_after: float | None = None,
 ) -> dict[str, Any]:
     """The POST /v1/jobs body the flags describe; one line and exit 2 for flags that do not fit."""
     if not name or not name.strip():
@@ -114,7 +117,13 @@ def build_job(
     ]
     recurring_only = [
         flag
-        for flag, value in (("--jitter", jitter), ("--start-at", start_at), ("--end-at", end_at))
+        for flag, value in (
+            ("--jitter", jitter),
+            ("--start-at", start_at),
+            ("--end-at", end_at),
+            ("--pause-on-failure", pause_on_failure or None),
+            ("--max-runs", max_runs),
+        )
         if value is not None
     ]
     schedule: dict[str, Any]
@@ -198,4 +207,10 @@ def build_job(
         body["concurrency"] = concurrency
     if misfire:
         body["misfire"] = misfire
+    if pause_on_failure:
+        body["pauseOnFailure"] = True
+    if max_runs is not None:
+        body["maxRuns"] = max_runs
+    if delete_after is not None:
+        body["deleteAfterCompletionSeconds"] = int(delete_after)
     return body

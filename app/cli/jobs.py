@@ -97,6 +97,24 @@ def jobs() -> None:
     "--dry-run", is_flag=True, default=False, help="A dry-run job: occurrences are recorded, never delivered."
 )
 @click.option(
+    "--pause-on-failure",
+    is_flag=True,
+    default=False,
+    help="Cron or every: a dead-lettered occurrence pauses the job (resume it with kairos jobs resume).",
+)
+@click.option(
+    "--max-runs",
+    type=click.IntRange(1, 1_000_000_000),
+    metavar="N",
+    help="Cron or every: the job completes once its schedule has started N occurrences.",
+)
+@click.option(
+    "--delete-after",
+    type=DURATION,
+    metavar="DURATION",
+    help="Remove the job to the archive this long after it completed or was cancelled (0s: at once).",
+)
+@click.option(
     "--payload",
     type=JSON_VALUE,
     default=NO_DATA,
