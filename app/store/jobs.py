@@ -413,6 +413,10 @@ class Jobs(Table):
         )
         return [r.scheduled_for for r in rows]
 
+    async def add_runs(self, job_id: UUID, runs: int) -> None:
+        """Move a run-limited job's count of started occurrences by ``runs`` (negative: withdrawn unstarted)."""
+        await self._conn.execute(q("JobAddRunsMany"), {"job_ids": plain([job_id]), "runs": plain([runs])})
+
     async def shared_pool_access_many(self, pairs: Sequence[tuple[UUID, str]]) -> dict[tuple[UUID, str], bool]:
         """For (tenant, pool) pairs naming a shared pool: whether the tenant is granted it (others absent)."""
         if not pairs:

@@ -198,6 +198,12 @@ WITH dead AS (
         state = 'paused', paused_at = coalesce(CAST(:now AS TIMESTAMPTZ), now()), next_run_at = NULL,
         paused_reason = 'pauseOnFailure: execution ' || CAST(d.execution_id AS TEXT) || ' was dead-lettered after '
                         || CAST(d.attempt AS TEXT) || ' attempts: ' || coalesce(d.error, 'no error given'),
+        -- the occurrences withdrawn below (withdrawn's condition) no longer count as started
+        run_count = j.run_count - (
+            SELECT count(*) FROM executions AS w
+            WHERE j.max_runs IS NOT NULL AND w.job_id = j.job_id
+              AND w.state = 'ready' AND w.attempt = 0 AND w.trigger = 'schedule'
+              AND w.ready_at > coalesce(CAST(:now AS TIMESTAMPTZ), now())),
         updated_at = coalesce(CAST(:now AS TIMESTAMPTZ), now())  -- version is the tenant's and stays
     FROM dead AS d
     WHERE j.job_id = d.job_id AND j.pause_on_failure
@@ -216,7 +222,7 @@ WITH dead AS (
 SELECT p.job_id, p.execution_id FROM paused AS p;
 
 -- name: JobAddRunsMany
--- Count the occurrences a dispatch started for jobs with a run limit (maxRuns): the planner completes a job when its count reaches the limit.
+-- Count the occurrences a dispatch started for jobs with a run limit (maxRuns), or take back (negative) those withdrawn before they started: the planner completes a job when its count reaches the limit.
 UPDATE jobs AS j SET run_count = j.run_count + a.runs
 FROM unnest(CAST(:job_ids AS UUID[]), CAST(:runs AS INT[])) AS a (job_id, runs)
 WHERE j.job_id = a.job_id

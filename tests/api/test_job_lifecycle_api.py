@@ -119,6 +119,22 @@ def test_a_job_paused_on_failure_shows_why_until_resumed(api: ApiProcess, client
     assert (paused["state"], paused["pausedReason"]) == ("paused", None)  # the tenant's own pause gives none
 
 
+def test_a_pause_takes_back_an_occurrence_dispatched_ahead_from_the_runs_started(
+    api: ApiProcess, client: httpx.Client
+) -> None:
+    job_id = client.post("/v1/jobs", json=every_job(maxRuns=5)).json()["jobId"]
+    query(api.database_url, "UPDATE jobs SET run_count = 2 WHERE job_id = %s", (job_id,))
+    query(
+        api.database_url,
+        """INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at)
+           SELECT job_id, tenant_id, queue, now() + interval '1 minute', 1, 'ready', now() + interval '1 minute'
+           FROM jobs WHERE job_id = %s""",
+        (job_id,),
+    )
+    paused = client.post(f"/v1/jobs/{job_id}:pause").json()
+    assert (paused["state"], paused["remainingRuns"]) == ("paused", 4)
+
+
 def test_the_openapi_document_describes_and_bounds_the_options(api: ApiProcess) -> None:
     schemas = httpx.get(f"{api.url}/schema/openapi.json", timeout=10).json()["components"]["schemas"]
     job_in, job_out = schemas["JobIn"]["properties"], schemas["JobOut"]["properties"]

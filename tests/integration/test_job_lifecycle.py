@@ -159,3 +159,15 @@ async def test_a_catch_up_stops_at_the_limit_and_skipped_occurrences_do_not_coun
     await a.dispatcher.run_once()
     job = await job_row(db, forbidden)
     assert (job.state, job.run_count) == ("active", 0)
+
+
+async def test_an_occurrence_withdrawn_by_the_pause_no_longer_counts_toward_the_limit(db: Database) -> None:
+    job_id, queue = await recurring_job(db)
+    await execute(db, "UPDATE jobs SET max_runs = 5, run_count = 2 WHERE job_id = :j", j=job_id)
+    eid, held = await leased_occurrence(db, job_id, queue, T0 - timedelta(minutes=5))
+    ahead = datetime.now(T0.tzinfo) + timedelta(minutes=5)
+    [withdrawn] = await factories.insert_ready(db, [job_id], [ahead])  # dispatched ahead, due later
+    await db.transaction(lambda c: c.executions.fail_many([ex.Failure(eid, held.attempt, "down")]))
+    job = await job_row(db, job_id)
+    assert (job.state, job.run_count) == ("paused", 1)
+    assert not await rows(db, "SELECT 1 FROM executions WHERE execution_id = :e", e=withdrawn)

@@ -206,6 +206,15 @@ async def _moved(
     return updated
 
 
+async def _withdraw_ahead(tx: Store, job: jobs_store.Job) -> list[datetime]:
+    """Take back the job's occurrences dispatched ahead that have not started; under a run limit they
+    no longer count as started."""
+    withdrawn = await tx.jobs.withdraw_ahead(job.tenant_id, job.job_id)
+    if withdrawn and job.max_runs is not None:
+        await tx.jobs.add_runs(job.job_id, -len(withdrawn))
+    return withdrawn
+
+
 async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
     async def work(tx: Store) -> jobs_store.Job:
         job = await locked(tx, tenant_id, job_id)
@@ -213,7 +222,7 @@ async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
             return job
         # An occurrence dispatched ahead of its due time that has not started is taken back (a
         # one-off so dispatched already reads completed): the pause wins, and resume decides.
-        withdrawn = await tx.jobs.withdraw_ahead(tenant_id, job.job_id)
+        withdrawn = await _withdraw_ahead(tx, job)
         if job.state != JobState.ACTIVE and not (withdrawn and job.state == JobState.COMPLETED):
             raise errors.InvalidStateTransition(f"a {job.state} job cannot be paused")
         await tx.jobs.delete_due(job.job_id)
@@ -402,7 +411,7 @@ async def update(
         if active:
             # The old schedule's next occurrence goes, and so does one dispatched ahead of its time.
             await tx.jobs.delete_due(job.job_id)
-            await tx.jobs.withdraw_ahead(tenant_id, job.job_id)
+            await _withdraw_ahead(tx, job)
             await tx.jobs.insert_due(job.job_id, tenant_id, row.next_nominal_at, row.next_run_at)
         else:
             row = _paused_row(row)
