@@ -193,17 +193,21 @@ WITH dead AS (
     WHERE e.execution_id = ANY (CAST(:execution_ids AS UUID[]))
       AND e.state = 'dead' AND e.trigger = 'schedule'
     ORDER BY e.job_id, e.scheduled_for
+), ahead AS (
+    -- withdrawn's rows (its condition), counted per job before the statement changes anything
+    SELECT w.job_id, count(*) AS n FROM executions AS w
+    WHERE w.job_id IN (SELECT job_id FROM dead)
+      AND w.state = 'ready' AND w.attempt = 0 AND w.trigger = 'schedule'
+      AND w.ready_at > coalesce(CAST(:now AS TIMESTAMPTZ), now())
+    GROUP BY w.job_id
 ), paused AS (
     UPDATE jobs AS j SET
         state = 'paused', paused_at = coalesce(CAST(:now AS TIMESTAMPTZ), now()), next_run_at = NULL,
         paused_reason = 'pauseOnFailure: execution ' || CAST(d.execution_id AS TEXT) || ' was dead-lettered after '
                         || CAST(d.attempt AS TEXT) || ' attempts: ' || coalesce(d.error, 'no error given'),
-        -- the occurrences withdrawn below (withdrawn's condition) no longer count as started
-        run_count = j.run_count - (
-            SELECT count(*) FROM executions AS w
-            WHERE j.max_runs IS NOT NULL AND w.job_id = j.job_id
-              AND w.state = 'ready' AND w.attempt = 0 AND w.trigger = 'schedule'
-              AND w.ready_at > coalesce(CAST(:now AS TIMESTAMPTZ), now())),
+        -- the occurrences withdrawn below no longer count as started
+        run_count = j.run_count - CASE WHEN j.max_runs IS NULL THEN 0
+                                       ELSE coalesce((SELECT a.n FROM ahead AS a WHERE a.job_id = j.job_id), 0) END,
         updated_at = coalesce(CAST(:now AS TIMESTAMPTZ), now())  -- version is the tenant's and stays
     FROM dead AS d
     WHERE j.job_id = d.job_id AND j.pause_on_failure
