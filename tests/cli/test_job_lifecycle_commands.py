@@ -25,6 +25,12 @@ def test_submit_flags_set_the_lifecycle_options_and_show_prints_them(kairos: Kai
         (reason, job_id),
     )
     assert "HTTP 500" in kairos("jobs", "show", job_id).out.replace("\n", " ")
+    updated = kairos(
+        "jobs", "update", job_id, "--max-runs", "9", "--no-pause-on-failure", "--delete-after", "2h", "--json"
+    )  # fmt: skip
+    assert updated.code == 0, updated.err
+    assert (updated.json()["maxRuns"], updated.json()["pauseOnFailure"]) == (9, False)
+    assert updated.json()["deleteAfterCompletionSeconds"] == 7200
     one_off = kairos("jobs", "submit", "--name", "once", "--in", "1h", "--pool", "p", "--delete-after", "0s", "--json")
     assert one_off.code == 0, one_off.err
     assert kairos("jobs", "show", one_off.json()["jobId"], "--json").json()["deleteAfterCompletionSeconds"] == 0
