@@ -294,9 +294,13 @@ class ExecutionOut(Wire):
     trace_id: str | None = None
     # Every attempt, oldest first, discarded late results included ("this ran twice, here is why").
     attempts: list[AttemptOut] = msgspec.field(default_factory=list)
-    paused_job: Annotated[
-        bool, msgspec.Meta(description="true on the dead letter that paused its job (pauseOnFailure)")
-    ] = False
+    # Present (true) only on the dead letter that paused its job.
+    paused_job: (
+        Annotated[
+            bool, msgspec.Meta(description="present, true, on the dead letter that paused its job (pauseOnFailure)")
+        ]
+        | msgspec.UnsetType
+    ) = msgspec.UNSET
 
 
 class AttemptOut(Wire):
