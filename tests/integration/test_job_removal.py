@@ -105,3 +105,12 @@ async def test_a_failed_upload_removes_nothing(db: Database, tmp_path: Path) -> 
     with pytest.raises(Exception):  # noqa: B017 - whatever the file system raises
         await broken.run_once(now=NOW + timedelta(hours=1))
     assert await present(db, done) == (1, 1)
+
+
+def test_a_removed_jobs_archive_is_signed_and_refused_by_history_restore() -> None:
+    from app import errors
+    from app.store import archive
+
+    data = archive.encode_jobs([{"job_id": "j", "name": "x"}], [], [])
+    with pytest.raises(errors.InvalidInput, match="not a version-1 archived execution"):
+        archive.decode(data, "jobs.jsonl.gz")
