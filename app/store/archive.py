@@ -68,7 +68,6 @@ EXECUTION_COLUMNS = frozenset(
         "trigger",
         "traceparent",
         "restored_at",
-        "paused_job",
     }
 )
 ATTEMPT_COLUMNS = frozenset(

@@ -331,13 +331,8 @@ class Executions(Table):
         when something died): the ids of the jobs paused."""
         if not dead:
             return []
-        paused = (
-            await self._conn.execute(q("JobPauseOnFailureMany"), {"execution_ids": plain(dead), "now": now})
-        ).all()
-        if paused:
-            marks = plain([r.execution_id for r in paused])
-            await self._conn.execute(q("ExecutionMarkPausedJob"), {"execution_ids": marks})
-        return [r.job_id for r in paused]
+        rows = await self._conn.execute(q("JobPauseOnFailureMany"), {"execution_ids": plain(dead), "now": now})
+        return [r.job_id for r in rows]
 
     async def defer_many(
         self, held: Sequence[AttemptRef], delays_s: Sequence[float], *, now: datetime | None = None

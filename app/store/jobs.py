@@ -99,6 +99,8 @@ class Job(NewJob):
     has_open: bool = False
     # Why Kairos paused the job (pause_on_failure); NULL when the tenant paused it.
     paused_reason: str | None = None
+    # The dead letter that last paused it (kept after a resume: the job's history marks it).
+    pause_execution_id: UUID | None = None
     # Occurrences the schedule started while max_runs was set (app.scheduler.run_limits).
     run_count: int = 0
 
@@ -128,8 +130,6 @@ class ExecutionSummary:
     dispatched_at: datetime
     traceparent: str | None
     first_started_at: datetime | None
-    # This dead letter paused its job (pauseOnFailure).
-    paused_job: bool = False
 
 
 @dataclass(frozen=True)

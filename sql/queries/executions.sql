@@ -1,7 +1,7 @@
 -- name: ExecutionListForJob
 -- A page of one job's executions, newest occurrence first; keyset cursor on scheduled_for (unique within a job, so UNIQUE (job_id, scheduled_for) serves the page read backwards).
 SELECT execution_id, scheduled_for, attempt, state, started_at, finished_at, error, skip_reason, trigger,
-       dispatched_at, traceparent, coalesce(paused_job, false) AS paused_job,
+       dispatched_at, traceparent,
        -- An HTTP delivery started when its request was sent (sent_at); a worker's attempt when it was leased.
        coalesce((SELECT min(coalesce(a.sent_at, a.leased_at)) FROM attempts AS a
                  WHERE a.execution_id = executions.execution_id),
@@ -433,9 +433,3 @@ SELECT e.execution_id FROM executions AS e
 JOIN jobs AS j ON j.job_id = e.job_id
 WHERE e.finished_at = coalesce(CAST(:finished_at AS TIMESTAMPTZ), now())
   AND e.state = 'dead' AND e.trigger = 'schedule' AND j.pause_on_failure;
-
--- name: ExecutionMarkPausedJob
--- Mark the dead letters that paused their job (pauseOnFailure), so the job's history shows which one did.
-UPDATE executions SET paused_job = true
-WHERE execution_id = ANY (CAST(:execution_ids AS UUID[]))
-RETURNING execution_id;

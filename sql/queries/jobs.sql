@@ -208,6 +208,7 @@ WITH dead AS (
         -- the occurrences withdrawn below no longer count as started
         run_count = j.run_count - CASE WHEN j.max_runs IS NULL THEN 0
                                        ELSE coalesce((SELECT a.n FROM ahead AS a WHERE a.job_id = j.job_id), 0) END,
+        pause_execution_id = d.execution_id,  -- kept after a resume: the history says which dead letter paused it
         updated_at = coalesce(CAST(:now AS TIMESTAMPTZ), now())  -- version is the tenant's and stays
     FROM dead AS d
     WHERE j.job_id = d.job_id AND j.pause_on_failure

@@ -103,10 +103,16 @@ def test_a_job_paused_on_failure_shows_why_until_resumed(api: ApiProcess, client
     query(
         api.database_url,
         """INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, ready_at,
-                                   finished_at, error, paused_job)
-           SELECT job_id, tenant_id, queue, now() - interval '1 hour', 1, 1, 'dead', now(), now(), 'HTTP 500', true
+                                   finished_at, error)
+           SELECT job_id, tenant_id, queue, now() - interval '1 hour', 1, 1, 'dead', now(), now(), 'HTTP 500'
            FROM jobs WHERE job_id = %s""",
         (job_id,),
+    )
+    query(
+        api.database_url,
+        "UPDATE jobs SET pause_execution_id = (SELECT execution_id FROM executions WHERE job_id = %s) "
+        "WHERE job_id = %s",
+        (job_id, job_id),
     )
     job = client.get(f"/v1/jobs/{job_id}").json()
     assert (job["state"], job["pausedReason"]) == ("paused", reason)
@@ -117,6 +123,8 @@ def test_a_job_paused_on_failure_shows_why_until_resumed(api: ApiProcess, client
     assert (resumed["state"], resumed["pausedReason"]) == ("active", None)
     paused = client.post(f"/v1/jobs/{job_id}:pause").json()
     assert (paused["state"], paused["pausedReason"]) == ("paused", None)  # the tenant's own pause gives none
+    [entry] = client.get(f"/v1/jobs/{job_id}/executions").json()
+    assert entry["pausedJob"] is True  # the history keeps saying which dead letter paused it
 
 
 def test_a_pause_takes_back_an_occurrence_dispatched_ahead_from_the_runs_started(

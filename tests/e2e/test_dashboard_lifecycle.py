@@ -33,14 +33,15 @@ def test_job_details_say_how_the_job_ends_and_which_dead_letter_paused_it(
     query(
         api.database_url,
         """INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, ready_at,
-                                   finished_at, error, paused_job)
-           SELECT job_id, tenant_id, queue, now() - interval '1 hour', 1, 1, 'dead', now(), now(), 'HTTP 500', true
+                                   finished_at, error)
+           SELECT job_id, tenant_id, queue, now() - interval '1 hour', 1, 1, 'dead', now(), now(), 'HTTP 500'
            FROM jobs WHERE job_id = %s""",
         (job_id,),
     )
     query(
         api.database_url,
         "UPDATE jobs SET state = 'paused', paused_at = now(), next_run_at = NULL, run_count = 1, "
+        "pause_execution_id = (SELECT execution_id FROM executions WHERE job_id = jobs.job_id), "
         "paused_reason = 'pauseOnFailure: execution e1 was dead-lettered after 1 attempts: HTTP 500' WHERE job_id = %s",
         (job_id,),
     )

@@ -294,10 +294,13 @@ class ExecutionOut(Wire):
     trace_id: str | None = None
     # Every attempt, oldest first, discarded late results included ("this ran twice, here is why").
     attempts: list[AttemptOut] = msgspec.field(default_factory=list)
-    # Present (true) only on the dead letter that paused its job.
+    # Present (true) only on the dead letter that last paused its job (jobs.pause_execution_id).
     paused_job: (
         Annotated[
-            bool, msgspec.Meta(description="present, true, on the dead letter that paused its job (pauseOnFailure)")
+            bool,
+            msgspec.Meta(
+                description="present, true, on the dead letter that last paused its job (pauseOnFailure)",
+            ),
         ]
         | msgspec.UnsetType
     ) = msgspec.UNSET

@@ -188,5 +188,5 @@ def execution_out(
         start_lag_ms=lag_ms,
         trace_id=e.traceparent.split("-")[1] if e.traceparent else None,
         attempts=[attempt_out(a) for a in attempts or ()],
-        paused_job=True if e.paused_job else msgspec.UNSET,
+        paused_job=True if e.execution_id == job.pause_execution_id else msgspec.UNSET,
     )
