@@ -206,11 +206,11 @@ WITH dead AS (
         paused_reason = 'pauseOnFailure: execution ' || CAST(d.execution_id AS TEXT) || ' was dead-lettered after '
                         || CAST(d.attempt AS TEXT) || ' attempts: ' || coalesce(d.error, 'no error given'),
         -- the occurrences withdrawn below no longer count as started
-        run_count = j.run_count - CASE WHEN j.max_runs IS NULL THEN 0
-                                       ELSE coalesce((SELECT a.n FROM ahead AS a WHERE a.job_id = j.job_id), 0) END,
+        run_count = j.run_count - CASE WHEN j.max_runs IS NULL THEN 0 ELSE coalesce(d.withdrawn, 0) END,
         pause_execution_id = d.execution_id,  -- kept after a resume: the history says which dead letter paused it
         updated_at = coalesce(CAST(:now AS TIMESTAMPTZ), now())  -- version is the tenant's and stays
-    FROM dead AS d
+    FROM (SELECT x.job_id, x.execution_id, x.attempt, x.error, a.n AS withdrawn
+          FROM dead AS x LEFT JOIN ahead AS a ON a.job_id = x.job_id) AS d
     WHERE j.job_id = d.job_id AND j.pause_on_failure
       AND j.state = 'active'  -- a job paused, completed or cancelled meanwhile keeps its state
     RETURNING j.job_id, d.execution_id
