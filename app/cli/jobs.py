@@ -382,6 +382,11 @@ def _label_patch(pairs: Sequence[str]) -> dict[str, str | None]:
 @click.option("--payload", type=JSON_VALUE, help="A new payload (JSON).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Set a label; KEY= removes it.")
 @click.option("--dry-run/--live", "dry_run", default=None, help="Record occurrences only, or deliver them again.")
+@click.option(
+    "--pause-on-failure/--no-pause-on-failure", default=None, help="Pause the job when an occurrence is dead-lettered."
+)
+@click.option("--max-runs", type=click.IntRange(1, 1_000_000_000), metavar="N", help="A new run limit.")
+@click.option("--delete-after", type=DURATION, metavar="DURATION", help="A new removal delay after the job finishes.")
 @click.option("--if-version", type=click.IntRange(1), help="Refuse the update unless the job is at this version.")
 @json_option
 @pass_api
@@ -397,10 +402,13 @@ def jobs_update(
     payload: Any,
     labels: tuple[str, ...],
     dry_run: bool | None,
+    pause_on_failure: bool | None,
+    max_runs: int | None,
+    delete_after: float | None,
     if_version: int | None,
     as_json: bool,
 ) -> None:
-    """Change a job; its next occurrence follows the new schedule."""
+    """Change a job; its next occurrence follows the new schedule (--patch '{"maxRuns": null}' removes a limit)."""
     patch: dict[str, Any] = {}
     if patch_doc is not None or file is not None:
         if patch_doc is not None and file is not None:
@@ -413,7 +421,14 @@ def jobs_update(
         raise click.UsageError("give --cron or --every, not both")
     if schedule:
         patch["schedule"] = {**patch.get("schedule", {}), **schedule}
-    for key, value in (("name", name), ("payload", payload), ("dryRun", dry_run)):
+    for key, value in (
+        ("name", name),
+        ("payload", payload),
+        ("dryRun", dry_run),
+        ("pauseOnFailure", pause_on_failure),
+        ("maxRuns", max_runs),
+        ("deleteAfterCompletionSeconds", None if delete_after is None else int(delete_after)),
+    ):
         if value is not None:
             patch[key] = value
     if labels:

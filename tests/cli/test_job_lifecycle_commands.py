@@ -25,6 +25,21 @@ def test_submit_flags_set_the_lifecycle_options_and_show_prints_them(kairos: Kai
         (reason, job_id),
     )
     assert "HTTP 500" in kairos("jobs", "show", job_id).out.replace("\n", " ")
+    query(
+        cli_api.database_url,
+        """INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, ready_at,
+                                   finished_at, error)
+           SELECT job_id, tenant_id, queue, now() - interval '1 hour', 1, 1, 'dead', now(), now(), 'HTTP 500'
+           FROM jobs WHERE job_id = %s""",
+        (job_id,),
+    )
+    query(
+        cli_api.database_url,
+        "UPDATE jobs SET pause_execution_id = (SELECT execution_id FROM executions WHERE job_id = %s) "
+        "WHERE job_id = %s",
+        (job_id, job_id),
+    )
+    assert "dead (paused the job)" in kairos("jobs", "history", job_id).out.replace("\n", " ")
     updated = kairos(
         "jobs", "update", job_id, "--max-runs", "9", "--no-pause-on-failure", "--delete-after", "2h", "--json"
     )  # fmt: skip
