@@ -114,3 +114,29 @@ def test_a_removed_jobs_archive_is_signed_and_refused_by_history_restore() -> No
     data = archive.encode_jobs([{"job_id": "j", "name": "x"}], [], [])
     with pytest.raises(errors.InvalidInput, match="not a version-1 archived execution"):
         archive.decode(data, "jobs.jsonl.gz")
+
+
+async def test_the_scheduler_runs_the_job_remover(db: Database, tmp_path: Path) -> None:
+    import asyncio
+    import dataclasses
+
+    from app.config import Settings
+    from app.scheduler.service import serve
+    from tests.support.polling import poll
+
+    t = await factories.tenant(db)
+    done, _ = await finished_job(db, t.tenant_id, delete_after_s=0)
+    await execute(db, "UPDATE jobs SET updated_at = now() - interval '1 minute' WHERE job_id = :j", j=done)
+    settings = dataclasses.replace(Settings(), home=tmp_path, lease_ttl_s=5.0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(settings, db, stop), name="test.scheduler")
+    try:
+
+        async def gone() -> bool:
+            return await present(db, done) == (0, 0)
+
+        assert await poll(gone, timeout_s=15, interval_s=0.1, what="the finished job to be removed")
+        assert list((tmp_path / "objects" / "jobs").rglob("*.jsonl.gz"))
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=15)
