@@ -119,6 +119,8 @@ MaxRetryDurationSeconds = Annotated[float, msgspec.Meta(gt=0, le=job_rules.MAX_R
 TimeoutSeconds = Annotated[int, msgspec.Meta(ge=1, le=job_rules.MAX_TIMEOUT_S)]
 DelaySeconds = Annotated[float, msgspec.Meta(ge=0, le=job_rules.MAX_DELAY_S)]
 JitterSeconds = Annotated[int, msgspec.Meta(ge=0, le=job_rules.MAX_JITTER_S)]
+MaxRuns = Annotated[int, msgspec.Meta(ge=1, le=job_rules.MAX_RUNS)]
+DeleteAfterSeconds = Annotated[int, msgspec.Meta(ge=0, le=job_rules.MAX_DELETE_AFTER_S)]
 
 
 # An instant with its offset; a naive one is ambiguous and refused (msgspec's tz=True).

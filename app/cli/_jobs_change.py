@@ -1,9 +1,8 @@
-"""``kairos jobs update``, ``run`` and ``backfill`` (registered on the group by app.cli.jobs), and what the
-jobs commands share: reading a JSON file, and the line a changed job is shown by."""
+"""``kairos jobs update``, ``run`` and ``backfill`` (registered on the group by app.cli.jobs), and the line a
+changed job is shown by."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -11,17 +10,9 @@ from typing import Any
 import click
 
 from app.cli.client import Job, KairosClient
-from app.cli.remote import INSTANT, JOB_ID, JSON_VALUE, emit, json_option, pass_api, progress, read_text, utc_iso, when
+from app.cli.job_body import read_file
+from app.cli.remote import DURATION, INSTANT, JOB_ID, JSON_VALUE, emit, json_option, pass_api, progress, utc_iso, when
 from app.cli.usage import fail
-
-
-def read_json_file(path: str) -> Any:
-    """The JSON document in the file at ``path`` (- for stdin); exits with one line when it is not JSON."""
-    text = read_text(path)
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        fail(f"{'stdin' if path == '-' else path} is not JSON: {exc}")
 
 
 def changed(job: Job, as_json: bool, verb: str) -> None:
@@ -58,6 +49,11 @@ def _label_patch(pairs: Sequence[str]) -> dict[str, str | None]:
 @click.option("--payload", type=JSON_VALUE, help="A new payload (JSON).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Set a label; KEY= removes it.")
 @click.option("--dry-run/--live", "dry_run", default=None, help="Record occurrences only, or deliver them again.")
+@click.option(
+    "--pause-on-failure/--no-pause-on-failure", default=None, help="Pause the job when an occurrence is dead-lettered."
+)
+@click.option("--max-runs", type=click.IntRange(1, 1_000_000_000), metavar="N", help="A new run limit.")
+@click.option("--delete-after", type=DURATION, metavar="DURATION", help="A new removal delay after the job finishes.")
 @click.option("--if-version", type=click.IntRange(1), help="Refuse the update unless the job is at this version.")
 @json_option
 @pass_api
@@ -73,15 +69,18 @@ def jobs_update(
     payload: Any,
     labels: tuple[str, ...],
     dry_run: bool | None,
+    pause_on_failure: bool | None,
+    max_runs: int | None,
+    delete_after: float | None,
     if_version: int | None,
     as_json: bool,
 ) -> None:
-    """Change a job; its next occurrence follows the new schedule."""
+    """Change a job; its next occurrence follows the new schedule (--patch '{"maxRuns": null}' removes a limit)."""
     patch: dict[str, Any] = {}
     if patch_doc is not None or file is not None:
         if patch_doc is not None and file is not None:
             raise click.UsageError("give --patch or --file, not both")
-        patch = read_json_file(file) if file is not None else patch_doc
+        patch = read_file(file) if file is not None else patch_doc
         if not isinstance(patch, dict):
             raise click.UsageError("the patch must be a JSON object")
     schedule: dict[str, Any] = {k: v for k, v in (("cron", cron), ("tz", tz), ("every", every)) if v is not None}
@@ -89,7 +88,14 @@ def jobs_update(
         raise click.UsageError("give --cron or --every, not both")
     if schedule:
         patch["schedule"] = {**patch.get("schedule", {}), **schedule}
-    for key, value in (("name", name), ("payload", payload), ("dryRun", dry_run)):
+    for key, value in (
+        ("name", name),
+        ("payload", payload),
+        ("dryRun", dry_run),
+        ("pauseOnFailure", pause_on_failure),
+        ("maxRuns", max_runs),
+        ("deleteAfterCompletionSeconds", None if delete_after is None else int(delete_after)),
+    ):
         if value is not None:
             patch[key] = value
     if labels:

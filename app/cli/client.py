@@ -82,6 +82,11 @@ class Job(TypedDict):
     labels: NotRequired[dict[str, str]]
     dryRun: NotRequired[bool]
     lastOutcome: NotRequired[str | None]
+    pauseOnFailure: NotRequired[bool]
+    pausedReason: NotRequired[str | None]
+    maxRuns: NotRequired[int | None]
+    remainingRuns: NotRequired[int | None]
+    deleteAfterCompletionSeconds: NotRequired[int | None]
 
 
 class RunOut(TypedDict):

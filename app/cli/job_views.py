@@ -66,6 +66,17 @@ def _auth_text(auth: dict[str, Any] | None) -> str | None:
     return f"{auth['type']} token, audience {auth.get('audience') or 'the URL'}"
 
 
+def _runs_text(job: Job) -> str | None:
+    limit = job.get("maxRuns")
+    return None if limit is None else f"{job.get('remainingRuns')} of {limit} (maxRuns)"
+
+
+def _removal_text(seconds: int | None) -> str | None:
+    if seconds is None:
+        return None
+    return f"{seconds}s after it completes or is cancelled (then archived)"
+
+
 def show_job(job: Job) -> None:
     retry = job["retry"]
     headers: dict[str, str] = job["target"].get("headers") or {}
@@ -82,6 +93,10 @@ def show_job(job: Job) -> None:
         ("labels", labels_text(job) or None),
         ("next run", when(job["nextRunAt"])),
         ("paused at", when(job["pausedAt"]) if job["pausedAt"] else None),
+        ("paused because", job.get("pausedReason")),
+        ("on failure", "pause the job" if job.get("pauseOnFailure") else None),
+        ("runs left", _runs_text(job)),
+        ("remove after", _removal_text(job.get("deleteAfterCompletionSeconds"))),
         (
             "retry",
             (
@@ -109,7 +124,7 @@ def show_executions(rows: Sequence[Execution], *, title: str | None = None) -> N
             (
                 e["executionId"],
                 when(e["scheduledFor"]),
-                e["state"],
+                e["state"] + (" (paused the job)" if e.get("pausedJob") else ""),
                 e["attempt"],
                 when(e["startedAt"]),
                 when(e["finishedAt"]),

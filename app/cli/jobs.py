@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 import click
 
-from app.cli._jobs_change import changed, jobs_backfill, jobs_run, jobs_update, read_json_file
+from app.cli._jobs_change import changed, jobs_backfill, jobs_run, jobs_update
 from app.cli.client import PAGE_MAX, Execution, Job, KairosClient, every_page
+from app.cli.job_body import NO_DATA, build_job, read_file
 from app.cli.job_views import more_hint, show_attempts, show_executions, show_job, show_jobs
-from app.cli.pools import check_pool_ref
 from app.cli.remote import (
     DURATION,
     EXECUTION_ID,
@@ -46,189 +46,10 @@ from app.cli.usage import fail
 from app.domain.states import REPORTED_JOB_STATES
 from app.errors import InvalidInput
 
-_NO_DATA = object()
-
 
 @api_group("jobs")
 def jobs() -> None:
     """Submit, list, inspect, pause, resume and cancel jobs (a tenant's API key)."""
-
-
-def _check_cron(expr: str, tz: str) -> None:
-    from app.domain.schedule import validate_cron, validate_tz
-
-    try:
-        validate_tz(tz)
-        validate_cron(expr, "cli")
-    except InvalidInput as exc:
-        fail(f"{'--tz' if exc.field.endswith('tz') else '--cron'}: {exc.detail}")
-
-
-def _check_every(every: str) -> None:
-    from app.domain.jobs import parse_every
-
-    try:
-        parse_every(every, 1)  # the server's minimum is its own setting: it refuses a shorter one itself
-    except InvalidInput as exc:
-        fail(f"--every: {exc.detail}")
-
-
-def _labels(pairs: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            fail(f"--label: {pair!r} is not KEY=VALUE")
-        out[key] = value
-    return out
-
-
-def _headers(pairs: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition(":")
-        if not sep or not name.strip():
-            fail(f"--header: {pair!r} is not NAME: VALUE")
-        out[name.strip()] = value.strip()
-    return out
-
-
-def build_job(
-    *,
-    name: str | None,
-    cron: str | None,
-    tz: str | None,
-    at: datetime | None,
-    delay: float | None,
-    pool: str | None,
-    url: str | None,
-    payload: Any,
-    jitter: float | None,
-    max_attempts: int | None,
-    backoff: float | None,
-    timeout: float | None,
-    concurrency: str | None,
-    misfire: str | None,
-    dst_gap: str | None,
-    dst_repeat: str | None,
-    every: str | None = None,
-    labels: Sequence[str] = (),
-    start_at: datetime | None = None,
-    end_at: datetime | None = None,
-    dry_run: bool = False,
-    method: str | None = None,
-    headers: Sequence[str] = (),
-    max_retry_duration: float | None = None,
-    oidc: bool = False,
-    oidc_audience: str | None = None,
-) -> dict[str, Any]:
-    """The POST /v1/jobs body the flags describe; one line and exit 2 for flags that do not fit."""
-    if not name or not name.strip():
-        fail("--name is required (or give the whole job with --file)")
-    given = [
-        flag
-        for flag, value in (("--cron", cron), ("--every", every), ("--at", at), ("--in", delay))
-        if value is not None
-    ]
-    if len(given) != 1:
-        fail(
-            "give one of --cron EXPR --tz ZONE, --every DURATION, --at TIME or --in DURATION"
-            + (f", not {' and '.join(given)}" if given else "")
-        )
-    if (pool is None) == (url is None):
-        fail("give one of --pool NAME or --url URL" + (", not both" if pool and url else ""))
-    cron_only = [
-        flag
-        for flag, value in (("--tz", tz), ("--dst-gap", dst_gap), ("--dst-repeat", dst_repeat))
-        if value is not None
-    ]
-    recurring_only = [
-        flag
-        for flag, value in (("--jitter", jitter), ("--start-at", start_at), ("--end-at", end_at))
-        if value is not None
-    ]
-    schedule: dict[str, Any]
-    if cron is not None:
-        if tz is None:
-            fail("--cron needs --tz ZONE (an IANA zone such as Europe/London or UTC)")
-        _check_cron(cron, tz)
-        schedule = {"cron": cron, "tz": tz}
-        if dst_gap or dst_repeat:
-            schedule["dst"] = {k: v for k, v in (("gap", dst_gap), ("repeat", dst_repeat)) if v}
-    elif every is not None:
-        if cron_only:
-            fail(f"{', '.join(cron_only)} only apply to --cron schedules")
-        _check_every(every)
-        schedule = {"every": every}
-    else:
-        if cron_only or recurring_only:
-            fail(f"{', '.join(cron_only + recurring_only)} only apply to --cron or --every schedules")
-        schedule = {"runAt": utc_iso(at)} if at is not None else {"delaySeconds": delay}
-    if jitter is not None:
-        schedule["jitterSeconds"] = int(jitter)
-    if start_at is not None:
-        schedule["startAt"] = utc_iso(start_at)
-    if end_at is not None:
-        schedule["endAt"] = utc_iso(end_at)
-    if start_at is not None and end_at is not None and end_at <= start_at:
-        fail("--end-at must be after --start-at")
-    if url is not None:
-        from app.domain.jobs import validate_target
-
-        try:
-            validate_target("http", url)
-        except InvalidInput as exc:
-            fail(f"--url: {exc.detail}")
-        target: dict[str, Any] = {"type": "http", "ref": url}
-        if method is not None:
-            target["method"] = method
-        if headers:
-            target["headers"] = _headers(headers)
-        if oidc or oidc_audience is not None:
-            target["auth"] = {"type": "oidc"} | ({"audience": oidc_audience} if oidc_audience is not None else {})
-    else:
-        assert pool is not None
-        http_only = [
-            flag
-            for flag, value in (
-                ("--method", method),
-                ("--header", headers),
-                ("--oidc", oidc),
-                ("--oidc-audience", oidc_audience),
-            )
-            if value
-        ]
-        if http_only:
-            fail(f"{', '.join(http_only)} only apply to --url targets")
-        target = {"type": "queue", "ref": check_pool_ref(pool)}
-    body: dict[str, Any] = {
-        "name": name,
-        "target": target,
-        "schedule": schedule,
-        "payload": None if payload is _NO_DATA else payload,
-    }
-    if labels:
-        body["labels"] = _labels(labels)
-    if dry_run:
-        body["dryRun"] = True
-    retry = {
-        k: v
-        for k, v in (
-            ("maxAttempts", max_attempts),
-            ("backoffSeconds", backoff),
-            ("maxRetryDurationSeconds", max_retry_duration),
-        )
-        if v is not None
-    }
-    if retry:
-        body["retry"] = retry
-    if timeout is not None:
-        body["timeoutSeconds"] = int(timeout)
-    if concurrency:
-        body["concurrency"] = concurrency
-    if misfire:
-        body["misfire"] = misfire
-    return body
 
 
 @jobs.command("submit")
@@ -277,9 +98,27 @@ def build_job(
     "--dry-run", is_flag=True, default=False, help="A dry-run job: occurrences are recorded, never delivered."
 )
 @click.option(
+    "--pause-on-failure",
+    is_flag=True,
+    default=False,
+    help="Cron or every: a dead-lettered occurrence pauses the job (resume it with kairos jobs resume).",
+)
+@click.option(
+    "--max-runs",
+    type=click.IntRange(1, 1_000_000_000),
+    metavar="N",
+    help="Cron or every: the job completes once its schedule has started N occurrences.",
+)
+@click.option(
+    "--delete-after",
+    type=DURATION,
+    metavar="DURATION",
+    help="Remove the job to the archive this long after it completed or was cancelled (0s: at once).",
+)
+@click.option(
     "--payload",
     type=JSON_VALUE,
-    default=_NO_DATA,
+    default=NO_DATA,
     show_default=False,
     help="Payload as JSON (@file reads it from a file).",
 )
@@ -310,11 +149,11 @@ def jobs_submit(
         used = sorted(
             f"--{k.replace('_', '-')}"
             for k, v in flags.items()
-            if v is not None and v is not _NO_DATA and v != () and v is not False
+            if v is not None and v is not NO_DATA and v != () and v is not False
         )
         if used:
             fail(f"--file holds the whole job; leave out {', '.join(used)}")
-        document = read_json_file(file)
+        document = read_file(file)
         if isinstance(document, list):
             if idempotency_key:
                 fail("--idempotency-key is for one job; give each item of the array its own idempotencyKey")

@@ -63,6 +63,10 @@ RESERVED_HEADERS = frozenset(
 )
 RESERVED_HEADER_PREFIX = "kairos-"
 MAX_RETRY_DURATION_S = 30 * 86400
+# maxRuns: the most occurrences a schedule may be limited to (a limit, not a count to reach).
+MAX_RUNS = 1_000_000_000
+# deleteAfterCompletionSeconds: at most a year and a day after the job finished.
+MAX_DELETE_AFTER_S = 366 * 86400
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,12 @@ class Options:
     http_method: HttpMethod = "POST"
     http_headers: dict[str, str] = field(default_factory=dict)
     http_auth: dict[str, str] | None = None  # validate_auth's: {"type": "oidc"[, "audience": ...]}
+    # How the job ends (docs/states.md, "Lifecycle options"): a dead-lettered scheduled occurrence
+    # pauses it; the schedule completes after max_runs occurrences it started; a completed or
+    # cancelled job is removed to the archive delete_after_s after its last execution finished.
+    pause_on_failure: bool = False
+    max_runs: int | None = None
+    delete_after_s: int | None = None
 
 
 @dataclass(frozen=True)
@@ -413,6 +423,23 @@ def validate_bounds(start_at: str | None, end_at: str | None) -> tuple[datetime 
     if start is not None and end is not None and start >= end:
         raise InvalidInput("schedule.endAt", "must be after startAt")
     return start, end
+
+
+def validate_lifecycle(recurring: bool, pause_on_failure: bool, max_runs: int | None) -> tuple[bool, int | None]:
+    """pauseOnFailure and maxRuns shape a schedule: a one-off job, which runs once and is done, is
+    refused either rather than given a setting that would never act."""
+    if not recurring:
+        if pause_on_failure:
+            raise InvalidInput(
+                "pauseOnFailure",
+                "applies to recurring jobs (cron or every) only: a one-off job "
+                "runs once, and its dead letter is its outcome",
+            )
+        if max_runs is not None:
+            raise InvalidInput("maxRuns", "applies to recurring jobs (cron or every) only: a one-off job runs once")
+    if max_runs is not None and not 1 <= max_runs <= MAX_RUNS:
+        raise InvalidInput("maxRuns", f"must be between 1 and {MAX_RUNS}")
+    return pause_on_failure, max_runs
 
 
 def validate_retry_duration(value: float | None) -> float | None:

@@ -44,6 +44,7 @@ from app.observability import tracing
 from app.scheduler.ahead import AheadWindow, DispatchRate
 from app.scheduler.heap import DueEntry, DueHeap
 from app.scheduler.planning import Plan, plan_claim
+from app.scheduler.run_limits import limit_runs
 from app.store import Database, Store
 from app.store import dispatch as dispatch_store
 
@@ -191,7 +192,7 @@ class Dispatcher:
             claims = await tx.dispatch.claim(self.owner, batch, sql_now)
             now = self._now()
             claimed = [c for c in claims if c.claimed]
-            plans = [plan_claim(c, now, self._catch_up_slot) for c in claimed]
+            plans = [limit_runs(plan_claim(c, now, self._catch_up_slot), c) for c in claimed]
             executions = [e for p in plans for e in p.executions]
             traces = [_trace(c, e) for c, p in zip(claimed, plans, strict=True) for e in p.executions]
             next_due = [p.next_due for p in plans if p.next_due is not None]

@@ -27,6 +27,7 @@ from app.scheduler.heap import DueHeap
 from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser
 from app.scheduler.loader import DueLoader, LoaderConfig
 from app.scheduler.partitions import HistoryPartitioner, PartitionerConfig, objects_for
+from app.scheduler.removal import JobRemover
 from app.scheduler.statistics import StatisticsKeeper
 from app.store import Database
 
@@ -128,6 +129,7 @@ class Scheduler:
         )
         self.statistics = StatisticsKeeper(db)
         self.partitions = HistoryPartitioner(db, objects_for(settings), PartitionerConfig.from_settings(settings))
+        self.remover = JobRemover(db, self.partitions.objects)
         ttl_s = self.leaser.config.ttl_s
         # Twice the TTL: a leaser tick that hangs costs the shards after one TTL; a dispatcher that hangs
         # while the leaser still renews (it found a fresh connection) costs them after two.
@@ -156,6 +158,7 @@ class Scheduler:
             ("dispatcher", self.dispatcher.run),
             ("statistics", self.statistics.run),
             ("partitions", self.partitions.run),
+            ("job-remover", self.remover.run),
         ]
         tasks = [
             asyncio.create_task(

@@ -125,6 +125,39 @@ def encode(executions: Sequence[Row], attempts: Sequence[Row], keyring: sealing.
     return gzip.compress(body + encoder.encode({"v": VERSION, "mac": mac}) + b"\n", compresslevel=6)
 
 
+# Removed jobs (deleteAfterCompletionSeconds) are archived apart from execution history, one line per job.
+JOBS_PREFIX = "jobs"
+
+
+def jobs_key_for(removed_at: datetime) -> str:
+    """Where a batch of removed jobs goes: dated by its removal, unique by a random suffix."""
+    at = removed_at.astimezone(timezone.utc)
+    return f"{JOBS_PREFIX}/{at:%Y/%m/%d}/{at:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}{SUFFIX}"
+
+
+def encode_jobs(
+    jobs: Sequence[Row], executions: Sequence[Row], attempts: Sequence[Row], keyring: sealing.Keyring | None = None
+) -> bytes:
+    """The archive of removed jobs: per line ``{"v": 1, "job": {...every column...}, "executions":
+    [{"execution": {...}, "attempts": [...]}, ...]}``, the MAC line last (as ``encode``'s). A record of
+    what was removed, read with ``zcat | jq``; ``kairos history restore`` refuses it (a removed job is
+    not restored)."""
+    by_execution: dict[Any, list[Row]] = defaultdict(list)
+    for a in attempts:
+        by_execution[a["execution_id"]].append(a)
+    by_job: dict[Any, list[Row]] = defaultdict(list)
+    for e in sorted(executions, key=lambda e: e["scheduled_for"]):
+        by_job[e["job_id"]].append(
+            {"execution": e, "attempts": sorted(by_execution.get(e["execution_id"], ()), key=lambda a: a["attempt"])}
+        )
+    encoder = msgspec.json.Encoder()
+    body = b"".join(
+        encoder.encode({"v": VERSION, "job": j, "executions": by_job.get(j["job_id"], [])}) + b"\n" for j in jobs
+    )
+    mac = (keyring or sealing.current()).mac(body)
+    return gzip.compress(body + encoder.encode({"v": VERSION, "mac": mac}) + b"\n", compresslevel=6)
+
+
 def decode(data: bytes, name: str = "archive", keyring: sealing.Keyring | None = None) -> Archived:
     """The rows of an archive, once its MAC is verified and every row checked; InvalidInput (naming
     ``name``) when it is not an archive, its MAC does not match, or a row is not history."""

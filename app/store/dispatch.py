@@ -81,6 +81,9 @@ class Claim:
     end_at: datetime | None = None
     every_s: int | None = None
     job_traceparent: str | None = None
+    # A run limit (maxRuns) and the occurrences started under it (app.scheduler.run_limits).
+    max_runs: int | None = None
+    run_count: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,8 @@ class JobAdvance:
     state: JobState  # ACTIVE (cron continues) or COMPLETED (schedule ended)
     next_nominal_at: datetime | None
     next_run_at: datetime | None
+    # Occurrences this dispatch started that count toward the job's run limit (maxRuns).
+    runs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,4 +247,9 @@ class Dispatch(Table):
                 },
             )
         ).one()
+        if counted := [x for x in a if x.runs]:
+            await self._conn.execute(
+                q("JobAddRunsMany"),
+                {"job_ids": _plain([x.job_id for x in counted]), "runs": _plain([x.runs for x in counted])},
+            )
         return Recorded(row.ready, row.skipped, row.next_due, row.advanced)

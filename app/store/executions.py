@@ -315,12 +315,24 @@ class Executions(Table):
         )
         # The statement answers the failed ones; every other (stale, out of scope, unknown) changed nothing.
         out = {execution_id: FailOutcome(execution_id, None, None) for execution_id in ids}
+        dead: list[ExecutionRef] = []
         for execution_id, state, ready_at in rows:
             if state is None:  # CockroachDB's text answers the stale ones too, without a state
                 continue
             mine = given[str(execution_id)]
             out[mine] = FailOutcome(mine, ExecutionState(state), ready_at if state == ExecutionState.READY else None)
+            if state == ExecutionState.DEAD:
+                dead.append(mine)
+        await self.pause_on_failure(dead, now=now)
         return out
+
+    async def pause_on_failure(self, dead: Sequence[ExecutionRef], *, now: datetime | None = None) -> list[UUID]:
+        """Pause the pauseOnFailure jobs of these dead-lettered scheduled occurrences (one statement, only
+        when something died): the ids of the jobs paused."""
+        if not dead:
+            return []
+        rows = await self._conn.execute(q("JobPauseOnFailureMany"), {"execution_ids": plain(dead), "now": now})
+        return [r.job_id for r in rows]
 
     async def defer_many(
         self, held: Sequence[AttemptRef], delays_s: Sequence[float], *, now: datetime | None = None
@@ -347,6 +359,10 @@ class Executions(Table):
         out = {ExecutionState.READY: 0, ExecutionState.DEAD: 0}
         for r in rows:
             out[ExecutionState(r.state)] = int(r.n)
+        if out[ExecutionState.DEAD]:
+            # The reap answers counts: its dead letters are the ones finished at its clock (this transaction's).
+            found = await self._conn.execute(q("ExecutionDeadFinishedAt"), {"finished_at": now})
+            await self.pause_on_failure([r.execution_id for r in found], now=now)
         return out
 
     async def replay(

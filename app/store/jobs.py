@@ -73,6 +73,11 @@ class NewJob:
     payload_json: str | None = field(default=None, kw_only=True)
     # An HTTP target's auth object ({"type": "oidc", "audience": ...}, docs/http-delivery.md); None: none.
     http_auth: dict[str, Any] | None = field(default=None, kw_only=True)
+    # How the job ends (app.domain.jobs.Options): pause on a dead-lettered scheduled occurrence, complete
+    # after max_runs scheduled occurrences, removed delete_after_s after it finished.
+    pause_on_failure: bool = field(default=False, kw_only=True)
+    max_runs: int | None = field(default=None, kw_only=True)
+    delete_after_s: int | None = field(default=None, kw_only=True)
 
 
 @dataclass(slots=True)
@@ -92,6 +97,12 @@ class Job(NewJob):
     last_outcome: ExecutionState | None = None
     last_finished_at: datetime | None = None
     has_open: bool = False
+    # Why Kairos paused the job (pause_on_failure); NULL when the tenant paused it.
+    paused_reason: str | None = None
+    # The dead letter that last paused it (kept after a resume: the job's history marks it).
+    pause_execution_id: UUID | None = None
+    # Occurrences the schedule started while max_runs was set (app.scheduler.run_limits).
+    run_count: int = 0
 
     @property
     def reported_state(self) -> ReportedJobState:
@@ -401,6 +412,10 @@ class Jobs(Table):
             q("ExecutionWithdrawAheadForJob"), {"tenant_id": tenant_id, "job_id": job_id, "now": now}
         )
         return [r.scheduled_for for r in rows]
+
+    async def add_runs(self, job_id: UUID, runs: int) -> None:
+        """Move a run-limited job's count of started occurrences by ``runs`` (negative: withdrawn unstarted)."""
+        await self._conn.execute(q("JobAddRunsMany"), {"job_ids": plain([job_id]), "runs": plain([runs])})
 
     async def shared_pool_access_many(self, pairs: Sequence[tuple[UUID, str]]) -> dict[tuple[UUID, str], bool]:
         """For (tenant, pool) pairs naming a shared pool: whether the tenant is granted it (others absent)."""

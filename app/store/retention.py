@@ -50,6 +50,33 @@ class Retention(Table):
         ]
         return executions, attempts
 
+    async def take_finished_jobs(
+        self, limit: int, *, now: datetime | None = None
+    ) -> tuple[list[Row], list[Row], list[Row]]:
+        """Delete up to ``limit`` jobs whose deleteAfterCompletionSeconds has passed since they finished, with
+        their executions and attempts; all three as rows of every column. The caller archives them before
+        the transaction commits."""
+        jobs = [dict(r._mapping) for r in await self._conn.execute(q("JobRemovalTake"), {"limit": limit, "now": now})]
+        if not jobs:
+            return [], [], []
+        executions = [
+            dict(r._mapping)
+            for r in await self._conn.execute(
+                q("JobRemovalTakeExecutions"), {"job_ids": plain([j["job_id"] for j in jobs])}
+            )
+        ]
+        attempts = (
+            [
+                dict(r._mapping)
+                for r in await self._conn.execute(
+                    q("JobRemovalTakeAttempts"), {"execution_ids": plain([e["execution_id"] for e in executions])}
+                )
+            ]
+            if executions
+            else []
+        )
+        return jobs, executions, attempts
+
     async def restore(self, executions: Sequence[Row], attempts: Sequence[Row]) -> tuple[int, int]:
         """Insert archived rows back (those present already stay as they are); how many of each went in."""
         restored = attempts_restored = 0

@@ -27,7 +27,7 @@ SELECT b.ord,
            SELECT 1 FROM executions AS e
            WHERE e.job_id = c.job_id AND e.state IN ('ready', 'leased') AND e.scheduled_for <> c.nominal_at
        )) AS overlapping,
-       j.dry_run, j.end_at, j.every_s, j.traceparent
+       j.dry_run, j.end_at, j.every_s, j.traceparent, j.max_runs, j.run_count
 FROM batch AS b
 JOIN shard_leases AS l ON l.shard_id = b.shard_id
 LEFT JOIN claimed AS c ON c.job_id = b.job_id AND c.next_run_at = b.next_run_at

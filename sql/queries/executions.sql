@@ -426,3 +426,10 @@ WITH input AS (
     RETURNING e.execution_id, e.lease_until
 )
 SELECT execution_id, lease_until FROM renewed;
+
+-- name: ExecutionDeadFinishedAt
+-- The scheduled occurrences dead-lettered at exactly :finished_at (the reaper's clock, one value per transaction) whose job pauses on failure: what the reaper just dead-lettered, for JobPauseOnFailureMany (executions_finished finds them).
+SELECT e.execution_id FROM executions AS e
+JOIN jobs AS j ON j.job_id = e.job_id
+WHERE e.finished_at = coalesce(CAST(:finished_at AS TIMESTAMPTZ), now())
+  AND e.state = 'dead' AND e.trigger = 'schedule' AND j.pause_on_failure;

@@ -75,6 +75,7 @@ LIMIT :limit;
 UPDATE jobs SET
     state = :to_state,
     paused_at = CASE WHEN CAST(:to_state AS TEXT) = 'paused' THEN now() ELSE NULL END,
+    paused_reason = NULL,  -- the tenant's own pause gives no reason; a resume clears Kairos's
     next_nominal_at = CAST(:next_nominal_at AS TIMESTAMPTZ),
     next_run_at = CAST(:next_run_at AS TIMESTAMPTZ),
     version = version + 1,
@@ -111,26 +112,29 @@ WITH input AS (
                 CAST(:anchor_at AS TIMESTAMPTZ[]), CAST(:labels AS TEXT[]), CAST(:dry_run AS BOOL[]),
                 CAST(:max_retry_duration_s AS FLOAT8[]), CAST(:http_method AS TEXT[]),
                 CAST(:http_headers AS TEXT[]), CAST(:traceparent AS TEXT[]), CAST(:payload_ref AS TEXT[]),
-                CAST(:http_auth AS TEXT[]))
+                CAST(:http_auth AS TEXT[]), CAST(:pause_on_failure AS BOOL[]), CAST(:max_runs AS INT[]),
+                CAST(:delete_after_s AS INT[]))
         AS i (job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
               cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
               timeout_s, concurrency, misfire, next_nominal_at, next_run_at, idempotency_key, request_hash,
               shard_id, due_minute, start_at, end_at, every_s, anchor_at, labels, dry_run,
-              max_retry_duration_s, http_method, http_headers, traceparent, payload_ref, http_auth)
+              max_retry_duration_s, http_method, http_headers, traceparent, payload_ref, http_auth,
+              pause_on_failure, max_runs, delete_after_s)
 ), inserted AS (
     INSERT INTO jobs (
         job_id, tenant_id, name, target_type, target_ref, queue, payload, schedule_kind, run_at,
         cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
         timeout_s, concurrency, misfire, state, next_nominal_at, next_run_at, first_run_at,
         idempotency_key, request_hash, start_at, end_at, every_s, anchor_at, labels, dry_run,
-        max_retry_duration_s, http_method, http_headers, traceparent, payload_ref, http_auth
+        max_retry_duration_s, http_method, http_headers, traceparent, payload_ref, http_auth,
+        pause_on_failure, max_runs, delete_after_s
     )
     SELECT job_id, tenant_id, name, target_type, target_ref, queue, CAST(payload AS JSONB), schedule_kind, run_at,
            cron, cron_resolved, tz, jitter_s, dst_gap, dst_repeat, max_attempts, backoff_s, max_backoff_s,
            timeout_s, concurrency, misfire, 'active', next_nominal_at, next_run_at, next_run_at,
            idempotency_key, request_hash, start_at, end_at, every_s, anchor_at, CAST(labels AS JSONB), dry_run,
            max_retry_duration_s, http_method, CAST(http_headers AS JSONB), traceparent, payload_ref,
-           CAST(http_auth AS JSONB)
+           CAST(http_auth AS JSONB), pause_on_failure, max_runs, delete_after_s
     FROM input
     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
     RETURNING job_id
@@ -171,8 +175,62 @@ UPDATE jobs SET
     labels = CAST(:labels AS JSONB), dry_run = :dry_run,
     max_retry_duration_s = CAST(:max_retry_duration_s AS FLOAT8), http_method = :http_method,
     http_headers = CAST(:http_headers AS JSONB), http_auth = CAST(:http_auth AS JSONB),
+    pause_on_failure = :pause_on_failure, max_runs = CAST(:max_runs AS INT),
+    -- the count of a run limit starts when the limit is set, and ends with it
+    run_count = CASE WHEN CAST(:max_runs AS INT) IS NULL OR max_runs IS NULL THEN 0 ELSE run_count END,
+    delete_after_s = CAST(:delete_after_s AS INT),
     next_nominal_at = CAST(:next_nominal_at AS TIMESTAMPTZ), next_run_at = CAST(:next_run_at AS TIMESTAMPTZ),
     version = version + 1, updated_at = now()
 WHERE tenant_id = :tenant_id AND job_id = :job_id AND version = :version
   AND updated_at = CAST(:updated_at AS TIMESTAMPTZ)  -- a dispatch moves updated_at, not the tenant's version
 RETURNING *;
+
+-- name: JobPauseOnFailureMany
+-- Pause the active pauseOnFailure jobs of these just dead-lettered executions, saying which dead letter paused each; only occurrences the schedule started count (a manual run's or a backfill's dead letter leaves the schedule alone). As the API's pause: the due row goes, and so does an occurrence dispatched ahead that no worker took. The jobs paused, each with the dead letter that paused it.
+WITH dead AS (
+    SELECT DISTINCT ON (e.job_id) e.job_id, e.execution_id, e.scheduled_for, e.attempt, e.error
+    FROM executions AS e
+    WHERE e.execution_id = ANY (CAST(:execution_ids AS UUID[]))
+      AND e.state = 'dead' AND e.trigger = 'schedule'
+    ORDER BY e.job_id, e.scheduled_for
+), ahead AS (
+    -- withdrawn's rows (its condition), counted per job before the statement changes anything
+    SELECT w.job_id, count(*) AS n FROM executions AS w
+    WHERE w.job_id IN (SELECT job_id FROM dead)
+      AND w.state = 'ready' AND w.attempt = 0 AND w.trigger = 'schedule'
+      AND w.ready_at > coalesce(CAST(:now AS TIMESTAMPTZ), now())
+    GROUP BY w.job_id
+), paused AS (
+    UPDATE jobs AS j SET
+        state = 'paused', paused_at = coalesce(CAST(:now AS TIMESTAMPTZ), now()), next_run_at = NULL,
+        paused_reason = 'pauseOnFailure: execution ' || CAST(d.execution_id AS TEXT) || ' was dead-lettered after '
+                        || CAST(d.attempt AS TEXT) || ' attempts: ' || coalesce(d.error, 'no error given'),
+        -- the occurrences withdrawn below no longer count as started
+        run_count = j.run_count - CASE WHEN j.max_runs IS NULL THEN 0 ELSE coalesce(d.withdrawn, 0) END,
+        pause_execution_id = d.execution_id,  -- kept after a resume: the history says which dead letter paused it
+        updated_at = coalesce(CAST(:now AS TIMESTAMPTZ), now())  -- version is the tenant's and stays
+    FROM (SELECT x.job_id, x.execution_id, x.attempt, x.error, a.n AS withdrawn
+          FROM dead AS x LEFT JOIN ahead AS a ON a.job_id = x.job_id) AS d
+    WHERE j.job_id = d.job_id AND j.pause_on_failure
+      AND j.state = 'active'  -- a job paused, completed or cancelled meanwhile keeps its state
+    RETURNING j.job_id, d.execution_id
+), undue AS (
+    DELETE FROM due_index AS x USING paused AS p WHERE x.job_id = p.job_id
+    RETURNING x.job_id
+), withdrawn AS (
+    DELETE FROM executions AS e USING paused AS p
+    WHERE e.job_id = p.job_id
+      AND e.state = 'ready' AND e.attempt = 0 AND e.trigger = 'schedule'  -- never leased: nothing ran
+      AND e.ready_at > coalesce(CAST(:now AS TIMESTAMPTZ), now())
+    RETURNING e.job_id
+)
+SELECT p.job_id, p.execution_id FROM paused AS p;
+
+-- name: JobAddRunsMany
+-- Count the occurrences a dispatch started for jobs with a run limit (maxRuns), or take back (negative) those withdrawn before they started: the planner completes a job when its count reaches the limit.
+UPDATE jobs AS j SET run_count = j.run_count + a.runs
+FROM unnest(CAST(:job_ids AS UUID[]), CAST(:runs AS INT[])) AS a (job_id, runs)
+WHERE j.job_id = a.job_id
+  AND j.job_id = ANY (CAST(:job_ids AS UUID[]))  -- an index condition: never a scan of jobs
+  AND j.max_runs IS NOT NULL
+RETURNING j.job_id;

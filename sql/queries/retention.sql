@@ -86,3 +86,38 @@ WHERE a.scheduled_for >= CAST(:lo AS TIMESTAMPTZ) AND a.scheduled_for < CAST(:hi
 -- name: HistoryPartitionDrop
 -- PostgreSQL: detach and drop the partitions of attempts and executions of the week starting :lo, once archived, unless it holds live work or a row finished or restored at or after :cutoff ('held': nothing changes); 'dropped', 'held' or 'absent'. Each lock that blocks writes is waited for at most 200 ms at a time.
 SELECT kairos_history_partition_drop(CAST(:lo AS TIMESTAMPTZ), CAST(:cutoff AS TIMESTAMPTZ)) AS outcome;
+
+-- name: JobRemovalTake
+-- Delete up to :limit jobs that asked to be removed once finished (deleteAfterCompletionSeconds): completed or cancelled, nothing left to run, and their last change and every execution's finish at least their delay old; returning every column for the archive. jobs_removal finds them; FOR UPDATE SKIP LOCKED: schedulers removing at once take different jobs.
+WITH due AS (
+    SELECT j.job_id FROM jobs AS j
+    WHERE j.delete_after_s IS NOT NULL AND j.state IN ('completed', 'cancelled')
+      AND j.updated_at <= coalesce(CAST(:now AS TIMESTAMPTZ), now()) - CAST(j.delete_after_s AS FLOAT8) * INTERVAL '1 second'
+      AND NOT EXISTS (
+          SELECT 1 FROM executions AS e
+          WHERE e.job_id = j.job_id
+            AND (e.state IN ('ready', 'leased')
+                 OR e.finished_at > coalesce(CAST(:now AS TIMESTAMPTZ), now())
+                                    - CAST(j.delete_after_s AS FLOAT8) * INTERVAL '1 second'))
+    ORDER BY j.updated_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM jobs AS j
+USING due
+WHERE j.job_id = due.job_id
+  AND j.state IN ('completed', 'cancelled')  -- finished only: a job resumed meanwhile stays
+RETURNING j.*;
+
+-- name: JobRemovalTakeExecutions
+-- Delete the executions of jobs being removed, returning every column for the archive; only final ones (one replayed meanwhile is live again and stays).
+DELETE FROM executions
+WHERE job_id = ANY (CAST(:job_ids AS UUID[]))
+  AND state IN ('succeeded', 'dead', 'cancelled', 'skipped')
+RETURNING *;
+
+-- name: JobRemovalTakeAttempts
+-- Delete the attempts of executions being removed with their job, returning every column for the archive.
+DELETE FROM attempts
+WHERE execution_id = ANY (CAST(:execution_ids AS UUID[]))
+RETURNING *;

@@ -12,6 +12,7 @@ from app.api.wire import (
     BackoffSeconds,
     Cron,
     DelaySeconds,
+    DeleteAfterSeconds,
     DstGap,
     DstRepeat,
     Every,
@@ -24,12 +25,28 @@ from app.api.wire import (
     MaxAttempts,
     MaxBackoffSeconds,
     MaxRetryDurationSeconds,
+    MaxRuns,
     Name,
     TargetRef,
     TargetType,
     TimeoutSeconds,
     TimeZone,
     Wire,
+)
+
+PAUSE_ON_FAILURE = (
+    "recurring jobs only: when an occurrence the schedule started is dead-lettered, the job pauses itself "
+    "(pausedReason names the dead letter); manual runs and backfills never pause it. Resume with :resume"
+)
+MAX_RUNS = (
+    "recurring jobs only: the schedule completes once it has started this many occurrences (counted from "
+    "when maxRuns was set; skipped occurrences, manual runs and backfills do not count, dry-run "
+    "occurrences do). A PATCH may raise it, never to or below the occurrences already started; null "
+    "removes the limit"
+)
+DELETE_AFTER = (
+    "once the job is completed or cancelled and its last execution has finished, it is removed this many "
+    "seconds later: the job row and its history go to the archive (docs/retention.md); null keeps it"
 )
 
 
@@ -84,6 +101,13 @@ class JobIn(Wire):
     misfire: Literal["run_once", "catch_up", "skip"] | None = None
     labels: Labels | None = None
     dry_run: bool = False
+    # How the job ends (docs/states.md, "Lifecycle options"). Recurring jobs only: a dead-lettered
+    # scheduled occurrence pauses the job; the schedule completes after maxRuns occurrences it started.
+    pause_on_failure: Annotated[bool, msgspec.Meta(description=PAUSE_ON_FAILURE)] = False
+    max_runs: Annotated[MaxRuns, msgspec.Meta(description=MAX_RUNS)] | None = None
+    # Any job: once completed or cancelled and its last execution finished this long ago, it goes to
+    # the archive with its history (docs/retention.md, "Removing finished jobs").
+    delete_after_completion_seconds: Annotated[DeleteAfterSeconds, msgspec.Meta(description=DELETE_AFTER)] | None = None
 
 
 class BatchItemIn(JobIn):
@@ -192,6 +216,24 @@ class JobOut(Wire):
     # A payload over the inline limit is kept in the object store under this key: GET /v1/jobs/{jobId}
     # and PATCH answer it whole, lists and actions answer payload null.
     payload_ref: str | None = None
+    pause_on_failure: Annotated[bool, msgspec.Meta(description=PAUSE_ON_FAILURE)] = False
+    # Why the job paused itself (the dead letter that paused it); null when paused through the API or active.
+    paused_reason: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="why Kairos paused the job (pauseOnFailure: the dead letter that paused it); null "
+            "when the tenant paused it or it is not paused"
+        ),
+    ] = None
+    max_runs: Annotated[int | None, msgspec.Meta(description=MAX_RUNS)] = None
+    remaining_runs: Annotated[
+        int | None,
+        msgspec.Meta(
+            description="maxRuns minus the occurrences the schedule has started since maxRuns was set; "
+            "null without maxRuns"
+        ),
+    ] = None
+    delete_after_completion_seconds: Annotated[int | None, msgspec.Meta(description=DELETE_AFTER)] = None
 
 
 class JobPage(Wire):
@@ -253,6 +295,16 @@ class ExecutionOut(Wire):
     trace_id: str | None = None
     # Every attempt, oldest first, discarded late results included ("this ran twice, here is why").
     attempts: list[AttemptOut] = msgspec.field(default_factory=list)
+    # Present (true) only on the dead letter that last paused its job (jobs.pause_execution_id).
+    paused_job: (
+        Annotated[
+            bool,
+            msgspec.Meta(
+                description="present, true, on the dead letter that last paused its job (pauseOnFailure)",
+            ),
+        ]
+        | msgspec.UnsetType
+    ) = msgspec.UNSET
 
 
 class AttemptOut(Wire):

@@ -1,11 +1,14 @@
-"""What the job endpoints do, one transaction each, scoped to one tenant."""
+"""What the job endpoints do, one transaction each, scoped to one tenant.
+
+Split by topic: building a spec from a body (``_spec``), reading a stored job (``_stored``), and the
+occurrences asked for outside the schedule (``_manual_runs``); their public names are re-exported here.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -14,135 +17,24 @@ import msgspec
 from app import errors
 from app.api import bodies, problems, wire
 from app.api.jobs import large_payloads, schemas, views
+from app.api.jobs._manual_runs import MAX_BACKFILL, RUN_OVERLAPS, backfill, run_now
+from app.api.jobs._spec import _EPSILON, build_spec, submission, utcnow
+from app.api.jobs._stored import cron_of, every_of, locked
 from app.api.jobs.submit import Created, Submission, SubmitWriter, new_job_row, not_granted
 from app.api.pagination import decode_cursor, page_limit, split_page
 from app.config import Settings
 from app.domain import jobs as job_rules
 from app.domain import schedule as schedule_rules
-from app.domain.ids import random_uuid
 from app.domain.states import REPORTED_JOB_STATES, JobState
-from app.executor.delivery_egress import policy_for as egress_policy
 from app.observability import tracing
 from app.store import Database, Store
-from app.store import dispatch as dispatch_store
 from app.store import jobs as jobs_store
 from app.store.attempts import Attempt
 from app.store.payloads import PayloadStore
 
+__all__ = ["MAX_BACKFILL", "RUN_OVERLAPS", "backfill", "build_spec", "run_now", "submission", "utcnow"]
+
 log = logging.getLogger(__name__)
-_EPSILON = timedelta(microseconds=1)
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def build_spec(
-    body: schemas.JobIn,
-    settings: Settings,
-    now: datetime,
-    job_id: UUID | None = None,
-    every_anchor: datetime | None = None,
-) -> job_rules.JobSpec:
-    """Validate everything that needs no database; raises InvalidInput naming the field.
-
-    ``job_id``: an existing job's (an update keeps its id, so H tokens resolve the same).
-    ``every_anchor``: an existing every job's grid, kept when the body names no startAt."""
-    job_id = job_id or random_uuid()
-    name = body.name  # its bounds are its wire type's (app.api.wire.Name), checked while decoding
-    target = job_rules.validate_target(body.target.type, body.target.ref, egress_policy(settings))
-    payload_text = job_rules.payload_json(body.payload, settings.payload_max_bytes)
-    r = body.retry or schemas.RetryIn()
-    retry = job_rules.validate_retry(r.max_attempts, r.backoff_seconds, r.max_backoff_seconds)
-    timeout_s = job_rules.validate_timeout(body.timeout_seconds)
-    method, headers = job_rules.validate_http(target, body.target.method, body.target.headers)
-    auth = body.target.auth
-    http_auth = job_rules.validate_auth(target, auth.type if auth else None, auth.audience if auth else None, headers)
-    start_at, end_at = job_rules.validate_bounds(body.schedule.start_at, body.schedule.end_at)
-    if start_at is not None:
-        job_rules.within_horizon(start_at, now, settings.max_schedule_horizon_days, "schedule.startAt")
-    options = job_rules.Options(
-        labels=dict(body.labels or {}),  # bounded by its wire type (app.api.wire.Labels) while decoding
-        start_at=start_at,
-        end_at=end_at,
-        dry_run=body.dry_run,
-        max_retry_duration_s=job_rules.validate_retry_duration(r.max_retry_duration_seconds),
-        http_method=method,
-        http_headers=headers,
-        http_auth=http_auth,
-    )
-    s = body.schedule
-    given = [
-        k
-        for k, v in (("runAt", s.run_at), ("delaySeconds", s.delay_seconds), ("cron", s.cron), ("every", s.every))
-        if v is not None
-    ]
-    if len(given) != 1:
-        raise errors.InvalidInput(
-            "schedule",
-            "give exactly one of runAt, delaySeconds, cron or every" + (f" (got {', '.join(given)})" if given else ""),
-        )
-    common: dict[str, Any] = {
-        "job_id": job_id,
-        "name": name,
-        "target": target,
-        "payload": body.payload,
-        "payload_json": payload_text,
-        "retry": retry,
-        "timeout_s": timeout_s,
-        "concurrency": body.concurrency or "allow",
-        "misfire": body.misfire or "run_once",
-        "options": options,
-    }
-    if s.every is not None:
-        if s.tz is not None or s.dst is not None:
-            raise errors.InvalidInput("schedule", "an every schedule runs in UTC: tz and dst apply to cron only")
-        every = job_rules.every_schedule(
-            s.every, s.jitter_seconds, start_at or every_anchor, now, settings.min_fire_interval_s
-        )
-        if end_at is not None and (every.first or every.anchor) > end_at:
-            raise errors.InvalidInput("schedule.endAt", "no occurrence falls before endAt")
-        return job_rules.JobSpec(schedule=every, **common)
-    if s.cron is None:
-        if s.tz is not None or s.jitter_seconds is not None or s.dst is not None:
-            raise errors.InvalidInput("schedule", "tz, jitterSeconds and dst apply to cron schedules only")
-        if start_at is not None or end_at is not None:
-            raise errors.InvalidInput("schedule", "startAt and endAt bound recurring schedules only")
-        once = job_rules.once_schedule(s.run_at, s.delay_seconds, now, settings.max_schedule_horizon_days)
-        return job_rules.JobSpec(schedule=once, **common)
-    dst = s.dst or schemas.DstIn()
-    schedule, resolved = job_rules.cron_schedule(
-        s.cron, s.tz, s.jitter_seconds, dst.gap, dst.repeat, str(job_id), min_interval_s=settings.min_fire_interval_s
-    )
-    # The first occurrence at or after startAt (a schedule that starts later waits for it).
-    after = max(now, start_at - _EPSILON) if start_at is not None else now
-    first, skipped = job_rules.first_occurrence(
-        schedule, resolved, after, str(job_id), settings.max_schedule_horizon_days + max(0, (after - now).days)
-    )
-    if end_at is not None and first.nominal_utc > end_at:
-        raise errors.InvalidInput(
-            "schedule.endAt", f"no occurrence falls before endAt (the first is {first.nominal_utc.isoformat()})"
-        )
-    return job_rules.JobSpec(
-        schedule=schedule, cron_resolved=resolved, first=first, skipped_before_first=skipped, **common
-    )
-
-
-def submission(
-    body: schemas.JobIn,
-    settings: Settings,
-    tenant_id: UUID,
-    idem_key: str | None,
-    fingerprint: str | None,
-    now: datetime,
-    traceparent: str | None = None,
-) -> Submission:
-    """A validated job to store; raises InvalidInput naming the field."""
-    if idem_key is not None and not 1 <= len(idem_key) <= wire.IDEMPOTENCY_KEY_MAX:
-        raise errors.InvalidInput("Idempotency-Key", f"must be 1-{wire.IDEMPOTENCY_KEY_MAX} characters")
-    return Submission(
-        build_spec(body, settings, now), tenant_id, idem_key, fingerprint if idem_key else None, traceparent
-    )
 
 
 class JobSubmitter:
@@ -305,23 +197,6 @@ async def executions(
 # -- state changes -------------------------------------------------------------------------------------
 
 
-def _every_of(job: jobs_store.Job) -> job_rules.EverySchedule:
-    assert job.every_s is not None and job.anchor_at is not None
-    return job_rules.EverySchedule(job.every_s, job.anchor_at, job.jitter_s)
-
-
-def _cron_of(job: jobs_store.Job) -> schedule_rules.CronSchedule:
-    assert job.cron_resolved is not None and job.tz is not None
-    return job_rules.stored_schedule(job.cron_resolved, job.tz, job.jitter_s, job.dst_gap, job.dst_repeat)
-
-
-async def _locked(tx: Store, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
-    job = await tx.jobs.get(tenant_id, job_id, for_update=True)
-    if job is None:
-        raise errors.JobNotFound()
-    return job
-
-
 async def _moved(
     tx: Store, job: jobs_store.Job, to: JobState, nominal: datetime | None, run_at: datetime | None
 ) -> jobs_store.Job:
@@ -331,14 +206,23 @@ async def _moved(
     return updated
 
 
+async def _withdraw_ahead(tx: Store, job: jobs_store.Job) -> list[datetime]:
+    """Take back the job's occurrences dispatched ahead that have not started; under a run limit they
+    no longer count as started."""
+    withdrawn = await tx.jobs.withdraw_ahead(job.tenant_id, job.job_id)
+    if withdrawn and job.max_runs is not None:
+        await tx.jobs.add_runs(job.job_id, -len(withdrawn))
+    return withdrawn
+
+
 async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
     async def work(tx: Store) -> jobs_store.Job:
-        job = await _locked(tx, tenant_id, job_id)
+        job = await locked(tx, tenant_id, job_id)
         if job.state == JobState.PAUSED:
             return job
         # An occurrence dispatched ahead of its due time that has not started is taken back (a
         # one-off so dispatched already reads completed): the pause wins, and resume decides.
-        withdrawn = await tx.jobs.withdraw_ahead(tenant_id, job.job_id)
+        withdrawn = await _withdraw_ahead(tx, job)
         if job.state != JobState.ACTIVE and not (withdrawn and job.state == JobState.COMPLETED):
             raise errors.InvalidStateTransition(f"a {job.state} job cannot be paused")
         await tx.jobs.delete_due(job.job_id)
@@ -351,7 +235,7 @@ async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
 
 async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> jobs_store.Job:
     async def work(tx: Store) -> jobs_store.Job:
-        job = await _locked(tx, tenant_id, job_id)
+        job = await locked(tx, tenant_id, job_id)
         if job.state == JobState.ACTIVE:
             return job
         if job.state != JobState.PAUSED:
@@ -382,7 +266,7 @@ def _skipped_while_paused(job: jobs_store.Job, now: datetime, resumed_at: dateti
     if job.schedule_kind == "once":
         return [first] if resumed_at is None else []
     if job.schedule_kind == "every":
-        grid = _every_of(job)
+        grid = every_of(job)
         times: list[datetime] = []
         at = first
         while at <= now and len(times) < 10 * MAX_SKIPPED_RECORDS:
@@ -390,7 +274,7 @@ def _skipped_while_paused(job: jobs_store.Job, now: datetime, resumed_at: dateti
             at = grid.next_after(at)
         return [t for t in times[-MAX_SKIPPED_RECORDS:] if t != resumed_at]
     newest, _total = schedule_rules.missed_occurrences(
-        _cron_of(job), first - _EPSILON, now, str(job.job_id), cap=MAX_SKIPPED_RECORDS
+        cron_of(job), first - _EPSILON, now, str(job.job_id), cap=MAX_SKIPPED_RECORDS
     )
     return [o.nominal_utc for o in newest if o.nominal_utc != resumed_at]
 
@@ -403,14 +287,14 @@ def _resume_point(job: jobs_store.Job, now: datetime, missed: str) -> tuple[date
             return job.run_at, job.run_at
         return (job.run_at, now) if missed == "run_once" else (None, now)
     if job.schedule_kind == "every":
-        grid = _every_of(job)
+        grid = every_of(job)
         jitter = timedelta(seconds=schedule_rules.jitter_offset_s(str(job.job_id), job.jitter_s))
         if missed == "run_once" and job.next_nominal_at is not None and job.next_nominal_at <= now:
             newest = grid.next_after(now) - timedelta(seconds=grid.every_s)
             return max(newest, job.next_nominal_at), now
         nxt = grid.next_after(now)
         return nxt, nxt + jitter
-    schedule = _cron_of(job)
+    schedule = cron_of(job)
     key = str(job.job_id)
     if missed == "run_once" and job.next_nominal_at is not None and job.next_nominal_at <= now:
         # The newest occurrence that fell inside the pause runs now (its own nominal time keeps it unique).
@@ -425,7 +309,7 @@ def _resume_point(job: jobs_store.Job, now: datetime, missed: str) -> tuple[date
 
 async def cancel(db: Database, tenant_id: UUID, job_id: UUID) -> None:
     async def work(tx: Store) -> None:
-        job = await _locked(tx, tenant_id, job_id)
+        job = await locked(tx, tenant_id, job_id)
         if job.state == JobState.CANCELLED:
             return
         await tx.jobs.delete_due(job.job_id)
@@ -489,7 +373,7 @@ async def update(
         raise errors.InvalidInput("idempotencyKey", "belongs to the submit, not to the job")
 
     async def work(tx: Store) -> jobs_store.Job:
-        job = await _locked(tx, tenant_id, job_id)
+        job = await locked(tx, tenant_id, job_id)
         if if_versions is not None and job.version not in if_versions:
             named = ", ".join(str(v) for v in if_versions) or "none"
             raise errors.PreconditionFailed(f"the job is at version {job.version}, not {named} (If-Match)")
@@ -508,6 +392,13 @@ async def update(
             job_id=job.job_id,
             every_anchor=job.anchor_at if job.schedule_kind == "every" else None,
         )
+        limit = new.options.max_runs
+        if limit is not None and job.max_runs is not None and limit <= job.run_count:
+            raise errors.InvalidInput(
+                "maxRuns",
+                f"the schedule has started {job.run_count} occurrences under its limit: give more than "
+                f"{job.run_count}, or null to remove the limit",
+            )
         shared = job_rules.shared_pool_of(new.target)
         if shared is not None and not (await tx.jobs.shared_pool_access_many([(tenant_id, shared)])).get(
             (tenant_id, shared)
@@ -520,7 +411,7 @@ async def update(
         if active:
             # The old schedule's next occurrence goes, and so does one dispatched ahead of its time.
             await tx.jobs.delete_due(job.job_id)
-            await tx.jobs.withdraw_ahead(tenant_id, job.job_id)
+            await _withdraw_ahead(tx, job)
             await tx.jobs.insert_due(job.job_id, tenant_id, row.next_nominal_at, row.next_run_at)
         else:
             row = _paused_row(row)
@@ -544,143 +435,3 @@ async def update(
 def _paused_row(row: jobs_store.NewJob) -> jobs_store.NewJob:
     """A paused job keeps no next run; resume computes it (from next_nominal_at, the first it may miss)."""
     return replace(row, next_run_at=None)  # type: ignore[arg-type]
-
-
-RUN_OVERLAPS = ("allow", "forbid", "replace")
-
-
-def _trace(job: jobs_store.Job, nominal: datetime, trigger: str) -> str | None:
-    """The trace of an occurrence the tenant asked for (a dry run records, so it has none)."""
-    if job.dry_run:
-        return None
-    return tracing.occurrence(
-        job.traceparent,
-        one_off=False,
-        attributes={
-            "kairos.job_id": str(job.job_id),
-            "kairos.tenant_id": str(job.tenant_id),
-            "kairos.scheduled_for": nominal.isoformat(),
-            "kairos.trigger": trigger,
-        },
-    )
-
-
-async def run_now(db: Database, tenant_id: UUID, job_id: UUID, overlap: str | None) -> tuple[jobs_store.Job, UUID]:
-    """POST /v1/jobs/{jobId}:run: one occurrence now, outside the schedule (the schedule is unchanged)."""
-    if overlap is not None and overlap not in RUN_OVERLAPS:
-        raise errors.InvalidInput("overlap", f"must be one of {', '.join(RUN_OVERLAPS)}")
-
-    async def work(tx: Store) -> tuple[jobs_store.Job, UUID]:
-        job = await _locked(tx, tenant_id, job_id)
-        if job.state == JobState.CANCELLED:
-            raise errors.InvalidStateTransition("a cancelled job cannot run")
-        policy = overlap or job.concurrency
-        counts = await tx.jobs.execution_counts(tenant_id, job_id)
-        now = utcnow()
-        if counts.pending and policy == "forbid":
-            raise errors.InvalidStateTransition(
-                "an execution of this job is still unfinished and its overlap policy is forbid; "
-                'send {"overlap": "allow"} or "replace" to run anyway'
-            )
-        if counts.pending and policy == "replace":
-            await tx.dispatch.cancel_replaced([dispatch_store.Replacement(job_id, now, "replaced by a manual run")])
-        made = await tx.jobs.insert_executions(
-            job, [now], [now], trigger="manual", dry_run=job.dry_run, traceparents=[_trace(job, now, "manual")]
-        )
-        if now not in made:
-            raise errors.StoreConflict("an occurrence at this instant exists already; retry")
-        return job, made[now]
-
-    return await db.transaction(work)
-
-
-MAX_BACKFILL = 1000
-
-
-def _occurrences_from(job: jobs_store.Job, start: datetime) -> Iterator[schedule_rules.Occurrence]:
-    """The job's schedule from ``start`` on (inclusive), cron or interval."""
-    if job.schedule_kind != "every":
-        yield from schedule_rules.occurrences_after(_cron_of(job), start - _EPSILON, str(job.job_id))
-        return
-    grid = _every_of(job)
-    at = grid.next_after(start - _EPSILON)
-    while True:
-        yield schedule_rules.Occurrence(at, at, at, False, None, None)
-        at = grid.next_after(at)
-
-
-def _no_occurrence_note(job: jobs_store.Job, start: datetime) -> str:
-    """Why a backfill range held no occurrence of ``job``'s schedule."""
-    if job.schedule_kind == "every" and job.anchor_at is not None and start < job.anchor_at:
-        return (
-            f"no occurrence in the range: an every schedule runs from its anchor, "
-            f"{job.anchor_at.isoformat()} (its startAt, or one interval after its submit); "
-            "backfill a range after it"
-        )
-    first = next(iter(_occurrences_from(job, start)), None)
-    after = f"; the first after from is {first.nominal_utc.isoformat()}" if first is not None else ""
-    return "no occurrence of the job's schedule falls in the range" + after
-
-
-async def backfill(
-    db: Database,
-    settings: Settings,
-    tenant_id: UUID,
-    job_id: UUID,
-    from_: str,
-    to: str,
-    overlap: str | None,
-    *,
-    limit: int = MAX_BACKFILL,
-) -> tuple[int, int, datetime | None, str | None]:
-    """POST /v1/jobs/{jobId}:backfill: the schedule's occurrences in [from, to), paced per tenant.
-
-    Returns (created, already there, where to continue when the range held more than ``limit`` (at most
-    MAX_BACKFILL: the tenant's manual-run quotas may admit fewer), why the range holds no occurrence when
-    it holds none)."""
-    start = job_rules.parse_instant(from_, "from")
-    end = job_rules.parse_instant(to, "to")
-    now = utcnow()
-    if not start < end:
-        raise errors.InvalidInput("to", "must be after from")
-    if end > now:
-        raise errors.InvalidInput("to", "a backfill covers the past: to must not be in the future")
-    if overlap is not None and overlap not in ("allow", "forbid"):
-        raise errors.InvalidInput("overlap", "must be allow or forbid")
-
-    async def work(tx: Store) -> tuple[int, int, datetime | None, str | None]:
-        job = await _locked(tx, tenant_id, job_id)
-        if job.schedule_kind == "once":
-            raise errors.InvalidInput("jobId", "only a recurring job has occurrences to backfill")
-        if job.state == JobState.CANCELLED:
-            raise errors.InvalidStateTransition("a cancelled job cannot be backfilled")
-        nominals: list[datetime] = []
-        resume_at = None
-        for occ in _occurrences_from(job, start):
-            if occ.nominal_utc >= end:
-                break
-            if len(nominals) == min(limit, MAX_BACKFILL):
-                resume_at = occ.nominal_utc
-                break
-            if not occ.skipped:
-                nominals.append(occ.nominal_utc)
-        # Paced like catch-up: the tenant's backfill becomes ready at catch_up_per_tenant_per_s; under
-        # forbid one occurrence per timeoutSeconds, so no first attempt overlaps the previous one.
-        step = (
-            job.timeout_s
-            if (overlap or job.concurrency) == "forbid"
-            else 1.0 / max(settings.catch_up_per_tenant_per_s, 1e-3)
-        )
-        ready = [now + timedelta(seconds=i * step) for i in range(len(nominals))]
-        made = await tx.jobs.insert_executions(
-            job,
-            nominals,
-            ready,
-            trigger="backfill",
-            dry_run=job.dry_run,
-            traceparents=[_trace(job, n, "backfill") for n in nominals],
-        )
-        note = None if nominals or resume_at is not None else _no_occurrence_note(job, start)
-        return len(made), len(nominals) - len(made), resume_at, note
-
-    return await db.transaction(work)

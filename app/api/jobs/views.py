@@ -67,6 +67,14 @@ class JobView:
     def executions(self) -> jobs_store.ExecutionCounts | None:
         return self.counts
 
+    @property
+    def remaining_runs(self) -> int | None:
+        return None if self.job.max_runs is None else max(0, self.job.max_runs - self.job.run_count)
+
+    @property
+    def delete_after_completion_seconds(self) -> int | None:
+        return self.job.delete_after_s
+
     # TargetOut / TargetIn
     @property
     def type(self) -> str:
@@ -180,4 +188,5 @@ def execution_out(
         start_lag_ms=lag_ms,
         trace_id=e.traceparent.split("-")[1] if e.traceparent else None,
         attempts=[attempt_out(a) for a in attempts or ()],
+        paused_job=True if e.execution_id == job.pause_execution_id else msgspec.UNSET,
     )

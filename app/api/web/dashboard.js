@@ -428,10 +428,34 @@ async function loadJobs(reset) {
   $("jobs-empty").hidden = body.rows.length > 0;
 }
 
+// Whole seconds as the API spells intervals: 5400 -> "1h30m", 0 -> "0s".
+function interval(seconds) {
+  let rest = seconds, out = "";
+  for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60], ["s", 1]]) {
+    if (rest >= size) { out += `${Math.floor(rest / size)}${unit}`; rest %= size; }
+  }
+  return out || "0s";
+}
+
+// How the job ends (pauseOnFailure, maxRuns, deleteAfterCompletionSeconds) and why Kairos paused it.
+function lifecycleFacts(job) {
+  const facts = [];
+  if (job.pausedReason) facts.push(`Paused by Kairos: ${job.pausedReason}`);
+  if (job.pauseOnFailure) facts.push("pauses itself when an occurrence is dead-lettered");
+  if (job.maxRuns != null) facts.push(`${job.remainingRuns} of ${job.maxRuns} runs left`);
+  if (job.deleteAfterCompletionSeconds != null) {
+    facts.push(`removed to the archive ${interval(job.deleteAfterCompletionSeconds)} after it finishes`);
+  }
+  return facts.join(" · ");
+}
+
 async function selectJob(job, row) {
   for (const r of $("jobs-table").tBodies[0].rows) r.classList.toggle("selected", r === row);
   state.selectedJob = job;
   $("history-title").textContent = `History of ${job.name}`;
+  const facts = lifecycleFacts(job);
+  $("job-facts").textContent = facts;
+  $("job-facts").hidden = !facts;
   $("history-hint").textContent = "newest first; pick one to see its attempts";
   $("attempts").hidden = true;
   const executions = await api(`/v1/jobs/${job.jobId}/executions`, { limit: 50 });
@@ -441,7 +465,10 @@ async function selectJob(job, row) {
   body.replaceChildren();
   for (const ex of executions) {
     const tr = el("tr", { "data-execution-id": ex.executionId },
-      el("td", {}, clock(ex.scheduledFor)), el("td", {}, pill(ex.state)), el("td", {}, ex.attempt),
+      el("td", {}, clock(ex.scheduledFor)),
+      el("td", { title: ex.pausedJob ? "this dead letter paused the job" : "" },
+        pill(ex.state), ex.pausedJob ? " paused the job" : ""),
+      el("td", {}, ex.attempt),
       el("td", {}, clock(ex.startedAt)), el("td", {}, clock(ex.finishedAt)),
       el("td", { title: ex.error || "" }, ex.error || ""));
     tr.addEventListener("click", () => selectExecution(job, ex, tr));
