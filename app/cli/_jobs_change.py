@@ -12,7 +12,6 @@ import click
 from app.cli.client import Job, KairosClient
 from app.cli.job_body import read_file
 from app.cli.remote import DURATION, INSTANT, JOB_ID, JSON_VALUE, emit, json_option, pass_api, progress, utc_iso, when
-from app.cli.usage import fail
 
 
 def changed(job: Job, as_json: bool, verb: str) -> None:

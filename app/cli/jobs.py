@@ -17,8 +17,6 @@ for instance::
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from datetime import datetime
 from typing import Any, Literal
 
 import click
@@ -39,7 +37,6 @@ from app.cli.remote import (
     pass_api,
     progress,
     table,
-    utc_iso,
     when,
 )
 from app.cli.usage import fail

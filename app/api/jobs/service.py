@@ -15,7 +15,7 @@ from uuid import UUID
 import msgspec
 
 from app import errors
-from app.api import bodies, problems, wire
+from app.api import bodies, problems
 from app.api.jobs import large_payloads, schemas, views
 from app.api.jobs._manual_runs import MAX_BACKFILL, RUN_OVERLAPS, backfill, run_now
 from app.api.jobs._spec import _EPSILON, build_spec, submission, utcnow
