@@ -58,7 +58,20 @@ SELECT execution_id, 1, tenant_id, 'w', started_at, started_at + interval '30 se
        CASE WHEN state = 'dead' THEN 'failed' ELSE 'succeeded' END, scheduled_for
 FROM executions
 """
+# Each job's next occurrence: half of them (200 of a tenant's 400) due in the next six hours, the
+# rest later, so the due histogram of one tenant must not read the other's rows nor its own later ones.
+DUE = """
+INSERT INTO due_index (shard_id, due_minute, next_run_at, job_id, tenant_id, nominal_at)
+SELECT abs(hashtext(CAST(j.job_id AS TEXT))) % 256, m, m, j.job_id, j.tenant_id, m
+FROM (SELECT job_id, tenant_id, row_number() OVER (PARTITION BY tenant_id ORDER BY job_id) AS g FROM jobs) AS j
+CROSS JOIN LATERAL (SELECT date_trunc('minute', now()) + interval '1 minute'
+                           + (CASE WHEN j.g % 2 = 0 THEN j.g % 6 ELSE 7 + j.g % 12 END) * interval '1 hour' AS m) AS d
+"""
 HISTORY_TABLES = ("jobs", "executions", "attempts")
+# What the due histogram may read: a tenant's due rows of the horizon, never every tenant's.
+DUE_TABLES = ("due_index",)
+DUE_HORIZON = JOBS // 2
+DUE_BOUND = {"due histogram, a tenant": DUE_HORIZON, "due histogram, the operator": 2 * DUE_HORIZON}
 
 # Rows of jobs, executions and attempts a read may touch: a page of jobs (with, per job, its newest
 # settled execution and whether one is open: a walk of that job's history), a page of a job's history
@@ -85,6 +98,7 @@ async def _seed(db: Database) -> tuple[UUID, UUID]:
                 },
             )
         await conn.execute(text(ATTEMPTS))
+        await conn.execute(text(DUE))
         return (
             await conn.execute(
                 text("SELECT job_id FROM jobs WHERE tenant_id = :t LIMIT 1"), {"t": tenants[0].tenant_id}
@@ -149,6 +163,12 @@ def _reads(tenant_id: UUID, job_id: UUID) -> list[tuple[str, str, dict[str, Any]
     executions, /v1/dead-letters, /v1/stats/* and /v1/status run."""
     t = str(tenant_id)
     window = {"now": None, "window_s": 3600.0, "limit": 1440}
+    due = {
+        "now": None,
+        "horizon_s": 21600.0,
+        "limit": 1440,
+        "shard_ids": "{" + ",".join(map(str, range(SHARD_COUNT))) + "}",
+    }
     listing = {
         "tenant_id": t,
         "limit": PAGE,
@@ -190,18 +210,8 @@ def _reads(tenant_id: UUID, job_id: UUID) -> list[tuple[str, str, dict[str, Any]
             HISTORY_PAGE,
         ),
         ("queue depths", "StatsQueueDepth", {"tenant_id": t, "now": None, "limit": 500}, WINDOW),
-        (
-            "due histogram",
-            "StatsDueHistogram",
-            {
-                "tenant_id": t,
-                "now": None,
-                "horizon_s": 21600.0,
-                "limit": 1440,
-                "shard_ids": "{" + ",".join(map(str, range(SHARD_COUNT))) + "}",
-            },
-            WINDOW,
-        ),
+        ("due histogram, a tenant", "StatsDueHistogram", {**due, "tenant_id": t}, WINDOW),
+        ("due histogram, the operator", "StatsDueHistogram", {**due, "tenant_id": None}, WINDOW * 2),
     ]
     for who, scope, tenants in (("a tenant", t, 1), ("the operator", None, 2)):
         out += [
@@ -238,3 +248,9 @@ async def test_a_read_is_a_range_of_an_index_not_a_walk_of_history(
         if n.get("Relation Name") in HISTORY_TABLES and "Scan" in n["Node Type"]
     )
     assert touched <= bound, f"{name} touched {touched} rows of jobs, executions and attempts"
+    due = sum(  # read, not kept: a filter's rejects count (they are the rows of other tenants)
+        (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"]
+        for n in nodes
+        if n.get("Relation Name") in DUE_TABLES and "Scan" in n["Node Type"]
+    )
+    assert due <= DUE_BOUND.get(read, 0), f"{name} touched {due} rows of due_index"
