@@ -25,6 +25,8 @@ JOBS = 400  # of each tenant, each with HISTORY executions over 30 days
 HISTORY = 24
 RECENT = JOBS // 5  # jobs with an occurrence in the last hour
 PAGE = 51
+COUNTED = 5  # GET /v1/jobs/{id} counts a job's newest executions only (here 5 of its 25)
+WEEKS = 12  # weekly partitions of the seeded history: a scan of each may read one row past the limit
 
 # Jobs created over 60 days, each with an execution every 30 hours back from two hours ago, one dead
 # in ten; then one occurrence in the last ten minutes for one job in five. Attempts for every
@@ -191,6 +193,12 @@ def _reads(tenant_id: UUID, job_id: UUID) -> list[tuple[str, str, dict[str, Any]
         ),
         ("jobs by label", "JobList", {**listing, "labels": '{"team": "team3"}'}, JOB_PAGE * 7),
         ("one job", "JobGet", {"tenant_id": t, "job_id": str(job_id)}, HISTORY + 3),
+        (
+            "one job's execution counts",
+            "ExecutionCountsForJobNewest",
+            {"tenant_id": t, "job_id": str(job_id), "newest": COUNTED},
+            COUNTED + WEEKS,
+        ),
         (
             "a job's history",
             "ExecutionListForJob",
