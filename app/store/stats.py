@@ -20,14 +20,17 @@ from uuid import UUID
 
 from app.domain.shards import SHARD_COUNT
 from app.store.arrays import plain
-from app.store.queries import q
+from app.store.queries import COCKROACH, q
 from app.store.table import Table
 
 # Bounds of what one call may ask for (the API validates against them and says so).
 MAX_WINDOW_S = 24 * 3600
 MAX_HORIZON_S = 24 * 3600
 MAX_QUEUES = 500
-DEAD_LETTER_CAP = 100_000
+# The dead-letter count of /v1/stats/queues and /v1/status stops here and says so (``capped``; the
+# dashboard shows "10,000+"): an index-only range of executions_dead of at most this many entries on
+# every refresh, however many dead letters a tenant has let pile up.
+DEAD_LETTER_CAP = 10_000
 _ALL_SHARDS = plain(range(SHARD_COUNT))
 
 
@@ -100,6 +103,35 @@ def _ms(value: Any) -> float | None:
 
 class Stats(Table):
     """The stats statements of one transaction."""
+
+    async def plan_once(self) -> int | None:
+        """On PostgreSQL: each statement of this transaction is prepared at its first execution and runs
+        its generic plan from then on, on this connection; the prepare threshold it had before, to give
+        back to ``restore_prepare_threshold`` when the transaction ends (None: nothing to give back, on
+        CockroachDB or where preparing is off).
+
+        Planning one of these statements reads the catalogue of every weekly partition of history and
+        its indexes: 2 to 40 ms each on a loaded machine, more than running the plan. By default psycopg
+        prepares a statement at its fifth use on a connection and PostgreSQL makes custom plans for its
+        first five executions after that, so each pooled connection planned each figure ten times before
+        it ran a cached plan: a dashboard's refresh on connections not yet warm waited for tens of
+        plannings. Here it is one per connection and statement. The generic plans are the ones
+        tests/integration/test_read_plans.py holds to ranges of indexes (runtime partition pruning)."""
+        if self._conn.dialect.name == COCKROACH:
+            return None
+        await self._conn.execute(q("StatsGenericPlans"))
+        raw: Any = (await self._conn.get_raw_connection()).driver_connection
+        before = raw.prepare_threshold
+        if before is None:  # preparing is off on this connection (a pooler in between): left off
+            return None
+        raw.prepare_threshold = 0
+        return int(before)
+
+    async def restore_prepare_threshold(self, before: int | None) -> None:
+        """Give the connection back the prepare threshold ``plan_once`` answered (None: nothing to do)."""
+        if before is not None:
+            raw: Any = (await self._conn.get_raw_connection()).driver_connection
+            raw.prepare_threshold = before
 
     async def start_lag_per_minute(
         self, tenant_id: UUID | None, window_s: float, now: datetime | None = None

@@ -241,3 +241,7 @@ SELECT owner, count(*) AS shards, max(lease_until) AS lease_until
 FROM held
 GROUP BY owner
 ORDER BY owner;
+
+-- name: StatsGenericPlans
+-- For the rest of this read transaction, a prepared statement runs its generic plan from its first execution (PostgreSQL; app.store.stats says why). Every statement of this catalogue is written so its generic plan is a range (tests/integration/test_read_plans.py checks both kinds of plan).
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_cache_mode;

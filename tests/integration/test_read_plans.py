@@ -15,8 +15,10 @@ from uuid import UUID
 import pytest
 from sqlalchemy import text
 
+from app.api.stats import service as stats_service
+from app.api.viewer import Viewer
 from app.domain.shards import SHARD_COUNT
-from app.store.db import Database
+from app.store.db import Database, create_engine
 from app.store.queries import text_for
 from tests import factories as tf
 from tests.integration.test_hot_statement_plans import _literal, _nodes, _numbered
@@ -262,3 +264,34 @@ async def test_a_read_is_a_range_of_an_index_not_a_walk_of_history(
         if n.get("Relation Name") in DUE_TABLES and "Scan" in n["Node Type"]
     )
     assert due <= DUE_BOUND.get(read, 0), f"{name} touched {due} rows of due_index"
+
+
+async def test_a_figure_is_planned_once_per_connection(database_url: str, seeded: tuple[UUID, UUID]) -> None:
+    """The figures run generic plans prepared at their first execution on a pooled connection
+    (app.store.stats.Stats.plan_once): planning one reads every weekly partition's catalogue, so a
+    connection that planned each ten times (psycopg prepares at the fifth use, PostgreSQL makes five
+    custom plans after that) kept a dashboard's refresh waiting. The connection's own prepare
+    threshold is given back for the other routes' statements."""
+    tenant_id, _ = seeded
+    one = Database(create_engine(database_url, pool_size=1))  # every read on the same connection
+    viewer = Viewer(admin=False, tenant_id=tenant_id, tenant_name="lived-a")
+    try:
+        for _ in range(3):
+            await stats_service.start_lag(one, viewer, 60)
+
+        async def prepared(tx: Any) -> tuple[list[Any], Any]:
+            conn = tx.schema._conn
+            rows = await conn.execute(
+                text(
+                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                    "WHERE statement LIKE '%window_rows%' AND statement LIKE '%date_trunc%'"
+                )
+            )
+            raw = (await conn.get_raw_connection()).driver_connection
+            return [tuple(r) for r in rows.all()], raw.prepare_threshold
+
+        plans, threshold = await one.read(prepared)
+    finally:
+        await one.close()
+    assert plans == [(3, 0)], plans  # prepared at the first call, its generic plan every time
+    assert threshold == 5  # psycopg's default, as the connection had it
