@@ -452,6 +452,7 @@ def statement_reads(conn: psycopg.Connection, tenant_id: str) -> list[tuple[str,
         "after_id": None,
     }
     window = {"now": None, "window_s": 3600.0, "limit": 1440}
+    due = {"now": None, "horizon_s": 21600.0, "limit": 1440, "shard_ids": list(range(256))}
     out: list[tuple[str, str, dict[str, Any]]] = [
         ("GET /v1/jobs (first page)", "JobList", listing),
         (
@@ -461,7 +462,11 @@ def statement_reads(conn: psycopg.Connection, tenant_id: str) -> list[tuple[str,
         ),
         ("GET /v1/jobs?label=team:team7", "JobList", {**listing, "labels": json.dumps({"team": "team7"})}),
         ("GET /v1/jobs/{id}", "JobGet", {"tenant_id": tenant_id, "job_id": job_id}),
-        ("GET /v1/jobs/{id} (counts)", "ExecutionCountsForJob", {"tenant_id": tenant_id, "job_id": job_id}),
+        (
+            "GET /v1/jobs/{id} (counts)",
+            "ExecutionCountsForJobNewest",
+            {"tenant_id": tenant_id, "job_id": job_id, "newest": 1000},
+        ),
         (
             "GET /v1/jobs/{id}/executions (first page)",
             "ExecutionListForJob",
@@ -478,12 +483,9 @@ def statement_reads(conn: psycopg.Connection, tenant_id: str) -> list[tuple[str,
             {"tenant_id": tenant_id, "job_id": None, "limit": 51, "before_finished": None, "before_id": None},
         ),
         ("GET /v1/stats/queues", "StatsQueueDepth", {"tenant_id": tenant_id, "now": None, "limit": 500}),
-        ("GET /v1/stats/queues (dead letters)", "StatsDeadLetterCount", {"tenant_id": tenant_id, "cap": 100_000}),
-        (
-            "GET /v1/stats/due",
-            "StatsDueHistogram",
-            {"tenant_id": tenant_id, "now": None, "horizon_s": 21600.0, "limit": 1440, "shard_ids": list(range(256))},
-        ),
+        ("GET /v1/stats/queues (dead letters)", "StatsDeadLetterCount", {"tenant_id": tenant_id, "cap": 10_000}),
+        ("GET /v1/stats/due", "StatsDueHistogram", {"tenant_id": tenant_id, **due}),
+        ("GET /v1/stats/due (operator, every tenant)", "StatsDueHistogram", {"tenant_id": None, **due}),
         ("GET /v1/stats/lag", "StatsStartLagPerMinute", {"tenant_id": tenant_id, **window}),
         ("GET /v1/stats/lag (operator, every tenant)", "StatsStartLagPerMinute", {"tenant_id": None, **window}),
         ("GET /v1/stats/outcomes", "StatsOutcomesPerMinute", {"tenant_id": tenant_id, **window}),
