@@ -295,3 +295,27 @@ async def test_a_figure_is_planned_once_per_connection(database_url: str, seeded
         await one.close()
     assert plans == [(3, 0)], plans  # prepared at the first call, its generic plan every time
     assert threshold == 5  # psycopg's default, as the connection had it
+
+
+async def test_the_dead_letter_count_stops_at_ten_thousand(db: Database) -> None:
+    """/v1/stats/queues and /v1/status count a tenant's dead letters on every refresh: up to 10,000,
+    then "10,000 or more" (``capped``), an index-only range of executions_dead that a tenant's pile of
+    dead letters cannot lengthen."""
+    tenant = await tf.tenant(db, "dead-pile")
+
+    async def pile(conn: Any) -> None:
+        await conn.execute(
+            text(
+                "INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, "
+                "ready_at, finished_at, error) "
+                "SELECT gen_random_uuid(), CAST(:t AS UUID), 'q', now() - g * interval '1 second', 3, 3, 'dead', "
+                "now() - g * interval '1 second', now() - g * interval '1 second', 'failed' "
+                "FROM generate_series(1, 10001) AS g"
+            ),
+            {"t": tenant.tenant_id},
+        )
+
+    await tf.raw(db, pile)
+    viewer = Viewer(admin=False, tenant_id=tenant.tenant_id, tenant_name=tenant.name)
+    queues = await stats_service.queues(db, viewer)
+    assert (queues.dead_letters.count, queues.dead_letters.capped) == (10_000, True)
