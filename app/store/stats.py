@@ -13,6 +13,7 @@ nominal time, before a cron job's jitter, so a job with ``jitterSeconds`` shows 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -97,6 +98,10 @@ class ShardOwner:
     lease_until: datetime | None
 
 
+def _nothing() -> None:
+    pass
+
+
 def _ms(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -104,11 +109,11 @@ def _ms(value: Any) -> float | None:
 class Stats(Table):
     """The stats statements of one transaction."""
 
-    async def plan_once(self) -> int | None:
+    async def plan_once(self) -> Callable[[], None]:
         """On PostgreSQL: each statement of this transaction is prepared at its first execution and runs
-        its generic plan from then on, on this connection; the prepare threshold it had before, to give
-        back to ``restore_prepare_threshold`` when the transaction ends (None: nothing to give back, on
-        CockroachDB or where preparing is off).
+        its generic plan from then on, on this connection. Answers what gives the connection back its
+        own prepare threshold, to call when the transaction ends (on CockroachDB, or where preparing is
+        off, nothing is changed and it does nothing).
 
         Planning one of these statements reads the catalogue of every weekly partition of history and
         its indexes: 2 to 40 ms each on a loaded machine, more than running the plan. By default psycopg
@@ -118,20 +123,18 @@ class Stats(Table):
         plannings. Here it is one per connection and statement. The generic plans are the ones
         tests/integration/test_read_plans.py holds to ranges of indexes (runtime partition pruning)."""
         if self._conn.dialect.name == COCKROACH:
-            return None
+            return _nothing
         await self._conn.execute(q("StatsGenericPlans"))
         raw: Any = (await self._conn.get_raw_connection()).driver_connection
         before = raw.prepare_threshold
         if before is None:  # preparing is off on this connection (a pooler in between): left off
-            return None
+            return _nothing
         raw.prepare_threshold = 0
-        return int(before)
 
-    async def restore_prepare_threshold(self, before: int | None) -> None:
-        """Give the connection back the prepare threshold ``plan_once`` answered (None: nothing to do)."""
-        if before is not None:
-            raw: Any = (await self._conn.get_raw_connection()).driver_connection
+        def restore() -> None:  # an attribute of the driver's connection: works even on a broken one
             raw.prepare_threshold = before
+
+        return restore
 
     async def start_lag_per_minute(
         self, tenant_id: UUID | None, window_s: float, now: datetime | None = None

@@ -53,11 +53,11 @@ async def read(db: Database, work: Callable[[Store], Awaitable[T]]) -> T:
     (app.store.stats.Stats.plan_once)."""
 
     async def planned_once(tx: Store) -> T:
-        before = await tx.stats.plan_once()
+        restore = await tx.stats.plan_once()
         try:
             return await work(tx)
         finally:
-            await tx.stats.restore_prepare_threshold(before)
+            restore()
 
     return await db.read(planned_once, isolation=READ_ISOLATION)  # the read replica, or follower reads
 
