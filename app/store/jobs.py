@@ -388,9 +388,15 @@ class Jobs(Table):
         )
         return {(r.tenant_id, r.due_minute): int(r.due) for r in rows}
 
-    async def execution_counts(self, tenant_id: UUID, job_id: UUID) -> ExecutionCounts:
-        """How the job's executions stand, by state (ready and leased count as pending)."""
-        rows = await self._conn.execute(q("ExecutionCountsForJob"), {"tenant_id": tenant_id, "job_id": job_id})
+    async def execution_counts(self, tenant_id: UUID, job_id: UUID, newest: int | None = None) -> ExecutionCounts:
+        """How the job's executions stand, by state (ready and leased count as pending): all of them, or
+        its ``newest`` only (a bounded read, whatever history the job has kept)."""
+        if newest is None:
+            rows = await self._conn.execute(q("ExecutionCountsForJob"), {"tenant_id": tenant_id, "job_id": job_id})
+        else:
+            rows = await self._conn.execute(
+                q("ExecutionCountsForJobNewest"), {"tenant_id": tenant_id, "job_id": job_id, "newest": newest}
+            )
         by = {r.state: int(r.n) for r in rows}
         return ExecutionCounts(
             succeeded=by.get("succeeded", 0),

@@ -13,6 +13,7 @@ nominal time, before a cron job's jitter, so a job with ``jitterSeconds`` shows 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,14 +21,17 @@ from uuid import UUID
 
 from app.domain.shards import SHARD_COUNT
 from app.store.arrays import plain
-from app.store.queries import q
+from app.store.queries import COCKROACH, q
 from app.store.table import Table
 
 # Bounds of what one call may ask for (the API validates against them and says so).
 MAX_WINDOW_S = 24 * 3600
 MAX_HORIZON_S = 24 * 3600
 MAX_QUEUES = 500
-DEAD_LETTER_CAP = 100_000
+# The dead-letter count of /v1/stats/queues and /v1/status stops here and says so (``capped``; the
+# dashboard shows "10,000+"): an index-only range of executions_dead of at most this many entries on
+# every refresh, however many dead letters a tenant has let pile up.
+DEAD_LETTER_CAP = 10_000
 _ALL_SHARDS = plain(range(SHARD_COUNT))
 
 
@@ -94,12 +98,43 @@ class ShardOwner:
     lease_until: datetime | None
 
 
+def _nothing() -> None:
+    pass
+
+
 def _ms(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
 class Stats(Table):
     """The stats statements of one transaction."""
+
+    async def plan_once(self) -> Callable[[], None]:
+        """On PostgreSQL: each statement of this transaction is prepared at its first execution and runs
+        its generic plan from then on, on this connection. Answers what gives the connection back its
+        own prepare threshold, to call when the transaction ends (on CockroachDB, or where preparing is
+        off, nothing is changed and it does nothing).
+
+        Planning one of these statements reads the catalogue of every weekly partition of history and
+        its indexes: 2 to 40 ms each on a loaded machine, more than running the plan. By default psycopg
+        prepares a statement at its fifth use on a connection and PostgreSQL makes custom plans for its
+        first five executions after that, so each pooled connection planned each figure ten times before
+        it ran a cached plan: a dashboard's refresh on connections not yet warm waited for tens of
+        plannings. Here it is one per connection and statement. The generic plans are the ones
+        tests/integration/test_read_plans.py holds to ranges of indexes (runtime partition pruning)."""
+        if self._conn.dialect.name == COCKROACH:
+            return _nothing
+        await self._conn.execute(q("StatsGenericPlans"))
+        raw: Any = (await self._conn.get_raw_connection()).driver_connection
+        before = raw.prepare_threshold
+        if before is None:  # preparing is off on this connection (a pooler in between): left off
+            return _nothing
+        raw.prepare_threshold = 0
+
+        def restore() -> None:  # an attribute of the driver's connection: works even on a broken one
+            raw.prepare_threshold = before
+
+        return restore
 
     async def start_lag_per_minute(
         self, tenant_id: UUID | None, window_s: float, now: datetime | None = None

@@ -18,6 +18,15 @@ SELECT state, count(*) AS n FROM executions
 WHERE job_id = :job_id AND tenant_id = :tenant_id
 GROUP BY state;
 
+-- name: ExecutionCountsForJobNewest
+-- How many of one job's newest :newest executions are in each state (GET /v1/jobs/{id}): its history index newest first, each week's in turn, stopping after :newest rows, however long the job's retained history.
+SELECT newest.state, count(*) AS n
+FROM (SELECT e.state FROM executions AS e
+      WHERE e.job_id = :job_id AND e.tenant_id = :tenant_id
+      ORDER BY e.scheduled_for DESC
+      LIMIT :newest) AS newest
+GROUP BY newest.state;
+
 -- name: ExecutionInsertForJob
 -- Occurrences a tenant asked for outside the schedule (POST :run, :backfill): ready at their ready_ats, or recorded as skipped (a dry-run job); an occurrence that already has an execution is left alone.
 INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at, finished_at,

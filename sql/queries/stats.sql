@@ -191,17 +191,25 @@ FROM (SELECT 1 FROM executions
       LIMIT CAST(:cap AS INT) + 1) AS dead;
 
 -- name: StatsDueHistogram
--- Per minute of the next :horizon_s seconds: occurrences waiting in due_index (one range per shard), and executions already ready for later (dispatched ahead, or a retry waiting for its backoff).
+-- Per minute of the next :horizon_s seconds: occurrences waiting in due_index, and executions already ready for later (dispatched ahead, or a retry waiting for its backoff). A tenant's due rows are one range of due_index_tenant_due (tenant_id, due_minute); the operator's, every tenant's, one range per shard of the primary key. Each branch runs only for its scope (a one-time filter on :tenant_id, so a generic plan holds both).
 WITH clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
-), due AS (
-    SELECT d.due_minute AS minute, count(*) AS due
+), due_rows AS (
+    SELECT d.due_minute
     FROM due_index AS d, clock AS c
-    WHERE d.shard_id = ANY(CAST(:shard_ids AS INT[]))
+    WHERE CAST(:tenant_id AS UUID) IS NOT NULL
+      AND d.tenant_id = CAST(:tenant_id AS UUID)
       AND d.due_minute >= date_trunc('minute', c.now)
       AND d.due_minute < c.now + CAST(:horizon_s AS FLOAT8) * INTERVAL '1 second'
-      AND (CAST(:tenant_id AS UUID) IS NULL OR d.tenant_id = CAST(:tenant_id AS UUID))
-    GROUP BY d.due_minute
+    UNION ALL
+    SELECT d.due_minute
+    FROM due_index AS d, clock AS c
+    WHERE CAST(:tenant_id AS UUID) IS NULL
+      AND d.shard_id = ANY(CAST(:shard_ids AS INT[]))
+      AND d.due_minute >= date_trunc('minute', c.now)
+      AND d.due_minute < c.now + CAST(:horizon_s AS FLOAT8) * INTERVAL '1 second'
+), due AS (
+    SELECT due_minute AS minute, count(*) AS due FROM due_rows GROUP BY due_minute
 ), later AS (
     SELECT date_trunc('minute', e.ready_at) AS minute,
            sum(CASE WHEN e.attempt = 0 THEN 1 ELSE 0 END) AS dispatched_ahead,
@@ -233,3 +241,7 @@ SELECT owner, count(*) AS shards, max(lease_until) AS lease_until
 FROM held
 GROUP BY owner
 ORDER BY owner;
+
+-- name: StatsGenericPlans
+-- For the rest of this read transaction, a prepared statement runs its generic plan from its first execution (PostgreSQL; app.store.stats says why). Every statement of this catalogue is written so its generic plan is a range (tests/integration/test_read_plans.py checks both kinds of plan).
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_cache_mode;

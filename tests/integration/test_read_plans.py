@@ -15,8 +15,10 @@ from uuid import UUID
 import pytest
 from sqlalchemy import text
 
+from app.api.stats import service as stats_service
+from app.api.viewer import Viewer
 from app.domain.shards import SHARD_COUNT
-from app.store.db import Database
+from app.store.db import Database, create_engine
 from app.store.queries import text_for
 from tests import factories as tf
 from tests.integration.test_hot_statement_plans import _literal, _nodes, _numbered
@@ -25,6 +27,8 @@ JOBS = 400  # of each tenant, each with HISTORY executions over 30 days
 HISTORY = 24
 RECENT = JOBS // 5  # jobs with an occurrence in the last hour
 PAGE = 51
+COUNTED = 5  # GET /v1/jobs/{id} counts a job's newest executions only (here 5 of its 25)
+WEEKS = 12  # weekly partitions of the seeded history: a scan of each may read one row past the limit
 
 # Jobs created over 60 days, each with an execution every 30 hours back from two hours ago, one dead
 # in ten; then one occurrence in the last ten minutes for one job in five. Attempts for every
@@ -58,7 +62,20 @@ SELECT execution_id, 1, tenant_id, 'w', started_at, started_at + interval '30 se
        CASE WHEN state = 'dead' THEN 'failed' ELSE 'succeeded' END, scheduled_for
 FROM executions
 """
+# Each job's next occurrence: half of them (200 of a tenant's 400) due in the next six hours, the
+# rest later, so the due histogram of one tenant must not read the other's rows nor its own later ones.
+DUE = """
+INSERT INTO due_index (shard_id, due_minute, next_run_at, job_id, tenant_id, nominal_at)
+SELECT abs(hashtext(CAST(j.job_id AS TEXT))) % 256, m, m, j.job_id, j.tenant_id, m
+FROM (SELECT job_id, tenant_id, row_number() OVER (PARTITION BY tenant_id ORDER BY job_id) AS g FROM jobs) AS j
+CROSS JOIN LATERAL (SELECT date_trunc('minute', now()) + interval '1 minute'
+                           + (CASE WHEN j.g % 2 = 0 THEN j.g % 6 ELSE 7 + j.g % 12 END) * interval '1 hour' AS m) AS d
+"""
 HISTORY_TABLES = ("jobs", "executions", "attempts")
+# What the due histogram may read: a tenant's due rows of the horizon, never every tenant's.
+DUE_TABLES = ("due_index",)
+DUE_HORIZON = JOBS // 2
+DUE_BOUND = {"due histogram, a tenant": DUE_HORIZON, "due histogram, the operator": 2 * DUE_HORIZON}
 
 # Rows of jobs, executions and attempts a read may touch: a page of jobs (with, per job, its newest
 # settled execution and whether one is open: a walk of that job's history), a page of a job's history
@@ -85,6 +102,7 @@ async def _seed(db: Database) -> tuple[UUID, UUID]:
                 },
             )
         await conn.execute(text(ATTEMPTS))
+        await conn.execute(text(DUE))
         return (
             await conn.execute(
                 text("SELECT job_id FROM jobs WHERE tenant_id = :t LIMIT 1"), {"t": tenants[0].tenant_id}
@@ -149,6 +167,12 @@ def _reads(tenant_id: UUID, job_id: UUID) -> list[tuple[str, str, dict[str, Any]
     executions, /v1/dead-letters, /v1/stats/* and /v1/status run."""
     t = str(tenant_id)
     window = {"now": None, "window_s": 3600.0, "limit": 1440}
+    due = {
+        "now": None,
+        "horizon_s": 21600.0,
+        "limit": 1440,
+        "shard_ids": "{" + ",".join(map(str, range(SHARD_COUNT))) + "}",
+    }
     listing = {
         "tenant_id": t,
         "limit": PAGE,
@@ -172,6 +196,12 @@ def _reads(tenant_id: UUID, job_id: UUID) -> list[tuple[str, str, dict[str, Any]
         ("jobs by label", "JobList", {**listing, "labels": '{"team": "team3"}'}, JOB_PAGE * 7),
         ("one job", "JobGet", {"tenant_id": t, "job_id": str(job_id)}, HISTORY + 3),
         (
+            "one job's execution counts",
+            "ExecutionCountsForJobNewest",
+            {"tenant_id": t, "job_id": str(job_id), "newest": COUNTED},
+            COUNTED + WEEKS,
+        ),
+        (
             "a job's history",
             "ExecutionListForJob",
             {"tenant_id": t, "job_id": str(job_id), "limit": PAGE, "before_scheduled": None},
@@ -190,18 +220,8 @@ def _reads(tenant_id: UUID, job_id: UUID) -> list[tuple[str, str, dict[str, Any]
             HISTORY_PAGE,
         ),
         ("queue depths", "StatsQueueDepth", {"tenant_id": t, "now": None, "limit": 500}, WINDOW),
-        (
-            "due histogram",
-            "StatsDueHistogram",
-            {
-                "tenant_id": t,
-                "now": None,
-                "horizon_s": 21600.0,
-                "limit": 1440,
-                "shard_ids": "{" + ",".join(map(str, range(SHARD_COUNT))) + "}",
-            },
-            WINDOW,
-        ),
+        ("due histogram, a tenant", "StatsDueHistogram", {**due, "tenant_id": t}, WINDOW),
+        ("due histogram, the operator", "StatsDueHistogram", {**due, "tenant_id": None}, WINDOW * 2),
     ]
     for who, scope, tenants in (("a tenant", t, 1), ("the operator", None, 2)):
         out += [
@@ -238,3 +258,64 @@ async def test_a_read_is_a_range_of_an_index_not_a_walk_of_history(
         if n.get("Relation Name") in HISTORY_TABLES and "Scan" in n["Node Type"]
     )
     assert touched <= bound, f"{name} touched {touched} rows of jobs, executions and attempts"
+    due = sum(  # read, not kept: a filter's rejects count (they are the rows of other tenants)
+        (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"]
+        for n in nodes
+        if n.get("Relation Name") in DUE_TABLES and "Scan" in n["Node Type"]
+    )
+    assert due <= DUE_BOUND.get(read, 0), f"{name} touched {due} rows of due_index"
+
+
+async def test_a_figure_is_planned_once_per_connection(database_url: str, seeded: tuple[UUID, UUID]) -> None:
+    """The figures run generic plans prepared at their first execution on a pooled connection
+    (app.store.stats.Stats.plan_once): planning one reads every weekly partition's catalogue, so a
+    connection that planned each ten times (psycopg prepares at the fifth use, PostgreSQL makes five
+    custom plans after that) kept a dashboard's refresh waiting. The connection's own prepare
+    threshold is given back for the other routes' statements."""
+    tenant_id, _ = seeded
+    one = Database(create_engine(database_url, pool_size=1))  # every read on the same connection
+    viewer = Viewer(admin=False, tenant_id=tenant_id, tenant_name="lived-a")
+    try:
+        for _ in range(3):
+            await stats_service.start_lag(one, viewer, 60)
+
+        async def prepared(tx: Any) -> tuple[list[Any], Any]:
+            conn = tx.schema._conn
+            rows = await conn.execute(
+                text(
+                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                    "WHERE statement LIKE '%window_rows%' AND statement LIKE '%date_trunc%'"
+                )
+            )
+            raw = (await conn.get_raw_connection()).driver_connection
+            return [tuple(r) for r in rows.all()], raw.prepare_threshold
+
+        plans, threshold = await one.read(prepared)
+    finally:
+        await one.close()
+    assert plans == [(3, 0)], plans  # prepared at the first call, its generic plan every time
+    assert threshold == 5  # psycopg's default, as the connection had it
+
+
+async def test_the_dead_letter_count_stops_at_ten_thousand(db: Database) -> None:
+    """/v1/stats/queues and /v1/status count a tenant's dead letters on every refresh: up to 10,000,
+    then "10,000 or more" (``capped``), an index-only range of executions_dead that a tenant's pile of
+    dead letters cannot lengthen."""
+    tenant = await tf.tenant(db, "dead-pile")
+
+    async def pile(conn: Any) -> None:
+        await conn.execute(
+            text(
+                "INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, attempt, max_attempts, state, "
+                "ready_at, finished_at, error) "
+                "SELECT gen_random_uuid(), CAST(:t AS UUID), 'q', now() - g * interval '1 second', 3, 3, 'dead', "
+                "now() - g * interval '1 second', now() - g * interval '1 second', 'failed' "
+                "FROM generate_series(1, 10001) AS g"
+            ),
+            {"t": tenant.tenant_id},
+        )
+
+    await tf.raw(db, pile)
+    viewer = Viewer(admin=False, tenant_id=tenant.tenant_id, tenant_name=tenant.name)
+    queues = await stats_service.queues(db, viewer)
+    assert (queues.dead_letters.count, queues.dead_letters.capped) == (10_000, True)

@@ -164,6 +164,8 @@ async def test_an_occurrence_is_recorded_once_and_a_pause_withdraws_only_what_is
     assert await store.tx(lambda tx: tx.jobs.withdraw_ahead(tenant, new.job_id, T0)) == [T0 + timedelta(seconds=20)]
     assert await store.tx(lambda tx: tx.jobs.withdraw_ahead(tenant, new.job_id, T0)) == []
     assert await store.tx(lambda tx: tx.jobs.execution_counts(tenant, new.job_id)) == counts(pending=1, skipped=1)
+    # The newest only (GET /v1/jobs/{id}): the occurrence due now, not the skipped one before it.
+    assert await store.tx(lambda tx: tx.jobs.execution_counts(tenant, new.job_id, newest=1)) == counts(pending=1)
 
     assert await store.tx(lambda tx: tx.jobs.cancel_unstarted(tenant, new.job_id)) == 1
     job = await store.tx(lambda tx: tx.jobs.get(tenant, new.job_id))

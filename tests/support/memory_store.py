@@ -251,11 +251,12 @@ class MemoryJobs(_Table):
                 ),
             )
 
-    async def execution_counts(self, tenant_id: UUID, job_id: UUID) -> ExecutionCounts:
+    async def execution_counts(self, tenant_id: UUID, job_id: UUID, newest: int | None = None) -> ExecutionCounts:
         by: dict[str, int] = {}
-        for e in self._t.executions.values():
-            if e.job_id == job_id and e.tenant_id == tenant_id:
-                by[e.state] = by.get(e.state, 0) + 1
+        mine = [e for e in self._t.executions.values() if e.job_id == job_id and e.tenant_id == tenant_id]
+        mine.sort(key=lambda e: e.scheduled_for, reverse=True)
+        for e in mine if newest is None else mine[:newest]:
+            by[e.state] = by.get(e.state, 0) + 1
         return ExecutionCounts(
             succeeded=by.get("succeeded", 0),
             dead=by.get("dead", 0),

@@ -181,7 +181,7 @@ class RetryOut(Wire):
 
 
 class ExecutionCounts(Wire):
-    """How the job's executions ended so far, and how many are still to run."""
+    """How the job's newest executions (up to 1,000) ended, and how many of them are still to run."""
 
     succeeded: int = 0
     dead: int = 0

@@ -49,7 +49,17 @@ def horizon_hours(value: int | None) -> int:
 
 
 async def read(db: Database, work: Callable[[Store], Awaitable[T]]) -> T:
-    return await db.read(work, isolation=READ_ISOLATION)  # the read replica, or follower reads
+    """``work`` in one read-only transaction, each statement planned once per pooled connection
+    (app.store.stats.Stats.plan_once)."""
+
+    async def planned_once(tx: Store) -> T:
+        restore = await tx.stats.plan_once()
+        try:
+            return await work(tx)
+        finally:
+            restore()
+
+    return await db.read(planned_once, isolation=READ_ISOLATION)  # the read replica, or follower reads
 
 
 def scope_out(viewer: Viewer) -> schemas.ScopeOut:

@@ -210,18 +210,18 @@ async function refresh() {
   const minutes = $("window-picker").value;
   const hours = $("horizon-picker").value;
   try {
-    const [status, lag, outcomes, queues, due] = await Promise.all([
+    // /v1/status holds the queue depths and the dead letters too: no /v1/stats/queues of its own.
+    const [status, lag, outcomes, due] = await Promise.all([
       api("/v1/status", scoped()),
       api("/v1/stats/lag", scoped({ minutes })),
       api("/v1/stats/outcomes", scoped({ minutes })),
-      api("/v1/stats/queues", scoped()),
       api("/v1/stats/due", scoped({ hours })),
     ]);
     renderStatus(status);
     updateBadge(status);
     renderLag(lag);
     renderOutcomes(outcomes);
-    renderQueues(queues);
+    renderQueues(status);
     renderDue(due);
     $("updated").textContent = `updated ${clock(new Date().toISOString())}`;
   } catch (err) {

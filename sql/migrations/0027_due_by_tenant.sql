@@ -1,0 +1,12 @@
+-- kairos: no-transaction
+-- Kairos schema, version 27: GET /v1/stats/due as one range of an index per tenant
+-- (StatsDueHistogram; docs/database-at-scale.md, "Reads that stay flat"). Without it the histogram
+-- read every tenant's due_index rows of the next hours, one range per shard, and kept the
+-- tenant's: its cost grew with every tenant's active jobs. (tenant_id, due_minute) holds all the
+-- histogram needs (it counts rows per minute), so a tenant's next hours are one index-only range.
+-- Its price is one more index entry per dispatched occurrence (the next occurrence's row, written
+-- by DispatchRecord), measured by loadtest/due_index_cost.py.
+--
+-- Built without blocking writes: CONCURRENTLY, outside a transaction (app/store/migrate.py runs such a
+-- file a statement at a time in autocommit); CockroachDB builds every index online.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS due_index_tenant_due ON due_index (tenant_id, due_minute);
