@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from uuid import UUID
 
 # How long a settled key is remembered, so a stale scan cannot resurrect it.
@@ -104,9 +104,21 @@ class TokenBucket:
         return self.at + max(0.0, 1.0 - self.tokens) / self.rate
 
 
+# Zones that are UTC at every instant. The driver hands out datetimes in the session's zone (often
+# ZoneInfo("Etc/UTC")); subtracting a datetime of another zone costs three times one of the same zone.
+_UTC_ZONES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"})
+_EPOCHS: dict[tzinfo | None, datetime] = {timezone.utc: _EPOCH}
+
+
 def _micros(at: datetime) -> int:
     """Exact microseconds since the epoch of an aware datetime."""
-    return (at - _EPOCH) // _US
+    epoch = _EPOCHS.get(at.tzinfo)
+    if epoch is None:
+        zone = at.tzinfo
+        if getattr(zone, "key", None) not in _UTC_ZONES:
+            return (at - _EPOCH) // _US
+        epoch = _EPOCHS[zone] = _EPOCH.replace(tzinfo=zone)
+    return (at - epoch) // _US
 
 
 def _micros_at_or_before(ts: float) -> int:

@@ -113,9 +113,8 @@ class _Slots:
         if self._far_nominal:
             self._far_nominal.pop(slot, None)
 
-    def _keep_times(self, slot: int, run_us: int, nominal_us: int, due_us: int) -> None:
-        """Store a live slot's nominal_at and due_minute beside its run time (``run_us``)."""
-        lag = run_us - nominal_us
+    def _keep_times(self, slot: int, run_us: int, lag: int, due_lag: int) -> None:
+        """Store a live slot's nominal_at and due_minute, given as microseconds before its run time ``run_us``."""
         if lag == 0:
             self._nominal[slot] = 1
         else:
@@ -126,9 +125,9 @@ class _Slots:
                 self._nominal[slot] = 2 * lag
             else:
                 self._nominal[slot] = _FAR
-                self._far_nominal[slot] = nominal_us
-        if due_us != run_us - run_us % _MINUTE_US:
-            self._odd_due[slot] = due_us
+                self._far_nominal[slot] = run_us - lag
+        if due_lag != run_us % _MINUTE_US:
+            self._odd_due[slot] = run_us - due_lag
 
     def _nominal_us(self, slot: int, run_us: int) -> int:
         code = self._nominal[slot]

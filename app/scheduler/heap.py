@@ -33,6 +33,7 @@ from app.scheduler._heap_parts import (
     _LOW64,
     _QUEUED,
     _RECENT,
+    _US,
     BUCKET_US,
     RECENT_S,
     DueEntry,
@@ -76,7 +77,9 @@ class DueHeap(_Order):
             self._job_hi[slot], self._job_lo[slot], self._run_us[slot] = hi, lo, run_us
             self._index(cell, slot)
             profile = self._profile_of(entry)
-            self._keep_times(slot, run_us, _micros(entry.nominal_at), _micros(entry.due_minute))
+            # Against next_run_at, not the epoch: datetimes of one zone subtract fastest.
+            run_at = entry.next_run_at
+            self._keep_times(slot, run_us, (run_at - entry.nominal_at) // _US, (run_at - entry.due_minute) // _US)
             self._profile[slot] = profile
             self._fence[slot] = self._fence_of(entry.shard_id, entry.revision)
             state[slot] = _QUEUED
