@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -40,24 +41,26 @@ POP_BATCH = 2_000  # the dispatcher's batch
 TARGET_B = 64  # bytes per entry
 
 
-def pages(entries: int, tenants: int, seed: int) -> Iterator[list[DueEntry]]:
-    """The rows, a page at a time: due over one day, tenants and shards at random."""
+def pages(entries: int, tenants: int, seed: int, zone: str = "") -> Iterator[list[DueEntry]]:
+    """The rows, a page at a time: due over one day, tenants and shards at random (in ``zone``: the
+    zone the driver gives them, that of the session; by default datetime's own UTC)."""
     rng = random.Random(seed)
+    base = BASE.astimezone(ZoneInfo(zone)) if zone else BASE
     tenant_ids = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(tenants)]
     for start in range(0, entries, PAGE):
         batch = []
         for _ in range(min(PAGE, entries - start)):
             at_s = rng.randrange(0, 86_400)
-            at = BASE + timedelta(seconds=at_s)  # a fresh datetime per column, as the driver returns them
+            at = base + timedelta(seconds=at_s)  # a fresh datetime per column, as the driver returns them
             batch.append(
                 DueEntry(
                     rng.randrange(256),
                     1,
-                    BASE + timedelta(seconds=at_s - at_s % 60),
+                    base + timedelta(seconds=at_s - at_s % 60),
                     at,
                     uuid.UUID(int=rng.getrandbits(128)),
                     uuid.UUID(tenant_ids[rng.randrange(len(tenant_ids))]),
-                    BASE + timedelta(seconds=at_s),
+                    base + timedelta(seconds=at_s),
                 )
             )
         yield batch
@@ -87,7 +90,7 @@ def footprint(heap: DueHeap) -> int:
 
 
 def measure_memory(args: argparse.Namespace) -> None:
-    generate = pages(args.entries, args.tenants, args.seed)
+    generate = pages(args.entries, args.tenants, args.seed, args.zone)
     heap = DueHeap()
     if args.walk:
         for batch in generate:
@@ -109,7 +112,7 @@ def measure_memory(args: argparse.Namespace) -> None:
 
 def measure_time(args: argparse.Namespace) -> None:
     entries = args.timing_entries
-    batches = list(pages(entries, args.tenants, args.seed))
+    batches = list(pages(entries, args.tenants, args.seed, args.zone))
     heap = DueHeap()
     add_s = slowest_add_s = 0.0
     for batch in batches:
@@ -150,6 +153,7 @@ def main() -> None:
     p.add_argument("--tenants", type=int, default=100)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--timing-entries", type=int, default=200_000, help="entries to time add and pop with (0: none)")
+    p.add_argument("--zone", default="", help="the entries' time zone, as the driver's session has it (Etc/UTC)")
     p.add_argument(
         "--walk",
         action="store_true",
