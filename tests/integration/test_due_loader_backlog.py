@@ -51,6 +51,8 @@ async def test_a_window_page_reads_only_the_rows_it_returns_however_large_the_ba
             "until": T0,
             "per_shard": 4,
             "limit": 1000,
+            "after_run_at": None,  # the one keyset cursor of the statement before (not read now)
+            "after_job_id": None,
         },
         analyze=True,
     )
