@@ -295,7 +295,7 @@ def overdue_due_rows(url: str, rows: int) -> dict[str, Any]:
 
 
 async def measure_start(url: str, wait_s: float = START_WAIT_S) -> dict[str, Any]:
-    """A scheduler (in this process, as ``kairos scheduler`` runs it) started on the database: when it held
+    """A scheduler (in this process, wired as ``kairos scheduler`` wires it) started on the database: when it held
     every shard, when its first dispatch batch committed, and when its first window scan had read them all."""
     from app.config import Settings
     from app.scheduler.service import Scheduler
