@@ -1,7 +1,8 @@
 """The bench's `lived` scenario: the herd, steady load, the REST reads and retention on a database that
 has lived, beside an empty one in the same run (so the ratios are measured side by side).
 
-    .venv/bin/python loadtest/lived_bench.py --scale 0.02 [--parts reads,herd100k,steady,retention] [herd.py's options]
+    .venv/bin/python loadtest/lived_bench.py --scale 0.02 [--parts reads,herd100k,steady,retention,heap,scheduler-start]
+        [herd.py's options]
 
 or, registered in herd.py (``--scenarios lived``), with the scale from ``--lived-scale`` when herd.py
 has that option, else KAIROS_LIVED_SCALE (default 1: 2,000,000 jobs, ~23,000,000 executions; see
@@ -18,8 +19,14 @@ time and size are rows of the table); then
 - retention: while steady runs on the lived database, the oldest week of its history is retired
   as the history-partitions duty does it (archived to a local object store, detached, dropped):
   its duration, and the start lag p99 of the steady occurrences due meanwhile (<= 2 s);
-- heap: bytes per scheduler heap entry with 2,000,000 loaded (loadtest/heap_memory.py; <= 64 B).
-  The scheduler's start on 2,000,000 due rows is not measured yet.
+- heap: bytes per scheduler heap entry with 2,000,000 loaded (loadtest/heap_memory.py under
+  tracemalloc; <= 64 B);
+- scheduler-start: every due_index row made overdue by up to ten minutes and due_index topped up to
+  2,000,000 rows (rows of no job beyond the lived ones), then a scheduler (in this process, as
+  ``kairos scheduler`` wires it) takes all 256 shards: the time from holding them to its first
+  dispatch batch committed (<= 5 s), to every due row read into its heap, and the heap's bytes
+  per entry at 2,000,000 (heap_memory.py, its objects summed; <= 64 B). Run it last: it dispatches
+  the lived database's due rows.
 
 Every figure is a row of herd.py's table (scenario ``lived ...``), with its target.
 """
@@ -59,9 +66,13 @@ def _machinery() -> None:
     bench, lived = bench_module, lived_module
 
 
-PARTS = ("reads", "herd100k", "steady", "retention", "heap")
+PARTS = ("reads", "herd100k", "steady", "retention", "heap", "scheduler-start")
 HEAP_ENTRIES = 2_000_000
 HEAP_TARGET_B = 64
+START_DUE_ROWS = 2_000_000
+START_TARGET_S = 5.0
+START_BACKLOG_S = 600  # the due rows are overdue by up to ten minutes: a scheduler back after an outage
+START_WAIT_S = 240.0  # how long the start is watched (KAIROS_LIVED_START_WAIT_S)
 DRAIN_RATIO_TARGET = 0.9
 RETENTION_LAG_TARGET_S = 2.0
 
@@ -206,9 +217,10 @@ def lag_during(url: str, t0: float, t1: float) -> float | None:
     return bench.pct(lags, 0.99) if lags else None
 
 
-async def heap_per_entry(run: Any) -> None:
+async def heap_per_entry(run: Any, *, walk: bool = False) -> None:
     """Bytes per scheduler heap entry with HEAP_ENTRIES loaded: loadtest/heap_memory.py, the component
-    probe of herd.py's memory scenario, at the brief's 2,000,000."""
+    probe of herd.py's memory scenario, at the brief's 2,000,000 (``walk``: its heap's objects summed
+    instead of under tracemalloc, which takes many minutes at that size)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         str(ROOT / "loadtest" / "heap_memory.py"),
@@ -216,6 +228,7 @@ async def heap_per_entry(run: Any) -> None:
         str(HEAP_ENTRIES),
         "--timing-entries",
         "0",
+        *(["--walk"] if walk else []),
         stdout=asyncio.subprocess.PIPE,
     )
     try:
@@ -228,10 +241,149 @@ async def heap_per_entry(run: Any) -> None:
     run.results["lived"]["heapBytesPerEntry"] = per_entry
     run.row(
         "lived",
-        f"scheduler heap: bytes per entry, {HEAP_ENTRIES:,} loaded (component probe)",
+        f"scheduler heap: bytes per entry, {HEAP_ENTRIES:,} loaded (component probe, "
+        f"{'its objects summed' if walk else 'tracemalloc'})",
         f"<= {HEAP_TARGET_B} B",
         "-" if per_entry is None else f"{per_entry:,} B",
         per_entry is not None and per_entry <= HEAP_TARGET_B,
+    )
+
+
+# The lived database's own due rows (its active jobs' next occurrences, over the next 30 days) made
+# overdue, then due_index topped up to START_DUE_ROWS with rows of no job (n mod 256 as the shard,
+# tenants in turn): dispatch claims and deletes those and makes no execution.
+START_OVERDUE = """
+UPDATE due_index SET next_run_at = x.at, due_minute = date_trunc('minute', x.at), nominal_at = x.at
+FROM (SELECT job_id, %(now)s - random() * %(backlog_s)s * interval '1 second' AS at
+      FROM due_index WHERE next_run_at > %(now)s) AS x
+WHERE x.job_id = due_index.job_id
+"""
+START_TOP_UP = """
+INSERT INTO due_index (shard_id, due_minute, next_run_at, job_id, tenant_id, nominal_at)
+SELECT g %% 256, date_trunc('minute', x.at), x.at, gen_random_uuid(), t.ids[1 + g %% t.n], x.at
+FROM generate_series(1, %(rows)s) AS g
+CROSS JOIN (SELECT array_agg(tenant_id) AS ids, count(*)::int AS n FROM tenants) AS t
+CROSS JOIN LATERAL (
+    SELECT %(now)s - (g::bigint * %(backlog_s)s * 1000000 / %(rows)s) * interval '1 microsecond' AS at
+) AS x
+"""
+
+
+def overdue_due_rows(url: str, rows: int) -> dict[str, Any]:
+    """Every due_index row overdue (up to START_BACKLOG_S), and ``rows`` of them in all."""
+    t0 = time.monotonic()
+    with bench.psycopg.connect(bench.libpq(url), autocommit=True) as conn:
+        conn.execute("SET TimeZone = 'UTC'")
+        conn.execute("SET synchronous_commit = off")
+        now = datetime.now(timezone.utc)
+        params = {"now": now, "backlog_s": START_BACKLOG_S}
+        conn.execute(START_OVERDUE, params)
+        had = int(conn.execute("SELECT count(*) FROM due_index").fetchone()[0])  # type: ignore[index]
+        if rows > had:
+            # Its two unique indexes dropped and built again afterwards, as lived.py loads.
+            defs = lived.take_definitions(conn)
+            own = [i for i, d in enumerate(defs.indexes) if re.search(r" ON (ONLY )?(\w+\.)?due_index ", d)]
+            defs = lived.Definitions(
+                [c for c in defs.constraints if c[0] == "due_index"],
+                [defs.indexes[i] for i in own],
+                [defs.index_names[i] for i in own],
+            )
+            lived.drop(conn, defs)
+            conn.execute(START_TOP_UP, {**params, "rows": rows - had})
+            lived.rebuild(conn, defs)
+        conn.execute("VACUUM ANALYZE due_index")
+        total = int(conn.execute("SELECT count(*) FROM due_index").fetchone()[0])  # type: ignore[index]
+    return {"jobRows": had, "topUp": max(0, rows - had), "dueRows": total, "seconds": time.monotonic() - t0}
+
+
+async def measure_start(url: str, wait_s: float = START_WAIT_S) -> dict[str, Any]:
+    """A scheduler (in this process, wired as ``kairos scheduler`` wires it) started on the database: when it held
+    every shard, when its first dispatch batch committed, and when its first window scan had read them all."""
+    from app.config import Settings
+    from app.scheduler.service import Scheduler
+
+    settings = Settings()
+    db = Database.from_settings(settings, url, name="scheduler")
+    scheduler = Scheduler(db, settings)
+    loader, heap, totals = scheduler.loader, scheduler.heap, scheduler.dispatcher.totals
+    marks: dict[str, float] = {}
+    most = {"heap": 0, "read": 0}
+    run_once = loader.run_once
+
+    async def timed_once() -> Any:
+        result = await run_once()
+        most["read"] += result.read
+        held = len(scheduler.ownership.held)
+        if held == 256 and result.window_done and "loaded" not in marks and not loader._gained:
+            marks["loaded"] = time.monotonic()
+        return result
+
+    loader.run_once = timed_once  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    t0 = time.monotonic()
+    task = asyncio.create_task(scheduler.run(stop))
+    try:
+        while time.monotonic() - t0 < wait_s and "loaded" not in marks:
+            now = time.monotonic()
+            if "held" not in marks and len(scheduler.ownership.held) == 256:
+                marks["held"] = now
+            if "rows" not in marks and len(heap):
+                marks["rows"] = now
+            if "first" not in marks and totals.claimed + totals.vanished + totals.fenced > 0:
+                marks["first"] = now
+            most["heap"] = max(most["heap"], len(heap))
+            await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await task
+        await db.close()
+    out: dict[str, Any] = {f"{k}S": round(v - t0, 2) for k, v in marks.items()}
+    if "held" in marks:
+        out.update({f"{k}AfterHeldS": round(v - marks["held"], 2) for k, v in marks.items() if k != "held"})
+    out.update(
+        {
+            "watchedS": round(time.monotonic() - t0, 1),
+            "rowsRead": most["read"],
+            "heapPeak": most["heap"],
+            "dispatched": totals.claimed + totals.vanished,
+            "executions": totals.ready,
+        }
+    )
+    return out
+
+
+async def scheduler_start(run: Any, url: str) -> None:
+    """The scheduler's start on START_DUE_ROWS overdue due rows, and the heap's bytes per entry."""
+    print(f"  [lived] scheduler-start: due_index made {START_DUE_ROWS:,} overdue rows", flush=True)
+    rows = overdue_due_rows(url, START_DUE_ROWS)
+    wait_s = float(os.environ.get("KAIROS_LIVED_START_WAIT_S", START_WAIT_S))
+    got = await measure_start(url, min(wait_s, max(30.0, run.left() - 60)))
+    run.results["lived"]["schedulerStart"] = {"rows": rows, **got}
+    run.row(
+        "lived scheduler start",
+        f"due_index: {rows['dueRows']:,} rows, all overdue ({rows['jobRows']:,} of jobs, "
+        f"{rows['topUp']:,} of no job), made in {rows['seconds']:.0f} s",
+        "-",
+        f"{got['dispatched']:,} dispatched, {got['executions']:,} executions",
+        None,
+    )
+    first = got.get("firstAfterHeldS")
+    run.row(
+        "lived scheduler start",
+        "first dispatch batch committed, after holding all 256 shards"
+        + (f" (after start: {got['firstS']} s)" if "firstS" in got else ""),
+        f"<= {START_TARGET_S:g} s",
+        bench.fmt_s(first),
+        first is not None and first <= START_TARGET_S,
+    )
+    loaded = got.get("loadedAfterHeldS")
+    run.row(
+        "lived scheduler start",
+        f"every due row read into the heap, after holding all 256 shards ({got['rowsRead']:,} read, "
+        f"heap at most {got['heapPeak']:,})",
+        "-",
+        bench.fmt_s(loaded) if loaded is not None else f"not within {got['watchedS']:.0f} s",
+        None,
     )
 
 
@@ -296,9 +448,10 @@ async def scenario_lived(run: Any) -> None:
                     bench.fmt_s(p99),
                     p99 is not None and p99 <= RETENTION_LAG_TARGET_S,
                 )
-        if "heap" in parts:
-            await heap_per_entry(run)
-        run.row("lived", "scheduler start with 2,000,000 due rows dispatching", "<= 5 s", "not measured here", None)
+        if "heap" in parts or "scheduler-start" in parts:
+            await heap_per_entry(run, walk="heap" not in parts)
+        if "scheduler-start" in parts:  # last: it dispatches (deletes) the lived database's due rows
+            await scheduler_start(run, url)
     finally:
         run.server = proxy.server
 

@@ -16,7 +16,9 @@ from app.scheduler._heap_parts import (
     _DEAD,
     _DEFERRED,
     _EPOCH,
+    _FAR,
     _INFLIGHT,
+    _MINUTE_US,
     _QUEUED,
     _US,
     BUCKET_US,
@@ -231,7 +233,8 @@ class _Order(_Slots):
 
     def _entries(self, slots: list[int]) -> list[DueEntry]:
         """Popped slots as DueEntry objects (datetimes shared between entries of the same instant)."""
-        hi, lo, run, nominal, due = self._job_hi, self._job_lo, self._run_us, self._nominal_us, self._due_us
+        hi, lo, run, nominals = self._job_hi, self._job_lo, self._run_us, self._nominal
+        far_nominal, odd_due = self._far_nominal, self._odd_due
         fences, profiles, generation = self._fence, self._profile, self._generation
         fence_shard, fence_revision = self._fence_shard, self._fence_revision
         tenant_ids, profile_tenant = self._tenant_ids, self._profile_tenant
@@ -239,13 +242,22 @@ class _Order(_Slots):
         datetimes: dict[int, datetime] = {}
         out = []
         for slot in slots:
-            run_us, nominal_us, due_us = run[slot], nominal[slot], due[slot]
+            run_us, code = run[slot], nominals[slot]  # as _nominal_us and _due_us, inlined
+            if code & 1:
+                nominal = run_us - (code >> 1) * 1_000_000
+            elif code == _FAR:
+                nominal = far_nominal[slot]
+            else:
+                nominal = run_us - (code >> 1)
+            due_us = odd_due.get(slot) if odd_due else None
+            if due_us is None:
+                due_us = run_us - run_us % _MINUTE_US
             run_at = datetimes.get(run_us)
             if run_at is None:
                 run_at = datetimes[run_us] = _EPOCH + _US * run_us
-            nominal_at = datetimes.get(nominal_us)
+            nominal_at = datetimes.get(nominal)
             if nominal_at is None:
-                nominal_at = datetimes[nominal_us] = _EPOCH + _US * nominal_us
+                nominal_at = datetimes[nominal] = _EPOCH + _US * nominal
             due_minute = datetimes.get(due_us)
             if due_minute is None:
                 due_minute = datetimes[due_us] = _EPOCH + _US * due_us

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from uuid import UUID
 
 # How long a settled key is remembered, so a stale scan cannot resurrect it.
@@ -25,14 +25,23 @@ MIN_TABLE = 16
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _US = timedelta(microseconds=1)
 _LOW64 = (1 << 64) - 1
-_GEN_MASK = (1 << 32) - 1
+# A slot's generation is 16 bits: it tells a popped entry's own life in its slot from a later one, and a
+# slot in flight is not reused, so only 65,536 reuses while one batch is out could confuse them.
+_GEN_MASK = (1 << 16) - 1
+_MINUTE_US = 60_000_000
+# The nominal column holds nominal_at as its distance before next_run_at, in 32 bits: odd, whole
+# seconds (2 * s + 1); even, microseconds (2 * us) up to about 18 minutes; _FAR: kept aside.
+_FAR = -(1 << 31)
+_HALF31 = 1 << 30
+# The narrow columns (profile, fence) widen from 16 to 32 bits when their table outgrows 16 bits.
+_NARROW_MAX = (1 << 16) - 1
 
 # Slot states. QUEUED, DEFERRED and INFLIGHT are the live ones (counted in len()).
 _FREE = 0
 _QUEUED = 1  # in a bucket, the sorted bucket or the side heap
 _DEFERRED = 2  # in its tenant's deferred FIFO
 _INFLIGHT = 3  # popped, not yet settled, forgotten, requeued or held
-_RECENT = 4  # settled; only the key (and the settle time) is kept
+_RECENT = 4  # settled; only the key (and its settle batch) is kept
 _DEAD = 5  # dropped or forgotten while an order still refers to the slot
 
 # Key index cells: a slot number, or one of these.
@@ -95,9 +104,21 @@ class TokenBucket:
         return self.at + max(0.0, 1.0 - self.tokens) / self.rate
 
 
+# Zones that are UTC at every instant. The driver hands out datetimes in the session's zone (often
+# ZoneInfo("Etc/UTC")); subtracting a datetime of another zone costs three times one of the same zone.
+_UTC_ZONES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"})
+_EPOCHS: dict[tzinfo | None, datetime] = {timezone.utc: _EPOCH}
+
+
 def _micros(at: datetime) -> int:
     """Exact microseconds since the epoch of an aware datetime."""
-    return (at - _EPOCH) // _US
+    epoch = _EPOCHS.get(at.tzinfo)
+    if epoch is None:
+        zone = at.tzinfo
+        if getattr(zone, "key", None) not in _UTC_ZONES:
+            return (at - _EPOCH) // _US
+        epoch = _EPOCHS[zone] = _EPOCH.replace(tzinfo=zone)
+    return (at - epoch) // _US
 
 
 def _micros_at_or_before(ts: float) -> int:
@@ -135,11 +156,12 @@ class _Fifo:
 
 
 class _RecentBatch:
-    """Slots settled between ``first_us`` and ``last_us`` (monotonic microseconds)."""
+    """Slots settled between ``first_us`` and ``last_us`` (monotonic microseconds); ``seq`` numbers the batch."""
 
-    __slots__ = ("first_us", "last_us", "slots")
+    __slots__ = ("first_us", "last_us", "seq", "slots")
 
-    def __init__(self, now_us: int) -> None:
+    def __init__(self, now_us: int, seq: int) -> None:
         self.first_us = now_us
         self.last_us = now_us
+        self.seq = seq
         self.slots = array("i")

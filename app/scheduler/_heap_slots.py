@@ -13,10 +13,14 @@ from uuid import UUID
 
 from app.scheduler._heap_parts import (
     _EMPTY,
+    _FAR,
     _FREE,
     _GEN_MASK,
+    _HALF31,
     _INFLIGHT,
     _LOW64,
+    _MINUTE_US,
+    _NARROW_MAX,
     _QUEUED,
     _RECENT,
     _TOMBSTONE,
@@ -40,15 +44,19 @@ class _Slots:
         self._job_hi = array("Q")
         self._job_lo = array("Q")
         self._run_us = array("q")
-        self._nominal_us = array("q")  # a RECENT slot keeps its settle time (monotonic us) here
-        self._due_us = array("q")
-        self._profile = array("I")
-        self._fence = array("I")
+        # nominal_at before next_run_at, encoded (_nominal_code); a RECENT slot keeps its settle batch's number here.
+        self._nominal = array("i")
+        self._profile = array("H")  # widens to "I" past 65,535 profiles
+        self._fence = array("H")  # widens to "I" past 65,535 fences
         self._state = bytearray()
-        self._generation = array("I")
+        self._generation = array("H")
         self._shard_next = array("i")
         self._shard_prev = array("i")
         self._free = array("i")
+        # The few entries a column cannot hold: due_minute other than next_run_at's minute, and
+        # nominal_at too far from next_run_at for the nominal column (a misfire's catch-up), by slot.
+        self._odd_due: dict[int, int] = {}
+        self._far_nominal: dict[int, int] = {}
         # Small tables the columns point into.
         self._tenant_index: dict[int, int] = {}  # tenant UUID as int -> tenant number
         self._tenant_ids: list[UUID] = []
@@ -67,6 +75,7 @@ class _Slots:
         self._table_live = 0  # cells holding a slot
         self._table_used = 0  # cells holding a slot or a tombstone
         self._recent: deque[_RecentBatch] = deque()
+        self._recent_seq = 0
 
     # ------------------------------------------------------------------------------------------
     # Slots and the key index
@@ -78,8 +87,7 @@ class _Slots:
             self._job_hi,
             self._job_lo,
             self._run_us,
-            self._nominal_us,
-            self._due_us,
+            self._nominal,
             self._profile,
             self._fence,
             self._generation,
@@ -100,6 +108,41 @@ class _Slots:
     def _release_slot(self, slot: int) -> None:
         self._state[slot] = _FREE
         self._free.append(slot)
+        if self._odd_due:
+            self._odd_due.pop(slot, None)
+        if self._far_nominal:
+            self._far_nominal.pop(slot, None)
+
+    def _keep_times(self, slot: int, run_us: int, lag: int, due_lag: int) -> None:
+        """Store a live slot's nominal_at and due_minute, given as microseconds before its run time ``run_us``."""
+        if lag == 0:
+            self._nominal[slot] = 1
+        else:
+            seconds, rest = divmod(lag, 1_000_000)
+            if rest == 0 and -_HALF31 <= seconds < _HALF31:
+                self._nominal[slot] = 2 * seconds + 1
+            elif -_HALF31 < lag < _HALF31:
+                self._nominal[slot] = 2 * lag
+            else:
+                self._nominal[slot] = _FAR
+                self._far_nominal[slot] = run_us - lag
+        if due_lag != run_us % _MINUTE_US:
+            self._odd_due[slot] = run_us - due_lag
+
+    def _nominal_us(self, slot: int, run_us: int) -> int:
+        code = self._nominal[slot]
+        if code & 1:
+            return run_us - (code >> 1) * 1_000_000
+        if code == _FAR:
+            return self._far_nominal[slot]
+        return run_us - (code >> 1)
+
+    def _due_us(self, slot: int, run_us: int) -> int:
+        if self._odd_due:
+            due_us = self._odd_due.get(slot)
+            if due_us is not None:
+                return due_us
+        return run_us - run_us % _MINUTE_US
 
     def _probe(self, hi: int, lo: int, run_us: int) -> tuple[int, int]:
         """(cell, slot) of the key; (cell to insert at, -1) when the key is not indexed."""
@@ -188,7 +231,16 @@ class _Slots:
             self._profile_weight.append(entry.weight)
             self._profile_divisor.append(max(1, entry.weight))
             self._profile_quota.append(entry.max_dispatch_per_s)
+            self._widen_profiles()
         return profile
+
+    def _widen_profiles(self) -> None:
+        if len(self._profile_tenant) > _NARROW_MAX and self._profile.typecode == "H":
+            self._profile = array("I", self._profile)
+
+    def _widen_fences(self) -> None:
+        if len(self._fence_shard) > _NARROW_MAX and self._fence.typecode == "H":
+            self._fence = array("I", self._fence)
 
     def _fence_of(self, shard_id: int, revision: int) -> int:
         key = (shard_id, revision)
@@ -201,6 +253,7 @@ class _Slots:
                 fence = len(self._fence_shard)
                 self._fence_shard.append(shard_id)
                 self._fence_revision.append(revision)
+                self._widen_fences()
             self._fence_index[key] = fence
         return fence
 
@@ -239,15 +292,17 @@ class _Slots:
     def _recent_batch(self, now_us: int) -> _RecentBatch:
         """The settle batch that slots settled at ``now_us`` join."""
         if not self._recent or now_us - self._recent[-1].first_us >= RECENT_BATCH_US:
-            self._recent.append(_RecentBatch(now_us))
+            self._recent_seq = (self._recent_seq + 1) & 0x7FFFFFFF
+            self._recent.append(_RecentBatch(now_us, self._recent_seq))
         batch = self._recent[-1]
         batch.last_us = max(batch.last_us, now_us)
         return batch
 
     def _note_recent(self, slot: int, now_us: int) -> None:
         self._state[slot] = _RECENT
-        self._nominal_us[slot] = now_us
-        self._recent_batch(now_us).slots.append(slot)
+        batch = self._recent_batch(now_us)
+        self._nominal[slot] = batch.seq
+        batch.slots.append(slot)
 
     def _remember(self, entry: DueEntry, now_us: int) -> None:
         """Keep an entry's key as recently settled, unless the key is live in another slot."""
@@ -265,10 +320,12 @@ class _Slots:
 
     def _expire_recent(self, now_us: int) -> None:
         horizon = now_us - self._recent_us
-        state, settled_at = self._state, self._nominal_us
+        state, settled_in = self._state, self._nominal
         while self._recent and self._recent[0].last_us <= horizon:
-            for slot in self._recent.popleft().slots:
+            batch = self._recent.popleft()
+            seq = batch.seq
+            for slot in batch.slots:
                 # Skip slots settled again later (a later batch has them) or reused since.
-                if state[slot] == _RECENT and settled_at[slot] <= horizon:
+                if state[slot] == _RECENT and settled_in[slot] == seq:
                     self._unindex(slot)
                     self._release_slot(slot)

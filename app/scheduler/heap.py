@@ -29,11 +29,11 @@ from app.scheduler._heap_order import _Order
 from app.scheduler._heap_parts import (
     _DEAD,
     _DEFERRED,
-    _GEN_MASK,
     _INFLIGHT,
     _LOW64,
     _QUEUED,
     _RECENT,
+    _US,
     BUCKET_US,
     RECENT_S,
     DueEntry,
@@ -71,16 +71,15 @@ class DueHeap(_Order):
             hi, lo, run_us = ji >> 64, ji & _LOW64, _micros(entry.next_run_at)
             cell, slot = self._probe(hi, lo, run_us)
             if slot >= 0:
-                if state[slot] != _RECENT or now_us - self._nominal_us[slot] < self._recent_us:
-                    continue
-                self._generation[slot] = (self._generation[slot] + 1) & _GEN_MASK  # a new life
-            else:
-                slot = self._take_slot()
-                self._job_hi[slot], self._job_lo[slot], self._run_us[slot] = hi, lo, run_us
-                self._index(cell, slot)
+                # Live, or settled within recent_s (those settled before are expired above).
+                continue
+            slot = self._take_slot()
+            self._job_hi[slot], self._job_lo[slot], self._run_us[slot] = hi, lo, run_us
+            self._index(cell, slot)
             profile = self._profile_of(entry)
-            self._nominal_us[slot] = _micros(entry.nominal_at)
-            self._due_us[slot] = _micros(entry.due_minute)
+            # Against next_run_at, not the epoch: datetimes of one zone subtract fastest.
+            run_at = entry.next_run_at
+            self._keep_times(slot, run_us, (run_at - entry.nominal_at) // _US, (run_at - entry.due_minute) // _US)
             self._profile[slot] = profile
             self._fence[slot] = self._fence_of(entry.shard_id, entry.revision)
             state[slot] = _QUEUED
@@ -185,14 +184,14 @@ class DueHeap(_Order):
         now_us = self._now_us()
         self._expire_recent(now_us)
         batch = self._recent_batch(now_us)
-        state, settled_at = self._state, self._nominal_us
+        state, settled_in, seq = self._state, self._nominal, batch.seq
         for entry in entries:
             slot = self._resolve(entry)
             if slot >= 0 and state[slot] == _INFLIGHT:
                 self._unlink(slot)
                 self._live -= 1
                 state[slot] = _RECENT
-                settled_at[slot] = now_us
+                settled_in[slot] = seq
                 batch.slots.append(slot)
                 continue
             if slot >= 0:

@@ -1,14 +1,19 @@
 """DueLoader: read the due_index rows of owned shards into the heap.
 
-Two scans, both range scans over (shard_id, due_minute) and bounded per tick:
+Two scans, both range scans over each shard's (shard_id, due_minute, next_run_at, job_id) and
+bounded per tick:
 - the window scan, every ``window_interval_s`` and at once for newly acquired shards: every row
-  up to the end of the next minute, overdue backlog first, keyset-paged, at most
-  ``max_rows_per_tick`` per tick (a backlog after downtime is read across several ticks instead
-  of in one huge query).
+  up to the end of the next minute, overdue backlog first, at most ``max_rows_per_tick`` per tick
+  (a backlog after downtime is read across several ticks instead of in one huge query). Each page
+  takes every shard's next rows after that shard's own cursor (``page_rows`` shared among the
+  shards still being read), so a page is a short range per shard and costs what it returns, not
+  the whole backlog, and every shard's earliest rows come first: a scheduler that takes 256
+  shards holding millions of overdue rows dispatches the earliest within a page.
 - the near scan, every tick: the latest rows due before now + ``near_s`` (newest first, at most
-  ``near_limit``). It picks up jobs submitted for "in a second" within one loader period of
-  their commit, with no LISTEN/NOTIFY; newest first, so a herd's older rows, which are in the
-  heap already, neither hide them nor get re-read every tick.
+  ``near_limit``, from each shard's latest ``near_shard_share`` times its even share). It picks up
+  jobs submitted for "in a second" within one loader period of their commit, with no
+  LISTEN/NOTIFY; newest first, so a herd's older rows, which are in the heap already, neither hide
+  them nor get re-read every tick.
 The heap ignores rows it already holds and rows of shards this process no longer holds.
 """
 
@@ -18,9 +23,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from uuid import UUID
 
 from app.config import Settings
 from app.duties import run_every
@@ -28,10 +32,14 @@ from app.scheduler.heap import DueEntry, DueHeap
 from app.scheduler.leases import Ownership
 from app.store import Database, Store
 from app.store import dispatch as dispatch_store
+from app.store.dispatch import DueCursor
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+
+# Rows added to the heap between two turns of the event loop (about 10 ms of work).
+ADD_CHUNK = 1_000
 
 
 def _utcnow() -> datetime:
@@ -46,6 +54,8 @@ class LoaderConfig:
     window_interval_s: float = 10.0
     page_rows: int = 10_000
     max_rows_per_tick: int = 100_000
+    # The near scan reads at most this many times a shard's even share of near_limit from each shard.
+    near_shard_share: int = 4
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoaderConfig:
@@ -60,11 +70,11 @@ class LoaderConfig:
 
 @dataclass
 class _WindowScan:
-    """A window scan in progress: its shards, its end, and how far it has read."""
+    """A window scan in progress: its shards still being read, its end, and how far each has got."""
 
     shards: set[int]
     until: datetime
-    after: tuple[datetime, UUID] | None = None
+    after: dict[int, DueCursor] = field(default_factory=dict)
 
 
 @dataclass
@@ -131,25 +141,30 @@ class DueLoader:
         self,
         shards: list[int],
         until: datetime,
-        after: tuple[datetime, UUID] | None,
+        after: dict[int, DueCursor] | None,
         limit: int,
+        per_shard: int,
         *,
         latest: bool = False,
     ) -> list[dispatch_store.DueRow]:
         async def read(tx: Store) -> list[dispatch_store.DueRow]:
             if latest:
-                return await tx.dispatch.load_latest_due(shards, until, limit)
-            return await tx.dispatch.load_due(shards, until, after, limit)
+                return await tx.dispatch.load_latest_due(shards, until, limit, per_shard)
+            return await tx.dispatch.load_due(shards, until, after, limit, per_shard)
 
         # A pure hint read: READ COMMITTED keeps it from adding serialization conflicts to dispatch.
         return await self.db.transaction(read, isolation="READ COMMITTED")
 
-    def _add(self, rows: list[dispatch_store.DueRow], result: LoadResult) -> None:
+    async def _add(self, rows: list[dispatch_store.DueRow], result: LoadResult) -> None:
+        """Add rows to the heap ``ADD_CHUNK`` at a time, letting the dispatcher run between chunks."""
         result.read += len(rows)
-        added = self.heap.add(self._to_entries(rows))
-        result.added += added
-        if added and self.wake_dispatcher is not None:
-            self.wake_dispatcher.set()
+        for start in range(0, len(rows), ADD_CHUNK):
+            if start:
+                await asyncio.sleep(0)  # a page's rows take a while: dispatch batches go on meanwhile
+            added = self.heap.add(self._to_entries(rows[start : start + ADD_CHUNK]))
+            result.added += added
+            if added and self.wake_dispatcher is not None:
+                self.wake_dispatcher.set()
 
     async def run_once(self) -> LoadResult:
         result = LoadResult()
@@ -174,24 +189,33 @@ class DueLoader:
         budget = cfg.max_rows_per_tick
         while self._scan is not None and budget > 0:
             scan = self._scan
-            shards = sorted(scan.shards & set(self.ownership.held))
+            scan.shards &= set(self.ownership.held)
+            shards = sorted(scan.shards)
             if not shards:
                 self._scan = None
                 break
             page = min(cfg.page_rows, budget)
-            rows = await self._read(shards, scan.until, scan.after, page)
-            self._add(rows, result)
+            per_shard = -(-page // len(shards))
+            rows = await self._read(shards, scan.until, scan.after, page, per_shard)
+            await self._add(rows, result)
             budget -= len(rows)
+            read: dict[int, int] = {}
+            for r in rows:  # earliest first: each shard's last row is where it has got to
+                scan.after[r.shard_id] = (r.due_minute, r.next_run_at, r.job_id)
+                read[r.shard_id] = read.get(r.shard_id, 0) + 1
             if len(rows) < page:
-                self._scan = None
-            else:
-                scan.after = (rows[-1].next_run_at, rows[-1].job_id)
+                # Nothing was cut by the page's limit: a shard that gave fewer than its share is read out.
+                scan.shards = {s for s in shards if read.get(s, 0) >= per_shard}
+                if not scan.shards:
+                    self._scan = None
         result.window_done = self._scan is None
         # The near scan: what is due soon, whatever the window scan has reached.
+        held = sorted(self.ownership.held)
+        near_per_shard = min(cfg.near_limit, -(-cfg.near_shard_share * cfg.near_limit // len(held)))
         near = await self._read(
-            sorted(self.ownership.held), now + timedelta(seconds=cfg.near_s), None, cfg.near_limit, latest=True
+            held, now + timedelta(seconds=cfg.near_s), None, cfg.near_limit, near_per_shard, latest=True
         )
-        self._add(near, result)
+        await self._add(near, result)
         return result
 
     async def run(self, stop: asyncio.Event) -> None:

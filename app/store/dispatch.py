@@ -8,9 +8,9 @@ Arrays are sent as PostgreSQL array literals (``app.store.arrays``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Protocol
 from uuid import UUID
 
@@ -20,6 +20,11 @@ from app.store.arrays import texts as _texts
 from app.store.partitions import Partitions
 from app.store.queries import q
 from app.store.table import Table
+
+# Where a shard's scan has got to: the (due_minute, next_run_at, job_id) of the last row read from it.
+DueCursor = tuple[datetime, datetime, UUID]
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_FIRST: DueCursor = (_EPOCH, _EPOCH, UUID(int=0))  # before every row
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,23 +143,43 @@ class Dispatch(Table):
     """The dispatch statements of one transaction."""
 
     async def load_due(
-        self, shard_ids: Sequence[int], until: datetime, after: tuple[datetime, UUID] | None, limit: int
+        self,
+        shard_ids: Sequence[int],
+        until: datetime,
+        after: Mapping[int, DueCursor] | None,
+        limit: int,
+        per_shard: int | None = None,
     ) -> list[DueRow]:
+        """Rows due by ``until``, earliest first: each shard's next ``per_shard`` (default ``limit``) after
+        its cursor in ``after`` (a shard not in it: from its first row), at most ``limit`` in all."""
+        cursors = after or {}
+        starts = [cursors.get(s, _FIRST) for s in shard_ids]
         rows = await self._conn.execute(
             q("DueIndexLoadShards"),
             {
                 "shard_ids": _plain(shard_ids),
+                "after_minutes": _plain([c[0] for c in starts]),
+                "after_run_ats": _plain([c[1] for c in starts]),
+                "after_job_ids": _plain([c[2] for c in starts]),
                 "until": until,
-                "after_run_at": after[0] if after else None,
-                "after_job_id": after[1] if after else None,
+                "per_shard": limit if per_shard is None else per_shard,
                 "limit": limit,
             },
         )
         return [DueRow(*r) for r in rows]
 
-    async def load_latest_due(self, shard_ids: Sequence[int], until: datetime, limit: int) -> list[DueRow]:
+    async def load_latest_due(
+        self, shard_ids: Sequence[int], until: datetime, limit: int, per_shard: int | None = None
+    ) -> list[DueRow]:
+        """The latest ``limit`` rows due by ``until`` among each shard's latest ``per_shard`` (default ``limit``)."""
         rows = await self._conn.execute(
-            q("DueIndexLoadShardsLatest"), {"shard_ids": _plain(shard_ids), "until": until, "limit": limit}
+            q("DueIndexLoadShardsLatest"),
+            {
+                "shard_ids": _plain(shard_ids),
+                "until": until,
+                "per_shard": limit if per_shard is None else per_shard,
+                "limit": limit,
+            },
         )
         return [DueRow(*r) for r in rows]
 

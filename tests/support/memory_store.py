@@ -26,7 +26,7 @@ import asyncio
 import copy
 import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
@@ -305,20 +305,29 @@ class MemoryJobs(_Table):
 
 class MemoryDispatch(_Table):
     async def load_due(
-        self, shard_ids: Sequence[int], until: datetime, after: tuple[datetime, UUID] | None, limit: int
+        self,
+        shard_ids: Sequence[int],
+        until: datetime,
+        after: Mapping[int, tuple[datetime, datetime, UUID]] | None,
+        limit: int,
+        per_shard: int | None = None,
     ) -> list[DueRow]:
-        shards = set(shard_ids)
-        rows = sorted(
-            (
-                d
-                for d in self._t.due.values()
-                if d.shard_id in shards
-                and d.due_minute <= due_minute(until)
-                and d.next_run_at <= until
-                and (after is None or (d.next_run_at, d.job_id) > after)
-            ),
-            key=lambda d: (d.next_run_at, d.job_id),
-        )[:limit]
+        cursors = after or {}
+        picked = []
+        for shard in set(shard_ids):
+            cursor = cursors.get(shard)
+            picked += sorted(
+                (
+                    d
+                    for d in self._t.due.values()
+                    if d.shard_id == shard
+                    and d.due_minute <= due_minute(until)
+                    and d.next_run_at <= until
+                    and (cursor is None or (d.due_minute, d.next_run_at, d.job_id) > cursor)
+                ),
+                key=lambda d: (d.due_minute, d.next_run_at, d.job_id),
+            )[: limit if per_shard is None else per_shard]
+        rows = sorted(picked, key=lambda d: (d.due_minute, d.next_run_at, d.job_id))[:limit]
         return [
             DueRow(
                 d.shard_id,

@@ -277,3 +277,67 @@ def test_due_counts_give_the_sorted_head_then_each_bucket_in_order() -> None:
     assert heap.due_counts(TS0 + 30) == [(TS0 + 2, 1), (TS0 + 10, 1), (TS0 + 20, 3)]
     heap.hold([first])
     assert heap.due_counts(TS0 + 100) == [(TS0 + 2, 1), (TS0 + 10, 1), (TS0 + 20, 3), (TS0 + 90, 1)]
+
+
+# --- What a slot keeps (docs/scheduler.md, Layout) --------------------------------------------------
+
+
+def test_popped_entries_carry_every_time_exactly_however_far_apart() -> None:
+    clock = FakeMonotonic()
+    heap = DueHeap(recent_s=60, monotonic=clock)
+    us = timedelta(microseconds=1)
+    at = T0 + timedelta(seconds=30)
+    odd = [
+        DueEntry(0, 1, at.replace(second=0), at, uuid.uuid4(), A, at - timedelta(seconds=86_399)),  # a day's jitter
+        DueEntry(0, 1, at.replace(second=0), at, uuid.uuid4(), A, at - 123_456 * us),  # microseconds
+        DueEntry(0, 1, at.replace(second=0), at, uuid.uuid4(), A, at + 987_654_321 * us),  # after its run
+        DueEntry(0, 1, at.replace(second=0), at, uuid.uuid4(), A, at - timedelta(days=40, microseconds=1)),  # catch-up
+        DueEntry(0, 1, at.replace(second=0), at, uuid.uuid4(), A, at + timedelta(days=3000)),
+        DueEntry(0, 1, at - timedelta(minutes=5), at, uuid.uuid4(), A, at),  # due_minute not the run's minute
+        DueEntry(0, 1, at.replace(second=0), at, uuid.uuid4(), A, at - timedelta(seconds=1 << 31)),
+    ]
+    assert heap.add(odd) == len(odd)
+    popped = heap.pop_due(TS0 + 30, 100)
+    assert sorted(popped, key=lambda e: e.job_id) == sorted(odd, key=lambda e: e.job_id)
+    for e in popped:
+        assert (e.due_minute, e.nominal_at) == next((o.due_minute, o.nominal_at) for o in odd if o.job_id == e.job_id)
+    heap.settle(popped)
+    clock.t = 61
+    heap.add([])  # expires the settled keys
+    assert not heap._odd_due and not heap._far_nominal  # the times kept aside went with their slots
+
+
+def test_past_65535_tenants_and_fences_the_narrow_columns_widen_without_losing_one() -> None:
+    heap = DueHeap()
+    n = 70_000
+    entries = [entry(uuid.UUID(int=10_000 + i), at=i % 7, shard=i % 256, revision=i) for i in range(n)]
+    assert heap.add(entries) == n
+    popped: list[DueEntry] = []
+    while batch := heap.pop_due(TS0 + 10, 5000):
+        popped.extend(batch)
+    assert len(popped) == n and set(popped) == set(entries)  # every field, tenant, shard and revision too
+
+
+def test_a_quarter_million_entries_take_at_most_64_bytes_each() -> None:
+    """An hour's entries of 100 tenants: the columns, the key index and the order buckets."""
+    import tracemalloc
+
+    tenants = [uuid.UUID(int=i) for i in range(1, 101)]
+    n = 250_000
+
+    def row(i: int) -> DueEntry:  # as the loader reads them: due_minute is next_run_at's minute
+        run = T0 + timedelta(seconds=(i * 7919) % 3600 + 0.25)
+        return DueEntry(i % 256, 1, run.replace(second=0, microsecond=0), run, uuid.uuid4(), tenants[i % 100], run)
+
+    pages = [[row(i) for i in range(start, start + 5000)] for start in range(0, n, 5000)]
+    tracemalloc.start()
+    try:
+        heap = DueHeap()
+        before, _ = tracemalloc.get_traced_memory()
+        for page in pages:
+            heap.add(page)
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(heap) == n
+    assert (after - before) / n <= 64
