@@ -22,9 +22,10 @@ per nominal instant, and each job's jitter offset is added on top (herds are exa
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
@@ -123,7 +124,7 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
         jitter = _jitter(c.job_id, c.jitter_s or 0)
         gap_skipped: tuple[cron.Occurrence, ...] = ()
         if c.schedule_kind == "every":
-            runs, misfire_records, following = _every_step(c, now, catch_up_slot, jitter)
+            runs, misfire_records, following, gap_skipped = _every_step(c, now, catch_up_slot, jitter)
             plan.executions.extend(execution(*record) for record in misfire_records)
         else:
             assert c.cron_resolved and c.tz and c.dst_gap and c.dst_repeat
@@ -141,8 +142,8 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
             plan.executions.append(
                 execution(occ.nominal_utc, occ.nominal_utc + jitter, ExecutionState.SKIPPED, "dst_gap", occ.dst_note)
             )
-        if c.concurrency == "forbid" and len(runs) > 1:
-            # Catch-up under forbid runs one missed occurrence at a time: the next one becomes the
+        if c.concurrency in ("forbid", "buffer_one") and len(runs) > 1:
+            # Catch-up under forbid (or buffer_one) runs one missed occurrence at a time: the next one becomes the
             # due row, and its own dispatch applies the overlap rule then (runs, or is recorded as
             # skipped because this one is still unfinished); the misfire maths resumes from it.
             (nominal, ready_at), runs = runs[1], runs[:1]
@@ -170,6 +171,16 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
         note = "dry run: recorded, not delivered"
         plan.executions.extend(execution(n, r, ExecutionState.SKIPPED, "dry_run", note) for n, r in runs)
         return plan
+    if c.concurrency == "buffer_one" and (c.overlapping or c.buffered_at is not None):
+        # Temporal's buffer_one: one occurrence waits on the job row and starts once the previous execution
+        # settles (DispatchStartBuffered); one already waiting keeps its place (it starts first, even when
+        # the previous one has just settled), and this one is recorded as skipped.
+        if c.buffered_at is None and plan.advance is not None:
+            plan.advance = replace(plan.advance, buffered_at=runs[0][0])
+            return plan
+        note = "an occurrence already waits for the previous execution (buffer_one keeps one)"
+        plan.executions.extend(execution(n, r, ExecutionState.SKIPPED, "overlap", note) for n, r in runs)
+        return plan
     if c.overlapping and c.concurrency == "replace":
         plan.replacement = store.Replacement(c.job_id, runs[0][0], f"replaced by {_iso(runs[-1][0])}")
     plan.executions.extend(execution(n, r) for n, r in runs)
@@ -178,17 +189,26 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
     return plan
 
 
+EveryStep = tuple[
+    list[tuple[datetime, datetime]],
+    list[tuple[datetime, datetime, ExecutionState, str, str]],
+    cron.Occurrence | None,
+    tuple[cron.Occurrence, ...],
+]
+
+
 def _every_step(
     c: store.Claim,
     now: datetime,
     catch_up_slot: Callable[[UUID], datetime],
     jitter: timedelta,
-) -> tuple[
-    list[tuple[datetime, datetime]], list[tuple[datetime, datetime, ExecutionState, str, str]], cron.Occurrence | None
-]:
-    """An interval schedule's step: runs, skipped records and the next occurrence, with the same misfire
-    rules as cron (occurrences are nominal + k * every, in UTC)."""
+) -> EveryStep:
+    """An interval schedule's step: runs, skipped records, the next occurrence and the DST-gap skips before
+    it, with the same misfire rules as cron (occurrences are nominal + k * every in UTC, or with a zone
+    whole days on its wall clock: _zoned_every_step)."""
     assert c.every_s and c.nominal_at and c.misfire and c.tenant_id
+    if c.tz is not None:
+        return _zoned_every_step(c, now, catch_up_slot, jitter)
     step = timedelta(seconds=c.every_s)
 
     def occurrence(nominal: datetime) -> cron.Occurrence:
@@ -197,11 +217,58 @@ def _every_step(
     missed_total = int((now - c.nominal_at) / step) if now >= c.nominal_at + step else 0
     following = occurrence(c.nominal_at + step * (missed_total + 1))
     if not missed_total:
-        return [(c.nominal_at, c.next_run_at)], [], following
-    misfire = jobs.misfire_policy(c.misfire)
+        return [(c.nominal_at, c.next_run_at)], [], following, ()
     newest = [
         occurrence(c.nominal_at + step * k) for k in range(max(1, missed_total - MISFIRE_CAP + 1), missed_total + 1)
     ]
+    runs, records = _every_misfire(c, newest, missed_total, catch_up_slot)
+    return runs, records, following, ()
+
+
+def _zoned_every_step(
+    c: store.Claim,
+    now: datetime,
+    catch_up_slot: Callable[[UUID], datetime],
+    jitter: timedelta,
+) -> EveryStep:
+    """_every_step of whole days in a zone: the grid is walked from this occurrence (a day at a time, so
+    an outage of a year costs 365 placements); gap-skipped days are recorded as such, not as misfires."""
+    assert c.every_s and c.nominal_at and c.anchor_at and c.tz
+    grid = jobs.EverySchedule(
+        c.every_s, c.anchor_at, c.jitter_s or 0, None, c.tz, jobs.dst_policy(c.dst_gap, c.dst_repeat)
+    )
+    newest: collections.deque[cron.Occurrence] = collections.deque(maxlen=MISFIRE_CAP)
+    gaps: collections.deque[cron.Occurrence] = collections.deque(maxlen=MISFIRE_CAP)
+    missed_total = 0
+    following = None
+    for placed in grid.occurrences_after(c.nominal_at):
+        o = replace(placed, run_at=placed.nominal_utc + jitter)
+        if o.skipped:
+            gaps.append(o)
+            if o.nominal_utc > now and len(gaps) >= MAX_SKIPPED_AHEAD:
+                break
+        elif o.nominal_utc <= now:
+            newest.append(o)
+            missed_total += 1
+        else:
+            following = o
+            break
+    if not missed_total:
+        return [(c.nominal_at, c.next_run_at)], [], following, tuple(gaps)
+    runs, records = _every_misfire(c, list(newest), missed_total, catch_up_slot)
+    return runs, records, following, tuple(gaps)
+
+
+def _every_misfire(
+    c: store.Claim,
+    newest: list[cron.Occurrence],
+    missed_total: int,
+    catch_up_slot: Callable[[UUID], datetime],
+) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime, ExecutionState, str, str]]]:
+    """Which of this occurrence and the ``newest`` missed ones (``missed_total`` in all) run, by the misfire
+    policy; the others as skipped records."""
+    assert c.nominal_at and c.misfire and c.tenant_id
+    misfire = jobs.misfire_policy(c.misfire)
     this = cron.Occurrence(c.nominal_at, c.next_run_at, c.nominal_at, False, None, None)
     listed = [this, *newest][-MISFIRE_CAP:]
     decision = cron.plan_misfire(misfire, listed, missed_total + 1, cap=MISFIRE_CAP)
@@ -216,7 +283,7 @@ def _every_step(
         (o.nominal_utc, max(o.run_at, catch_up_slot(c.tenant_id)) if misfire == "catch_up" else o.run_at)
         for o in decision.run
     ]
-    return runs, records, following
+    return runs, records
 
 
 def _plan_misfire(

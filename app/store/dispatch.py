@@ -81,6 +81,8 @@ class Claim:
     end_at: datetime | None = None
     every_s: int | None = None
     job_traceparent: str | None = None
+    anchor_at: datetime | None = None
+    buffered_at: datetime | None = None  # buffer_one: the occurrence already waiting, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,8 @@ class JobAdvance:
     state: JobState  # ACTIVE (cron continues) or COMPLETED (schedule ended)
     next_nominal_at: datetime | None
     next_run_at: datetime | None
+    # buffer_one: this occurrence waits on the job row for the previous execution to settle.
+    buffered_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +243,13 @@ class Dispatch(Table):
                     "a_from_states": _texts(["active"] * len(a)),
                     "a_next_nominal_ats": _plain([x.next_nominal_at for x in a]),
                     "a_next_run_ats": _plain([x.next_run_at for x in a]),
+                    "a_buffered_ats": _plain([x.buffered_at for x in a]),
                 },
             )
         ).one()
         return Recorded(row.ready, row.skipped, row.next_due, row.advanced)
+
+    async def start_buffered(self, limit: int, now: datetime | None = None) -> list[tuple[UUID, datetime]]:
+        """Start the buffer_one occurrences whose previous execution has settled: (job_id, scheduled_for) each."""
+        rows = await self._conn.execute(q("DispatchStartBuffered"), {"limit": limit, "now": now})
+        return [(r.job_id, r.scheduled_for) for r in rows]

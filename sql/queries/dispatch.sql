@@ -27,7 +27,9 @@ SELECT b.ord,
            SELECT 1 FROM executions AS e
            WHERE e.job_id = c.job_id AND e.state IN ('ready', 'leased') AND e.scheduled_for <> c.nominal_at
        )) AS overlapping,
-       j.dry_run, j.end_at, j.every_s, j.traceparent
+       j.dry_run, j.end_at, j.every_s, j.traceparent,
+       j.anchor_at,  -- an every job's grid: with tz, its wall-clock time
+       j.buffered_at  -- buffer_one: the occurrence already waiting for the previous one to settle
 FROM batch AS b
 JOIN shard_leases AS l ON l.shard_id = b.shard_id
 LEFT JOIN claimed AS c ON c.job_id = b.job_id AND c.next_run_at = b.next_run_at
@@ -72,7 +74,7 @@ ON CONFLICT (execution_id, attempt, scheduled_for) DO UPDATE SET  -- a 'running'
 RETURNING execution_id;
 
 -- name: DispatchRecord
--- The writes of a claimed batch in one statement: insert its executions (ready or skipped; ON CONFLICT (job_id, scheduled_for) DO NOTHING), insert cron jobs' next due_index rows, advance the jobs (updated_at moves, version is the tenant's and stays).
+-- The writes of a claimed batch in one statement: insert its executions (ready or skipped; ON CONFLICT (job_id, scheduled_for) DO NOTHING), insert cron jobs' next due_index rows, advance the jobs (updated_at moves, version is the tenant's and stays) and buffer a buffer_one job's occurrence on its row.
 WITH ins AS (
     INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at,
                             dispatched_at, finished_at, skip_reason, error, traceparent)
@@ -100,10 +102,13 @@ nxt AS (
 adv AS (
     UPDATE jobs AS j
     SET state = a.state, next_nominal_at = a.next_nominal_at, next_run_at = a.next_run_at,
+        -- buffer_one: the occurrence that waits for the previous one to settle (one at most: one waiting keeps its place)
+        buffered_at = coalesce(j.buffered_at, a.buffered_at),
         updated_at = coalesce(CAST(:now AS TIMESTAMPTZ), now())
     FROM unnest(CAST(:a_job_ids AS UUID[]), CAST(:a_from_states AS TEXT[]), CAST(:a_states AS TEXT[]),
-                CAST(:a_next_nominal_ats AS TIMESTAMPTZ[]), CAST(:a_next_run_ats AS TIMESTAMPTZ[]))
-        AS a (job_id, from_state, state, next_nominal_at, next_run_at)
+                CAST(:a_next_nominal_ats AS TIMESTAMPTZ[]), CAST(:a_next_run_ats AS TIMESTAMPTZ[]),
+                CAST(:a_buffered_ats AS TIMESTAMPTZ[]))
+        AS a (job_id, from_state, state, next_nominal_at, next_run_at, buffered_at)
     WHERE j.job_id = a.job_id
       AND j.job_id = ANY(CAST(:a_job_ids AS UUID[]))  -- an index condition: never a scan of jobs
       AND j.state = a.from_state  -- the state the claim read: a job paused or cancelled meanwhile keeps its own
@@ -113,3 +118,31 @@ SELECT (SELECT count(*) FROM ins WHERE state = 'ready') AS ready,
        (SELECT count(*) FROM ins WHERE state = 'skipped') AS skipped,
        (SELECT count(*) FROM nxt) AS next_due,
        (SELECT count(*) FROM adv) AS advanced;
+
+-- name: DispatchStartBuffered
+-- buffer_one overlap: start the waiting occurrence of up to :limit jobs none of whose executions is still ready or leased (the previous one succeeded, was dead-lettered or cancelled): insert its execution, ready now, and clear jobs.buffered_at. A paused job's waits for its resume; a cancelled job's is dropped. Answers the started ones.
+WITH clock AS (
+    SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
+), waiting AS (
+    SELECT j.job_id, j.tenant_id, j.queue, j.max_attempts, j.buffered_at, j.state
+    FROM jobs AS j
+    WHERE j.buffered_at IS NOT NULL  -- jobs_buffered: nearly always empty
+      AND j.state <> 'paused'
+      AND NOT EXISTS (SELECT 1 FROM executions AS e
+                      WHERE e.job_id = j.job_id AND e.state IN ('ready', 'leased'))
+    ORDER BY j.buffered_at
+    LIMIT CAST(:limit AS INT)
+    FOR UPDATE OF j SKIP LOCKED
+), cleared AS (
+    UPDATE jobs AS j SET buffered_at = NULL
+    FROM waiting AS w
+    WHERE j.job_id = w.job_id
+      AND j.buffered_at = w.buffered_at  -- the one read: changed meanwhile, it is left for the next round
+    RETURNING j.job_id
+)
+INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at, dispatched_at)
+SELECT w.job_id, w.tenant_id, w.queue, w.buffered_at, w.max_attempts, 'ready', c.now, c.now
+FROM waiting AS w, clock AS c
+WHERE w.state <> 'cancelled' AND w.job_id IN (SELECT job_id FROM cleared)
+ON CONFLICT (job_id, scheduled_for) DO NOTHING  -- an occurrence is dispatched once
+RETURNING job_id, scheduled_for;
