@@ -571,6 +571,14 @@ def stored_schedule(
     return cron.CronSchedule(expr=expr, tz=tz, jitter_s=jitter_s or 0, dst=dst_policy(gap, repeat))
 
 
+def stored_every(
+    every_s: int, anchor: datetime, jitter_s: int | None, tz: str | None, gap: str | None, repeat: str | None
+) -> EverySchedule:
+    """The interval schedule a stored every job evaluates (its zone and DST policy only with a tz)."""
+    policy = dst_policy(gap, repeat) if tz is not None else cron.DstPolicy()
+    return EverySchedule(every_s, anchor, jitter_s or 0, None, tz, policy)
+
+
 def resolved_schedule(s: cron.CronSchedule, resolved: str) -> cron.CronSchedule:
     """The schedule with H tokens already replaced (what the scheduler evaluates)."""
     return cron.CronSchedule(expr=resolved, tz=s.tz, jitter_s=s.jitter_s, dst=s.dst)

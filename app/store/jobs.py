@@ -92,6 +92,8 @@ class Job(NewJob):
     last_outcome: ExecutionState | None = None
     last_finished_at: datetime | None = None
     has_open: bool = False
+    # buffer_one: the nominal time of the occurrence waiting for the previous execution to settle.
+    buffered_at: datetime | None = None
 
     @property
     def reported_state(self) -> ReportedJobState:

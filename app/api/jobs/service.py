@@ -95,10 +95,14 @@ def build_spec(
         "options": options,
     }
     if s.every is not None:
-        if s.tz is not None or s.dst is not None:
-            raise errors.InvalidInput("schedule", "an every schedule runs in UTC: tz and dst apply to cron only")
         every = job_rules.every_schedule(
-            s.every, s.jitter_seconds, start_at or every_anchor, now, settings.min_fire_interval_s
+            s.every,
+            s.jitter_seconds,
+            start_at or every_anchor,
+            now,
+            settings.min_fire_interval_s,
+            tz=s.tz,
+            dst=job_rules.dst_policy(s.dst.gap, s.dst.repeat) if s.dst is not None else None,
         )
         if end_at is not None and (every.first or every.anchor) > end_at:
             raise errors.InvalidInput("schedule.endAt", "no occurrence falls before endAt")
@@ -307,7 +311,7 @@ async def executions(
 
 def _every_of(job: jobs_store.Job) -> job_rules.EverySchedule:
     assert job.every_s is not None and job.anchor_at is not None
-    return job_rules.EverySchedule(job.every_s, job.anchor_at, job.jitter_s)
+    return job_rules.stored_every(job.every_s, job.anchor_at, job.jitter_s, job.tz, job.dst_gap, job.dst_repeat)
 
 
 def _cron_of(job: jobs_store.Job) -> schedule_rules.CronSchedule:
@@ -406,7 +410,7 @@ def _resume_point(job: jobs_store.Job, now: datetime, missed: str) -> tuple[date
         grid = _every_of(job)
         jitter = timedelta(seconds=schedule_rules.jitter_offset_s(str(job.job_id), job.jitter_s))
         if missed == "run_once" and job.next_nominal_at is not None and job.next_nominal_at <= now:
-            newest = grid.next_after(now) - timedelta(seconds=grid.every_s)
+            newest = grid.newest_at_or_before(now) or job.next_nominal_at
             return max(newest, job.next_nominal_at), now
         nxt = grid.next_after(now)
         return nxt, nxt + jitter
@@ -452,7 +456,8 @@ def merge_patch(base: Any, patch: Any) -> Any:
 
 
 # A schedule replaced by another drops the fields of its kind: {"schedule": {"cron": ...}} on a one-off.
-_SCHEDULE_KINDS = ({"runAt", "delaySeconds"}, {"cron", "tz", "dst"}, {"every"})
+# A kind is named by its own fields, not by tz and dst, which cron and a zoned every share.
+_SCHEDULE_KINDS = ({"runAt", "delaySeconds"}, {"cron"}, {"every"})
 
 
 def patched_body(job: jobs_store.Job, patch: dict[str, Any]) -> schemas.JobIn:
@@ -602,11 +607,7 @@ def _occurrences_from(job: jobs_store.Job, start: datetime) -> Iterator[schedule
     if job.schedule_kind != "every":
         yield from schedule_rules.occurrences_after(_cron_of(job), start - _EPSILON, str(job.job_id))
         return
-    grid = _every_of(job)
-    at = grid.next_after(start - _EPSILON)
-    while True:
-        yield schedule_rules.Occurrence(at, at, at, False, None, None)
-        at = grid.next_after(at)
+    yield from _every_of(job).occurrences_after(start - _EPSILON)
 
 
 def _no_occurrence_note(job: jobs_store.Job, start: datetime) -> str:
