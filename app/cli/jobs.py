@@ -73,13 +73,18 @@ def _check_cron(expr: str, tz: str) -> None:
         fail(f"{'--tz' if exc.field.endswith('tz') else '--cron'}: {exc.detail}")
 
 
-def _check_every(every: str) -> None:
+def _check_every(every: str, tz: str | None) -> None:
     from app.domain.jobs import parse_every
+    from app.domain.schedule.interval import DAY_S
 
     try:
-        parse_every(every, 1)  # the server's minimum is its own setting: it refuses a shorter one itself
+        every_s = parse_every(every, 1)  # the server's minimum is its own setting: it refuses a shorter one itself
     except InvalidInput as exc:
         fail(f"--every: {exc.detail}")
+    if tz is not None and every_s % DAY_S:
+        fail(
+            f"--tz keeps wall-clock time for whole days (--every 1d, 7d); every {every} is elapsed time: leave --tz out"
+        )
 
 
 def _labels(pairs: Sequence[str]) -> dict[str, str]:
@@ -165,10 +170,12 @@ def build_job(
         if dst_gap or dst_repeat:
             schedule["dst"] = {k: v for k, v in (("gap", dst_gap), ("repeat", dst_repeat)) if v}
     elif every is not None:
-        if cron_only:
-            fail(f"{', '.join(cron_only)} only apply to --cron schedules")
-        _check_every(every)
-        schedule = {"every": every}
+        _check_every(every, tz)
+        if tz is None and (dst_gap or dst_repeat):
+            fail("--dst-gap and --dst-repeat apply to --every with --tz ZONE (whole days) or to --cron")
+        schedule = {"every": every} | ({"tz": tz} if tz is not None else {})
+        if dst_gap or dst_repeat:
+            schedule["dst"] = {k: v for k, v in (("gap", dst_gap), ("repeat", dst_repeat)) if v}
     else:
         if cron_only or recurring_only:
             fail(f"{', '.join(cron_only + recurring_only)} only apply to --cron or --every schedules")
@@ -249,8 +256,16 @@ def build_job(
 )
 @click.option("--name", help="Job name.")
 @click.option("--cron", metavar="EXPR", help="Cron expression (5 fields, names, H tokens); needs --tz.")
-@click.option("--tz", metavar="ZONE", help="IANA zone of --cron, e.g. Europe/London.")
-@click.option("--every", metavar="DURATION", help="Run every DURATION (90s, 15m, 1h30m, 1d), from --start-at or now.")
+@click.option(
+    "--tz",
+    metavar="ZONE",
+    help="IANA zone of --cron, e.g. Europe/London; with --every in whole days, the zone whose local time it keeps.",
+)
+@click.option(
+    "--every",
+    metavar="DURATION",
+    help="Run every DURATION (90s, 15m, 1h30m, 1d), from --start-at or now; 1d --tz ZONE keeps the local time.",
+)
 @click.option(
     "--start-at", type=INSTANT, help="Cron or every: no occurrence before this instant (the every grid's anchor)."
 )
@@ -298,10 +313,18 @@ def build_job(
 @click.option("--backoff", type=DURATION, help="First retry delay (doubles each attempt).")
 @click.option("--max-retry-duration", type=DURATION, help="No retry starts this long after the first attempt.")
 @click.option("--timeout", type=DURATION, help="Per-attempt timeout.")
-@click.option("--concurrency", type=click.Choice(["allow", "forbid", "replace"]))
+@click.option(
+    "--concurrency",
+    type=click.Choice(["allow", "forbid", "replace", "buffer_one"]),
+    help="While the previous run is unfinished: run anyway, skip, replace it, or keep one waiting (buffer_one).",
+)
 @click.option("--misfire", type=click.Choice(["run_once", "catch_up", "skip"]))
-@click.option("--dst-gap", type=click.Choice(["shift", "skip"]), help="Cron: a time a spring-forward skips.")
-@click.option("--dst-repeat", type=click.Choice(["once", "twice"]), help="Cron: a time a fall-back repeats.")
+@click.option(
+    "--dst-gap", type=click.Choice(["shift", "skip"]), help="Cron or zoned --every: a time a spring-forward skips."
+)
+@click.option(
+    "--dst-repeat", type=click.Choice(["once", "twice"]), help="Cron or zoned --every: a time a fall-back repeats."
+)
 @json_option
 @pass_api
 def jobs_submit(
@@ -313,6 +336,7 @@ def jobs_submit(
     kairos jobs submit --name report --in 90s --url https://example.com/hook --payload '{"x":1}'
     kairos jobs submit --name digest --cron '0 9 * * MON-FRI' --tz Europe/London --pool emails
     kairos jobs submit --name sync --every 15m --label team=payments --url https://example.com/sync --method PUT
+    kairos jobs submit --name nightly --every 1d --tz Europe/London --concurrency buffer_one --pool reports
     kairos jobs submit --file job.json
     """
     if file is not None:
