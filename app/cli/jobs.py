@@ -173,7 +173,9 @@ def build_job(
         _check_every(every, tz)
         if tz is None and (dst_gap or dst_repeat):
             fail("--dst-gap and --dst-repeat apply to --every with --tz ZONE (whole days) or to --cron")
-        schedule = {"every": every} | ({"tz": tz} if tz is not None else {})
+        schedule = {"every": every}
+        if tz is not None:
+            schedule["tz"] = tz
         if dst_gap or dst_repeat:
             schedule["dst"] = {k: v for k, v in (("gap", dst_gap), ("repeat", dst_repeat)) if v}
     else:
