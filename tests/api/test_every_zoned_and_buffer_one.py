@@ -76,3 +76,13 @@ def test_buffer_one_is_an_overlap_policy_a_job_can_have(api: ApiProcess, client:
     assert back.status_code == 200 and back.json()["concurrency"] == "forbid"
     wrong = client.post("/v1/jobs", json=cron_job(concurrency="buffer_two"))
     assert wrong.status_code == 422 and wrong.json()["field"] == "/concurrency"
+
+
+def test_the_openapi_document_describes_buffer_one_and_a_zoned_every(api: ApiProcess) -> None:
+    schemas = httpx.get(f"{api.url}/schema/openapi.json", timeout=10).json()["components"]["schemas"]
+    concurrency = schemas["JobIn"]["properties"]["concurrency"]
+    assert "buffer_one" in str(concurrency) and "buffer_one" in concurrency["description"]
+    assert "settles" in schemas["JobOut"]["properties"]["bufferedAt"]["description"]
+    tz = schemas["ScheduleIn"]["properties"]["tz"]["description"]
+    assert "every" in tz and "whole days" in tz
+    assert "wall-clock" in schemas["ScheduleIn"]["properties"]["every"]["description"]

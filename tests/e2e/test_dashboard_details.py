@@ -1,6 +1,7 @@
 """The dashboard's details in a real browser (headless Chromium via selenium) against a `kairos api`: an empty
 queue-depth chart draws no axes, only its sentence; the jobs table's Target column says each target once
-(a URL, or the pool), and an every schedule reads as one, with its zone and an overlap policy other than allow. A screenshot is kept in tmp_path."""
+(a URL, or the pool), and an every schedule reads as one, with its zone and an overlap policy other than allow.
+A screenshot is kept in tmp_path."""
 
 from __future__ import annotations
 
