@@ -128,8 +128,11 @@ WITH clock AS (
     FROM jobs AS j
     WHERE j.buffered_at IS NOT NULL  -- jobs_buffered: nearly always empty
       AND j.state <> 'paused'
-      AND NOT EXISTS (SELECT 1 FROM executions AS e
-                      WHERE e.job_id = j.job_id AND e.state IN ('ready', 'leased'))
+      -- A probe of each waiting job's own executions (UNIQUE (job_id, scheduled_for)); as NOT EXISTS the
+      -- planner made it a hash anti join that read every ready and leased row (10.8 ms against 0.5 for 100
+      -- waiting jobs beside 20,000 executions, more with a herd in flight).
+      AND (SELECT e.execution_id FROM executions AS e
+           WHERE e.job_id = j.job_id AND e.state IN ('ready', 'leased') LIMIT 1) IS NULL
     ORDER BY j.buffered_at
     LIMIT CAST(:limit AS INT)
     FOR UPDATE OF j SKIP LOCKED
