@@ -90,3 +90,25 @@ async def test_nothing_waits_when_nothing_runs_and_a_paused_jobs_waiting_occurre
     )
     assert (await BufferStarter(db).run_once()).started == 0
     assert await _buffered(db, paused) == T0  # it starts after the resume
+
+
+async def test_a_cancelled_jobs_waiting_occurrence_is_dropped_not_started(db: Database) -> None:
+    clock = ManualClock(T0)
+    tenant = await new_tenant(db)
+    a = node(db, clock, "a")
+    await a.leaser.run_once()
+    [job_id] = await seed(db, tenant, 1, T0, cron="* * * * *", concurrency="buffer_one")
+    await _previous_execution(db, job_id, tenant, "leased", T0 - timedelta(minutes=1))
+    await a.loader.run_once()
+    await a.dispatcher.run_once()
+    assert await _buffered(db, job_id) == T0
+    await rows(db, "UPDATE jobs SET state = 'cancelled' WHERE job_id = :j RETURNING 1", j=job_id)
+    await rows(
+        db,
+        "UPDATE executions SET state = 'succeeded', finished_at = now(), lease_owner = NULL, "
+        "lease_until = NULL WHERE job_id = :j RETURNING 1",
+        j=job_id,
+    )
+    assert (await BufferStarter(db).run_once()).started == 0
+    assert await _buffered(db, job_id) is None
+    assert T0 not in await _executions(db, job_id)
