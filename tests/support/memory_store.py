@@ -405,6 +405,8 @@ class MemoryDispatch(_Table):
                     j.end_at,
                     j.every_s,
                     j.traceparent,
+                    j.anchor_at,
+                    j.buffered_at,
                 )
             )
         return out
@@ -476,9 +478,34 @@ class MemoryDispatch(_Table):
             job = self._t.jobs.get(a.job_id)
             if job is not None and job.state == JobState.ACTIVE:  # the state the claim read
                 job.state, job.next_nominal_at, job.next_run_at = a.state, a.next_nominal_at, a.next_run_at  # type: ignore[assignment]
+                job.buffered_at = job.buffered_at or a.buffered_at
                 job.updated_at = at
                 advanced += 1
         return Recorded(ready, skipped, due_rows, advanced)
+
+    async def start_buffered(self, limit: int, now: datetime | None = None) -> list[tuple[UUID, datetime]]:
+        at = self._at(now)
+        waiting = sorted(
+            (j for j in self._t.jobs.values() if j.buffered_at is not None and j.state != JobState.PAUSED),
+            key=lambda j: j.buffered_at or at,
+        )
+        started: list[tuple[UUID, datetime]] = []
+        for j in waiting:
+            if len(started) == limit:
+                break
+            if any(e.job_id == j.job_id and e.state in _OPEN for e in self._t.executions.values()):
+                continue
+            nominal, j.buffered_at = j.buffered_at, None
+            assert nominal is not None
+            if j.state == JobState.CANCELLED:
+                continue
+            row = _Execution(
+                uuid.uuid4(), j.job_id, j.tenant_id, j.queue, nominal, j.max_attempts, ExecutionState.READY, at,
+                dispatched_at=at,
+            )  # fmt: skip
+            if _insert_execution(self._t, row):
+                started.append((j.job_id, nominal))
+        return started
 
 
 class MemoryShardLeases(_Table):
