@@ -495,7 +495,10 @@ FIELD_DESCRIPTIONS: dict[str, dict[str, str]] = {
         "nextFrom": "set when the range held more than 1,000 occurrences: call again from here",
         "note": "why nothing was created when the range holds no occurrence",
     },
-    "RunIn": {"overlap": "overrides the job's concurrency policy for this run"},
+    "RunIn": {
+        "overlap": "overrides the job's concurrency policy for this run (a buffer_one job's run starts at once, "
+        "as with allow: a manual run never waits)"
+    },
     "ResumeIn": {"missed": "occurrences missed while paused: skip (default) or run_once"},
 }
 
