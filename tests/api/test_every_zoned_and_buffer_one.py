@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.api.conftest import ApiProcess
+from tests.api.conftest import ApiProcess, query
 from tests.api.test_job_management import cron_job
 
 LONDON_DAILY = {"every": "1d", "tz": "Europe/London", "startAt": "2026-03-27T09:00:00Z"}
@@ -72,6 +72,10 @@ def test_buffer_one_is_an_overlap_policy_a_job_can_have(api: ApiProcess, client:
     job_id = made.json()["jobId"]
     shown = client.get(f"/v1/jobs/{job_id}")
     assert shown.status_code == 200 and shown.json()["concurrency"] == "buffer_one", shown.text
+    assert shown.json()["bufferedAt"] is None
+    # What dispatch writes when an occurrence falls due while the previous execution runs.
+    query(api.database_url, "UPDATE jobs SET buffered_at = '2030-01-01T09:00:00Z' WHERE job_id = %s", (job_id,))
+    assert client.get(f"/v1/jobs/{job_id}").json()["bufferedAt"] == "2030-01-01T09:00:00Z"
     back = client.patch(f"/v1/jobs/{job_id}", json={"concurrency": "forbid"})
     assert back.status_code == 200 and back.json()["concurrency"] == "forbid"
     wrong = client.post("/v1/jobs", json=cron_job(concurrency="buffer_two"))
