@@ -96,3 +96,21 @@ def test_an_unknown_zone_and_dst_without_a_zone_are_refused() -> None:
     with pytest.raises(InvalidSchedule) as caught:
         jobs.every_schedule("1d", None, None, utc("2026-03-28T12:00"), dst=cron.DstPolicy(gap="skip"))
     assert caught.value.field == "schedule.dst"
+
+
+@pytest.mark.parametrize("tz", ["Europe/London", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"])
+@pytest.mark.parametrize("days", [1, 3, 7])
+def test_the_grid_keeps_its_wall_time_increases_and_resumes_from_any_instant(tz: str, days: int) -> None:
+    """Two years of a zoned grid: instants strictly increase, every occurrence no DST rule moved reads the
+    anchor's wall-clock time, and the grid walked from any instant is the whole grid's tail."""
+    anchor = utc("2026-01-03T01:45")  # a time some of these zones skip or repeat
+    grid = jobs.every_schedule(f"{days}d", None, anchor, anchor - timedelta(days=1), tz=tz)
+    whole = list(itertools.islice(grid.occurrences_after(anchor - timedelta(seconds=1)), 730 // days))
+    instants = [o.nominal_utc for o in whole]
+    assert instants == sorted(set(instants)) and instants[0] == anchor
+    wall = anchor.astimezone(whole[0].local.tzinfo).strftime("%H:%M")
+    assert all(o.local.strftime("%H:%M") == wall for o in whole if o.dst_note is None)
+    for probe in range(0, len(whole) - 3, 17):
+        after = whole[probe].nominal_utc + timedelta(hours=probe % 30 - 10)
+        tail = [o.nominal_utc for o in itertools.islice(grid.occurrences_after(after), 3)]
+        assert tail == [t for t in instants if t > after][:3]
