@@ -21,6 +21,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from app import observability
 from app.duties import run_every
 from app.store import Database
 
@@ -56,6 +57,7 @@ class BufferStarter:
             lambda tx: tx.dispatch.start_buffered(self.config.batch), isolation="READ COMMITTED"
         )
         if started:
+            observability.dispatched.add(len(started))  # ready executions made, as dispatch counts its own
             log.info("buffered occurrences started", extra={"started": len(started)})
         return BufferResult(len(started))
 
