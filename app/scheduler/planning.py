@@ -173,7 +173,7 @@ def plan_claim(c: store.Claim, now: datetime, catch_up_slot: Callable[[UUID], da
         return plan
     if c.concurrency == "buffer_one" and (c.overlapping or c.buffered_at is not None):
         # Temporal's buffer_one: one occurrence waits on the job row and starts once the previous execution
-        # settles (DispatchStartBuffered); one already waiting keeps its place (it starts first, even when
+        # settles (app.scheduler.buffered); one already waiting keeps its place (it starts first, even when
         # the previous one has just settled), and this one is recorded as skipped.
         if c.buffered_at is None and plan.advance is not None:
             plan.advance = replace(plan.advance, buffered_at=runs[0][0])

@@ -119,6 +119,17 @@ class JobAdvance:
 
 
 @dataclass(frozen=True, slots=True)
+class Buffered:
+    """A job whose buffer_one occurrence may start: nothing of the job is ready or leased any more."""
+
+    job_id: UUID
+    tenant_id: UUID
+    buffered_at: datetime  # the waiting occurrence's nominal time
+    job_state: JobState
+    job_traceparent: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Replacement:
     job_id: UUID
     scheduled_for: datetime  # the new occurrence; older unfinished executions are cancelled
@@ -249,7 +260,26 @@ class Dispatch(Table):
         ).one()
         return Recorded(row.ready, row.skipped, row.next_due, row.advanced)
 
-    async def start_buffered(self, limit: int, now: datetime | None = None) -> list[tuple[UUID, datetime]]:
-        """Start the buffer_one occurrences whose previous execution has settled: (job_id, scheduled_for) each."""
-        rows = await self._conn.execute(q("DispatchStartBuffered"), {"limit": limit, "now": now})
+    async def lock_buffered(self, limit: int) -> list[Buffered]:
+        """Lock up to ``limit`` jobs whose buffer_one occurrence may start now (nothing of the job still open)."""
+        rows = await self._conn.execute(q("DispatchLockBuffered"), {"limit": limit})
+        return [Buffered(r.job_id, r.tenant_id, r.buffered_at, JobState(r.state), r.traceparent) for r in rows]
+
+    async def start_buffered(
+        self, locked: Sequence[Buffered], traceparents: Sequence[str | None], now: datetime | None = None
+    ) -> list[tuple[UUID, datetime]]:
+        """Clear what ``lock_buffered`` locked and start each as a ready execution with its traceparent (a
+        cancelled job's is dropped): (job_id, scheduled_for) of each started."""
+        if not locked:
+            return []
+        rows = await self._conn.execute(
+            q("DispatchStartBuffered"),
+            {
+                "now": now,
+                "job_ids": _plain([b.job_id for b in locked]),
+                "buffered_ats": _plain([b.buffered_at for b in locked]),
+                "starts": _plain([b.job_state != JobState.CANCELLED for b in locked]),
+                "traceparents": _texts(traceparents),
+            },
+        )
         return [(r.job_id, r.scheduled_for) for r in rows]

@@ -1,7 +1,7 @@
 -- Kairos schema, version 32: overlap policy buffer_one (Temporal's). An occurrence of a buffer_one job due
 -- while its previous execution is unfinished waits on the job row (jobs.buffered_at, its nominal time)
 -- instead of becoming an execution; the scheduler starts it once the previous one has settled
--- (DispatchStartBuffered). At most one waits: another one due meanwhile is recorded as skipped (overlap).
+-- (DispatchLockBuffered, DispatchStartBuffered). At most one waits: another one due meanwhile is recorded as skipped (overlap).
 -- The ready queue and the lease never see it.
 --
 -- The concurrency CHECK is widened as version 7 widened its own (names differ between PostgreSQL and

@@ -63,6 +63,10 @@ async def test_one_occurrence_waits_for_the_running_one_and_starts_when_it_settl
     assert (await starter.run_once()).started == 1
     assert (await _executions(db, job_id))[T0] == ("ready", None)
     assert await _buffered(db, job_id) is None
+    [started] = await rows(
+        db, "SELECT traceparent FROM executions WHERE job_id = :j AND scheduled_for = :at", j=job_id, at=T0
+    )
+    assert started.traceparent and started.traceparent.startswith("00-")  # its own trace, as a dispatch's
     assert (await starter.run_once()).started == 0  # started once
 
 

@@ -335,13 +335,18 @@ async def test_a_buffered_occurrence_waits_on_the_job_and_starts_once_nothing_of
         lambda tx: tx.dispatch.record([], [], [d.JobAdvance(job.job_id, JobState.ACTIVE, nxt, nxt, buffered_at=T0)], T0)
     )
     assert (await store.tx(lambda tx: tx.jobs.get(tenant, job.job_id))).buffered_at == T0
-    assert await store.tx(lambda tx: tx.dispatch.start_buffered(10, T0)) == []  # the previous one is open
+    assert await store.tx(lambda tx: tx.dispatch.lock_buffered(10)) == []  # the previous one is open
     await store.tx(lambda tx: tx.dispatch.cancel_replaced([d.Replacement(job.job_id, T0, "settled for the test")], T0))
-    assert await store.tx(lambda tx: tx.dispatch.start_buffered(10, T0)) == [(job.job_id, T0)]
+    [locked] = await store.tx(lambda tx: tx.dispatch.lock_buffered(10))
+    assert (locked.job_id, locked.buffered_at, locked.job_state) == (job.job_id, T0, JobState.ACTIVE)
+    trace = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    assert await store.tx(lambda tx: tx.dispatch.start_buffered([locked], [trace], T0)) == [(job.job_id, T0)]
+    # Started once: a second start of what was locked then finds the job's buffer empty.
+    assert await store.tx(lambda tx: tx.dispatch.start_buffered([locked], [trace], T0)) == []
     assert (await store.tx(lambda tx: tx.jobs.get(tenant, job.job_id))).buffered_at is None
     page = await store.tx(lambda tx: tx.jobs.executions_page(tenant, job.job_id, before=None, limit=10))
     assert [(e.scheduled_for, e.state) for e in page] == [
         (T0, ExecutionState.READY),
         (T0 - timedelta(minutes=5), ExecutionState.CANCELLED),
     ]
-    assert await store.tx(lambda tx: tx.dispatch.start_buffered(10, T0)) == []
+    assert await store.tx(lambda tx: tx.dispatch.lock_buffered(10)) == []

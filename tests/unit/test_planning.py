@@ -280,7 +280,7 @@ def test_buffer_one_skips_an_occurrence_when_one_already_waits() -> None:
     assert states(plan) == [(T0, "skipped", "overlap")]
     assert "buffer_one" in (plan.executions[0].note or "")
     assert plan.advance == planning.store.JobAdvance(JOB, "active", at(1), at(1))
-    # One waiting with the previous execution already settled: it starts first (DispatchStartBuffered), so
+    # One waiting with the previous execution already settled: it starts first (app.scheduler.buffered), so
     # this occurrence is skipped too rather than overtaking it.
     settled = planning.plan_claim(replace(c, overlapping=False), at(0), no_slot)
     assert states(settled) == [(T0, "skipped", "overlap")]
