@@ -51,6 +51,11 @@ def test_a_zoned_every_job_is_stored_shown_and_previewed_on_its_wall_clock(
     patched = client.patch(f"/v1/jobs/{job_id}", json={"schedule": {"every": "7d"}})
     assert patched.status_code == 200, patched.text
     assert (patched.json()["schedule"]["every"], patched.json()["schedule"]["tz"]) == ("7d", "Europe/London")
+    # Without its zone a day is 24 hours again, and the zone's DST rules go with it.
+    unzoned = client.patch(f"/v1/jobs/{job_id}", json={"schedule": {"tz": None}})
+    assert unzoned.status_code == 200, unzoned.text
+    assert unzoned.json()["schedule"].get("tz") is None and unzoned.json()["schedule"].get("dst") is None
+    client.patch(f"/v1/jobs/{job_id}", json={"schedule": {"tz": "Europe/London"}})
     to_cron = client.patch(f"/v1/jobs/{job_id}", json={"schedule": {"cron": "0 9 * * *", "tz": "Europe/Paris"}})
     assert to_cron.status_code == 200, to_cron.text
     assert to_cron.json()["schedule"].get("every") is None and to_cron.json()["schedule"]["tz"] == "Europe/Paris"

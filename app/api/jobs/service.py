@@ -470,6 +470,11 @@ def patched_body(job: jobs_store.Job, patch: dict[str, Any]) -> schemas.JobIn:
         if {"runAt", "delaySeconds"} & set(new_schedule):
             base["schedule"].pop("runAt", None)
     merged = merge_patch(base, patch)
+    schedule = merged.get("schedule")
+    # An every without its zone is elapsed time: the zone's DST rules go with it unless the patch names them.
+    unzoned = isinstance(schedule, dict) and "every" in schedule and "tz" not in schedule
+    if unzoned and isinstance(new_schedule, dict) and "dst" not in new_schedule:
+        schedule.pop("dst", None)
     try:
         return msgspec.convert(merged, schemas.JobIn, strict=True)
     except msgspec.ValidationError as exc:
