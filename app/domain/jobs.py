@@ -123,6 +123,19 @@ class EverySchedule:
             return self.anchor if after < self.anchor else self._elapsed_after(after)
         return next(o.nominal_utc for o in self.occurrences_after(after) if not o.skipped)
 
+    def skipped_before_first(self, now: datetime) -> tuple[cron.Occurrence, ...]:
+        """The occurrences after ``now`` a DST gap dropped (gap: skip) before the first that runs: history
+        records them, as it does a cron job's."""
+        if self.tz is None or self.first is None:
+            return ()
+        out: list[cron.Occurrence] = []
+        for o in self.occurrences_after(now):
+            if o.nominal_utc >= self.first or len(out) > MAX_GAP_SKIPS:
+                break
+            if o.skipped:
+                out.append(o)
+        return tuple(out)
+
     def newest_at_or_before(self, at: datetime) -> datetime | None:
         """The newest occurrence that runs at or before ``at`` (None before the anchor)."""
         if at < self.anchor:

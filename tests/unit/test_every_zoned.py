@@ -114,3 +114,12 @@ def test_the_grid_keeps_its_wall_time_increases_and_resumes_from_any_instant(tz:
         after = whole[probe].nominal_utc + timedelta(hours=probe % 30 - 10)
         tail = [o.nominal_utc for o in itertools.islice(grid.occurrences_after(after), 3)]
         assert tail == [t for t in instants if t > after][:3]
+
+
+def test_a_day_the_gap_skips_before_the_first_run_is_listed_for_history_as_cron_does() -> None:
+    start = utc("2026-03-27T01:30")  # 01:30 GMT daily; 01:30 on the 29th does not exist
+    now = utc("2026-03-29T00:30")
+    grid = jobs.every_schedule("1d", None, start, now, tz=LONDON, dst=cron.DstPolicy(gap="skip"))
+    assert grid.first == utc("2026-03-30T00:30")
+    assert [(o.nominal_utc, o.reason) for o in grid.skipped_before_first(now)] == [(utc("2026-03-29T01:00"), "dst_gap")]
+    assert jobs.every_schedule("1d", None, start, now, tz=LONDON).skipped_before_first(now) == ()

@@ -106,7 +106,7 @@ def build_spec(
         )
         if end_at is not None and (every.first or every.anchor) > end_at:
             raise errors.InvalidInput("schedule.endAt", "no occurrence falls before endAt")
-        return job_rules.JobSpec(schedule=every, **common)
+        return job_rules.JobSpec(schedule=every, skipped_before_first=every.skipped_before_first(now), **common)
     if s.cron is None:
         if s.tz is not None or s.jitter_seconds is not None or s.dst is not None:
             raise errors.InvalidInput("schedule", "tz, jitterSeconds and dst apply to cron schedules only")
