@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
+from app.domain import jobs
 from app.domain.queues import tenant_queue
 from app.domain.shards import due_minute, shard_of
 from app.scheduler import planning
@@ -290,3 +292,20 @@ def test_buffer_one_runs_at_once_when_nothing_runs_and_is_held_until_due() -> No
     c = claim(kind="cron", cron="* * * * *", concurrency="buffer_one")
     assert states(planning.plan_claim(c, at(0), no_slot)) == [(T0, "ready", None)]
     assert planning.plan_claim(c, at(-0.05), no_slot).held  # dispatched ahead: decided at the due time
+
+
+def test_the_dispatch_chain_of_a_zoned_day_is_the_grid_preview_and_backfill_walk() -> None:
+    """A year of due rows, each dispatched on time, lands on the instants EverySchedule lists (what the
+    preview and a backfill read), DST changes and gap-skipped days included."""
+    anchor = datetime(2026, 1, 2, 1, 30, tzinfo=UTC)  # 01:30 London: skipped on the spring-forward day
+    c = replace(zoned_claim(anchor, anchor=anchor), dst_gap="skip")
+    grid = jobs.stored_every(86400, anchor, 0, "Europe/London", "skip", "once")
+    expected = [(o.nominal_utc, o.skipped) for o in itertools.islice(grid.occurrences_after(anchor), 365)]
+    seen: list[tuple[datetime, bool]] = []
+    while len(seen) < len(expected):
+        plan = planning.plan_claim(c, c.next_run_at, no_slot)
+        seen.extend((e.scheduled_for, e.state == "skipped") for e in plan.executions if e.scheduled_for != c.nominal_at)
+        assert plan.next_due is not None
+        seen.append((plan.next_due.nominal_at, False))
+        c = replace(c, nominal_at=plan.next_due.nominal_at, next_run_at=plan.next_due.next_run_at)
+    assert sorted(seen)[: len(expected)] == expected
