@@ -8,13 +8,15 @@ job the execution to cancel. The rules, in the order they apply:
 
 * A job no longer active (paused, cancelled, completed, deleted): nothing runs; its due row is
   gone with the claim.
-* Claimed before its due time (dispatch ahead) with concurrency forbid or replace: ``held``, the
+* Claimed before its due time (dispatch ahead) with concurrency forbid, replace or buffer_one: ``held``, the
   due row goes back unchanged, because overlap is decided at the due time.
 * A one-off runs once and completes the job. A cron job runs its occurrence, records the DST-gap
   skips up to the next occurrence that runs, and moves its due row there (completed when none).
 * Later occurrences already due too (Kairos was down): the misfire policy picks which run
   (run_once, catch_up, skip, capped at :data:`MISFIRE_CAP`); the others are recorded as skipped.
-* An unfinished previous execution: forbid records the runs as skipped, replace cancels it.
+* An unfinished previous execution: forbid records the runs as skipped, replace cancels it, buffer_one
+  keeps the run waiting on the job row (app.scheduler.buffered starts it once that execution settles)
+  unless one waits already, and then records it as skipped.
 
 Cron evaluation is cached: jobs sharing an expression, zone and DST policy share one evaluation
 per nominal instant, and each job's jitter offset is added on top (herds are exactly that case).
