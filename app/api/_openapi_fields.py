@@ -22,11 +22,12 @@ _SCHEDULE = {
     "cron": "recurring: a 5-field cron expression (names, ranges, steps, H tokens); needs tz",
     "cronResolved": "the expression the scheduler evaluates: H tokens, names and shorthands resolved for this job",
     "every": "recurring: an interval such as 90s, 15m, 1h30m or 1d, anchored at startAt (or one interval after "
-    "the submit)",
+    "the submit): elapsed time, or with tz whole days at the anchor's wall-clock time in that zone",
     "anchorAt": "every only: the instant the interval's grid is anchored at",
-    "tz": "cron only: the IANA zone the expression is evaluated in, e.g. Europe/London",
+    "tz": "the IANA zone a cron expression is evaluated in, e.g. Europe/London (required with cron); with every, "
+    "whole days only (1d, 7d), the zone whose wall-clock time each occurrence keeps across DST",
     "jitterSeconds": "recurring: a window after each nominal time; the job runs at its own stable offset in it",
-    "dst": "cron only: what a spring-forward gap and a fall-back repeat do to a fire time",
+    "dst": "cron, or every with tz: what a spring-forward gap and a fall-back repeat do to a fire time",
     "startAt": "recurring: no occurrence before this instant",
     "endAt": "recurring: no occurrence after this instant; the job completes after its last one",
 }
@@ -43,8 +44,11 @@ _JOB = {
     "payload": "JSON delivered with each occurrence (as the HTTP body, or to the worker)",
     "retry": "how failures are retried before dead-lettering",
     "timeoutSeconds": "how long one attempt may run",
-    "concurrency": "when an occurrence falls due while the previous one still runs: allow, forbid (skip it) or "
-    "replace (cancel the running one)",
+    "concurrency": "when an occurrence falls due while the previous one still runs: allow, forbid (skip it), "
+    "replace (cancel the running one) or buffer_one (it waits and starts when the running one settles; one more "
+    "due meanwhile is skipped)",
+    "bufferedAt": "concurrency buffer_one: the nominal time of the occurrence waiting for the running one; it starts "
+    "within a second after that one settles (succeeds, is dead-lettered or cancelled)",
     "misfire": "occurrences missed while Kairos was down: run_once (default), catch_up (each, up to 100) or skip",
     "labels": "key/value pairs to filter by (GET /v1/jobs?label=key:value)",
     "dryRun": "occurrences are recorded as skipped, never delivered",
@@ -92,7 +96,10 @@ FIELD_DESCRIPTIONS: dict[str, dict[str, str]] = {
         "nextFrom": "set when the range held more than 1,000 occurrences: call again from here",
         "note": "why nothing was created when the range holds no occurrence",
     },
-    "RunIn": {"overlap": "overrides the job's concurrency policy for this run"},
+    "RunIn": {
+        "overlap": "overrides the job's concurrency policy for this run (a buffer_one job's run starts at once, "
+        "as with allow: a manual run never waits)"
+    },
     "ResumeIn": {"missed": "occurrences missed while paused: skip (default) or run_once"},
 }
 

@@ -43,7 +43,7 @@ def _label_patch(pairs: Sequence[str]) -> dict[str, str | None]:
 @click.option("--file", type=click.Path(dir_okay=False, allow_dash=True), help="The patch from a file (- for stdin).")
 @click.option("--name", help="A new name.")
 @click.option("--cron", help="A new cron expression (the job keeps its zone unless --tz).")
-@click.option("--tz", help="A new IANA zone for the cron expression.")
+@click.option("--tz", help="A new IANA zone for the cron expression, or for an every of whole days.")
 @click.option("--every", help="A new interval, e.g. 15m.")
 @click.option("--payload", type=JSON_VALUE, help="A new payload (JSON).")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Set a label; KEY= removes it.")

@@ -35,13 +35,18 @@ def _check_cron(expr: str, tz: str) -> None:
         fail(f"{'--tz' if exc.field.endswith('tz') else '--cron'}: {exc.detail}")
 
 
-def _check_every(every: str) -> None:
+def _check_every(every: str, tz: str | None) -> None:
     from app.domain.jobs import parse_every
+    from app.domain.schedule.interval import DAY_S
 
     try:
-        parse_every(every, 1)  # the server's minimum is its own setting: it refuses a shorter one itself
+        every_s = parse_every(every, 1)  # the server's minimum is its own setting: it refuses a shorter one itself
     except InvalidInput as exc:
         fail(f"--every: {exc.detail}")
+    if tz is not None and every_s % DAY_S:
+        fail(
+            f"--tz keeps wall-clock time for whole days (--every 1d, 7d); every {every} is elapsed time: leave --tz out"
+        )
 
 
 def _labels(pairs: Sequence[str]) -> dict[str, str]:
@@ -136,10 +141,14 @@ def build_job(
         if dst_gap or dst_repeat:
             schedule["dst"] = {k: v for k, v in (("gap", dst_gap), ("repeat", dst_repeat)) if v}
     elif every is not None:
-        if cron_only:
-            fail(f"{', '.join(cron_only)} only apply to --cron schedules")
-        _check_every(every)
+        _check_every(every, tz)
+        if tz is None and (dst_gap or dst_repeat):
+            fail("--dst-gap and --dst-repeat apply to --every with --tz ZONE (whole days) or to --cron")
         schedule = {"every": every}
+        if tz is not None:
+            schedule["tz"] = tz
+        if dst_gap or dst_repeat:
+            schedule["dst"] = {k: v for k, v in (("gap", dst_gap), ("repeat", dst_repeat)) if v}
     else:
         if cron_only or recurring_only:
             fail(f"{', '.join(cron_only + recurring_only)} only apply to --cron or --every schedules")

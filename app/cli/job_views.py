@@ -15,7 +15,7 @@ def schedule_text(job: Job) -> str:
     if s.get("cron"):
         return f"{s['cron']} ({s.get('tz')})"
     if s.get("every"):
-        return f"every {s['every']}"
+        return f"every {s['every']}" + (f" ({s['tz']})" if s.get("tz") else "")
     return f"at {when(s.get('runAt'))}"
 
 

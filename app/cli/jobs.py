@@ -58,8 +58,16 @@ def jobs() -> None:
 )
 @click.option("--name", help="Job name.")
 @click.option("--cron", metavar="EXPR", help="Cron expression (5 fields, names, H tokens); needs --tz.")
-@click.option("--tz", metavar="ZONE", help="IANA zone of --cron, e.g. Europe/London.")
-@click.option("--every", metavar="DURATION", help="Run every DURATION (90s, 15m, 1h30m, 1d), from --start-at or now.")
+@click.option(
+    "--tz",
+    metavar="ZONE",
+    help="IANA zone of --cron, e.g. Europe/London; with --every in whole days, the zone whose local time it keeps.",
+)
+@click.option(
+    "--every",
+    metavar="DURATION",
+    help="Run every DURATION (90s, 15m, 1h30m, 1d), from --start-at or now; 1d --tz ZONE keeps the local time.",
+)
 @click.option(
     "--start-at", type=INSTANT, help="Cron or every: no occurrence before this instant (the every grid's anchor)."
 )
@@ -125,10 +133,18 @@ def jobs() -> None:
 @click.option("--backoff", type=DURATION, help="First retry delay (doubles each attempt).")
 @click.option("--max-retry-duration", type=DURATION, help="No retry starts this long after the first attempt.")
 @click.option("--timeout", type=DURATION, help="Per-attempt timeout.")
-@click.option("--concurrency", type=click.Choice(["allow", "forbid", "replace"]))
+@click.option(
+    "--concurrency",
+    type=click.Choice(["allow", "forbid", "replace", "buffer_one"]),
+    help="While the previous run is unfinished: run anyway, skip, replace it, or keep one waiting (buffer_one).",
+)
 @click.option("--misfire", type=click.Choice(["run_once", "catch_up", "skip"]))
-@click.option("--dst-gap", type=click.Choice(["shift", "skip"]), help="Cron: a time a spring-forward skips.")
-@click.option("--dst-repeat", type=click.Choice(["once", "twice"]), help="Cron: a time a fall-back repeats.")
+@click.option(
+    "--dst-gap", type=click.Choice(["shift", "skip"]), help="Cron or zoned --every: a time a spring-forward skips."
+)
+@click.option(
+    "--dst-repeat", type=click.Choice(["once", "twice"]), help="Cron or zoned --every: a time a fall-back repeats."
+)
 @json_option
 @pass_api
 def jobs_submit(
@@ -140,6 +156,7 @@ def jobs_submit(
     kairos jobs submit --name report --in 90s --url https://example.com/hook --payload '{"x":1}'
     kairos jobs submit --name digest --cron '0 9 * * MON-FRI' --tz Europe/London --pool emails
     kairos jobs submit --name sync --every 15m --label team=payments --url https://example.com/sync --method PUT
+    kairos jobs submit --name nightly --every 1d --tz Europe/London --concurrency buffer_one --pool reports
     kairos jobs submit --file job.json
     """
     if file is not None:

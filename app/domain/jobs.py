@@ -6,7 +6,8 @@ import functools
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -25,6 +26,7 @@ from app.domain.labels import LabelSelector as LabelSelector  # noqa: PLC0414
 from app.domain.labels import parse_label_selectors as parse_label_selectors  # noqa: PLC0414
 from app.domain.labels import validate_labels as validate_labels  # noqa: PLC0414
 from app.domain.queues import HTTP_QUEUE
+from app.domain.schedule.interval import DAY_S, wall_day_occurrences
 from app.errors import InvalidInput, InvalidSchedule, refuse_nul
 
 MAX_NAME_LEN = 200
@@ -43,7 +45,7 @@ LATEST_INSTANT = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
 # How deeply a payload's arrays and objects may nest: {"a": [1]} is 2 levels.
 MAX_PAYLOAD_DEPTH = 64
 
-Concurrency = Literal["allow", "forbid", "replace"]
+Concurrency = Literal["allow", "forbid", "replace", "buffer_one"]
 Misfire = Literal["run_once", "catch_up", "skip"]
 DstGap = Literal["shift", "skip"]
 DstRepeat = Literal["once", "twice"]
@@ -93,20 +95,65 @@ class OnceSchedule:
 
 @dataclass(frozen=True)
 class EverySchedule:
-    """Every ``every_s`` seconds from ``anchor`` (EventBridge's rate(), anchored): occurrences at
-    anchor + k * every_s, in UTC, so no DST rule applies."""
+    """Every ``every_s`` seconds from ``anchor``: elapsed time in UTC (EventBridge's rate(), anchored),
+    or with ``tz`` whole days at the anchor's wall-clock time in that zone, by the cron DST rules
+    (app.domain.schedule.interval)."""
 
     every_s: int
     anchor: datetime
     jitter_s: int = 0
     first: datetime | None = None  # the first occurrence a new job runs (the anchor unless it is past)
+    tz: str | None = None
+    dst: schedule_rules.DstPolicy = field(default_factory=schedule_rules.DstPolicy)
 
-    def next_after(self, after: datetime) -> datetime:
-        """The first occurrence strictly after ``after``."""
-        if after < self.anchor:
-            return self.anchor
+    def occurrences_after(self, after: datetime) -> Iterator[schedule_rules.Occurrence]:
+        """Occurrences strictly after ``after`` (no jitter), gap-skipped ones included (marked)."""
+        if self.tz is not None:
+            yield from wall_day_occurrences(self.anchor, self.every_s // DAY_S, self.tz, self.dst, after)
+            return
+        at = self.anchor if after < self.anchor else self._elapsed_after(after)
+        step = timedelta(seconds=self.every_s)
+        while True:
+            yield schedule_rules.Occurrence(at, at, at, False, None, None)
+            at += step
+
+    def _elapsed_after(self, after: datetime) -> datetime:
         steps = int((after - self.anchor).total_seconds() // self.every_s) + 1
         return self.anchor + timedelta(seconds=steps * self.every_s)
+
+    def next_after(self, after: datetime) -> datetime:
+        """The first occurrence that runs strictly after ``after``."""
+        if self.tz is None:
+            return self.anchor if after < self.anchor else self._elapsed_after(after)
+        return next(o.nominal_utc for o in self.occurrences_after(after) if not o.skipped)
+
+    def skipped_before_first(self, now: datetime) -> tuple[schedule_rules.Occurrence, ...]:
+        """The occurrences after ``now`` a DST gap dropped (gap: skip) before the first that runs: history
+        records them, as it does a cron job's."""
+        if self.tz is None or self.first is None:
+            return ()
+        out: list[schedule_rules.Occurrence] = []
+        for o in self.occurrences_after(now):
+            if o.nominal_utc >= self.first or len(out) > MAX_GAP_SKIPS:
+                break
+            if o.skipped:
+                out.append(o)
+        return tuple(out)
+
+    def newest_at_or_before(self, at: datetime) -> datetime | None:
+        """The newest occurrence that runs at or before ``at`` (None before the anchor)."""
+        if at < self.anchor:
+            return None
+        if self.tz is None:
+            return self._elapsed_after(at) - timedelta(seconds=self.every_s)
+        back = at - timedelta(seconds=self.every_s + 2 * DAY_S)
+        newest = None
+        for o in self.occurrences_after(back):
+            if o.nominal_utc > at:
+                return newest
+            if not o.skipped:
+                newest = o.nominal_utc
+        return newest  # pragma: no cover - the iteration is endless
 
 
 # At most 9 digits a unit (9 digits of days is far past the limit; the count stays cheap to convert).
@@ -140,18 +187,43 @@ def format_every(seconds: int) -> str:
 
 
 def every_schedule(
-    value: str, jitter_s: int | None, start_at: datetime | None, now: datetime, min_interval_s: int = MIN_EVERY_S
+    value: str,
+    jitter_s: int | None,
+    start_at: datetime | None,
+    now: datetime,
+    min_interval_s: int = MIN_EVERY_S,
+    *,
+    tz: str | None = None,
+    dst: schedule_rules.DstPolicy | None = None,
 ) -> EverySchedule:
+    """An interval schedule; with ``tz`` (whole days only) it keeps the anchor's wall-clock time there."""
     window = jitter_s or 0
     if not 0 <= window <= MAX_JITTER_S:
         raise InvalidSchedule("schedule.jitterSeconds", f"must be between 0 and {MAX_JITTER_S}")
     every_s = parse_every(value, min_interval_s)
+    if tz is None:
+        if dst is not None:
+            raise InvalidSchedule("schedule.dst", "applies to an every schedule with a tz only (whole days)")
+    else:
+        schedule_rules.validate_tz(tz)
+        if every_s % DAY_S:
+            raise InvalidSchedule(
+                "schedule.tz",
+                f"keeps wall-clock time for whole days (1d, 7d); every {format_every(every_s)} is elapsed "
+                "time, the same in every zone: leave tz out",
+            )
+    policy = dst or schedule_rules.DstPolicy()
     if start_at is None:
+        if tz is not None:
+            # Anchored at the submit's wall-clock time, first run that time one interval later.
+            grid = EverySchedule(every_s, now.replace(microsecond=0), window, None, tz, policy)
+            return replace(grid, first=grid.next_after(grid.anchor))
         # Anchored at the submit, first run one interval later (rate(15 minutes) created now runs in 15 minutes).
         anchor = now.replace(microsecond=0) + timedelta(seconds=every_s)
         return EverySchedule(every_s, anchor, window, anchor)
-    grid = EverySchedule(every_s, start_at, window)
-    return EverySchedule(every_s, start_at, window, start_at if start_at >= now else grid.next_after(now))
+    grid = EverySchedule(every_s, start_at, window, None, tz, policy)
+    first = start_at if start_at >= now else grid.next_after(now)
+    return replace(grid, first=first)
 
 
 @dataclass(frozen=True)
@@ -489,7 +561,7 @@ def cron_schedule(
 
 
 def validate_cron_interval(expr: str, job_key: str, min_interval_s: int) -> str:
-    """``expr`` resolved (cron.validate_cron), refused when two of its fire times can come closer than
+    """``expr`` resolved (schedule_rules.validate_cron), refused when two of its fire times can come closer than
     ``min_interval_s`` (KAIROS_MIN_FIRE_INTERVAL_S; a five-field expression is never closer than 60 s)."""
     resolved = schedule_rules.validate_cron(expr, job_key)
     if min_interval_s > 60:
@@ -537,6 +609,14 @@ def stored_schedule(
     """The schedule a stored job row evaluates: its resolved expression (no H tokens), zone,
     jitter window and DST policy, as the jobs and dispatch rows hold them."""
     return schedule_rules.CronSchedule(expr=expr, tz=tz, jitter_s=jitter_s or 0, dst=dst_policy(gap, repeat))
+
+
+def stored_every(
+    every_s: int, anchor: datetime, jitter_s: int | None, tz: str | None, gap: str | None, repeat: str | None
+) -> EverySchedule:
+    """The interval schedule a stored every job evaluates (its zone and DST policy only with a tz)."""
+    policy = dst_policy(gap, repeat) if tz is not None else schedule_rules.DstPolicy()
+    return EverySchedule(every_s, anchor, jitter_s or 0, None, tz, policy)
 
 
 def resolved_schedule(s: schedule_rules.CronSchedule, resolved: str) -> schedule_rules.CronSchedule:

@@ -21,7 +21,7 @@ planner statistics refreshed, before it falls due). How far ahead is app.schedul
 least ``ahead_s``, more when what falls due soon takes longer than that to dispatch at the rate
 this process measured, at most ``ahead_max_s``. The window's far edge never moves back: a herd
 whose dispatch has begun is dispatched to its end. What must be decided at the due time
-is not decided early: an occurrence of a job with concurrency forbid or replace, claimed before it
+is not decided early: an occurrence of a job with concurrency forbid, replace or buffer_one, claimed before it
 is due, has its due row put back unchanged and waits in the heap until it is due; cancel cancels
 ready executions, and pause withdraws an execution dispatched ahead (store.jobs.withdraw_ahead).
 """

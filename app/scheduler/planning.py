@@ -8,13 +8,15 @@ job the execution to cancel. The rules, in the order they apply:
 
 * A job no longer active (paused, cancelled, completed, deleted): nothing runs; its due row is
   gone with the claim.
-* Claimed before its due time (dispatch ahead) with concurrency forbid or replace: ``held``, the
+* Claimed before its due time (dispatch ahead) with concurrency forbid, replace or buffer_one: ``held``, the
   due row goes back unchanged, because overlap is decided at the due time.
 * A one-off runs once and completes the job. A cron job runs its occurrence, records the DST-gap
   skips up to the next occurrence that runs, and moves its due row there (completed when none).
 * Later occurrences already due too (Kairos was down): the misfire policy picks which run
   (run_once, catch_up, skip, capped at :data:`MISFIRE_CAP`); the others are recorded as skipped.
-* An unfinished previous execution: forbid records the runs as skipped, replace cancels it.
+* An unfinished previous execution: forbid records the runs as skipped, replace cancels it, buffer_one
+  keeps the run waiting on the job row (app.scheduler.buffered starts it once that execution settles)
+  unless one waits already, and then records it as skipped.
 
 Cron evaluation is cached: jobs sharing an expression, zone and DST policy share one evaluation
 per nominal instant, and each job's jitter offset is added on top (herds are exactly that case).
@@ -22,9 +24,10 @@ per nominal instant, and each job's jitter offset is added on top (herds are exa
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
@@ -125,7 +128,7 @@ def plan_claim(c: dispatch_store.Claim, now: datetime, catch_up_slot: Callable[[
         jitter = _jitter(c.job_id, c.jitter_s or 0)
         gap_skipped: tuple[schedule_rules.Occurrence, ...] = ()
         if c.schedule_kind == "every":
-            runs, misfire_records, following = _every_step(c, now, catch_up_slot, jitter)
+            runs, misfire_records, following, gap_skipped = _every_step(c, now, catch_up_slot, jitter)
             plan.executions.extend(execution(*record) for record in misfire_records)
         else:
             assert c.cron_resolved and c.tz and c.dst_gap and c.dst_repeat
@@ -143,8 +146,8 @@ def plan_claim(c: dispatch_store.Claim, now: datetime, catch_up_slot: Callable[[
             plan.executions.append(
                 execution(occ.nominal_utc, occ.nominal_utc + jitter, ExecutionState.SKIPPED, "dst_gap", occ.dst_note)
             )
-        if c.concurrency == "forbid" and len(runs) > 1:
-            # Catch-up under forbid runs one missed occurrence at a time: the next one becomes the
+        if c.concurrency in ("forbid", "buffer_one") and len(runs) > 1:
+            # Catch-up under forbid (or buffer_one) runs one missed occurrence at a time: the next one becomes the
             # due row, and its own dispatch applies the overlap rule then (runs, or is recorded as
             # skipped because this one is still unfinished); the misfire maths resumes from it.
             (nominal, ready_at), runs = runs[1], runs[:1]
@@ -172,6 +175,16 @@ def plan_claim(c: dispatch_store.Claim, now: datetime, catch_up_slot: Callable[[
         note = "dry run: recorded, not delivered"
         plan.executions.extend(execution(n, r, ExecutionState.SKIPPED, "dry_run", note) for n, r in runs)
         return plan
+    if c.concurrency == "buffer_one" and (c.overlapping or c.buffered_at is not None):
+        # Temporal's buffer_one: one occurrence waits on the job row and starts once the previous execution
+        # settles (app.scheduler.buffered); one already waiting keeps its place (it starts first, even when
+        # the previous one has just settled), and this one is recorded as skipped.
+        if c.buffered_at is None and plan.advance is not None:
+            plan.advance = replace(plan.advance, buffered_at=runs[0][0])
+            return plan
+        note = "an occurrence already waits for the previous execution (buffer_one keeps one)"
+        plan.executions.extend(execution(n, r, ExecutionState.SKIPPED, "overlap", note) for n, r in runs)
+        return plan
     if c.overlapping and c.concurrency == "replace":
         plan.replacement = dispatch_store.Replacement(c.job_id, runs[0][0], f"replaced by {_iso(runs[-1][0])}")
     plan.executions.extend(execution(n, r) for n, r in runs)
@@ -180,19 +193,26 @@ def plan_claim(c: dispatch_store.Claim, now: datetime, catch_up_slot: Callable[[
     return plan
 
 
+EveryStep = tuple[
+    list[tuple[datetime, datetime]],
+    list[tuple[datetime, datetime, ExecutionState, str, str]],
+    schedule_rules.Occurrence | None,
+    tuple[schedule_rules.Occurrence, ...],
+]
+
+
 def _every_step(
     c: dispatch_store.Claim,
     now: datetime,
     catch_up_slot: Callable[[UUID], datetime],
     jitter: timedelta,
-) -> tuple[
-    list[tuple[datetime, datetime]],
-    list[tuple[datetime, datetime, ExecutionState, str, str]],
-    schedule_rules.Occurrence | None,
-]:
-    """An interval schedule's step: runs, skipped records and the next occurrence, with the same misfire
-    rules as cron (occurrences are nominal + k * every, in UTC)."""
+) -> EveryStep:
+    """An interval schedule's step: runs, skipped records, the next occurrence and the DST-gap skips before
+    it, with the same misfire rules as cron (occurrences are nominal + k * every in UTC, or with a zone
+    whole days on its wall clock: _zoned_every_step)."""
     assert c.every_s and c.nominal_at and c.misfire and c.tenant_id
+    if c.tz is not None:
+        return _zoned_every_step(c, now, catch_up_slot, jitter)
     step = timedelta(seconds=c.every_s)
 
     def occurrence(nominal: datetime) -> schedule_rules.Occurrence:
@@ -201,11 +221,58 @@ def _every_step(
     missed_total = int((now - c.nominal_at) / step) if now >= c.nominal_at + step else 0
     following = occurrence(c.nominal_at + step * (missed_total + 1))
     if not missed_total:
-        return [(c.nominal_at, c.next_run_at)], [], following
-    misfire = jobs.misfire_policy(c.misfire)
+        return [(c.nominal_at, c.next_run_at)], [], following, ()
     newest = [
         occurrence(c.nominal_at + step * k) for k in range(max(1, missed_total - MISFIRE_CAP + 1), missed_total + 1)
     ]
+    runs, records = _every_misfire(c, newest, missed_total, catch_up_slot)
+    return runs, records, following, ()
+
+
+def _zoned_every_step(
+    c: dispatch_store.Claim,
+    now: datetime,
+    catch_up_slot: Callable[[UUID], datetime],
+    jitter: timedelta,
+) -> EveryStep:
+    """_every_step of whole days in a zone: the grid is walked from this occurrence (a day at a time, so
+    an outage of a year costs 365 placements); gap-skipped days are recorded as such, not as misfires."""
+    assert c.every_s and c.nominal_at and c.anchor_at and c.tz
+    grid = jobs.EverySchedule(
+        c.every_s, c.anchor_at, c.jitter_s or 0, None, c.tz, jobs.dst_policy(c.dst_gap, c.dst_repeat)
+    )
+    newest: collections.deque[schedule_rules.Occurrence] = collections.deque(maxlen=MISFIRE_CAP)
+    gaps: collections.deque[schedule_rules.Occurrence] = collections.deque(maxlen=MISFIRE_CAP)
+    missed_total = 0
+    following = None
+    for placed in grid.occurrences_after(c.nominal_at):
+        o = replace(placed, run_at=placed.nominal_utc + jitter)
+        if o.skipped:
+            gaps.append(o)
+            if o.nominal_utc > now and len(gaps) >= MAX_SKIPPED_AHEAD:
+                break
+        elif o.nominal_utc <= now:
+            newest.append(o)
+            missed_total += 1
+        else:
+            following = o
+            break
+    if not missed_total:
+        return [(c.nominal_at, c.next_run_at)], [], following, tuple(gaps)
+    runs, records = _every_misfire(c, list(newest), missed_total, catch_up_slot)
+    return runs, records, following, tuple(gaps)
+
+
+def _every_misfire(
+    c: dispatch_store.Claim,
+    newest: list[schedule_rules.Occurrence],
+    missed_total: int,
+    catch_up_slot: Callable[[UUID], datetime],
+) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime, ExecutionState, str, str]]]:
+    """Which of this occurrence and the ``newest`` missed ones (``missed_total`` in all) run, by the misfire
+    policy; the others as skipped records."""
+    assert c.nominal_at and c.misfire and c.tenant_id
+    misfire = jobs.misfire_policy(c.misfire)
     this = schedule_rules.Occurrence(c.nominal_at, c.next_run_at, c.nominal_at, False, None, None)
     listed = [this, *newest][-MISFIRE_CAP:]
     decision = schedule_rules.plan_misfire(misfire, listed, missed_total + 1, cap=MISFIRE_CAP)
@@ -220,7 +287,7 @@ def _every_step(
         (o.nominal_utc, max(o.run_at, catch_up_slot(c.tenant_id)) if misfire == "catch_up" else o.run_at)
         for o in decision.run
     ]
-    return runs, records, following
+    return runs, records
 
 
 def _plan_misfire(

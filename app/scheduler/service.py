@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from app.config import Settings
 from app.duties import supervise
 from app.observability.probes import LIVENESS
+from app.scheduler.buffered import BufferStarter
 from app.scheduler.dispatcher import Dispatcher, DispatcherConfig
 from app.scheduler.heap import DueHeap
 from app.scheduler.leases import LeaserConfig, Ownership, ShardLeaser
@@ -128,6 +129,7 @@ class Scheduler:
             db, self.ownership, self.heap, LoaderConfig.from_settings(settings), wake_dispatcher=self.dispatcher.wake
         )
         self.statistics = StatisticsKeeper(db)
+        self.buffer = BufferStarter(db)
         self.partitions = HistoryPartitioner(db, objects_for(settings), PartitionerConfig.from_settings(settings))
         self.remover = JobRemover(db, self.partitions.objects)
         ttl_s = self.leaser.config.ttl_s
@@ -159,6 +161,7 @@ class Scheduler:
             ("statistics", self.statistics.run),
             ("partitions", self.partitions.run),
             ("job-remover", self.remover.run),
+            ("buffer", self.buffer.run),
         ]
         tasks = [
             asyncio.create_task(

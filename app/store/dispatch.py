@@ -89,6 +89,8 @@ class Claim:
     # A run limit (maxRuns) and the occurrences started under it (app.scheduler.run_limits).
     max_runs: int | None = None
     run_count: int | None = None
+    anchor_at: datetime | None = None
+    buffered_at: datetime | None = None  # buffer_one: the occurrence already waiting, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +124,19 @@ class JobAdvance:
     next_run_at: datetime | None
     # Occurrences this dispatch started that count toward the job's run limit (maxRuns).
     runs: int = 0
+    # buffer_one: this occurrence waits on the job row for the previous execution to settle.
+    buffered_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Buffered:
+    """A job whose buffer_one occurrence may start: nothing of the job is ready or leased any more."""
+
+    job_id: UUID
+    tenant_id: UUID
+    buffered_at: datetime  # the waiting occurrence's nominal time
+    job_state: JobState
+    job_traceparent: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +284,7 @@ class Dispatch(Table):
                     "a_from_states": _texts(["active"] * len(a)),
                     "a_next_nominal_ats": _plain([x.next_nominal_at for x in a]),
                     "a_next_run_ats": _plain([x.next_run_at for x in a]),
+                    "a_buffered_ats": _plain([x.buffered_at for x in a]),
                 },
             )
         ).one()
@@ -278,3 +294,27 @@ class Dispatch(Table):
                 {"job_ids": _plain([x.job_id for x in counted]), "runs": _plain([x.runs for x in counted])},
             )
         return Recorded(row.ready, row.skipped, row.next_due, row.advanced)
+
+    async def lock_buffered(self, limit: int) -> list[Buffered]:
+        """Lock up to ``limit`` jobs whose buffer_one occurrence may start now (nothing of the job still open)."""
+        rows = await self._conn.execute(q("DispatchLockBuffered"), {"limit": limit})
+        return [Buffered(r.job_id, r.tenant_id, r.buffered_at, JobState(r.state), r.traceparent) for r in rows]
+
+    async def start_buffered(
+        self, locked: Sequence[Buffered], traceparents: Sequence[str | None], now: datetime | None = None
+    ) -> list[tuple[UUID, datetime]]:
+        """Clear what ``lock_buffered`` locked and start each as a ready execution with its traceparent (a
+        cancelled job's is dropped): (job_id, scheduled_for) of each started."""
+        if not locked:
+            return []
+        rows = await self._conn.execute(
+            q("DispatchStartBuffered"),
+            {
+                "now": now,
+                "job_ids": _plain([b.job_id for b in locked]),
+                "buffered_ats": _plain([b.buffered_at for b in locked]),
+                "starts": _plain([b.job_state != JobState.CANCELLED for b in locked]),
+                "traceparents": _texts(traceparents),
+            },
+        )
+        return [(r.job_id, r.scheduled_for) for r in rows]

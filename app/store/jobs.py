@@ -103,6 +103,8 @@ class Job(NewJob):
     pause_execution_id: UUID | None = None
     # Occurrences the schedule started while max_runs was set (app.scheduler.run_limits).
     run_count: int = 0
+    # buffer_one: the nominal time of the occurrence waiting for the previous execution to settle.
+    buffered_at: datetime | None = None
 
     @property
     def reported_state(self) -> ReportedJobState:

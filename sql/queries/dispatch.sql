@@ -27,7 +27,9 @@ SELECT b.ord,
            SELECT 1 FROM executions AS e
            WHERE e.job_id = c.job_id AND e.state IN ('ready', 'leased') AND e.scheduled_for <> c.nominal_at
        )) AS overlapping,
-       j.dry_run, j.end_at, j.every_s, j.traceparent, j.max_runs, j.run_count
+       j.dry_run, j.end_at, j.every_s, j.traceparent, j.max_runs, j.run_count,
+       j.anchor_at,  -- an every job's grid: with tz, its wall-clock time
+       j.buffered_at  -- buffer_one: the occurrence already waiting for the previous one to settle
 FROM batch AS b
 JOIN shard_leases AS l ON l.shard_id = b.shard_id
 LEFT JOIN claimed AS c ON c.job_id = b.job_id AND c.next_run_at = b.next_run_at
@@ -72,7 +74,7 @@ ON CONFLICT (execution_id, attempt, scheduled_for) DO UPDATE SET  -- a 'running'
 RETURNING execution_id;
 
 -- name: DispatchRecord
--- The writes of a claimed batch in one statement: insert its executions (ready or skipped; ON CONFLICT (job_id, scheduled_for) DO NOTHING), insert cron jobs' next due_index rows, advance the jobs (updated_at moves, version is the tenant's and stays).
+-- The writes of a claimed batch in one statement: insert its executions (ready or skipped; ON CONFLICT (job_id, scheduled_for) DO NOTHING), insert cron jobs' next due_index rows, advance the jobs (updated_at moves, version is the tenant's and stays) and buffer a buffer_one job's occurrence on its row.
 WITH ins AS (
     INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at,
                             dispatched_at, finished_at, skip_reason, error, traceparent)
@@ -100,10 +102,13 @@ nxt AS (
 adv AS (
     UPDATE jobs AS j
     SET state = a.state, next_nominal_at = a.next_nominal_at, next_run_at = a.next_run_at,
+        -- buffer_one: the occurrence that waits for the previous one to settle (one at most: one waiting keeps its place)
+        buffered_at = coalesce(j.buffered_at, a.buffered_at),
         updated_at = coalesce(CAST(:now AS TIMESTAMPTZ), now())
     FROM unnest(CAST(:a_job_ids AS UUID[]), CAST(:a_from_states AS TEXT[]), CAST(:a_states AS TEXT[]),
-                CAST(:a_next_nominal_ats AS TIMESTAMPTZ[]), CAST(:a_next_run_ats AS TIMESTAMPTZ[]))
-        AS a (job_id, from_state, state, next_nominal_at, next_run_at)
+                CAST(:a_next_nominal_ats AS TIMESTAMPTZ[]), CAST(:a_next_run_ats AS TIMESTAMPTZ[]),
+                CAST(:a_buffered_ats AS TIMESTAMPTZ[]))
+        AS a (job_id, from_state, state, next_nominal_at, next_run_at, buffered_at)
     WHERE j.job_id = a.job_id
       AND j.job_id = ANY(CAST(:a_job_ids AS UUID[]))  -- an index condition: never a scan of jobs
       AND j.state = a.from_state  -- the state the claim read: a job paused or cancelled meanwhile keeps its own
@@ -113,3 +118,41 @@ SELECT (SELECT count(*) FROM ins WHERE state = 'ready') AS ready,
        (SELECT count(*) FROM ins WHERE state = 'skipped') AS skipped,
        (SELECT count(*) FROM nxt) AS next_due,
        (SELECT count(*) FROM adv) AS advanced;
+
+-- name: DispatchLockBuffered
+-- buffer_one overlap: lock up to :limit jobs with an occurrence waiting (jobs.buffered_at) none of whose executions is still ready or leased (the previous one succeeded, was dead-lettered or cancelled), oldest first; a paused job's waits for its resume. Answers what DispatchStartBuffered needs, the job's traceparent included.
+SELECT j.job_id, j.tenant_id, j.buffered_at, j.state, j.traceparent
+FROM jobs AS j
+WHERE j.buffered_at IS NOT NULL  -- jobs_buffered: nearly always empty
+  AND j.state <> 'paused'
+  -- A probe of each waiting job's own executions (UNIQUE (job_id, scheduled_for)); as NOT EXISTS the
+  -- planner made it a hash anti join that read every ready and leased row (10.8 ms against 0.5 for 100
+  -- waiting jobs beside 20,000 executions, more with a herd in flight).
+  AND (SELECT e.execution_id FROM executions AS e
+       WHERE e.job_id = j.job_id AND e.state IN ('ready', 'leased') LIMIT 1) IS NULL
+ORDER BY j.buffered_at
+LIMIT CAST(:limit AS INT)
+FOR UPDATE OF j SKIP LOCKED;
+
+-- name: DispatchStartBuffered
+-- buffer_one overlap: clear the waiting occurrences DispatchLockBuffered locked and insert each as an execution, ready now, with its trace (a cancelled job's is only cleared: its traceparent is NULL and start false). Answers the started ones.
+WITH batch AS (
+    SELECT * FROM unnest(CAST(:job_ids AS UUID[]), CAST(:buffered_ats AS TIMESTAMPTZ[]), CAST(:starts AS BOOL[]),
+                         CAST(:traceparents AS TEXT[]))
+        AS b (job_id, buffered_at, start, traceparent)
+), cleared AS (
+    UPDATE jobs AS j SET buffered_at = NULL
+    FROM batch AS b
+    WHERE j.job_id = b.job_id
+      AND j.job_id = ANY (CAST(:job_ids AS UUID[]))  -- an index condition: never a scan of jobs
+      AND j.buffered_at = b.buffered_at  -- the one locked: changed meanwhile, it is left for the next round
+    RETURNING j.job_id, j.tenant_id, j.queue, j.max_attempts
+)
+INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at, dispatched_at,
+                        traceparent)
+SELECT c.job_id, c.tenant_id, c.queue, b.buffered_at, c.max_attempts, 'ready',
+       coalesce(CAST(:now AS TIMESTAMPTZ), now()), coalesce(CAST(:now AS TIMESTAMPTZ), now()), b.traceparent
+FROM cleared AS c JOIN batch AS b ON b.job_id = c.job_id
+WHERE b.start
+ON CONFLICT (job_id, scheduled_for) DO NOTHING  -- an occurrence is dispatched once
+RETURNING job_id, scheduled_for;

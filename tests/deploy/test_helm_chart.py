@@ -341,3 +341,17 @@ def test_every_tier_gets_a_generated_signing_secret_key_and_a_given_one_is_kept(
     docs = manifests(values_of(overrides=merge(REQUIRED, {"secrets": {"secretKey": given}})))
     [secret] = by_kind(docs, "Secret").values()
     assert base64.b64decode(secret["data"]["secret-key"]).decode() == given
+
+
+def test_every_tier_signs_and_serves_identity_tokens_under_one_issuer() -> None:
+    # Default: the API Service's in-cluster URL (where /.well-known/openid-configuration is served), the
+    # same on every tier: the executors sign with it and the API publishes it.
+    for kind in ("Deployment", "Job"):
+        for name, doc in by_kind(manifests(DEFAULTS), kind).items():
+            env = env_of(pod_spec(doc)["containers"][0])
+            assert env["KAIROS_OIDC_ISSUER"] == "http://kairos-api.kairos.svc:8080", name
+    given = "https://kairos.example.com"
+    for name, doc in by_kind(manifests(merge(DEFAULTS, {"oidcIssuer": given})), "Deployment").items():
+        assert env_of(pod_spec(doc)["containers"][0])["KAIROS_OIDC_ISSUER"] == given, name
+    with pytest.raises(helm.HelmError, match="oidcIssuer"):
+        render(merge(DEFAULTS, {"oidcIssuer": "kairos.example.com"}))  # not a URL

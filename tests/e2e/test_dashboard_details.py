@@ -1,6 +1,7 @@
 """The dashboard's details in a real browser (headless Chromium via selenium) against a `kairos api`: an empty
 queue-depth chart draws no axes, only its sentence; the jobs table's Target column says each target once
-(a URL, or the pool), and an every schedule reads as one. A screenshot is kept in tmp_path."""
+(a URL, or the pool), and an every schedule reads as one, with its zone and an overlap policy other than allow.
+A screenshot is kept in tmp_path."""
 
 from __future__ import annotations
 
@@ -68,13 +69,19 @@ def test_an_empty_queue_chart_has_no_axes_and_targets_are_said_once(
             "schedule": {"delaySeconds": 3600},
         },
         {"name": "digest", "target": {"type": "queue", "ref": "emails"}, "schedule": {"every": "15m"}},
+        {
+            "name": "nightly",
+            "target": {"type": "queue", "ref": "reports"},
+            "schedule": {"every": "1d", "tz": "Europe/London"},
+            "concurrency": "buffer_one",
+        },
     ):
         assert client.post("/v1/jobs", json=body).status_code == 201
     browser.get(f"{api.url}/dashboard")
     browser.find_element(By.ID, "token").send_keys(tenant.key)
     browser.find_element(By.ID, "sign-in").click()
     wait = WebDriverWait(browser, 20)
-    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr")) == 2)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr")) == 3)
     wait.until(lambda d: d.find_element(By.ID, "empty-queues").is_displayed())
     browser.save_screenshot(str(tmp_path / "dashboard.png"))  # kept whatever follows
 
@@ -89,3 +96,5 @@ def test_an_empty_queue_chart_has_no_axes_and_targets_are_said_once(
     assert rows["hook"][3] == "https://example.com/hook"
     assert rows["digest"][3] == "pool emails"
     assert rows["digest"][2] == "every 15m"
+    # A zoned interval names its zone, and an overlap policy other than allow is said beside the schedule.
+    assert rows["nightly"][2] == "every 1d (Europe/London) · overlap buffer_one"

@@ -319,3 +319,36 @@ async def test_replacing_cancels_the_older_open_executions_and_the_record_advanc
     kept = await store.tx(lambda tx: tx.jobs.get(tenant, paused.job_id))
     assert (moved.state, moved.next_run_at, moved.version, moved.updated_at) == (JobState.ACTIVE, nxt, 1, T0)
     assert (kept.state, kept.next_run_at) == (JobState.PAUSED, None)
+
+
+async def test_a_buffered_occurrence_waits_on_the_job_and_starts_once_nothing_of_the_job_is_open(
+    store: Backend,
+) -> None:
+    tenant = await store.tenant()
+    revisions = await all_shards(store, "a")
+    job = factories.new_job(tenant, at=T0, concurrency="buffer_one", name="buffered")
+    await insert(store, job)
+    running = execution(job, T0 - timedelta(minutes=5))
+    await record(store, running)
+    [claim] = await store.tx(lambda tx: tx.dispatch.claim("a", [key(job, revisions[shard_of(job.job_id)])], T0))
+    assert (claim.concurrency, claim.overlapping, claim.buffered_at) == ("buffer_one", True, None)
+    nxt = T0 + timedelta(minutes=5)
+    await store.tx(
+        lambda tx: tx.dispatch.record([], [], [d.JobAdvance(job.job_id, JobState.ACTIVE, nxt, nxt, buffered_at=T0)], T0)
+    )
+    assert (await store.tx(lambda tx: tx.jobs.get(tenant, job.job_id))).buffered_at == T0
+    assert await store.tx(lambda tx: tx.dispatch.lock_buffered(10)) == []  # the previous one is open
+    await store.tx(lambda tx: tx.dispatch.cancel_replaced([d.Replacement(job.job_id, T0, "settled for the test")], T0))
+    [locked] = await store.tx(lambda tx: tx.dispatch.lock_buffered(10))
+    assert (locked.job_id, locked.buffered_at, locked.job_state) == (job.job_id, T0, JobState.ACTIVE)
+    trace = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    assert await store.tx(lambda tx: tx.dispatch.start_buffered([locked], [trace], T0)) == [(job.job_id, T0)]
+    # Started once: a second start of what was locked then finds the job's buffer empty.
+    assert await store.tx(lambda tx: tx.dispatch.start_buffered([locked], [trace], T0)) == []
+    assert (await store.tx(lambda tx: tx.jobs.get(tenant, job.job_id))).buffered_at is None
+    page = await store.tx(lambda tx: tx.jobs.executions_page(tenant, job.job_id, before=None, limit=10))
+    assert [(e.scheduled_for, e.state) for e in page] == [
+        (T0, ExecutionState.READY),
+        (T0 - timedelta(minutes=5), ExecutionState.CANCELLED),
+    ]
+    assert await store.tx(lambda tx: tx.dispatch.lock_buffered(10)) == []

@@ -35,7 +35,17 @@ from uuid import UUID
 from app import errors
 from app.domain.shards import SHARD_COUNT, due_minute, shard_of
 from app.domain.states import ExecutionState, JobState
-from app.store.dispatch import Claim, ClaimKey, DueRow, JobAdvance, NewExecution, NextDue, Recorded, Replacement
+from app.store.dispatch import (
+    Buffered,
+    Claim,
+    ClaimKey,
+    DueRow,
+    JobAdvance,
+    NewExecution,
+    NextDue,
+    Recorded,
+    Replacement,
+)
 from app.store.jobs import ExecutionCounts, ExecutionSummary, Job, NewJob
 from app.store.shard_leases import HeldShard, ShardLease
 
@@ -415,6 +425,10 @@ class MemoryDispatch(_Table):
                     j.end_at,
                     j.every_s,
                     j.traceparent,
+                    j.max_runs,
+                    j.run_count,
+                    j.anchor_at,
+                    j.buffered_at,
                 )
             )
         return out
@@ -486,9 +500,44 @@ class MemoryDispatch(_Table):
             job = self._t.jobs.get(a.job_id)
             if job is not None and job.state == JobState.ACTIVE:  # the state the claim read
                 job.state, job.next_nominal_at, job.next_run_at = a.state, a.next_nominal_at, a.next_run_at  # type: ignore[assignment]
+                job.buffered_at = job.buffered_at or a.buffered_at
                 job.updated_at = at
                 advanced += 1
         return Recorded(ready, skipped, due_rows, advanced)
+
+    async def lock_buffered(self, limit: int) -> list[Buffered]:
+        waiting = sorted(
+            (j for j in self._t.jobs.values() if j.buffered_at is not None and j.state != JobState.PAUSED),
+            key=lambda j: j.buffered_at or datetime.min,
+        )
+        out: list[Buffered] = []
+        for j in waiting:
+            if len(out) == limit:
+                break
+            if not any(e.job_id == j.job_id and e.state in _OPEN for e in self._t.executions.values()):
+                assert j.buffered_at is not None
+                out.append(Buffered(j.job_id, j.tenant_id, j.buffered_at, JobState(j.state), j.traceparent))
+        return out
+
+    async def start_buffered(
+        self, locked: Sequence[Buffered], traceparents: Sequence[str | None], now: datetime | None = None
+    ) -> list[tuple[UUID, datetime]]:
+        at = self._at(now)
+        started: list[tuple[UUID, datetime]] = []
+        for b, traceparent in zip(locked, traceparents, strict=True):
+            j = self._t.jobs.get(b.job_id)
+            if j is None or j.buffered_at != b.buffered_at:
+                continue
+            j.buffered_at = None
+            if b.job_state == JobState.CANCELLED:
+                continue
+            row = _Execution(
+                uuid.uuid4(), j.job_id, j.tenant_id, j.queue, b.buffered_at, j.max_attempts, ExecutionState.READY, at,
+                dispatched_at=at, traceparent=traceparent,
+            )  # fmt: skip
+            if _insert_execution(self._t, row):
+                started.append((j.job_id, b.buffered_at))
+        return started
 
 
 class MemoryShardLeases(_Table):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
+from app.domain import jobs
 from app.domain.queues import tenant_queue
 from app.domain.shards import due_minute, shard_of
 from app.scheduler import planning
@@ -222,3 +224,88 @@ def test_an_interval_misfire_follows_the_policy_and_stays_on_its_grid() -> None:
     assert plan.next_due is not None and plan.next_due.nominal_at == at(60)
     skip = planning.plan_claim(every_claim(T0, misfire="skip"), at(50), no_slot)
     assert all(s[1] == "skipped" for s in states(skip)) and len(skip.executions) == 4
+
+
+def zoned_claim(nominal: datetime, anchor: datetime, **kw) -> Claim:
+    return replace(
+        every_claim(nominal, every_s=86400, **kw),
+        tz="Europe/London",
+        dst_gap=kw.get("dst_gap", "shift"),
+        dst_repeat="once",
+        anchor_at=anchor,
+    )
+
+
+def test_a_zoned_day_moves_the_due_row_to_the_same_wall_time_across_dst() -> None:
+    # 09:00 GMT on 28 March 2026; the next day is BST, so 09:00 local is 08:00 UTC (not 24 h later).
+    day = datetime(2026, 3, 28, 9, 0, tzinfo=UTC)
+    plan = planning.plan_claim(zoned_claim(day, anchor=day - timedelta(days=3)), day, no_slot)
+    assert states(plan) == [(day, "ready", None)]
+    nxt = datetime(2026, 3, 29, 8, 0, tzinfo=UTC)
+    assert plan.next_due is not None and plan.next_due.nominal_at == nxt
+    assert plan.advance == planning.store.JobAdvance(JOB, "active", nxt, nxt)
+
+
+def test_a_zoned_day_whose_wall_time_falls_in_the_gap_is_recorded_as_skipped_with_gap_skip() -> None:
+    day = datetime(2026, 3, 28, 1, 30, tzinfo=UTC)  # 01:30 GMT; on the 29th 01:30 does not exist
+    plan = planning.plan_claim(replace(zoned_claim(day, anchor=day), dst_gap="skip"), day, no_slot)
+    gap = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+    assert sorted(states(plan)) == [(day, "ready", None), (gap, "skipped", "dst_gap")]
+    assert plan.next_due is not None and plan.next_due.nominal_at == datetime(2026, 3, 30, 0, 30, tzinfo=UTC)
+
+
+def test_a_zoned_day_misfire_lists_the_missed_days_on_the_wall_clock_grid() -> None:
+    day = datetime(2026, 3, 27, 9, 0, tzinfo=UTC)
+    now = datetime(2026, 3, 30, 9, 30, tzinfo=UTC)
+    plan = planning.plan_claim(zoned_claim(day, anchor=day, misfire="run_once"), now, no_slot)
+    assert states(plan) == [
+        (day, "skipped", "misfire"),
+        (datetime(2026, 3, 28, 9, 0, tzinfo=UTC), "skipped", "misfire"),
+        (datetime(2026, 3, 29, 8, 0, tzinfo=UTC), "skipped", "misfire"),
+        (datetime(2026, 3, 30, 8, 0, tzinfo=UTC), "ready", None),
+    ]
+    assert plan.next_due is not None and plan.next_due.nominal_at == datetime(2026, 3, 31, 8, 0, tzinfo=UTC)
+
+
+def test_buffer_one_buffers_the_first_occurrence_due_while_the_previous_one_runs() -> None:
+    plan = planning.plan_claim(
+        claim(kind="cron", cron="* * * * *", concurrency="buffer_one", overlapping=True), at(0), no_slot
+    )
+    assert plan.executions == []  # nothing runs now, nothing is recorded: it waits on the job row
+    assert plan.advance == planning.store.JobAdvance(JOB, "active", at(1), at(1), buffered_at=T0)
+    assert plan.next_due is not None and plan.next_due.nominal_at == at(1)  # the chain goes on
+
+
+def test_buffer_one_skips_an_occurrence_when_one_already_waits() -> None:
+    c = replace(claim(kind="cron", cron="* * * * *", concurrency="buffer_one", overlapping=True), buffered_at=at(-1))
+    plan = planning.plan_claim(c, at(0), no_slot)
+    assert states(plan) == [(T0, "skipped", "overlap")]
+    assert "buffer_one" in (plan.executions[0].note or "")
+    assert plan.advance == planning.store.JobAdvance(JOB, "active", at(1), at(1))
+    # One waiting with the previous execution already settled: it starts first (app.scheduler.buffered), so
+    # this occurrence is skipped too rather than overtaking it.
+    settled = planning.plan_claim(replace(c, overlapping=False), at(0), no_slot)
+    assert states(settled) == [(T0, "skipped", "overlap")]
+
+
+def test_buffer_one_runs_at_once_when_nothing_runs_and_is_held_until_due() -> None:
+    c = claim(kind="cron", cron="* * * * *", concurrency="buffer_one")
+    assert states(planning.plan_claim(c, at(0), no_slot)) == [(T0, "ready", None)]
+    assert planning.plan_claim(c, at(-0.05), no_slot).held  # dispatched ahead: decided at the due time
+
+
+def test_the_dispatch_chain_of_a_zoned_day_is_the_grid_preview_and_backfill_walk() -> None:
+    """A year of due rows, each dispatched on time, lands on the instants EverySchedule lists (what the
+    preview and a backfill read), DST changes and gap-skipped days included."""
+    anchor = datetime(2026, 1, 2, 1, 30, tzinfo=UTC)  # 01:30 London: skipped on the spring-forward day
+    c = replace(zoned_claim(anchor, anchor=anchor), dst_gap="skip")
+    grid = jobs.stored_every(86400, anchor, 0, "Europe/London", "skip", "once")
+    expected = [(o.nominal_utc, o.skipped) for o in itertools.islice(grid.occurrences_after(anchor), 365)]
+    seen: list[tuple[datetime, bool]] = []
+    while len(seen) < len(expected):
+        plan = planning.plan_claim(c, c.next_run_at, no_slot)
+        seen.extend((e.scheduled_for, e.state == "skipped") for e in plan.executions if e.scheduled_for != c.nominal_at)
+        assert plan.next_due is not None
+        seen.append((plan.next_due.nominal_at, False))
+        c = replace(c, nominal_at=plan.next_due.nominal_at, next_run_at=plan.next_due.next_run_at)
+    assert sorted(seen)[: len(expected)] == expected

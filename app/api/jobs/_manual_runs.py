@@ -74,11 +74,7 @@ def _occurrences_from(job: jobs_store.Job, start: datetime) -> Iterator[schedule
     if job.schedule_kind != "every":
         yield from schedule_rules.occurrences_after(cron_of(job), start - _EPSILON, str(job.job_id))
         return
-    grid = every_of(job)
-    at = grid.next_after(start - _EPSILON)
-    while True:
-        yield schedule_rules.Occurrence(at, at, at, False, None, None)
-        at = grid.next_after(at)
+    yield from every_of(job).occurrences_after(start - _EPSILON)
 
 
 def _no_occurrence_note(job: jobs_store.Job, start: datetime) -> str:

@@ -86,14 +86,18 @@ def build_spec(
         "options": options,
     }
     if s.every is not None:
-        if s.tz is not None or s.dst is not None:
-            raise errors.InvalidInput("schedule", "an every schedule runs in UTC: tz and dst apply to cron only")
         every = job_rules.every_schedule(
-            s.every, s.jitter_seconds, start_at or every_anchor, now, settings.min_fire_interval_s
+            s.every,
+            s.jitter_seconds,
+            start_at or every_anchor,
+            now,
+            settings.min_fire_interval_s,
+            tz=s.tz,
+            dst=job_rules.dst_policy(s.dst.gap, s.dst.repeat) if s.dst is not None else None,
         )
         if end_at is not None and (every.first or every.anchor) > end_at:
             raise errors.InvalidInput("schedule.endAt", "no occurrence falls before endAt")
-        return job_rules.JobSpec(schedule=every, **common)
+        return job_rules.JobSpec(schedule=every, skipped_before_first=every.skipped_before_first(now), **common)
     if s.cron is None:
         if s.tz is not None or s.jitter_seconds is not None or s.dst is not None:
             raise errors.InvalidInput("schedule", "tz, jitterSeconds and dst apply to cron schedules only")

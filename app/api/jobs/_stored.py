@@ -13,7 +13,7 @@ from app.store import jobs as jobs_store
 
 def every_of(job: jobs_store.Job) -> job_rules.EverySchedule:
     assert job.every_s is not None and job.anchor_at is not None
-    return job_rules.EverySchedule(job.every_s, job.anchor_at, job.jitter_s)
+    return job_rules.stored_every(job.every_s, job.anchor_at, job.jitter_s, job.tz, job.dst_gap, job.dst_repeat)
 
 
 def cron_of(job: jobs_store.Job) -> schedule_rules.CronSchedule:

@@ -74,7 +74,8 @@ class ScheduleIn(Wire):
     run_at: Instant | None = None
     delay_seconds: DelaySeconds | None = None
     cron: Cron | None = None
-    # An interval, anchored (EventBridge's rate()): "90s", "15m", "1h30m", "1d".
+    # An interval, anchored (EventBridge's rate()): "90s", "15m", "1h30m", "1d"; with tz, whole days at the
+    # anchor's wall-clock time there (app.domain.schedule.interval).
     every: Every | None = None
     tz: TimeZone | None = None
     jitter_seconds: JitterSeconds | None = None
@@ -97,7 +98,7 @@ class JobIn(Wire):
     payload: Any = None
     retry: RetryIn | None = None
     timeout_seconds: TimeoutSeconds | None = None
-    concurrency: Literal["allow", "forbid", "replace"] | None = None
+    concurrency: Literal["allow", "forbid", "replace", "buffer_one"] | None = None
     misfire: Literal["run_once", "catch_up", "skip"] | None = None
     labels: Labels | None = None
     dry_run: bool = False
@@ -199,7 +200,7 @@ class JobOut(Wire):
     payload: Any
     retry: RetryOut
     timeout_seconds: int
-    concurrency: Literal["allow", "forbid", "replace"]
+    concurrency: Literal["allow", "forbid", "replace", "buffer_one"]
     misfire: Literal["run_once", "catch_up", "skip"]
     next_run_at: datetime | None
     paused_at: datetime | None
@@ -213,6 +214,8 @@ class JobOut(Wire):
     last_finished_at: datetime | None = None
     # On GET /v1/jobs/{jobId} only.
     executions: ExecutionCounts | None = None
+    # concurrency buffer_one: the occurrence (its nominal time) waiting for the running execution to settle.
+    buffered_at: datetime | None = None
     # A payload over the inline limit is kept in the object store under this key: GET /v1/jobs/{jobId}
     # and PATCH answer it whole, lists and actions answer payload null.
     payload_ref: str | None = None

@@ -293,7 +293,7 @@ def _resume_point(job: jobs_store.Job, now: datetime, missed: str) -> tuple[date
         grid = every_of(job)
         jitter = timedelta(seconds=schedule_rules.jitter_offset_s(str(job.job_id), job.jitter_s))
         if missed == "run_once" and job.next_nominal_at is not None and job.next_nominal_at <= now:
-            newest = grid.next_after(now) - timedelta(seconds=grid.every_s)
+            newest = grid.newest_at_or_before(now) or job.next_nominal_at
             return max(newest, job.next_nominal_at), now
         nxt = grid.next_after(now)
         return nxt, nxt + jitter
@@ -339,7 +339,8 @@ def merge_patch(base: Any, patch: Any) -> Any:
 
 
 # A schedule replaced by another drops the fields of its kind: {"schedule": {"cron": ...}} on a one-off.
-_SCHEDULE_KINDS = ({"runAt", "delaySeconds"}, {"cron", "tz", "dst"}, {"every"})
+# A kind is named by its own fields, not by tz and dst, which cron and a zoned every share.
+_SCHEDULE_KINDS = ({"runAt", "delaySeconds"}, {"cron"}, {"every"})
 
 
 def patched_body(job: jobs_store.Job, patch: dict[str, Any]) -> schemas.JobIn:
@@ -352,6 +353,11 @@ def patched_body(job: jobs_store.Job, patch: dict[str, Any]) -> schemas.JobIn:
         if {"runAt", "delaySeconds"} & set(new_schedule):
             base["schedule"].pop("runAt", None)
     merged = merge_patch(base, patch)
+    schedule = merged.get("schedule")
+    # An every without its zone is elapsed time: the zone's DST rules go with it unless the patch names them.
+    unzoned = isinstance(schedule, dict) and "every" in schedule and "tz" not in schedule
+    if unzoned and isinstance(new_schedule, dict) and "dst" not in new_schedule:
+        schedule.pop("dst", None)
     try:
         return msgspec.convert(merged, schemas.JobIn, strict=True)
     except msgspec.ValidationError as exc:

@@ -115,7 +115,8 @@ class JobView:
 
     @property
     def dst(self) -> JobView | None:
-        return self if self.job.schedule_kind == "cron" else None
+        zoned = self.job.schedule_kind == "cron" or (self.job.schedule_kind == "every" and self.job.tz is not None)
+        return self if zoned else None
 
     @property
     def gap(self) -> str:

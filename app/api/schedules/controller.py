@@ -46,7 +46,8 @@ class ScheduleController(Controller):
             str | None,
             QueryParameter(
                 schema_extra={"min_length": 1, "max_length": MAX_TZ_LENGTH, "pattern": NO_NUL},
-                description="IANA zone; required without jobId, replaces the job's with it",
+                description="IANA zone: required with cron unless jobId names a job, and replaces the job's; with "
+                "every (whole days only) the zone whose wall-clock time the grid keeps",
             ),
         ] = None,
         count: Annotated[
@@ -89,7 +90,8 @@ class ScheduleController(Controller):
             str | None,
             QueryParameter(
                 schema_extra={"min_length": 2, "pattern": "^([0-9]{1,9}d)?([0-9]{1,9}h)?([0-9]{1,9}m)?([0-9]{1,9}s)?$"},
-                description="an interval such as 15m or 1h30m, instead of cron and tz: its grid's instants",
+                description="an interval such as 15m, 1h30m or 1d, instead of cron: its grid's instants (with tz, "
+                "whole days at the anchor's wall-clock time in that zone, by the gap and repeat rules)",
             ),
         ] = None,
         start_at: Annotated[
@@ -128,9 +130,15 @@ class ScheduleController(Controller):
         s = found.schedule
         start_at_, end_at_ = (found.job.start_at, found.job.end_at) if found.job else (None, None)
         if isinstance(s, EverySchedule):
-            zone = ZoneInfo("UTC")
+            zone = ZoneInfo(s.tz or "UTC")
             schedule = ScheduleOut(
-                every=found.expr, anchor_at=s.anchor, jitter_seconds=s.jitter_s, start_at=start_at_, end_at=end_at_
+                every=found.expr,
+                anchor_at=s.anchor,
+                tz=s.tz,
+                jitter_seconds=s.jitter_s,
+                dst=DstIn(gap=s.dst.gap, repeat=s.dst.repeat) if s.tz else None,
+                start_at=start_at_,
+                end_at=end_at_,
             )
         else:
             zone = ZoneInfo(s.tz)

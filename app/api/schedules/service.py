@@ -1,8 +1,9 @@
 """What GET /v1/schedules/preview does: the fire times of a schedule, placed as the scheduler places them.
 
 An interval (``every``, anchored at ``startAt`` or, as a new job would be, one interval from now),
-or an every job's own grid (``jobId``), lists the grid's instants after ``from``; no zone or DST
-rule applies to it. Otherwise, a preview evaluates either an expression given in the query
+or an every job's own grid (``jobId``), lists the grid's instants after ``from``: elapsed time, or with
+``tz`` whole days at the anchor's wall-clock time by the cron DST rules (``gap``, ``repeat``).
+Otherwise, a preview evaluates either an expression given in the query
 (``cron`` and ``tz``, with the DST policy and jitter window a job would have) or an existing cron
 job of the caller's tenant
 (``jobId``): its stored resolved expression, zone, DST policy, jitter window and bounds, keyed by
@@ -17,7 +18,7 @@ field the same rule has on POST /v1/jobs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -117,36 +118,42 @@ def _evaluate_every(
     """The instants of an interval's grid strictly after ``start``, within the job's bounds."""
     if q.cron is not None:
         raise errors.InvalidParameter("every", "give cron (with tz) or every, not both")
-    for name, value in (("tz", q.tz), ("gap", q.gap), ("repeat", q.repeat)):
-        if value is not None:
-            raise errors.InvalidParameter(name, "applies to cron schedules; an every schedule runs in UTC")
     if job is not None and job.schedule_kind != "every" and q.every is None:
         raise errors.InvalidParameter("jobId", f"is a {job.schedule_kind} job, not an every job")
     every = q.every if q.every is not None else job_rules.format_every(job.every_s or 0) if job else ""
-    every_s = job_rules.parse_every(every, max(limits.min_interval_s, 1))
     jitter_s = q.jitter_s if q.jitter_s is not None else job.jitter_s if job is not None else 0
     if not 0 <= jitter_s <= job_rules.MAX_JITTER_S:
         raise errors.InvalidParameter("jitterSeconds", f"must be between 0 and {job_rules.MAX_JITTER_S}")
+    # The zone and DST policy: the query's, else the job's (a zone given alone takes the default policy).
+    tz = q.tz if q.tz is not None else job.tz if job is not None else None
+    stored = job is not None and q.tz is None and job.tz is not None
+    gap = q.gap if q.gap is not None else job.dst_gap if stored and job else None
+    repeat = q.repeat if q.repeat is not None else job.dst_repeat if stored and job else None
+    dst = job_rules.dst_policy(gap, repeat) if gap is not None or repeat is not None else None
     if q.start_at is not None:
-        anchor = job_rules.within_horizon(
+        anchor: datetime | None = job_rules.within_horizon(
             job_rules.parse_instant(q.start_at, "startAt"), now, limits.horizon_days, "startAt"
         )
     elif job is not None and job.schedule_kind == "every" and job.anchor_at is not None:
         anchor = job.anchor_at
     else:
-        anchor = now.replace(microsecond=0) + timedelta(seconds=every_s)  # as a job submitted now
-    grid = job_rules.EverySchedule(every_s, anchor, jitter_s)
+        anchor = None  # as a job submitted now
+    if tz is None and dst is not None:
+        raise errors.InvalidParameter("gap" if q.gap is not None else "repeat", "applies with a tz only")
+    grid = job_rules.every_schedule(
+        every, jitter_s, anchor, now, max(limits.min_interval_s, 1), tz=tz, dst=dst if tz is not None else None
+    )
     key = str(job.job_id) if job is not None else PREVIEW_KEY
     offset = schedule_rules.jitter_offset_s(key, jitter_s)
     end_at = job.end_at if job is not None else None
     if job is not None and job.start_at is not None:
         start = max(start, job.start_at - _EPSILON)
     found: list[schedule_rules.Occurrence] = []
-    at = grid.next_after(start)
-    while len(found) < q.count and (end_at is None or at <= end_at):
-        run_at = at + timedelta(seconds=offset)
-        found.append(schedule_rules.Occurrence(at, run_at, run_at, False, None, None))
-        at = grid.next_after(at)
+    for o in grid.occurrences_after(start):
+        if len(found) == q.count or (end_at is not None and o.nominal_utc > end_at):
+            break
+        run_at = o.nominal_utc + timedelta(seconds=offset)
+        found.append(replace(o, run_at=run_at, local=run_at.astimezone(o.local.tzinfo)))
     return Preview(job, every, grid, offset, found)
 
 

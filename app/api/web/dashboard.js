@@ -389,8 +389,11 @@ function renderDue(due) {
 
 function scheduleText(job) {
   const s = job.schedule;
-  if (s.cron) return `${s.cron} (${s.tz})${s.jitterSeconds ? ` ±${s.jitterSeconds}s` : ""}`;
-  if (s.every) return `every ${s.every}${s.jitterSeconds ? ` ±${s.jitterSeconds}s` : ""}`;
+  const jitter = s.jitterSeconds ? ` ±${s.jitterSeconds}s` : "";
+  // allow is the default: only a policy that changes what happens on overlap is said.
+  const overlap = job.concurrency && job.concurrency !== "allow" ? ` · overlap ${job.concurrency}` : "";
+  if (s.cron) return `${s.cron} (${s.tz})${jitter}${overlap}`;
+  if (s.every) return `every ${s.every}${s.tz ? ` (${s.tz})` : ""}${jitter}${overlap}`;
   return s.runAt ? `once at ${clock(s.runAt)}` : "–";
 }
 

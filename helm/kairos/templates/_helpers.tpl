@@ -111,6 +111,10 @@ series need the token below as well (docs/observability.md). */}}
     secretKeyRef:
       name: {{ include "kairos.secretName" . }}
       key: {{ .Values.secrets.metricsTokenKey }}
+{{- /* Identity tokens' iss: executors sign with it and the API serves it in /.well-known/openid-configuration,
+so every tier gets the same one (docs/http-delivery.md). */}}
+- name: KAIROS_OIDC_ISSUER
+  value: {{ .Values.oidcIssuer | default (printf "http://%s-api.%s.svc:%v" (include "kairos.fullname" .) .Release.Namespace .Values.ports.http) | quote }}
 - name: KAIROS_LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
 - name: KAIROS_LOG_FORMAT
