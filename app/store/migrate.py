@@ -30,6 +30,9 @@ UNDEFINED_TABLE = "42P01"  # schema_migrations itself is missing: nothing applie
 # new transaction, so that whatever this one held (a CREATE INDEX CONCURRENTLY elsewhere waits for it) is let go.
 LOCK_NOT_AVAILABLE = "55P03"
 LOCK_TRIES = 60
+# A deadlock between processes migrating at once (0022's conversion steps take locks in different orders
+# under load) outlasts the database's own few retries: the statement is idempotent, so it runs again too.
+DEADLOCK_DETECTED = "40P01"
 _MIGRATION = re.compile(r"^(\d{4}_.+)\.sql$")
 # Markers, each a line of its own among the first lines of a migration (the lines that start with
 # "-- kairos:"; a file may carry both).
@@ -158,13 +161,13 @@ async def _apply_outside_transaction(db: Database, m: Migration) -> bool:
 
 
 async def _alone(db: Database, statement: str) -> None:
-    """One statement in autocommit; again after a pause while its lock is not granted."""
+    """One statement in autocommit; again after a pause while its lock is not granted or it deadlocked."""
     for attempt in range(1, LOCK_TRIES + 1):
         try:
             await db.outside_transaction(statement)
             return
         except errors.StoreError as exc:
-            if exc.sqlstate != LOCK_NOT_AVAILABLE or attempt == LOCK_TRIES:
+            if exc.sqlstate not in (LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED) or attempt == LOCK_TRIES:
                 raise
             await asyncio.sleep(random.uniform(0.1, 1.0))
 

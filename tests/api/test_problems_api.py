@@ -109,7 +109,7 @@ def test_the_replay_bodies_are_strict_too(api: ApiProcess, client: httpx.Client)
 def test_an_enum_problem_lists_the_values(client: httpx.Client) -> None:
     problem = problem_of(client.post("/v1/jobs", json=once_job(concurrency="sometimes")), 422)
     assert problem["field"] == "/concurrency"
-    assert "'allow', 'forbid', 'replace'" in problem["detail"] and "sometimes" in problem["detail"]
+    assert "'allow', 'buffer_one', 'forbid', 'replace'" in problem["detail"] and "sometimes" in problem["detail"]
     problem = problem_of(client.post("/v1/jobs", json=once_job(target={"type": "ftp", "ref": "x"})), 422)
     assert problem["field"] == "/target/type" and "'http'" in problem["detail"] and "'queue'" in problem["detail"]
     job_id = client.post("/v1/jobs", json=once_job()).json()["jobId"]

@@ -101,7 +101,7 @@ def test_locust_users_succeed_and_report_start_lag(tmp_path: Path) -> None:
         assert report["notStarted"] == 0, report
         assert "Start lag read back from Kairos" in proc.stdout
 
-        herd_at = (datetime.now(timezone.utc) + timedelta(seconds=12)).replace(microsecond=0)
+        herd_at = (datetime.now(timezone.utc) + timedelta(seconds=20)).replace(microsecond=0)
         proc, report = run_locust(
             up.env,
             up.api,
@@ -112,7 +112,7 @@ def test_locust_users_succeed_and_report_start_lag(tmp_path: Path) -> None:
             "-r",
             "4",
             "-t",
-            "40s",
+            "50s",
             KAIROS_LOCUST_SHAPE="herd",
             KAIROS_LOCUST_HERD_JOBS="5",
             KAIROS_LOCUST_HERD_HOLD_S="3",
