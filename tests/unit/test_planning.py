@@ -243,7 +243,7 @@ def test_a_zoned_day_moves_the_due_row_to_the_same_wall_time_across_dst() -> Non
     assert states(plan) == [(day, "ready", None)]
     nxt = datetime(2026, 3, 29, 8, 0, tzinfo=UTC)
     assert plan.next_due is not None and plan.next_due.nominal_at == nxt
-    assert plan.advance == planning.store.JobAdvance(JOB, "active", nxt, nxt)
+    assert plan.advance == planning.dispatch_store.JobAdvance(JOB, "active", nxt, nxt)
 
 
 def test_a_zoned_day_whose_wall_time_falls_in_the_gap_is_recorded_as_skipped_with_gap_skip() -> None:
@@ -272,7 +272,7 @@ def test_buffer_one_buffers_the_first_occurrence_due_while_the_previous_one_runs
         claim(kind="cron", cron="* * * * *", concurrency="buffer_one", overlapping=True), at(0), no_slot
     )
     assert plan.executions == []  # nothing runs now, nothing is recorded: it waits on the job row
-    assert plan.advance == planning.store.JobAdvance(JOB, "active", at(1), at(1), buffered_at=T0)
+    assert plan.advance == planning.dispatch_store.JobAdvance(JOB, "active", at(1), at(1), buffered_at=T0)
     assert plan.next_due is not None and plan.next_due.nominal_at == at(1)  # the chain goes on
 
 
@@ -281,7 +281,7 @@ def test_buffer_one_skips_an_occurrence_when_one_already_waits() -> None:
     plan = planning.plan_claim(c, at(0), no_slot)
     assert states(plan) == [(T0, "skipped", "overlap")]
     assert "buffer_one" in (plan.executions[0].note or "")
-    assert plan.advance == planning.store.JobAdvance(JOB, "active", at(1), at(1))
+    assert plan.advance == planning.dispatch_store.JobAdvance(JOB, "active", at(1), at(1))
     # One waiting with the previous execution already settled: it starts first (app.scheduler.buffered), so
     # this occurrence is skipped too rather than overtaking it.
     settled = planning.plan_claim(replace(c, overlapping=False), at(0), no_slot)
