@@ -206,3 +206,29 @@ async def test_an_update_of_the_overlap_policy_decides_the_waiting_occurrence_by
     found = await _executions(db, job_id)
     assert found[T0] == waiting and found[earlier][0] == previous
     assert await _buffered(db, job_id) is None
+
+
+async def test_a_dead_letter_that_pauses_the_job_drops_the_waiting_occurrence(db: Database) -> None:
+    """pauseOnFailure with buffer_one: the previous occurrence's dead letter pauses the job (the Fail's own
+    transaction), and the waiting one is then recorded as skipped (paused), never started; the resume does not
+    bring it back."""
+    from app.store import executions as ex
+
+    clock = ManualClock(T0)
+    tenant = await new_tenant(db)
+    a = node(db, clock, "a")
+    await a.leaser.run_once()
+    [job_id] = await seed(db, tenant, 1, T0, cron="* * * * *", concurrency="buffer_one")
+    await rows(db, "UPDATE jobs SET pause_on_failure = true WHERE job_id = :j RETURNING 1", j=job_id)
+    earlier = T0 - timedelta(minutes=1)
+    await _previous_execution(db, job_id, tenant, "leased", earlier)
+    await a.loader.run_once()
+    await a.dispatcher.run_once()
+    assert await _buffered(db, job_id) == T0
+    [previous] = await rows(db, "SELECT execution_id FROM executions WHERE job_id = :j", j=job_id)
+    await db.transaction(lambda tx: tx.executions.fail_many([ex.Failure(previous.execution_id, 1, "boom", False)]))
+    assert (await _job(db, job_id)).state == "paused"
+    result = await BufferStarter(db).run_once()
+    assert (result.started, result.settled) == (0, 1)
+    assert (await _executions(db, job_id))[T0] == ("skipped", "paused")
+    assert await _buffered(db, job_id) is None
