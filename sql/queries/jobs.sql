@@ -204,7 +204,8 @@ WITH dead AS (
     UPDATE jobs AS j SET
         state = 'paused', paused_at = coalesce(CAST(:now AS TIMESTAMPTZ), now()), next_run_at = NULL,
         paused_reason = 'pauseOnFailure: execution ' || CAST(d.execution_id AS TEXT) || ' was dead-lettered after '
-                        || CAST(d.attempt AS TEXT) || ' attempts: ' || coalesce(d.error, 'no error given'),
+                        || CAST(d.attempt AS TEXT) || CASE WHEN d.attempt = 1 THEN ' attempt: ' ELSE ' attempts: ' END
+                        || coalesce(d.error, 'no error given'),
         -- the occurrences withdrawn below no longer count as started
         run_count = j.run_count - CASE WHEN j.max_runs IS NULL THEN 0 ELSE coalesce(d.withdrawn, 0) END,
         pause_execution_id = d.execution_id,  -- kept after a resume: the history says which dead letter paused it

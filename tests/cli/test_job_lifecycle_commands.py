@@ -18,7 +18,7 @@ def test_submit_flags_set_the_lifecycle_options_and_show_prints_them(kairos: Kai
     assert job["deleteAfterCompletionSeconds"] == 86400
     human = kairos("jobs", "show", job_id).out
     assert "pause the job" in human and "4 of 4 (maxRuns)" in human and "86400s after it completes" in human
-    reason = f"pauseOnFailure: execution {job_id} was dead-lettered after 1 attempts: HTTP 500"
+    reason = f"pauseOnFailure: execution {job_id} was dead-lettered after 1 attempt: HTTP 500"
     query(
         cli_api.database_url,
         "UPDATE jobs SET state = 'paused', paused_at = now(), paused_reason = %s, next_run_at = NULL WHERE job_id = %s",
