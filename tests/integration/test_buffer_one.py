@@ -155,6 +155,7 @@ async def test_a_schedule_that_ends_with_an_occurrence_waiting_completes_when_th
     assert (job.state, job.buffered_at) == ("active", T0)
     if ends_by == "max_runs":
         assert job.run_count == 1  # not started yet: not counted
+    assert await _reads(db, tenant, job_id) == ("active", ["active"])  # GET and ?state= agree
     starter = BufferStarter(db)
     assert (await starter.run_once()).started == 0
     assert (await _job(db, job_id)).state == "active"
@@ -172,9 +173,32 @@ async def test_a_schedule_that_ends_with_an_occurrence_waiting_completes_when_th
     assert not await rows(db, "SELECT 1 FROM due_index WHERE job_id = :j", j=job_id)
     if ends_by == "max_runs":
         assert job.run_count == 2
+    assert await _reads(db, tenant, job_id) == ("active", ["active"])  # its last execution is still to finish
+    await rows(
+        db,
+        "UPDATE executions SET state = 'succeeded', finished_at = now() WHERE job_id = :j AND scheduled_for = :at "
+        "RETURNING 1",
+        j=job_id,
+        at=T0,
+    )
+    assert await _reads(db, tenant, job_id) == ("completed", ["completed"])
     clock.advance(120)
     await a.tick()
     assert set(await _executions(db, job_id)) == {earlier, T0}  # nothing runs past the end
+
+
+async def _reads(db: Database, tenant: UUID, job_id: UUID) -> tuple[str, list[str]]:
+    """The job's state as GET reports it, and the ?state= filters whose page lists it."""
+    job = await db.transaction(lambda tx: tx.jobs.get(tenant, job_id))
+    assert job is not None
+    listed = []
+    for state in ("active", "paused", "completed", "failed", "cancelled"):
+        page = await db.transaction(
+            lambda tx, s=state: tx.jobs.list_page(tenant, state=s, name=None, after=None, limit=10)
+        )
+        if any(j.job_id == job_id for j in page):
+            listed.append(state)
+    return job.reported_state, listed
 
 
 @pytest.mark.parametrize(
