@@ -20,8 +20,9 @@ How the waiting occurrence meets the other rules (as Temporal's scheduler treats
   start), and the start that reaches the limit completes the job. A schedule that ended (endAt) while it
   waits stays ``active``, with nothing further due, until it starts: it is still going to run.
 * A pause (``:pause``, or pauseOnFailure's dead letter) drops it: recorded as skipped with reason
-  ``paused``, like the occurrences that fall in the pause; a resume does not bring it back. A cancel
-  drops it unrecorded (the job is gone).
+  ``paused``, like the occurrences that fall in the pause; a resume does not bring it back. The API's
+  pause and resume drop it in their own transaction (app.api.jobs.service); this duty drops it after a
+  pauseOnFailure pause, which the executor's Fail makes. A cancel drops it unrecorded (the job is gone).
 * An update that changes the overlap policy decides it by the policy it has now (Temporal resolves a
   scheduled start's policy when it processes the buffer): ``allow`` starts it at once, ``forbid`` records
   it as skipped (reason ``overlap``) while the previous one still runs and starts it otherwise,

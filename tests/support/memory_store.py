@@ -211,6 +211,7 @@ class MemoryJobs(_Table):
         row.state = to_state
         row.paused_at = self._now if to_state == JobState.PAUSED else None
         row.next_nominal_at, row.next_run_at = next_nominal_at, next_run_at  # type: ignore[assignment]
+        row.buffered_at = None  # the caller records the waiting occurrence it drops
         row.version += 1
         row.updated_at = self._now
         return _plain(row)
