@@ -118,8 +118,10 @@ def plan_claim(c: dispatch_store.Claim, now: datetime, catch_up_slot: Callable[[
         )
 
     if c.end_at is not None and c.nominal_at > c.end_at:
-        # endAt moved before this occurrence (an update): the schedule is over.
-        plan.advance = dispatch_store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
+        # endAt moved before this occurrence (an update): the schedule is over; a buffer_one occurrence still
+        # waiting keeps the job active until it starts (app.scheduler.buffered completes it then).
+        ended = JobState.ACTIVE if c.buffered_at is not None else JobState.COMPLETED
+        plan.advance = dispatch_store.JobAdvance(c.job_id, ended, None, None)
         return plan
     # (nominal, ready_at) of every occurrence that runs now, oldest first.
     runs: list[tuple[datetime, datetime]] = [(c.nominal_at, c.next_run_at)]
