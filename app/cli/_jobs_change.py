@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from app.cli.client import Job, KairosClient
-from app.cli.job_body import read_file
+from app.cli.job_body import check_delete_after, read_file
 from app.cli.remote import DURATION, INSTANT, JOB_ID, JSON_VALUE, emit, json_option, pass_api, progress, utc_iso, when
 
 
@@ -33,6 +33,8 @@ def _label_patch(pairs: Sequence[str]) -> dict[str, str | None]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"{pair!r} is not KEY=VALUE (KEY= removes the label)", param_hint="--label")
+        if key in out:
+            raise click.BadParameter(f"{key!r} is given twice; a job has one value per label key", param_hint="--label")
         out[key] = value or None
     return out
 
@@ -87,6 +89,8 @@ def jobs_update(
         raise click.UsageError("give --cron or --every, not both")
     if schedule:
         patch["schedule"] = {**patch.get("schedule", {}), **schedule}
+    if delete_after is not None:
+        check_delete_after(delete_after)
     for key, value in (
         ("name", name),
         ("payload", payload),

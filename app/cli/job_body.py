@@ -12,6 +12,10 @@ from app.cli.remote import read_text, utc_iso
 from app.cli.usage import fail
 from app.errors import InvalidInput
 
+# The API's bound on deleteAfterCompletionSeconds (app.domain.jobs.MAX_DELETE_AFTER_S; a test keeps them equal),
+# kept here so the CLI does not import the domain package.
+DELETE_AFTER_MAX_S = 366 * 86400
+
 # The default of --payload: no payload given (distinct from an explicit JSON null).
 NO_DATA = object()
 
@@ -55,6 +59,8 @@ def _labels(pairs: Sequence[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             fail(f"--label: {pair!r} is not KEY=VALUE")
+        if key in out:
+            fail(f"--label: {key!r} is given twice; a job has one value per label key")
         out[key] = value
     return out
 
@@ -222,5 +228,12 @@ def build_job(
     if max_runs is not None:
         body["maxRuns"] = max_runs
     if delete_after is not None:
+        check_delete_after(delete_after)
         body["deleteAfterCompletionSeconds"] = int(delete_after)
     return body
+
+
+def check_delete_after(seconds: float) -> None:
+    """The API's bound on deleteAfterCompletionSeconds, said in the flag's own terms (exit 2 before any request)."""
+    if seconds > DELETE_AFTER_MAX_S:
+        fail(f"--delete-after: at most {DELETE_AFTER_MAX_S // 86400}d")

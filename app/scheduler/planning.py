@@ -16,7 +16,8 @@ job the execution to cancel. The rules, in the order they apply:
   (run_once, catch_up, skip, capped at :data:`MISFIRE_CAP`); the others are recorded as skipped.
 * An unfinished previous execution: forbid records the runs as skipped, replace cancels it, buffer_one
   keeps the run waiting on the job row (app.scheduler.buffered starts it once that execution settles)
-  unless one waits already, and then records it as skipped.
+  unless one waits already, and then records it as skipped; a schedule that ends with one waiting stays
+  active until that one starts.
 
 Cron evaluation is cached: jobs sharing an expression, zone and DST policy share one evaluation
 per nominal instant, and each job's jitter offset is added on top (herds are exactly that case).
@@ -117,8 +118,10 @@ def plan_claim(c: dispatch_store.Claim, now: datetime, catch_up_slot: Callable[[
         )
 
     if c.end_at is not None and c.nominal_at > c.end_at:
-        # endAt moved before this occurrence (an update): the schedule is over.
-        plan.advance = dispatch_store.JobAdvance(c.job_id, JobState.COMPLETED, None, None)
+        # endAt moved before this occurrence (an update): the schedule is over; a buffer_one occurrence still
+        # waiting keeps the job active until it starts (app.scheduler.buffered completes it then).
+        ended = JobState.ACTIVE if c.buffered_at is not None else JobState.COMPLETED
+        plan.advance = dispatch_store.JobAdvance(c.job_id, ended, None, None)
         return plan
     # (nominal, ready_at) of every occurrence that runs now, oldest first.
     runs: list[tuple[datetime, datetime]] = [(c.nominal_at, c.next_run_at)]
@@ -180,7 +183,9 @@ def plan_claim(c: dispatch_store.Claim, now: datetime, catch_up_slot: Callable[[
         # settles (app.scheduler.buffered); one already waiting keeps its place (it starts first, even when
         # the previous one has just settled), and this one is recorded as skipped.
         if c.buffered_at is None and plan.advance is not None:
-            plan.advance = replace(plan.advance, buffered_at=runs[0][0])
+            # A schedule that ends here (endAt passed, a one-off) still has this one to run: the job stays active,
+            # with nothing further due, and the start completes it.
+            plan.advance = replace(plan.advance, state=JobState.ACTIVE, buffered_at=runs[0][0])
             return plan
         note = "an occurrence already waits for the previous execution (buffer_one keeps one)"
         plan.executions.extend(execution(n, r, ExecutionState.SKIPPED, "overlap", note) for n, r in runs)

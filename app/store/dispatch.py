@@ -130,13 +130,27 @@ class JobAdvance:
 
 @dataclass(frozen=True, slots=True)
 class Buffered:
-    """A job whose buffer_one occurrence may start: nothing of the job is ready or leased any more."""
+    """A job whose buffer_one occurrence is to be settled now (app.scheduler.buffered decides how)."""
 
     job_id: UUID
     tenant_id: UUID
     buffered_at: datetime  # the waiting occurrence's nominal time
     job_state: JobState
     job_traceparent: str | None
+    concurrency: str = "buffer_one"  # the job's overlap policy now (an update may have changed it)
+    max_runs: int | None = None
+    run_count: int | None = None
+    in_flight: bool = False  # an execution of the job is still ready or leased
+
+
+@dataclass(frozen=True, slots=True)
+class BufferedOutcome:
+    """How one waiting occurrence is settled: started, recorded as skipped (``skip_reason``), or only cleared."""
+
+    start: bool
+    traceparent: str | None = None
+    skip_reason: str | None = None
+    note: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,15 +310,28 @@ class Dispatch(Table):
         return Recorded(row.ready, row.skipped, row.next_due, row.advanced)
 
     async def lock_buffered(self, limit: int) -> list[Buffered]:
-        """Lock up to ``limit`` jobs whose buffer_one occurrence may start now (nothing of the job still open)."""
+        """Lock up to ``limit`` jobs whose waiting buffer_one occurrence is to be settled now."""
         rows = await self._conn.execute(q("DispatchLockBuffered"), {"limit": limit})
-        return [Buffered(r.job_id, r.tenant_id, r.buffered_at, JobState(r.state), r.traceparent) for r in rows]
+        return [
+            Buffered(
+                r.job_id,
+                r.tenant_id,
+                r.buffered_at,
+                JobState(r.state),
+                r.traceparent,
+                r.concurrency,
+                r.max_runs,
+                r.run_count,
+                bool(r.in_flight),
+            )
+            for r in rows
+        ]
 
     async def start_buffered(
-        self, locked: Sequence[Buffered], traceparents: Sequence[str | None], now: datetime | None = None
-    ) -> list[tuple[UUID, datetime]]:
-        """Clear what ``lock_buffered`` locked and start each as a ready execution with its traceparent (a
-        cancelled job's is dropped): (job_id, scheduled_for) of each started."""
+        self, locked: Sequence[Buffered], outcomes: Sequence[BufferedOutcome], now: datetime | None = None
+    ) -> list[tuple[UUID, datetime, str]]:
+        """Clear what ``lock_buffered`` locked and settle each by its outcome: (job_id, scheduled_for, state)
+        of each execution inserted (ready: started; skipped: dropped with a reason)."""
         if not locked:
             return []
         rows = await self._conn.execute(
@@ -313,8 +340,10 @@ class Dispatch(Table):
                 "now": now,
                 "job_ids": _plain([b.job_id for b in locked]),
                 "buffered_ats": _plain([b.buffered_at for b in locked]),
-                "starts": _plain([b.job_state != JobState.CANCELLED for b in locked]),
-                "traceparents": _texts(traceparents),
+                "starts": _plain([o.start for o in outcomes]),
+                "traceparents": _texts([o.traceparent for o in outcomes]),
+                "skip_reasons": _texts([o.skip_reason for o in outcomes]),
+                "notes": _texts([o.note for o in outcomes]),
             },
         )
-        return [(r.job_id, r.scheduled_for) for r in rows]
+        return [(r.job_id, r.scheduled_for, r.state) for r in rows]

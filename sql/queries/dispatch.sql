@@ -120,39 +120,66 @@ SELECT (SELECT count(*) FROM ins WHERE state = 'ready') AS ready,
        (SELECT count(*) FROM adv) AS advanced;
 
 -- name: DispatchLockBuffered
--- buffer_one overlap: lock up to :limit jobs with an occurrence waiting (jobs.buffered_at) none of whose executions is still ready or leased (the previous one succeeded, was dead-lettered or cancelled), oldest first; a paused job's waits for its resume. Answers what DispatchStartBuffered needs, the job's traceparent included.
-SELECT j.job_id, j.tenant_id, j.buffered_at, j.state, j.traceparent
+-- buffer_one overlap: lock up to :limit jobs with an occurrence waiting (jobs.buffered_at) that is to be settled now, oldest first: a buffer_one job none of whose executions is still ready or leased (the previous one succeeded, was dead-lettered or cancelled), a job paused or cancelled meanwhile (its waiting one is dropped), and a job whose overlap policy an update changed since (the waiting one is decided by the policy it has now). Answers what the BufferStarter decides with and DispatchStartBuffered needs, the job's traceparent included.
+SELECT j.job_id, j.tenant_id, j.buffered_at, j.state, j.traceparent, j.concurrency, j.max_runs, j.run_count,
+       (j.state = 'active' AND j.concurrency <> 'allow' AND (
+           SELECT e.execution_id FROM executions AS e
+           WHERE e.job_id = j.job_id AND e.state IN ('ready', 'leased') LIMIT 1) IS NOT NULL) AS in_flight
 FROM jobs AS j
 WHERE j.buffered_at IS NOT NULL  -- jobs_buffered: nearly always empty
-  AND j.state <> 'paused'
-  -- A probe of each waiting job's own executions (UNIQUE (job_id, scheduled_for)); as NOT EXISTS the
-  -- planner made it a hash anti join that read every ready and leased row (10.8 ms against 0.5 for 100
-  -- waiting jobs beside 20,000 executions, more with a herd in flight).
-  AND (SELECT e.execution_id FROM executions AS e
-       WHERE e.job_id = j.job_id AND e.state IN ('ready', 'leased') LIMIT 1) IS NULL
+  AND (j.state NOT IN ('active', 'completed') OR j.concurrency <> 'buffer_one'
+       -- A probe of each waiting job's own executions (UNIQUE (job_id, scheduled_for)); as NOT EXISTS the
+       -- planner made it a hash anti join that read every ready and leased row (10.8 ms against 0.5 for 100
+       -- waiting jobs beside 20,000 executions, more with a herd in flight).
+       OR (SELECT e.execution_id FROM executions AS e
+           WHERE e.job_id = j.job_id AND e.state IN ('ready', 'leased') LIMIT 1) IS NULL)
 ORDER BY j.buffered_at
 LIMIT CAST(:limit AS INT)
 FOR UPDATE OF j SKIP LOCKED;
 
 -- name: DispatchStartBuffered
--- buffer_one overlap: clear the waiting occurrences DispatchLockBuffered locked and insert each as an execution, ready now, with its trace (a cancelled job's is only cleared: its traceparent is NULL and start false). Answers the started ones.
+-- buffer_one overlap: clear the waiting occurrences DispatchLockBuffered locked and settle each: started (an execution ready now, with its trace; it counts toward maxRuns, and completes the job when it reaches the limit or when the schedule has nothing further due), recorded as skipped (:skip_reasons, when a pause or an overlap policy changed to forbid drops it), or only cleared (a cancelled job's). Answers the executions it inserted.
 WITH batch AS (
     SELECT * FROM unnest(CAST(:job_ids AS UUID[]), CAST(:buffered_ats AS TIMESTAMPTZ[]), CAST(:starts AS BOOL[]),
-                         CAST(:traceparents AS TEXT[]))
-        AS b (job_id, buffered_at, start, traceparent)
+                         CAST(:traceparents AS TEXT[]), CAST(:skip_reasons AS TEXT[]), CAST(:notes AS TEXT[]))
+        AS b (job_id, buffered_at, start, traceparent, skip_reason, note)
 ), cleared AS (
-    UPDATE jobs AS j SET buffered_at = NULL
+    UPDATE jobs AS j
+    SET buffered_at = NULL,
+        -- maxRuns: a buffered occurrence counts when it starts (Temporal spends a remaining action at the start)
+        run_count = CASE WHEN b.start AND j.max_runs IS NOT NULL THEN coalesce(j.run_count, 0) + 1 ELSE j.run_count END,
+        state = CASE WHEN b.start AND j.state = 'active'
+                          AND (j.next_run_at IS NULL OR coalesce(j.run_count, 0) + 1 >= j.max_runs)
+                     THEN 'completed' ELSE j.state END,
+        next_run_at = CASE WHEN b.start AND j.state = 'active' AND coalesce(j.run_count, 0) + 1 >= j.max_runs
+                           THEN NULL ELSE j.next_run_at END,
+        next_nominal_at = CASE WHEN b.start AND j.state = 'active' AND coalesce(j.run_count, 0) + 1 >= j.max_runs
+                               THEN NULL ELSE j.next_nominal_at END,
+        updated_at = CASE WHEN b.start AND j.state = 'active'
+                               AND (j.next_run_at IS NULL OR coalesce(j.run_count, 0) + 1 >= j.max_runs)
+                          THEN coalesce(CAST(:now AS TIMESTAMPTZ), now()) ELSE j.updated_at END
     FROM batch AS b
     WHERE j.job_id = b.job_id
       AND j.job_id = ANY (CAST(:job_ids AS UUID[]))  -- an index condition: never a scan of jobs
       AND j.buffered_at = b.buffered_at  -- the one locked: changed meanwhile, it is left for the next round
-    RETURNING j.job_id, j.tenant_id, j.queue, j.max_attempts
+    RETURNING j.job_id, j.tenant_id, j.queue, j.max_attempts, j.state
+), ended AS (
+    -- The job the start completed (maxRuns reached) has no next occurrence: its due row goes.
+    DELETE FROM due_index AS d
+    USING cleared AS c
+    WHERE d.job_id = c.job_id AND c.state = 'completed'
+    RETURNING d.job_id
 )
 INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at, dispatched_at,
-                        traceparent)
-SELECT c.job_id, c.tenant_id, c.queue, b.buffered_at, c.max_attempts, 'ready',
-       coalesce(CAST(:now AS TIMESTAMPTZ), now()), coalesce(CAST(:now AS TIMESTAMPTZ), now()), b.traceparent
+                        finished_at, skip_reason, error, traceparent)
+SELECT c.job_id, c.tenant_id, c.queue, b.buffered_at, c.max_attempts,
+       CASE WHEN b.start THEN 'ready' ELSE 'skipped' END,
+       coalesce(CAST(:now AS TIMESTAMPTZ), now()), coalesce(CAST(:now AS TIMESTAMPTZ), now()),
+       CASE WHEN NOT b.start THEN coalesce(CAST(:now AS TIMESTAMPTZ), now()) END,
+       CASE WHEN NOT b.start THEN b.skip_reason END,
+       CASE WHEN NOT b.start THEN b.note END,
+       b.traceparent
 FROM cleared AS c JOIN batch AS b ON b.job_id = c.job_id
-WHERE b.start
+WHERE b.start OR b.skip_reason IS NOT NULL
 ON CONFLICT (job_id, scheduled_for) DO NOTHING  -- an occurrence is dispatched once
-RETURNING job_id, scheduled_for;
+RETURNING job_id, scheduled_for, state;

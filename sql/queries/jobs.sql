@@ -71,13 +71,14 @@ ORDER BY created_at DESC, job_id DESC
 LIMIT :limit;
 
 -- name: JobSetState
--- Move a job between states at the tenant's request, guarded on its current state, version and updated_at (a lost race, a dispatch included, changes nothing).
+-- Move a job between states at the tenant's request (dropping a waiting buffer_one occurrence), guarded on its current state, version and updated_at (a lost race, a dispatch included, changes nothing).
 UPDATE jobs SET
     state = :to_state,
     paused_at = CASE WHEN CAST(:to_state AS TEXT) = 'paused' THEN now() ELSE NULL END,
     paused_reason = NULL,  -- the tenant's own pause gives no reason; a resume clears Kairos's
     next_nominal_at = CAST(:next_nominal_at AS TIMESTAMPTZ),
     next_run_at = CAST(:next_run_at AS TIMESTAMPTZ),
+    buffered_at = NULL,  -- a pause, resume or cancel drops a waiting buffer_one occurrence (the caller records it)
     version = version + 1,
     updated_at = now()
 WHERE tenant_id = :tenant_id AND job_id = :job_id
@@ -204,7 +205,8 @@ WITH dead AS (
     UPDATE jobs AS j SET
         state = 'paused', paused_at = coalesce(CAST(:now AS TIMESTAMPTZ), now()), next_run_at = NULL,
         paused_reason = 'pauseOnFailure: execution ' || CAST(d.execution_id AS TEXT) || ' was dead-lettered after '
-                        || CAST(d.attempt AS TEXT) || ' attempts: ' || coalesce(d.error, 'no error given'),
+                        || CAST(d.attempt AS TEXT) || CASE WHEN d.attempt = 1 THEN ' attempt: ' ELSE ' attempts: ' END
+                        || coalesce(d.error, 'no error given'),
         -- the occurrences withdrawn below no longer count as started
         run_count = j.run_count - CASE WHEN j.max_runs IS NULL THEN 0 ELSE coalesce(d.withdrawn, 0) END,
         pause_execution_id = d.execution_id,  -- kept after a resume: the history says which dead letter paused it

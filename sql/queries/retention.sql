@@ -88,10 +88,11 @@ WHERE a.scheduled_for >= CAST(:lo AS TIMESTAMPTZ) AND a.scheduled_for < CAST(:hi
 SELECT kairos_history_partition_drop(CAST(:lo AS TIMESTAMPTZ), CAST(:cutoff AS TIMESTAMPTZ)) AS outcome;
 
 -- name: JobRemovalTake
--- Delete up to :limit jobs that asked to be removed once finished (deleteAfterCompletionSeconds): completed or cancelled, nothing left to run, and their last change and every execution's finish at least their delay old; returning every column for the archive. jobs_removal finds them; FOR UPDATE SKIP LOCKED: schedulers removing at once take different jobs.
+-- Delete up to :limit jobs that asked to be removed once finished (deleteAfterCompletionSeconds): completed or cancelled, nothing left to run (no execution ready or leased, no buffer_one occurrence waiting), and their last change and every execution's finish at least their delay old; returning every column for the archive. jobs_removal finds them; FOR UPDATE SKIP LOCKED: schedulers removing at once take different jobs.
 WITH due AS (
     SELECT j.job_id FROM jobs AS j
     WHERE j.delete_after_s IS NOT NULL AND j.state IN ('completed', 'cancelled')
+      AND j.buffered_at IS NULL  -- a buffer_one occurrence still waits: the BufferStarter settles it first
       AND j.updated_at <= coalesce(CAST(:now AS TIMESTAMPTZ), now()) - CAST(j.delete_after_s AS FLOAT8) * INTERVAL '1 second'
       AND NOT EXISTS (
           SELECT 1 FROM executions AS e

@@ -95,3 +95,23 @@ def test_the_openapi_document_describes_buffer_one_and_a_zoned_every(api: ApiPro
     tz = schemas["ScheduleIn"]["properties"]["tz"]["description"]
     assert "every" in tz and "whole days" in tz
     assert "wall-clock" in schemas["ScheduleIn"]["properties"]["every"]["description"]
+
+
+def test_a_pause_drops_the_waiting_occurrence_at_once_and_a_resume_never_brings_it_back(
+    api: ApiProcess, client: httpx.Client
+) -> None:
+    """The scheduler's BufferStarter drops a paused job's waiting occurrence within its second; the API's own
+    pause and resume drop it in their transaction, so a pause and a resume within that second cannot leave
+    it to start after all."""
+    for action in ("pause", "resume"):
+        made = client.post("/v1/jobs", json=cron_job(concurrency="buffer_one"))
+        job_id = made.json()["jobId"]
+        if action == "resume":  # paused by pauseOnFailure, before the BufferStarter's next pass
+            assert client.post(f"/v1/jobs/{job_id}:pause", json={}).status_code == 200
+        query(api.database_url, "UPDATE jobs SET buffered_at = '2030-01-01T09:00:00Z' WHERE job_id = %s", (job_id,))
+        done = client.post(f"/v1/jobs/{job_id}:{action}", json={})
+        assert done.status_code == 200, done.text
+        assert done.json()["bufferedAt"] is None
+        history = client.get(f"/v1/jobs/{job_id}/executions").json()
+        dropped = [e for e in history if e["scheduledFor"] == "2030-01-01T09:00:00Z"]
+        assert [(e["state"], e["skipReason"]) for e in dropped] == [("skipped", "paused")], history

@@ -93,7 +93,7 @@ def test_patch_sets_raises_and_removes_a_run_limit_never_below_the_runs_started(
 
 def test_a_job_paused_on_failure_shows_why_until_resumed(api: ApiProcess, client: httpx.Client) -> None:
     job_id = client.post("/v1/jobs", json=every_job(pauseOnFailure=True)).json()["jobId"]
-    reason = "pauseOnFailure: execution 0 was dead-lettered after 1 attempts: HTTP 500"
+    reason = "pauseOnFailure: execution 0 was dead-lettered after 1 attempt: HTTP 500"
     query(
         api.database_url,
         "UPDATE jobs SET state = 'paused', paused_at = now(), paused_reason = %s WHERE job_id = %s",

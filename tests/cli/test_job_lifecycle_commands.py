@@ -18,7 +18,7 @@ def test_submit_flags_set_the_lifecycle_options_and_show_prints_them(kairos: Kai
     assert job["deleteAfterCompletionSeconds"] == 86400
     human = kairos("jobs", "show", job_id).out
     assert "pause the job" in human and "4 of 4 (maxRuns)" in human and "86400s after it completes" in human
-    reason = f"pauseOnFailure: execution {job_id} was dead-lettered after 1 attempts: HTTP 500"
+    reason = f"pauseOnFailure: execution {job_id} was dead-lettered after 1 attempt: HTTP 500"
     query(
         cli_api.database_url,
         "UPDATE jobs SET state = 'paused', paused_at = now(), paused_reason = %s, next_run_at = NULL WHERE job_id = %s",
@@ -61,3 +61,31 @@ def test_recurring_only_flags_on_a_one_off_exit_2_before_any_request(kairos: Kai
         assert flags[0] in result.error_line and "only apply to --cron or --every" in result.error_line
     zero = kairos("jobs", "submit", "--name", "x", "--every", "1h", "--pool", "p", "--max-runs", "0")
     assert zero.code == 2 and "--max-runs" in zero.err
+
+
+def test_a_removal_delay_past_366_days_names_the_flag_before_any_request(kairos: Kairos) -> None:
+    for command in (
+        ("jobs", "submit", "--name", "x", "--every", "1h", "--pool", "p", "--delete-after", "367d"),
+        ("jobs", "update", "00000000-0000-4000-8000-000000000000", "--delete-after", "367d"),
+    ):
+        result = kairos(*command, env={"KAIROS_API_URL": closed_url()})
+        assert result.code == 2, result
+        assert result.error_line.startswith("error:") and "--delete-after" in result.error_line
+        assert "366" in result.error_line and len(result.err.strip().splitlines()) == 1
+
+
+def test_a_label_key_given_twice_exits_2_instead_of_keeping_the_last(kairos: Kairos) -> None:
+    for command in (
+        ("jobs", "submit", "--name", "x", "--every", "1h", "--pool", "p", "--label", "team=a", "--label", "team=b"),
+        ("jobs", "update", "00000000-0000-4000-8000-000000000000", "--label", "team=a", "--label", "team="),
+    ):
+        result = kairos(*command, env={"KAIROS_API_URL": closed_url()})
+        assert result.code == 2, result
+        assert "--label" in result.error_line and "team" in result.error_line and "twice" in result.error_line
+
+
+def test_the_clis_removal_bound_is_the_apis() -> None:
+    from app.cli.job_body import DELETE_AFTER_MAX_S
+    from app.domain.jobs import MAX_DELETE_AFTER_S
+
+    assert DELETE_AFTER_MAX_S == MAX_DELETE_AFTER_S

@@ -42,7 +42,7 @@ def test_job_details_say_how_the_job_ends_and_which_dead_letter_paused_it(
         api.database_url,
         "UPDATE jobs SET state = 'paused', paused_at = now(), next_run_at = NULL, run_count = 1, "
         "pause_execution_id = (SELECT execution_id FROM executions WHERE job_id = jobs.job_id), "
-        "paused_reason = 'pauseOnFailure: execution e1 was dead-lettered after 1 attempts: HTTP 500' WHERE job_id = %s",
+        "paused_reason = 'pauseOnFailure: execution e1 was dead-lettered after 1 attempt: HTTP 500' WHERE job_id = %s",
         (job_id,),
     )
     browser.get(f"{api.url}/dashboard")

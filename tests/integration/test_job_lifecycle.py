@@ -67,7 +67,7 @@ async def test_a_dead_letter_of_a_scheduled_occurrence_pauses_the_job_and_says_w
     assert out.state == "dead"
     job = await job_row(db, job_id)
     assert job.state == "paused" and job.paused_at is not None
-    assert job.paused_reason == f"pauseOnFailure: execution {eid} was dead-lettered after 1 attempts: HTTP 500: down"
+    assert job.paused_reason == f"pauseOnFailure: execution {eid} was dead-lettered after 1 attempt: HTTP 500: down"
     assert job.version == before.version  # the tenant's version counts the tenant's changes only
     assert await due_rows(db, job_id) == 0  # as the API's pause: no occurrence is due while paused
     [marked] = await rows(db, "SELECT pause_execution_id FROM jobs WHERE job_id = :j", j=job_id)

@@ -96,6 +96,26 @@ async def test_a_job_with_work_left_or_not_finished_stays(db: Database, remover:
         assert (await present(db, job_id))[0] == 1
 
 
+async def test_a_finished_job_with_an_occurrence_waiting_or_work_in_flight_stays(
+    db: Database, remover: JobRemover
+) -> None:
+    """Nothing of a job is removed while anything of it may still run: a buffer_one occurrence waiting on
+    its row (jobs.buffered_at), or an execution ready or leased."""
+    t = await factories.tenant(db)
+    waiting, _ = await finished_job(db, t.tenant_id, delete_after_s=0, state="cancelled")
+    await execute(db, "UPDATE jobs SET buffered_at = :at WHERE job_id = :j", at=NOW - timedelta(hours=1), j=waiting)
+    leased, _ = await finished_job(db, t.tenant_id, delete_after_s=0)
+    [eid] = await factories.insert_ready(db, [leased], [NOW - timedelta(minutes=1)])
+    await db.transaction(lambda c: c.executions.lease(factories.tenant_queue(t.tenant_id, "work"), "w", 5, 30))
+    [state] = await rows(db, "SELECT state FROM executions WHERE execution_id = :e", e=eid)
+    assert state.state == "leased"
+    assert (await remover.run_once(now=NOW + timedelta(days=1))).jobs == 0
+    assert (await present(db, waiting))[0] == 1 and (await present(db, leased))[0] == 1
+    await execute(db, "UPDATE jobs SET buffered_at = NULL WHERE job_id = :j", j=waiting)
+    assert (await remover.run_once(now=NOW + timedelta(days=1))).jobs == 1  # nothing waits any more
+    assert (await present(db, waiting))[0] == 0 and (await present(db, leased))[0] == 1
+
+
 async def test_a_failed_upload_removes_nothing(db: Database, tmp_path: Path) -> None:
     t = await factories.tenant(db)
     done, _ = await finished_job(db, t.tenant_id, delete_after_s=0)

@@ -342,9 +342,10 @@ async def test_a_buffered_occurrence_waits_on_the_job_and_starts_once_nothing_of
     [locked] = await store.tx(lambda tx: tx.dispatch.lock_buffered(10))
     assert (locked.job_id, locked.buffered_at, locked.job_state) == (job.job_id, T0, JobState.ACTIVE)
     trace = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
-    assert await store.tx(lambda tx: tx.dispatch.start_buffered([locked], [trace], T0)) == [(job.job_id, T0)]
+    start = [d.BufferedOutcome(True, trace)]
+    assert await store.tx(lambda tx: tx.dispatch.start_buffered([locked], start, T0)) == [(job.job_id, T0, "ready")]
     # Started once: a second start of what was locked then finds the job's buffer empty.
-    assert await store.tx(lambda tx: tx.dispatch.start_buffered([locked], [trace], T0)) == []
+    assert await store.tx(lambda tx: tx.dispatch.start_buffered([locked], start, T0)) == []
     assert (await store.tx(lambda tx: tx.jobs.get(tenant, job.job_id))).buffered_at is None
     page = await store.tx(lambda tx: tx.jobs.executions_page(tenant, job.job_id, before=None, limit=10))
     assert [(e.scheduled_for, e.state) for e in page] == [

@@ -37,6 +37,7 @@ from app.domain.shards import SHARD_COUNT, due_minute, shard_of
 from app.domain.states import ExecutionState, JobState
 from app.store.dispatch import (
     Buffered,
+    BufferedOutcome,
     Claim,
     ClaimKey,
     DueRow,
@@ -210,6 +211,7 @@ class MemoryJobs(_Table):
         row.state = to_state
         row.paused_at = self._now if to_state == JobState.PAUSED else None
         row.next_nominal_at, row.next_run_at = next_nominal_at, next_run_at  # type: ignore[assignment]
+        row.buffered_at = None  # the caller records the waiting occurrence it drops
         row.version += 1
         row.updated_at = self._now
         return _plain(row)
@@ -507,37 +509,62 @@ class MemoryDispatch(_Table):
 
     async def lock_buffered(self, limit: int) -> list[Buffered]:
         waiting = sorted(
-            (j for j in self._t.jobs.values() if j.buffered_at is not None and j.state != JobState.PAUSED),
+            (j for j in self._t.jobs.values() if j.buffered_at is not None),
             key=lambda j: j.buffered_at or datetime.min,
         )
         out: list[Buffered] = []
         for j in waiting:
             if len(out) == limit:
                 break
-            if not any(e.job_id == j.job_id and e.state in _OPEN for e in self._t.executions.values()):
+            open_ = any(e.job_id == j.job_id and e.state in _OPEN for e in self._t.executions.values())
+            live = j.state in (JobState.ACTIVE, JobState.COMPLETED)
+            if not live or j.concurrency != "buffer_one" or not open_:
                 assert j.buffered_at is not None
-                out.append(Buffered(j.job_id, j.tenant_id, j.buffered_at, JobState(j.state), j.traceparent))
+                in_flight = j.state == JobState.ACTIVE and j.concurrency != "allow" and open_
+                out.append(
+                    Buffered(
+                        j.job_id, j.tenant_id, j.buffered_at, JobState(j.state), j.traceparent,
+                        j.concurrency, j.max_runs, j.run_count, in_flight,
+                    )
+                )  # fmt: skip
         return out
 
     async def start_buffered(
-        self, locked: Sequence[Buffered], traceparents: Sequence[str | None], now: datetime | None = None
-    ) -> list[tuple[UUID, datetime]]:
+        self, locked: Sequence[Buffered], outcomes: Sequence[BufferedOutcome], now: datetime | None = None
+    ) -> list[tuple[UUID, datetime, str]]:
         at = self._at(now)
-        started: list[tuple[UUID, datetime]] = []
-        for b, traceparent in zip(locked, traceparents, strict=True):
+        inserted: list[tuple[UUID, datetime, str]] = []
+        for b, o in zip(locked, outcomes, strict=True):
             j = self._t.jobs.get(b.job_id)
             if j is None or j.buffered_at != b.buffered_at:
                 continue
             j.buffered_at = None
-            if b.job_state == JobState.CANCELLED:
+            if o.start:
+                count = (j.run_count or 0) + 1
+                if j.max_runs is not None:
+                    j.run_count = count
+                limit_reached = j.max_runs is not None and count >= j.max_runs
+                if j.state == JobState.ACTIVE and (j.next_run_at is None or limit_reached):
+                    j.state, j.updated_at = JobState.COMPLETED, at
+                    if limit_reached:
+                        j.next_run_at = j.next_nominal_at = None  # type: ignore[assignment]
+                if j.state == JobState.COMPLETED:
+                    self._t.due.pop(j.job_id, None)
+                row = _Execution(
+                    uuid.uuid4(), j.job_id, j.tenant_id, j.queue, b.buffered_at, j.max_attempts, ExecutionState.READY,
+                    at, dispatched_at=at, traceparent=o.traceparent,
+                )  # fmt: skip
+            elif o.skip_reason is not None:
+                row = _Execution(
+                    uuid.uuid4(), j.job_id, j.tenant_id, j.queue, b.buffered_at, j.max_attempts,
+                    ExecutionState.SKIPPED, at, dispatched_at=at, finished_at=at, skip_reason=o.skip_reason,
+                    error=o.note,
+                )  # fmt: skip
+            else:
                 continue
-            row = _Execution(
-                uuid.uuid4(), j.job_id, j.tenant_id, j.queue, b.buffered_at, j.max_attempts, ExecutionState.READY, at,
-                dispatched_at=at, traceparent=traceparent,
-            )  # fmt: skip
             if _insert_execution(self._t, row):
-                started.append((j.job_id, b.buffered_at))
-        return started
+                inserted.append((j.job_id, b.buffered_at, row.state))
+        return inserted
 
 
 class MemoryShardLeases(_Table):

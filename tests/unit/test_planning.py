@@ -309,3 +309,14 @@ def test_the_dispatch_chain_of_a_zoned_day_is_the_grid_preview_and_backfill_walk
         seen.append((plan.next_due.nominal_at, False))
         c = replace(c, nominal_at=plan.next_due.nominal_at, next_run_at=plan.next_due.next_run_at)
     assert sorted(seen)[: len(expected)] == expected
+
+
+def test_an_end_moved_before_the_due_occurrence_keeps_a_job_with_one_waiting_active() -> None:
+    """endAt moved before the claimed occurrence ends the schedule; a buffer_one occurrence still waiting will
+    run, so the job stays active (nothing further due) and its start completes it."""
+    ended = replace(claim(kind="cron", cron="* * * * *", concurrency="buffer_one"), end_at=at(-1))
+    plan = planning.plan_claim(ended, T0, no_slot)
+    assert plan.advance == planning.dispatch_store.JobAdvance(JOB, "completed", None, None)
+    waiting = planning.plan_claim(replace(ended, buffered_at=at(-2)), T0, no_slot)
+    assert waiting.advance == planning.dispatch_store.JobAdvance(JOB, "active", None, None)
+    assert waiting.executions == [] and waiting.next_due is None

@@ -41,11 +41,12 @@ PAUSE_ON_FAILURE = (
 MAX_RUNS = (
     "recurring jobs only: the schedule completes once it has started this many occurrences (counted from "
     "when maxRuns was set; skipped occurrences, manual runs and backfills do not count, dry-run "
-    "occurrences do). A PATCH may raise it, never to or below the occurrences already started; null "
-    "removes the limit"
+    "occurrences do; a buffer_one occurrence counts when it starts, not while it waits). A PATCH may raise "
+    "it, never to or below the occurrences already started; null removes the limit"
 )
 DELETE_AFTER = (
-    "once the job is completed or cancelled and its last execution has finished, it is removed this many "
+    "once the job is completed or cancelled, its last execution has finished and no buffer_one occurrence "
+    "waits, it is removed this many "
     "seconds later: the job row and its history go to the archive (docs/retention.md); null keeps it"
 )
 

@@ -209,6 +209,15 @@ async def _moved(
     return updated
 
 
+async def _drop_buffered(tx: Store, job: jobs_store.Job) -> None:
+    """A pause drops the buffer_one occurrence waiting on the job, recorded as skipped (paused), as Temporal
+    takes no buffered start while paused; JobSetState clears the job's buffered_at."""
+    if job.buffered_at is not None:
+        await tx.jobs.record_skipped(
+            job.job_id, job.tenant_id, job.queue, job.max_attempts, [job.buffered_at], "paused"
+        )
+
+
 async def _withdraw_ahead(tx: Store, job: jobs_store.Job) -> list[datetime]:
     """Take back the job's occurrences dispatched ahead that have not started; under a run limit they
     no longer count as started."""
@@ -229,6 +238,7 @@ async def pause(db: Database, tenant_id: UUID, job_id: UUID) -> jobs_store.Job:
         if job.state != JobState.ACTIVE and not (withdrawn and job.state == JobState.COMPLETED):
             raise errors.InvalidStateTransition(f"a {job.state} job cannot be paused")
         await tx.jobs.delete_due(job.job_id)
+        await _drop_buffered(tx, job)
         # The first occurrence the pause may make us miss.
         missed = [at for at in (*withdrawn, job.next_nominal_at) if at is not None]
         return await _moved(tx, job, JobState.PAUSED, min(missed) if missed else None, None)
@@ -243,6 +253,7 @@ async def resume(db: Database, tenant_id: UUID, job_id: UUID, missed: str) -> jo
             return job
         if job.state != JobState.PAUSED:
             raise errors.InvalidStateTransition(f"a {job.state} job cannot be resumed")
+        await _drop_buffered(tx, job)  # paused by pauseOnFailure before the BufferStarter dropped it
         now = utcnow()
         nominal, run_at = _resume_point(job, now, missed)
         skipped = _skipped_while_paused(job, now, nominal)
