@@ -8,8 +8,9 @@ outside them while decoding, and app.api.bodies words the refusal ("must be betw
 "must have at most N characters", "must be one of ..."; a pattern's refusal is the ``says`` of its
 Meta ``extra``; a bad key of an object is pointed at by its own name, /labels/Team). What the
 domain reads more loosely than a pattern could say (a method in lower case, an interval such as
-1h30m) or checks beyond a pattern (reserved header names, a URL) is validated by app.domain.jobs, and
-its bounds are declared here as document only (``extra_json_schema``), from the same constants.
+1h30m) or checks beyond a pattern (reserved header names, a URL) is validated by app.domain.jobs and
+app.domain.http_target, and its bounds are declared here as document only (``extra_json_schema``),
+from the same constants.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Annotated, Literal, TypeVar
 import msgspec
 
 from app.api import bodies
+from app.domain import http_target
 from app.domain import jobs as job_rules
 from app.domain import schedule as schedule_rules
 from app.domain.schedule.zone import MAX_TZ_LENGTH
@@ -59,26 +61,26 @@ Name = Annotated[
 ]
 TargetType = Literal["http", "queue"]
 TargetRef = Annotated[str, _text(job_rules.MAX_URL_LEN)]
-HttpMethod = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(job_rules.HTTP_METHODS)})]
+HttpMethod = Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(http_target.HTTP_METHODS)})]
 HeaderName = Annotated[
     str,
     msgspec.Meta(
-        pattern=f"^{job_rules.HEADER_NAME.pattern}$",
+        pattern=f"^{http_target.HEADER_NAME.pattern}$",
         extra={"says": "is not a valid HTTP header name (RFC 9110 token: 1-128 of A-Z a-z 0-9 !#$%&'*+.^_`|~-)"},
     ),
 ]
 HeaderValue = Annotated[
     str,
     msgspec.Meta(
-        max_length=job_rules.MAX_HEADER_VALUE_LEN,
-        pattern=f"^{job_rules.HEADER_VALUE.pattern}$",
+        max_length=http_target.MAX_HEADER_VALUE_LEN,
+        pattern=f"^{http_target.HEADER_VALUE.pattern}$",
         extra={
             "says": "a header value is visible ASCII characters, with spaces or tabs only between them "
             "(RFC 9110 field-value; no control or non-ASCII characters)"
         },
     ),
 ]
-Headers = Annotated[dict[HeaderName, HeaderValue], msgspec.Meta(max_length=job_rules.MAX_HEADERS)]
+Headers = Annotated[dict[HeaderName, HeaderValue], msgspec.Meta(max_length=http_target.MAX_HEADERS)]
 LabelKey = Annotated[
     str,
     msgspec.Meta(
@@ -98,9 +100,9 @@ TimeZone = Annotated[str, _text(MAX_TZ_LENGTH)]
 Audience = Annotated[
     str,
     _text(
-        job_rules.MAX_AUDIENCE_LEN,
-        pattern=f"^{job_rules.AUDIENCE.pattern}$",
-        says=f"an audience is 1-{job_rules.MAX_AUDIENCE_LEN} visible ASCII characters without spaces (a URL or "
+        http_target.MAX_AUDIENCE_LEN,
+        pattern=f"^{http_target.AUDIENCE.pattern}$",
+        says=f"an audience is 1-{http_target.MAX_AUDIENCE_LEN} visible ASCII characters without spaces (a URL or "
         "another string the receiver expects)",
     ),
 ]

@@ -1,4 +1,6 @@
-"""Job specifications: validation and first-occurrence maths. Pure; ``now`` is a parameter."""
+"""Job specifications: validation and first-occurrence maths. Pure; ``now`` is a parameter.
+
+An HTTP target's method, headers and auth are validated by app.domain.http_target."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from uuid import UUID
 from app.domain import queues
 from app.domain import schedule as schedule_rules
 from app.domain.egress import EgressPolicy
+from app.domain.http_target import HttpMethod
 from app.domain.jsontext import compact_json
 
 # Re-exported: a job's labels are validated with the rest of it.
@@ -49,21 +52,6 @@ Concurrency = Literal["allow", "forbid", "replace", "buffer_one"]
 Misfire = Literal["run_once", "catch_up", "skip"]
 DstGap = Literal["shift", "skip"]
 DstRepeat = Literal["once", "twice"]
-HttpMethod = Literal["POST", "PUT", "PATCH", "GET"]
-HTTP_METHODS: tuple[HttpMethod, ...] = ("POST", "PUT", "PATCH", "GET")
-MAX_HEADERS = 32
-MAX_HEADER_VALUE_LEN = 4096
-# RFC 9110 5.1: a field name is a token (tchar); ASCII only.
-HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}", re.ASCII)
-# RFC 9110 5.5 field-value: visible ASCII (VCHAR), with spaces and tabs only between visible characters.
-# obs-text (bytes 0x80-0xFF) is left out: clients and servers disagree on how to encode it, and a
-# value must reach the receiver as the tenant wrote it. CTLs (0x00-0x1F but HTAB, and DEL) are refused.
-HEADER_VALUE = re.compile(r"(?:[\x21-\x7e](?:[\x20\x09\x21-\x7e]*[\x21-\x7e])?)?", re.ASCII)
-# Set by the HTTP delivery itself (content, signature, idempotency); a job cannot override them.
-RESERVED_HEADERS = frozenset(
-    {"content-type", "content-length", "host", "transfer-encoding", "connection", "idempotency-key", "traceparent"}
-)
-RESERVED_HEADER_PREFIX = "kairos-"
 MAX_RETRY_DURATION_S = 30 * 86400
 # maxRuns: the most occurrences a schedule may be limited to (a limit, not a count to reach).
 MAX_RUNS = 1_000_000_000
@@ -237,7 +225,7 @@ class Options:
     max_retry_duration_s: float | None = None
     http_method: HttpMethod = "POST"
     http_headers: dict[str, str] = field(default_factory=dict)
-    http_auth: dict[str, str] | None = None  # validate_auth's: {"type": "oidc"[, "audience": ...]}
+    http_auth: dict[str, str] | None = None  # http_target.validate_auth's: {"type": "oidc"[, "audience": ...]}
     # How the job ends (docs/states.md, "Lifecycle options"): a dead-lettered scheduled occurrence
     # pauses it; the schedule completes after max_runs occurrences it started; a completed or
     # cancelled job is removed to the archive delete_after_s after its last execution finished.
@@ -412,81 +400,6 @@ def validate_retry(max_attempts: int | None, backoff_s: float | None, max_backof
     if policy.max_backoff_s is not None and not policy.backoff_s <= policy.max_backoff_s <= MAX_BACKOFF_S:
         raise InvalidInput("retry.maxBackoffSeconds", f"must be between backoffSeconds and {MAX_BACKOFF_S}")
     return policy
-
-
-def validate_http(
-    target: Target, method: str | None, headers: dict[str, str] | None
-) -> tuple[HttpMethod, dict[str, str]]:
-    if target.type != "http":
-        if method is not None or headers:
-            raise InvalidInput("target", "method and headers apply to http targets only")
-        return "POST", {}
-    chosen = (method or "POST").upper()
-    if chosen not in HTTP_METHODS:
-        raise InvalidInput("target.method", f"must be one of {', '.join(HTTP_METHODS)}")
-    out: dict[str, str] = {}
-    for name, value in (headers or {}).items():
-        where = _header_pointer(name)
-        if not HEADER_NAME.fullmatch(name):
-            raise InvalidInput(
-                where, "is not a valid HTTP header name (RFC 9110 token: 1-128 of A-Z a-z 0-9 !#$%&'*+.^_`|~-)"
-            )
-        lowered = name.lower()
-        if lowered in RESERVED_HEADERS or lowered.startswith(RESERVED_HEADER_PREFIX):
-            raise InvalidInput(where, "is set by Kairos itself and cannot be overridden")
-        if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE_LEN:
-            raise InvalidInput(where, f"a header value is a string of at most {MAX_HEADER_VALUE_LEN} characters")
-        if not HEADER_VALUE.fullmatch(value):
-            raise InvalidInput(
-                where,
-                "a header value is visible ASCII characters, with spaces or tabs only between "
-                "them (RFC 9110 field-value; no control or non-ASCII characters)",
-            )
-        out[name] = value
-    if len(out) > MAX_HEADERS:
-        raise InvalidInput("target.headers", f"at most {MAX_HEADERS} headers")
-    return chosen, out
-
-
-AUTH_TYPES = ("oidc",)
-MAX_AUDIENCE_LEN = 2048
-# An audience is a string or URI (RFC 7519 4.1.3): visible ASCII, no spaces.
-AUDIENCE = re.compile(rf"[\x21-\x7e]{{1,{MAX_AUDIENCE_LEN}}}", re.ASCII)
-
-
-def validate_auth(
-    target: Target, auth_type: str | None, audience: str | None, headers: dict[str, str]
-) -> dict[str, str] | None:
-    """An HTTP target's auth object as stored ({"type": "oidc"} and the audience when given; without one the
-    token's ``aud`` is the target's URL, as Cloud Scheduler does); None without auth."""
-    if auth_type is None:
-        if audience is not None:
-            raise InvalidInput("target.auth.type", "is required")
-        return None
-    if target.type != "http":
-        raise InvalidInput("target.auth", "applies to http targets only")
-    if auth_type not in AUTH_TYPES:
-        raise InvalidInput("target.auth.type", f"must be one of {', '.join(AUTH_TYPES)}")
-    for name in headers:
-        if name.lower() == "authorization":
-            raise InvalidInput(
-                _header_pointer(name), "cannot be set with target.auth: the identity token is the Authorization header"
-            )
-    if audience is None:
-        return {"type": auth_type}
-    if not isinstance(audience, str) or not AUDIENCE.fullmatch(audience):
-        raise InvalidInput(
-            "target.auth.audience",
-            f"an audience is 1-{MAX_AUDIENCE_LEN} visible ASCII characters "
-            "without spaces (a URL or another string the receiver expects)",
-        )
-    return {"type": auth_type, "audience": audience}
-
-
-def _header_pointer(name: str) -> str:
-    """The JSON Pointer of a header in the body (RFC 6901: ~ and / escaped), so a name holding a dot
-    is named as it is."""
-    return "/target/headers/" + name.replace("~", "~0").replace("/", "~1")
 
 
 def validate_bounds(start_at: str | None, end_at: str | None) -> tuple[datetime | None, datetime | None]:

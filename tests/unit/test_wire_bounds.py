@@ -10,6 +10,7 @@ from app.api import bodies
 from app.api.app import create_app
 from app.api.jobs import schemas
 from app.config import load
+from app.domain import http_target
 from app.domain import jobs as job_rules
 
 JOB = b'{"name": "n", "target": {"type": "http", "ref": "https://example.com"}, "schedule": {"delaySeconds": 1}, '
@@ -84,7 +85,7 @@ def job_with(**parts: bytes) -> bytes:
             job_with(target=b'{"type": "http", "ref": "https://e.com", "auth": {"type": "oidc", "audience": "a b"}}'),
             "/target/auth/audience",
             (
-                f"an audience is 1-{job_rules.MAX_AUDIENCE_LEN} visible ASCII characters without spaces (a URL or "
+                f"an audience is 1-{http_target.MAX_AUDIENCE_LEN} visible ASCII characters without spaces (a URL or "
                 "another string the receiver expects)"
             ),
         ),

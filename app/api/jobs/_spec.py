@@ -11,6 +11,7 @@ from app.api import wire
 from app.api.jobs import schemas
 from app.api.jobs.submit import Submission
 from app.config import Settings
+from app.domain import http_target
 from app.domain import jobs as job_rules
 from app.domain.ids import random_uuid
 from app.executor.delivery_egress import policy_for as egress_policy
@@ -40,9 +41,11 @@ def build_spec(
     r = body.retry or schemas.RetryIn()
     retry = job_rules.validate_retry(r.max_attempts, r.backoff_seconds, r.max_backoff_seconds)
     timeout_s = job_rules.validate_timeout(body.timeout_seconds)
-    method, headers = job_rules.validate_http(target, body.target.method, body.target.headers)
+    method, headers = http_target.validate_http(target.type, body.target.method, body.target.headers)
     auth = body.target.auth
-    http_auth = job_rules.validate_auth(target, auth.type if auth else None, auth.audience if auth else None, headers)
+    http_auth = http_target.validate_auth(
+        target.type, auth.type if auth else None, auth.audience if auth else None, headers
+    )
     start_at, end_at = job_rules.validate_bounds(body.schedule.start_at, body.schedule.end_at)
     if start_at is not None:
         job_rules.within_horizon(start_at, now, settings.max_schedule_horizon_days, "schedule.startAt")
