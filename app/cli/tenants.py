@@ -261,7 +261,7 @@ def tenants_list(as_json: bool) -> None:
 def tenants_set_critical(name: str, state: str) -> None:
     """Commit the tenant's submits synchronously to the standby (on) or locally (off); docs/durability.md.
 
-    Every API process picks the change up within a few seconds (app.api.jobs.submit.CRITICAL_REFRESH_S)."""
+    Every API process picks the change up within a few seconds (app.api.jobs._quotas.CRITICAL_REFRESH_S)."""
     if state not in ("on", "off"):
         fail(f"the state is on or off, not {state!r}")
     critical = _need_tenant(lambda tx, t: tx.durability.set_critical(t.tenant_id, state == "on"), name)

@@ -15,7 +15,8 @@ from sqlalchemy import text
 
 from app import errors
 from app.api.jobs import schemas, service
-from app.api.jobs.submit import ACTIVE_JOBS_RETRY_AFTER_S, Created, Submission, SubmitWriter, WriterConfig
+from app.api.jobs._quotas import ACTIVE_JOBS_RETRY_AFTER_S
+from app.api.jobs.submit import Created, Submission, SubmitWriter, WriterConfig
 from app.config import Settings
 from app.store.db import Database
 from tests.support.clocks import ManualClock

@@ -11,7 +11,8 @@ from sqlalchemy import bindparam, text
 
 from app import errors
 from app.api.jobs import schemas, service
-from app.api.jobs.submit import CROWDED_MEMO_S, Created, CriticalTenants, SubmitWriter, WriterConfig
+from app.api.jobs._quotas import CriticalTenants
+from app.api.jobs.submit import CROWDED_MEMO_S, Created, SubmitWriter, WriterConfig
 from app.config import Settings
 from app.store.db import Database
 
