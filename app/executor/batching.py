@@ -97,6 +97,7 @@ class _Lease:
     tenant_id: str
     attempt: int
     lag_ms: float  # lease time - scheduled time
+    scheduled_for: datetime  # the partition key of its row: the outcome's statement looks in one week only
     span: Any = None  # the attempt's trace span while tracing is on (app.observability.tracing)
 
 
@@ -147,7 +148,9 @@ class Outcomes:
                         "kairos.queue_kind": kind,
                     },
                 )
-            leases[item.execution_id] = _Lease(item.job_id, item.tenant_id, item.attempt, round(lag_s * 1000, 1), span)
+            leases[item.execution_id] = _Lease(
+                item.job_id, item.tenant_id, item.attempt, round(lag_s * 1000, 1), item.scheduled_for, span
+            )
         while len(leases) > TRACKED_LEASES_MAX:
             tracing.end_attempt(leases.popitem(last=False)[1].span, "untracked")
 
@@ -210,8 +213,19 @@ class Outcomes:
         """Fail a caller's own batch (FailMany) in one transaction, bypassing the coalescer."""
         return await self._fail(items) if items else []
 
+    def _scheduled_fors(self, items: Sequence[ex.Success] | Sequence[ex.Failure]) -> list[datetime | None]:
+        """Each item's occurrence time, from the lease this process handed out (None: leased elsewhere)."""
+        leases = self._leases
+        out: list[datetime | None] = []
+        for item in items:
+            key = item.execution_id if type(item.execution_id) is str else str(item.execution_id)
+            lease = leases.get(key)
+            out.append(lease.scheduled_for if lease is not None else None)
+        return out
+
     async def _complete(self, items: Sequence[ex.Success]) -> list[bool]:
-        answers = await self.db.statement(lambda tx: tx.executions.complete_many(items))
+        times = self._scheduled_fors(items)
+        answers = await self.db.statement(lambda tx: tx.executions.complete_many(items, scheduled_fors=times))
         out = [answers.get(i.execution_id, False) for i in items]
         self._settled(
             [
@@ -222,7 +236,10 @@ class Outcomes:
         return out
 
     async def _fail(self, items: Sequence[ex.Failure]) -> list[ex.FailOutcome]:
-        answers = await self.db.transaction(lambda tx: tx.executions.fail_many(items), isolation=self.isolation)
+        times = self._scheduled_fors(items)
+        answers = await self.db.transaction(
+            lambda tx: tx.executions.fail_many(items, scheduled_fors=times), isolation=self.isolation
+        )
         out = [answers.get(i.execution_id) or ex.FailOutcome(i.execution_id, None, None) for i in items]
         self._settled(
             [

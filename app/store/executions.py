@@ -61,6 +61,11 @@ class Leased:
         return f"{self.job_id}:{idempotency_time(self.scheduled_for)}"
 
 
+def _times(values: Sequence[datetime | None] | None, n: int) -> str:
+    """The occurrence times of a batch as an array literal (all NULL when the caller knows none)."""
+    return plain(values) if values else "{" + ",".join(["NULL"] * n) + "}"
+
+
 def idempotency_time(scheduled_for: datetime) -> str:
     """An occurrence's time as its idempotency key writes it (ISO 8601, Z for UTC)."""
     return scheduled_for.isoformat().replace("+00:00", "Z")
@@ -247,10 +252,18 @@ class Executions(Table):
         ).first()
         return row.lease_until if row else None
 
-    async def complete_many(self, done: Sequence[Success], *, now: datetime | None = None) -> dict[ExecutionRef, bool]:
+    async def complete_many(
+        self,
+        done: Sequence[Success],
+        *,
+        scheduled_fors: Sequence[datetime | None] | None = None,
+        now: datetime | None = None,
+    ) -> dict[ExecutionRef, bool]:
         """execution_id -> True (recorded, or already recorded by this attempt) / False (lease lost).
 
         Executions outside a caller's scope (or unknown) are missing from the answer: lease lost too.
+        ``scheduled_fors`` (aligned with ``done``, None where unknown): each execution's occurrence time,
+        which the lease answered; with it the row is found in its own weekly partition of history.
         """
         if not done:
             return {}
@@ -264,16 +277,23 @@ class Executions(Table):
                 "scopes": texts([d.scope for d in done]),
                 "now": now,
                 "sent_ats": plain([d.sent_at for d in done]),
+                "scheduled_fors": _times(scheduled_fors, len(done)),
             },
         )
         given = _by_text(ids)  # the statement answers the ids as text
         return {given[execution_id]: bool(ok) for execution_id, ok in rows}
 
     async def fail_many(
-        self, failed: Sequence[Failure], *, now: datetime | None = None, rng: random.Random | None = None
+        self,
+        failed: Sequence[Failure],
+        *,
+        scheduled_fors: Sequence[datetime | None] | None = None,
+        now: datetime | None = None,
+        rng: random.Random | None = None,
     ) -> dict[ExecutionRef, FailOutcome]:
         """Schedule retries (backoff from app.domain.backoff) or dead-letter; stale attempts change nothing
-        (their outcome's state is None, as for executions out of the caller's scope or unknown)."""
+        (their outcome's state is None, as for executions out of the caller's scope or unknown).
+        ``scheduled_fors`` as for :meth:`complete_many`."""
         if not failed:
             return {}
         ids = [f.execution_id for f in failed]
@@ -311,6 +331,7 @@ class Executions(Table):
                 "scopes": texts([f.scope for f in failed]),
                 "now": now,
                 "sent_ats": plain([f.sent_at for f in failed]),
+                "scheduled_fors": _times(scheduled_fors, len(failed)),
             },
         )
         # The statement answers the failed ones; every other (stale, out of scope, unknown) changed nothing.

@@ -87,7 +87,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
     FROM quota AS q
     WHERE q.room > 0
 ), candidates AS (
-    SELECT c.execution_id, c.attempt, q.tenant_id, q.weight,
+    SELECT c.execution_id, c.attempt, c.scheduled_for, q.tenant_id, q.weight,
            row_number() OVER (PARTITION BY q.tenant_id ORDER BY c.ready_at, c.scheduled_for, c.execution_id) AS turn
     FROM share AS q
     CROSS JOIN LATERAL (
@@ -101,7 +101,7 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
 ), picked AS (
     -- Round r holds each tenant's turns r*weight+1 .. (r+1)*weight; tenants take turns in an
     -- order that rotates per call (:salt), so no tenant is always first.
-    SELECT execution_id, attempt FROM candidates
+    SELECT execution_id, attempt, scheduled_for FROM candidates
     ORDER BY (turn - 1) / weight, md5(CAST(tenant_id AS TEXT) || CAST(:salt AS TEXT)), turn
     LIMIT CAST(:limit AS INT)
 ), leased AS (
@@ -118,9 +118,12 @@ WITH RECURSIVE ready_tenants (tenant_id) AS (
         started_at = c.now,
         lease_until = c.now + least(CAST(:lease_s AS FLOAT8), CAST(j.timeout_s AS FLOAT8)) * INTERVAL '1 second'
     FROM unnest(ARRAY(SELECT execution_id FROM picked ORDER BY execution_id),
-                ARRAY(SELECT attempt FROM picked ORDER BY execution_id)) AS p (execution_id, attempt),
+                ARRAY(SELECT attempt FROM picked ORDER BY execution_id),
+                ARRAY(SELECT scheduled_for FROM picked ORDER BY execution_id)) AS p (execution_id, attempt, scheduled_for),
          jobs AS j, (SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now) AS c
-    WHERE e.execution_id = p.execution_id AND j.job_id = e.job_id
+    -- scheduled_for, the partition key: each row is looked for in its own weekly partition (pruned per
+    -- row at run time), not in every one (docs/database-at-scale.md, "Finding a row by its id").
+    WHERE e.execution_id = p.execution_id AND e.scheduled_for = p.scheduled_for AND j.job_id = e.job_id
       -- A concurrent lease of the same row changes nothing. 'ready' comes from a subquery so that the
       -- planner cannot read these rows from the partial indexes on state = 'ready' instead.
       AND e.state = (SELECT 'ready') AND e.attempt = p.attempt
@@ -181,10 +184,14 @@ WITH input AS (
     -- Only executions the caller's credential covers: scope is an exact queue, a queue prefix ending in ':', or NULL (the executor itself).
     -- x is the row before this statement's update (one snapshot): the live attempt's owner and times.
     SELECT i.execution_id, i.attempt, i.result, i.sent_at, x.tenant_id, x.lease_owner, x.started_at, x.lease_until,
-           x.state = 'leased' AND x.attempt = i.attempt AS current
+           x.state = 'leased' AND x.attempt = i.attempt AS current, x.scheduled_for
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:results AS TEXT[]),
-                CAST(:scopes AS TEXT[]), CAST(:sent_ats AS TIMESTAMPTZ[])) AS i (execution_id, attempt, result, scope, sent_at)
+                CAST(:scopes AS TEXT[]), CAST(:sent_ats AS TIMESTAMPTZ[]), CAST(:scheduled_fors AS TIMESTAMPTZ[]))
+        AS i (execution_id, attempt, result, scope, sent_at, scheduled_for)
+    -- The occurrence's time when the caller knows it (the executor remembers the leases it handed out):
+    -- the row is looked for in its own weekly partition, not in every one; NULL: in every one.
     JOIN executions AS x ON x.execution_id = i.execution_id
+        AND x.scheduled_for >= coalesce(i.scheduled_for, '-infinity') AND x.scheduled_for <= coalesce(i.scheduled_for, 'infinity')
     WHERE (i.scope IS NULL OR x.queue = i.scope OR (right(i.scope, 1) = ':' AND left(x.queue, length(i.scope)) = i.scope))
 ), clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
@@ -194,7 +201,7 @@ WITH input AS (
         lease_owner = NULL, lease_until = NULL,
         started_at = coalesce(i.sent_at, e.started_at)  -- an HTTP delivery started when its request was sent
     FROM input AS i, clock AS c
-    WHERE e.execution_id = i.execution_id AND i.current
+    WHERE e.execution_id = i.execution_id AND e.scheduled_for = i.scheduled_for AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     -- What the attempt's row needs, the live attempt's owner and times as they were (input's).
     RETURNING e.execution_id, e.attempt, e.tenant_id, i.lease_owner, i.started_at, i.lease_until, c.now, e.result,
@@ -252,12 +259,13 @@ WHERE e.execution_id = ANY (CAST(:execution_ids AS UUID[]));
 WITH input AS (
     -- Only executions the caller's credential covers (see ExecutionCompleteMany).
     SELECT i.execution_id, i.attempt, i.error, i.retryable, i.delay_s, i.sent_at, x.tenant_id, x.lease_owner,
-           x.started_at, x.lease_until, x.state = 'leased' AND x.attempt = i.attempt AS current
+           x.started_at, x.lease_until, x.state = 'leased' AND x.attempt = i.attempt AS current, x.scheduled_for
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:errors AS TEXT[]),
                 CAST(:retryable AS BOOL[]), CAST(:delays_s AS FLOAT8[]), CAST(:scopes AS TEXT[]),
-                CAST(:sent_ats AS TIMESTAMPTZ[]))
-        AS i (execution_id, attempt, error, retryable, delay_s, scope, sent_at)
-    JOIN executions AS x ON x.execution_id = i.execution_id
+                CAST(:sent_ats AS TIMESTAMPTZ[]), CAST(:scheduled_fors AS TIMESTAMPTZ[]))
+        AS i (execution_id, attempt, error, retryable, delay_s, scope, sent_at, scheduled_for)
+    JOIN executions AS x ON x.execution_id = i.execution_id  -- in one partition when the time is known (see ExecutionCompleteMany)
+        AND x.scheduled_for >= coalesce(i.scheduled_for, '-infinity') AND x.scheduled_for <= coalesce(i.scheduled_for, 'infinity')
     WHERE (i.scope IS NULL OR x.queue = i.scope OR (right(i.scope, 1) = ':' AND left(x.queue, length(i.scope)) = i.scope))
 ), clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
@@ -270,7 +278,7 @@ WITH input AS (
         error = i.error, lease_owner = NULL, lease_until = NULL,
         started_at = coalesce(i.sent_at, e.started_at)  -- an HTTP delivery started when its request was sent
     FROM input AS i, clock AS c
-    WHERE e.execution_id = i.execution_id AND i.current
+    WHERE e.execution_id = i.execution_id AND e.scheduled_for = i.scheduled_for AND i.current
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
     -- What the attempt's row needs, the live attempt's owner and times as they were (input's).
     RETURNING e.execution_id, e.state, e.ready_at, e.attempt, e.tenant_id, i.lease_owner, i.started_at,
@@ -337,7 +345,7 @@ WITH clock AS (
         error = 'lease expired (attempt ' || CAST(e.attempt AS TEXT) || ', worker ' || e.lease_owner || ')',
         lease_owner = NULL, lease_until = NULL
     FROM expired AS x, clock AS c
-    WHERE e.execution_id = x.execution_id
+    WHERE e.execution_id = x.execution_id AND e.scheduled_for = x.scheduled_for  -- one weekly partition each
       AND e.state = 'leased' AND e.attempt = x.attempt  -- a stale attempt changes nothing
       AND e.lease_until < c.now  -- a heartbeat that landed first keeps its lease
     RETURNING e.execution_id, e.attempt, e.state, e.error

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from uuid import UUID
 
@@ -160,6 +161,7 @@ async def test_the_completion_joins_no_two_ctes_by_nested_loop(db: Database) -> 
             "results": "{NULL,NULL,NULL}",
             "scopes": "{NULL,NULL,NULL}",
             "sent_ats": "{NULL,NULL,NULL}",
+            "scheduled_fors": "{NULL,NULL,NULL}",
             "now": None,
         },
     )
@@ -208,13 +210,14 @@ async def test_the_lease_finds_the_rows_it_updates_by_primary_key_whatever_the_s
     assert not loops, "a CTE scanned once per row of the update"
 
 
-def _outcome_params(name: str, leased: list[Any]) -> dict[str, Any]:
+def _outcome_params(name: str, leased: list[Any], *, known: bool = False) -> dict[str, Any]:
     def array(values: Any) -> str:
         return "{" + ",".join(values) + "}"
 
     ids = array(str(e.execution_id) for e in leased)
     attempts = array(str(e.attempt) for e in leased)
     nulls = array("NULL" for _ in leased)
+    times = array('"' + e.scheduled_for.isoformat() + '"' for e in leased) if known else nulls
     if name == "ExecutionCompleteMany":
         return {
             "execution_ids": ids,
@@ -222,6 +225,7 @@ def _outcome_params(name: str, leased: list[Any]) -> dict[str, Any]:
             "results": nulls,
             "scopes": nulls,
             "sent_ats": nulls,
+            "scheduled_fors": times,
             "now": None,
         }
     return {
@@ -232,6 +236,7 @@ def _outcome_params(name: str, leased: list[Any]) -> dict[str, Any]:
         "delays_s": array("10" for _ in leased),
         "scopes": nulls,
         "sent_ats": nulls,
+        "scheduled_fors": times,
         "now": None,
     }
 
@@ -263,3 +268,55 @@ async def test_an_outcome_without_a_stale_attempt_reads_no_attempts_row_and_join
         if n["Node Type"] == "Nested Loop" and [c["Node Type"] for c in n.get("Plans", [])] == ["CTE Scan", "CTE Scan"]
     ]
     assert not [j for j in cte_joins if "clock" not in j], cte_joins
+
+
+def _partitions_read(nodes: list[dict[str, Any]], index: str) -> set[str]:
+    """The partitions of executions whose ``index`` the statement read (run-time pruning skips the rest)."""
+    return {n["Partition"] for n in nodes if n.get("Index Name") == index and n.get("Actual Loops", 0) > 0}
+
+
+@pytest.mark.parametrize("name", ["ExecutionCompleteMany", "ExecutionFailMany"])
+async def test_the_lease_and_an_outcome_read_one_weekly_partition_per_row(db: Database, name: str) -> None:
+    # On a database that has lived, history holds a partition per week: a row found by its id alone was
+    # looked for in every one (ten probes of a random key, in indexes of millions of rows, for each
+    # lease, completion and failure: the herd on two million jobs drained at half the empty speed).
+    # The lease joins its picked rows on (id, scheduled_for); an outcome's caller passes the time the
+    # lease answered, and without it the statement still finds the row, in every week.
+    await db.transaction(
+        lambda tx: tx.schema._conn.execute(
+            text("SELECT kairos_history_recut(kairos_history_week(now() - interval '21 days'))")
+        )
+    )
+    queue, _ = await _ready_queue(db, 5_000)
+    # Another queue's history two weeks back: a partition that holds rows, none of them this lease's.
+    other = await tf.tenant(db, "other")
+    old_job = await tf.job(db, other.tenant_id, queue=tf.tenant_queue(other.tenant_id, "pool"))
+    await tf.ready_executions(db, old_job, 5_000, first=datetime.now(timezone.utc) - timedelta(days=15))
+    lease_params = {
+        "queue": queue,
+        "worker_id": "w",
+        "limit": 3,
+        "lease_s": 60.0,
+        "now": None,
+        "salt": "ab",
+        "skip_tenants": "{}",
+    }
+    nodes = await _generic_plan(db, "ExecutionLeaseFair", lease_params, analyze=True)
+    below = list(_nodes(_leased_update(nodes)))[1:]
+    probed = {
+        n["Partition"] for n in below if n.get("Partition", "").startswith("executions") and n["Actual Loops"] > 0
+    }
+    assert len(probed) == 1, probed
+
+    leased = await db.statement(lambda tx: tx.executions.lease(queue, "w", 3, 60.0))
+    assert len(leased) == 3
+    known = await _generic_plan(db, name, _outcome_params(name, leased[:1], known=True), analyze=True)
+    assert len(_partitions_read(known, "executions_occurrence_key")) == 1
+    await _generic_plan(db, name, _outcome_params(name, leased[1:], known=False), analyze=True)
+    # Both found their rows: every one changed state.
+    states = await db.transaction(
+        lambda tx: tx.schema._conn.execute(
+            text("SELECT count(*) FROM executions WHERE state <> 'leased' AND attempt = 1")
+        )
+    )
+    assert states.scalar_one() == 3
