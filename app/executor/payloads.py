@@ -33,9 +33,9 @@ log = logging.getLogger(__name__)
 
 LEASE_PAYLOAD_BUDGET_BYTES_DEFAULT = 32 * 1024 * 1024
 
-# A leased payload as the bytes a worker or an HTTP target gets: compact JSON from msgspec (0.2 us for a
-# small payload against 4.2 us for ``json.dumps`` with separators, which builds an encoder per call; text
-# as UTF-8 rather than \u escapes), a ``msgspec.Raw`` (a payload read from the object store) as its bytes.
+# A leased payload as the bytes a worker or an HTTP target gets: compact JSON from msgspec (0.16-0.20 us for
+# a small payload against 3.4-4.6 us for ``json.dumps`` with separators, which builds an encoder per call;
+# text as UTF-8 rather than \u escapes), a ``msgspec.Raw`` (a payload read from the object store) as its bytes.
 encode_payload: Callable[[Any], bytes] = msgspec.json.Encoder().encode
 
 

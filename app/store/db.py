@@ -164,8 +164,8 @@ def normalise_url(url: str) -> str:
 
 
 # Every session runs in UTC, whatever the server's default (pgserver's is "Etc/UTC"): psycopg then loads a
-# timestamptz as a ``timezone.utc`` datetime, 0.29 us a value against 0.65 us through zoneinfo for any
-# other zone name (docs/performance.md, "Database calls and settings"), and every time Kairos reads back
+# timestamptz as a ``timezone.utc`` datetime, 0.29 us a value against 0.64-0.70 us through zoneinfo for
+# any other zone name (docs/performance.md, "Database calls and settings"), and every time Kairos reads back
 # is in UTC, as its idempotency keys write them. Lower case: CockroachDB looks the name up as written.
 SESSION_TIME_ZONE = "-c timezone=UTC"
 
