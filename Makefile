@@ -67,6 +67,7 @@ bench-probes: $(DEV)
 	$(PY) loadtest/dispatch_bench.py
 	$(PY) loadtest/lease_bench.py
 	$(PY) loadtest/db_call_probe.py
+	$(PY) loadtest/lease_client_probe.py
 	$(PY) loadtest/pg_cost_probe.py
 	$(PY) loadtest/warmup_probe.py
 	$(PY) loadtest/heap_memory.py

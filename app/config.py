@@ -75,7 +75,8 @@ class Settings:
         "",
         DATABASE_URL,
         "`postgresql://...` (PostgreSQL >= 15) or `cockroachdb://...`; empty: start or join the embedded "
-        "PostgreSQL under `KAIROS_HOME`",
+        "PostgreSQL under `KAIROS_HOME`; every session runs in UTC (`-c timezone=UTC` is added to the URL's "
+        "`options`, after its own)",
     )
     read_database_url: str = setting(
         "KAIROS_READ_DATABASE_URL",

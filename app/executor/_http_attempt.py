@@ -24,11 +24,11 @@ from app.executor.http_request import (
     Target,
     Verdict,
     delivery_headers,
-    encode_payload,
     excerpt,
 )
 from app.executor.http_send import Origin, Sender, SendFailed, retry_after_s
 from app.executor.limits import AdaptiveLimit
+from app.executor.payloads import encode_payload
 from app.observability import tracing
 from app.store import executions as ex
 

@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
-import msgspec
-
 from app.executor.breaker import Key
 from app.executor.oidc import authorize
 from app.executor.signing import sign
@@ -83,11 +81,6 @@ def excerpt(raw: bytes, limit: int, encoding: str | None) -> str:
         return f"[{encoding}-encoded body not shown]"
     text = raw[:limit].decode("utf-8", "replace")
     return "".join(c if c.isprintable() or c in "\t\n" else "\ufffd" for c in text)
-
-
-# The payload as compact JSON (msgspec: a fraction of json.dumps's cost; any valid JSON will do, the
-# signature covers the bytes as sent).
-encode_payload = msgspec.json.Encoder().encode
 
 
 @functools.lru_cache(maxsize=4096)  # a herd's deliveries share a handful of due times

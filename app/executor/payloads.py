@@ -7,15 +7,22 @@ the reason (retried with backoff, so an object that stays missing ends in the de
 why). One Lease answer carries at most ``budget_bytes`` of referenced payloads (always at least one
 execution): the rest are handed back unspent, ready for the next call, so a worker asking for 100
 executions of 4 MiB payloads never gets a 400 MiB message.
+
+A payload leaves as JSON encoded once (``encode_payload``), compact, for a worker (the Lease answer)
+and an HTTP target (the request body) alike. One read from the object store is the compact JSON
+Kairos wrote there, checked against its digest: it is handed on as those very bytes (``msgspec.Raw``),
+never decoded and encoded again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
+
+import msgspec
 
 from app import errors
 from app.executor.batching import Deferral, Outcomes
@@ -25,6 +32,11 @@ from app.store.payloads import PayloadStore
 log = logging.getLogger(__name__)
 
 LEASE_PAYLOAD_BUDGET_BYTES_DEFAULT = 32 * 1024 * 1024
+
+# A leased payload as the bytes a worker or an HTTP target gets: compact JSON from msgspec (0.16-0.20 us for
+# a small payload against 3.4-4.6 us for ``json.dumps`` with separators, which builds an encoder per call;
+# text as UTF-8 rather than \u escapes), a ``msgspec.Raw`` (a payload read from the object store) as its bytes.
+encode_payload: Callable[[Any], bytes] = msgspec.json.Encoder().encode
 
 
 async def resolve_leased(
@@ -51,7 +63,7 @@ async def resolve_leased(
             if payloads is None:
                 raise errors.ObjectStoreUnavailable("this process has no object store configured")
             data = await payloads.read(item.payload_ref)
-            out.append(replace(item, payload=json.loads(data)))
+            out.append(replace(item, payload=msgspec.Raw(data)))  # its JSON as stored: encode_payload sends it as is
             spent += len(data)
         except (errors.ObjectStoreUnavailable, errors.ObjectNotFound) as exc:
             log.error(

@@ -29,7 +29,7 @@ from app.domain import queues
 from app.domain.limits import TokenBuckets
 from app.domain.states import ExecutionState
 from app.executor.batching import Outcomes
-from app.executor.payloads import resolve_leased
+from app.executor.payloads import encode_payload, resolve_leased
 from app.store import Database, tenants
 from app.store import executions as ex
 from app.store.payloads import PayloadStore
@@ -321,7 +321,7 @@ class WorkerServicer(pb_grpc.WorkerServicer):
                 execution_id=e.execution_id,
                 job_id=job_id,
                 attempt=e.attempt,
-                payload=b"{}" if e.payload == {} else json.dumps(e.payload, separators=(",", ":")).encode(),
+                payload=b"{}" if e.payload == {} else encode_payload(e.payload),
                 idempotency_key=f"{job_id}:{when}",
                 max_attempts=e.max_attempts,
                 timeout_seconds=e.timeout_s,

@@ -104,8 +104,9 @@ class TokenBucket:
         return self.at + max(0.0, 1.0 - self.tokens) / self.rate
 
 
-# Zones that are UTC at every instant. The driver hands out datetimes in the session's zone (often
-# ZoneInfo("Etc/UTC")); subtracting a datetime of another zone costs three times one of the same zone.
+# Zones that are UTC at every instant. The driver hands out datetimes in the session's zone (timezone.utc
+# on Kairos's own connections, app.store.db.SESSION_TIME_ZONE; a caller's may be ZoneInfo("Etc/UTC"));
+# subtracting a datetime of another zone costs three times one of the same zone.
 _UTC_ZONES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"})
 _EPOCHS: dict[tzinfo | None, datetime] = {timezone.utc: _EPOCH}
 

@@ -41,7 +41,7 @@ class Leased:
     max_attempts: int
     scheduled_for: datetime
     lease_until: datetime
-    payload: Any
+    payload: Any  # a JSON value; msgspec.Raw, its JSON text, once read from the object store (app.executor.payloads)
     target_type: str
     target_ref: str
     timeout_s: int

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from datetime import timezone
 
 import pytest
 from sqlalchemy import text
@@ -47,6 +48,24 @@ async def test_a_lease_and_its_completion_commit_each_on_its_own(db: Database) -
     after = await db.transaction(lambda tx: tx.executions.get(tenant.tenant_id, leased[0].execution_id))
     assert after is not None and after.state == ExecutionState.SUCCEEDED
     assert await db.statement(lambda tx: tx.executions.next_ready_in(queue)) is None
+
+
+async def test_every_session_runs_in_utc_whatever_the_url_asks(database_url: str) -> None:
+    """The engine's and the statement pool's sessions run in UTC (the embedded server's own default is
+    Etc/UTC, a zone psycopg converts through zoneinfo), a time zone in the URL's options included, so
+    the driver hands out ``timezone.utc`` datetimes."""
+    sep = "&" if "?" in database_url else "?"
+    db = Database(create_engine(f"{database_url}{sep}options=-c%20timezone%3DEurope/Berlin"))
+    show = text("SELECT current_setting('TimeZone') AS zone, now() AS at")
+    try:
+        for rows in (
+            await db.transaction(lambda tx: tx.schema._conn.execute(show)),
+            await db.statement(lambda tx: tx.schema._conn.execute(show)),
+        ):
+            [(zone, at)] = list(rows)
+            assert zone == "UTC" and at.tzinfo is timezone.utc
+    finally:
+        await db.close()
 
 
 async def test_the_statement_pool_keeps_a_floor_of_open_connections(database_url: str) -> None:

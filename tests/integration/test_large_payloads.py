@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy import text
 
 from app.executor.batching import Outcomes
-from app.executor.payloads import resolve_leased
+from app.executor.payloads import encode_payload, resolve_leased
 from app.store.db import Database
 from app.store.objects import LocalObjectStore
 from app.store.payloads import PayloadStore
@@ -245,7 +245,11 @@ async def test_a_lease_reads_only_referenced_payloads_fails_a_lost_one_and_bound
     assert by_job[inline_job].payload == {"small": True}
     whole = [e for e in got if UUID(e.job_id) in jobs]
     assert [UUID(e.job_id) for e in whole] == jobs[:2]  # the third did not fit in the answer's budget (4 KB each)
-    assert all(e.payload == big_payload(4096 + jobs.index(UUID(e.job_id))) for e in whole)
+    # Handed on as the bytes in the store (compact JSON, read once, never decoded), the inline one encoded.
+    stored = [(tmp_path / "objects" / ref).read_bytes() for ref in refs]
+    assert [encode_payload(e.payload) for e in whole] == stored[:2]
+    assert all(json.loads(stored[i]) == big_payload(4096 + i) for i in range(2))
+    assert encode_payload(by_job[inline_job].payload) == b'{"small":true}'
     assert payloads.objects.gets == 3  # type: ignore[attr-defined]  # the lost one and two; nothing inline
     states = {r.job_id: r for r in await factories.raw(db, lambda c: _executions(c, t.tenant_id))}
     assert (states[lost].state, states[lost].attempt) == ("ready", 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -15,6 +16,8 @@ import pytest
 
 from app.store.db import Database
 from kairos_sdk import WorkerClient
+from kairos_sdk._proto import worker_pb2 as pb
+from kairos_sdk._proto import worker_pb2_grpc as pb_grpc
 from scripts import codegen
 from tests import factories as tf
 
@@ -85,6 +88,27 @@ async def test_tenant_key_serves_only_its_own_pools(db: Database, addr: str) -> 
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await client_a.lease("bad pool name!", "a", 1)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_a_leased_payload_is_compact_json_on_the_wire(db: Database, addr: str) -> None:
+    t = await tf.tenant(db)
+    payload = {"a": [1, 2.5, None, True, "é"], "quote": '"\\\n', "big": 123456789012345678901234567890}
+    job = await tf.job(db, t.tenant_id, queue=tf.tenant_queue(t.tenant_id, "p"), payload=payload)
+    empty = await tf.job(db, t.tenant_id, queue=tf.tenant_queue(t.tenant_id, "p"), payload={})
+    await tf.ready_executions(db, job)
+    await tf.ready_executions(db, empty)
+    async with grpc.aio.insecure_channel(addr) as channel:
+        answer = await pb_grpc.WorkerStub(channel).Lease(
+            pb.LeaseRequest(pool="p", worker_id="w", max=2), metadata=(("authorization", f"Bearer {t.key}"),)
+        )
+    by_job = {e.job_id: e.payload for e in answer.executions}
+    # JSONB's key order; no spaces; text as UTF-8 (json.loads reads it as the \u escapes it replaced).
+    assert (
+        by_job[str(job)]
+        == '{"a":[1,2.5,null,true,"é"],"big":123456789012345678901234567890,"quote":"\\"\\\\\\n"}'.encode()
+    )
+    assert json.loads(by_job[str(job)]) == payload
+    assert by_job[str(empty)] == b"{}"
 
 
 async def test_fencing_results_over_the_wire(db: Database, addr: str) -> None:

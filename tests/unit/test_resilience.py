@@ -11,13 +11,17 @@ from app.store.db import session_options
 from tests.support.clocks import ManualClock
 
 
-def test_session_options_add_both_server_side_bounds_to_the_urls_own() -> None:
-    assert session_options("postgresql://u@h/db", 0) is None
+def test_session_options_set_utc_and_add_both_server_side_bounds_to_the_urls_own() -> None:
+    assert session_options("postgresql://u@h/db", 0) == "-c timezone=UTC"
     assert session_options("postgresql://u@h/db", 2.5) == (
-        "-c statement_timeout=2500 -c idle_in_transaction_session_timeout=2500"
+        "-c timezone=UTC -c statement_timeout=2500 -c idle_in_transaction_session_timeout=2500"
     )
     assert session_options("postgresql://u@h/db?options=-c%20search_path%3Dkairos", 1) == (
-        "-c search_path=kairos -c statement_timeout=1000 -c idle_in_transaction_session_timeout=1000"
+        "-c search_path=kairos -c timezone=UTC -c statement_timeout=1000 -c idle_in_transaction_session_timeout=1000"
+    )
+    # The URL's own time zone comes first, so UTC wins (the last -c of a name is the one that counts).
+    assert session_options("cockroachdb://u@h/db?options=-c%20timezone%3DEurope/Berlin", 0) == (
+        "-c timezone=Europe/Berlin -c timezone=UTC"
     )
 
 
