@@ -213,6 +213,11 @@ class Outcomes:
         """Fail a caller's own batch (FailMany) in one transaction, bypassing the coalescer."""
         return await self._fail(items) if items else []
 
+    def scheduled_for(self, execution_id: str) -> datetime | None:
+        """The occurrence time of a lease this process handed out (None: leased elsewhere, or forgotten)."""
+        lease = self._leases.get(execution_id)
+        return lease.scheduled_for if lease is not None else None
+
     def _scheduled_fors(self, items: Sequence[ex.Success] | Sequence[ex.Failure]) -> list[datetime | None]:
         """Each item's occurrence time, from the lease this process handed out (None: leased elsewhere)."""
         leases = self._leases

@@ -375,7 +375,10 @@ class HttpPool(Attempts):
         if not entries:
             return 0
         began = self.clock()
-        renewals = [ex.Renewal(e.item.execution_id, e.item.attempt, restart=e.waiting) for e in entries]
+        renewals = [
+            ex.Renewal(e.item.execution_id, e.item.attempt, restart=e.waiting, scheduled_for=e.item.scheduled_for)
+            for e in entries
+        ]
         renewed = await self.db.transaction(
             lambda tx: tx.executions.renew_many(renewals, self.config.worker_id, self.config.lease_s),
             isolation=self.config.isolation,
@@ -404,7 +407,10 @@ class HttpPool(Attempts):
     async def _restart_flush(self, entries: Sequence[Held]) -> list[bool]:
         """Restart the attempt clock of deliveries that waited long for a slot, as they start."""
         began = self.clock()
-        renewals = [ex.Renewal(e.item.execution_id, e.item.attempt, restart=True) for e in entries]
+        renewals = [
+            ex.Renewal(e.item.execution_id, e.item.attempt, restart=True, scheduled_for=e.item.scheduled_for)
+            for e in entries
+        ]
         renewed = await self.db.transaction(
             lambda tx: tx.executions.renew_many(renewals, self.config.worker_id, self.config.lease_s),
             isolation=self.config.isolation,

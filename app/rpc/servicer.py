@@ -337,7 +337,9 @@ class WorkerServicer(pb_grpc.WorkerServicer):
         until = await self._call(
             context,
             lambda: self.db.statement(
-                lambda tx: tx.executions.heartbeat(eid, request.attempt, lease_s, scope=cred.scope)
+                lambda tx: tx.executions.heartbeat(
+                    eid, request.attempt, lease_s, scope=cred.scope, scheduled_for=self.outcomes.scheduled_for(eid)
+                )
             ),
         )
         if until is None:

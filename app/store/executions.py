@@ -84,6 +84,7 @@ class Renewal:
     execution_id: ExecutionRef
     attempt: int
     restart: bool = False
+    scheduled_for: datetime | None = None  # its occurrence time, when known: the row's own weekly partition
 
 
 @dataclass(slots=True)  # one per completed execution (CompleteMany): not frozen, a quarter of the __init__ cost
@@ -214,6 +215,7 @@ class Executions(Table):
                 "execution_ids": plain([h.execution_id for h in held]),
                 "attempts": plain([h.attempt for h in held]),
                 "restarts": plain([h.restart for h in held]),
+                "scheduled_fors": _times([h.scheduled_for for h in held], len(held)),
                 "worker_id": worker_id,
                 "lease_s": lease_s,
                 "now": now,
@@ -235,9 +237,11 @@ class Executions(Table):
         lease_s: float,
         *,
         scope: str | None = None,
+        scheduled_for: datetime | None = None,
         now: datetime | None = None,
     ) -> datetime | None:
-        """The new lease_until, or None when the attempt is not current (or timed out, or out of scope)."""
+        """The new lease_until, or None when the attempt is not current (or timed out, or out of scope).
+        ``scheduled_for``: the execution's occurrence time when the caller knows it (its own partition)."""
         row = (
             await self._conn.execute(
                 q("ExecutionHeartbeat"),
@@ -247,6 +251,7 @@ class Executions(Table):
                     "lease_s": lease_s,
                     "now": now,
                     "scope": scope,
+                    "scheduled_for": scheduled_for,
                 },
             )
         ).first()

@@ -165,12 +165,14 @@ FROM executions
 WHERE queue = :queue AND state = 'ready';
 
 -- name: ExecutionHeartbeat
--- Extend the lease of the current attempt to now + :lease_s, never past started_at + the job's timeout (the live attempt is the executions row: no attempts row to mirror).
+-- Extend the lease of the current attempt to now + :lease_s, never past started_at + the job's timeout (the live attempt is the executions row: no attempts row to mirror). :scheduled_for, when the caller knows it, finds the row in its own weekly partition (NULL: in every one).
 UPDATE executions AS e SET
     lease_until = least(c.now + CAST(:lease_s AS FLOAT8) * INTERVAL '1 second',
                         e.started_at + CAST(j.timeout_s AS FLOAT8) * INTERVAL '1 second')
 FROM jobs AS j, (SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now) AS c
 WHERE e.execution_id = :execution_id AND j.job_id = e.job_id
+  AND e.scheduled_for >= coalesce(CAST(:scheduled_for AS TIMESTAMPTZ), '-infinity')
+  AND e.scheduled_for <= coalesce(CAST(:scheduled_for AS TIMESTAMPTZ), 'infinity')
   AND e.state = 'leased' AND e.attempt = :attempt  -- a stale attempt changes nothing
   AND e.started_at + CAST(j.timeout_s AS FLOAT8) * INTERVAL '1 second' > c.now  -- timed out: no more extensions
   AND (CAST(:scope AS TEXT) IS NULL OR e.queue = CAST(:scope AS TEXT)
@@ -425,8 +427,9 @@ GROUP BY queue;
 -- name: ExecutionLeaseRenewMany
 -- Renew many current attempts held by :worker_id (the HTTP pool's deliveries, sent or waiting for a slot) to now + :lease_s, never past started_at + the job's timeout; restarts[i] first moves the attempt's start to now (a delivery still waiting has not started: it keeps its whole timeout; its attempts row, written when it ends, says so). Answers the renewed ones.
 WITH input AS (
-    SELECT * FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:restarts AS BOOL[]))
-        AS i (execution_id, attempt, restart)
+    SELECT * FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:restarts AS BOOL[]),
+                         CAST(:scheduled_fors AS TIMESTAMPTZ[]))
+        AS i (execution_id, attempt, restart, scheduled_for)
 ), clock AS (
     SELECT coalesce(CAST(:now AS TIMESTAMPTZ), now()) AS now
 ), renewed AS (
@@ -437,6 +440,8 @@ WITH input AS (
                                 + CAST(j.timeout_s AS FLOAT8) * INTERVAL '1 second')
     FROM input AS i, jobs AS j, clock AS c
     WHERE e.execution_id = i.execution_id AND j.job_id = e.job_id
+      AND e.scheduled_for >= coalesce(i.scheduled_for, '-infinity')  -- one weekly partition when known
+      AND e.scheduled_for <= coalesce(i.scheduled_for, 'infinity')
       AND e.state = 'leased' AND e.attempt = i.attempt  -- a stale attempt changes nothing
       AND e.lease_owner = :worker_id  -- only the holder renews
       AND (i.restart OR e.started_at + CAST(j.timeout_s AS FLOAT8) * INTERVAL '1 second' > c.now)  -- timed out: no more

@@ -320,3 +320,34 @@ async def test_the_lease_and_an_outcome_read_one_weekly_partition_per_row(db: Da
         )
     )
     assert states.scalar_one() == 3
+
+
+async def test_a_heartbeat_reads_one_weekly_partition_when_the_time_is_known(db: Database) -> None:
+    # The servicer passes the time of the lease it handed out; a worker heartbeating through another
+    # executor passes none and is still found, in every week.
+    await db.transaction(
+        lambda tx: tx.schema._conn.execute(
+            text("SELECT kairos_history_recut(kairos_history_week(now() - interval '21 days'))")
+        )
+    )
+    queue, _ = await _ready_queue(db, 2)
+    other = await tf.tenant(db, "other")
+    old_job = await tf.job(db, other.tenant_id, queue=tf.tenant_queue(other.tenant_id, "pool"))
+    await tf.ready_executions(db, old_job, 50, first=datetime.now(timezone.utc) - timedelta(days=15))
+    [known, unknown] = await db.statement(lambda tx: tx.executions.lease(queue, "w", 2, 60.0))
+
+    def params(e: Any, scheduled_for: str | None) -> dict[str, Any]:
+        return {
+            "execution_id": str(e.execution_id),
+            "attempt": e.attempt,
+            "lease_s": 120.0,
+            "now": None,
+            "scope": None,
+            "scheduled_for": scheduled_for,
+        }
+
+    nodes = await _generic_plan(db, "ExecutionHeartbeat", params(known, known.scheduled_for.isoformat()), analyze=True)
+    assert len(_partitions_read(nodes, "executions_occurrence_key")) == 1
+    assert [n["Actual Rows"] for n in nodes if n["Node Type"] == "ModifyTable"] == [1]
+    nodes = await _generic_plan(db, "ExecutionHeartbeat", params(unknown, None), analyze=True)
+    assert [n["Actual Rows"] for n in nodes if n["Node Type"] == "ModifyTable"] == [1]
