@@ -50,7 +50,8 @@ _JOB = {
     "bufferedAt": "concurrency buffer_one: the nominal time of the occurrence waiting for the running one; it starts "
     "within a second after that one settles (succeeds, is dead-lettered or cancelled)",
     "misfire": "occurrences missed while Kairos was down: run_once (default), catch_up (each, up to 100) or skip",
-    "labels": "key/value pairs to filter by (GET /v1/jobs?label=key:value)",
+    "labels": "key/value pairs to filter by: GET /v1/jobs?label= takes a selector as Kubernetes reads it: "
+    "key:value (or key=value), key!=value, key in (a,b), key notin (a,b), key (has it), !key (has not)",
     "dryRun": "occurrences are recorded as skipped, never delivered",
     "jobId": "the job's id",
     "state": "active, paused, completed, failed (its only execution dead) or cancelled",

@@ -82,6 +82,7 @@ class Job(TypedDict):
     labels: NotRequired[dict[str, str]]
     dryRun: NotRequired[bool]
     lastOutcome: NotRequired[str | None]
+    bufferedAt: NotRequired[str | None]
     pauseOnFailure: NotRequired[bool]
     pausedReason: NotRequired[str | None]
     maxRuns: NotRequired[int | None]

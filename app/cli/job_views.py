@@ -77,6 +77,12 @@ def _removal_text(seconds: int | None) -> str | None:
     return f"{seconds}s after it completes or is cancelled (then archived)"
 
 
+def _waiting(job: Job) -> list[tuple[str, Any]]:
+    """A buffer_one job's occurrence waiting for the running one (bufferedAt), when one waits."""
+    at = job.get("bufferedAt")
+    return [("waiting", f"the occurrence due {when(at)} starts when the running one settles")] if at else []
+
+
 def show_job(job: Job) -> None:
     retry = job["retry"]
     headers: dict[str, str] = job["target"].get("headers") or {}
@@ -106,6 +112,7 @@ def show_job(job: Job) -> None:
         ),
         ("timeout", f"{job['timeoutSeconds']}s"),
         ("concurrency", job["concurrency"]),
+        *_waiting(job),
         ("misfire", job["misfire"]),
         ("payload", json.dumps(job["payload"])),
         ("created", when(job["createdAt"])),

@@ -1,4 +1,5 @@
-"""GET /v1/jobs?label= with set-based selectors (in, notin, !=, exists, !key), as Kubernetes reads them."""
+"""GET /v1/jobs?label= with set-based selectors (in, notin, !=, exists, !key), as Kubernetes reads them, and the
+OpenAPI document naming those forms."""
 
 from __future__ import annotations
 
@@ -35,3 +36,15 @@ def test_jobs_are_listed_by_label_selectors(api: ApiProcess, client: httpx.Clien
     refused = client.get("/v1/jobs", params={"label": "team in a"})
     assert refused.status_code == 422 and refused.json()["field"] == "label"
     assert len(made) == 4
+
+
+SELECTOR_FORMS = ("key:value", "key=value", "key!=value", "key in (a,b)", "key notin (a,b)", "!key")
+
+
+def test_the_document_names_the_selector_forms(api: ApiProcess) -> None:
+    document = httpx.get(f"{api.url}/schema/openapi.json", timeout=10).json()
+    [label] = [p for p in document["paths"]["/v1/jobs"]["get"]["parameters"] if p["name"] == "label"]
+    labels = document["components"]["schemas"]["JobOut"]["properties"]["labels"]
+    for described in (label["description"], labels["description"]):
+        missing = [form for form in SELECTOR_FORMS if form not in described.replace("'", "")]
+        assert missing == [], described

@@ -1,7 +1,9 @@
-"""`kairos jobs submit --every 1d --tz ZONE` (wall-clock days) and `--concurrency buffer_one`, shown by jobs show."""
+"""`kairos jobs submit --every 1d --tz ZONE` (wall-clock days) and `--concurrency buffer_one`, shown by jobs show,
+with the occurrence a buffer_one job keeps waiting."""
 
 from __future__ import annotations
 
+from tests.api.conftest import ApiProcess, query
 from tests.cli.conftest import Kairos
 
 
@@ -24,3 +26,18 @@ def test_a_zone_with_an_interval_of_hours_exits_2_before_any_request(kairos: Kai
     assert refused.code == 2 and "whole days" in refused.err and len(refused.err.strip().splitlines()) == 1
     no_zone = kairos("jobs", "submit", "--name", "x", "--every", "1d", "--dst-gap", "skip", "--pool", "p")
     assert no_zone.code == 2 and "--tz" in no_zone.err
+
+
+def test_jobs_show_prints_the_occurrence_a_buffer_one_job_keeps_waiting(kairos: Kairos, cli_api: ApiProcess) -> None:
+    made = kairos(
+        "jobs", "submit", "--name", "sync", "--every", "15m", "--concurrency", "buffer_one", "--pool", "p", "--json"
+    )
+    assert made.code == 0, made.err
+    job_id = made.json()["jobId"]
+    assert "waiting" not in kairos("jobs", "show", job_id).out  # none waits: no line for it
+    # The scheduler writes it when an occurrence falls due while the previous one runs; none runs here.
+    query(cli_api.database_url, "UPDATE jobs SET buffered_at = '2030-01-01T09:00:00Z' WHERE job_id = %s", (job_id,))
+    shown = kairos("jobs", "show", job_id)
+    assert shown.code == 0, shown.err
+    [line] = [line for line in shown.out.splitlines() if line.startswith("waiting")]
+    assert "the occurrence due 2030-01-01 09:00:00Z starts when the running one settles" in line

@@ -1,7 +1,8 @@
 """The dashboard's details in a real browser (headless Chromium via selenium) against a `kairos api`: an empty
 queue-depth chart draws no axes, only its sentence; the jobs table's Target column says each target once
 (a URL, or the pool), and an every schedule reads as one, with its zone and an overlap policy other than allow.
-A screenshot is kept in tmp_path."""
+The jobs list filters by a label selector; a job's details name its labels, an HTTP target's identity token and
+its audience, and a buffer_one occurrence waiting. Screenshots are kept in tmp_path."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.conftest import ApiProcess, make_tenant, running_api
+from tests.api.conftest import ApiProcess, make_tenant, query, running_api
 
 pytestmark = pytest.mark.slow
 
@@ -98,3 +99,88 @@ def test_an_empty_queue_chart_has_no_axes_and_targets_are_said_once(
     assert rows["digest"][2] == "every 15m"
     # A zoned interval names its zone, and an overlap policy other than allow is said beside the schedule.
     assert rows["nightly"][2] == "every 1d (Europe/London) · overlap buffer_one"
+
+
+def test_jobs_filter_by_label_selector_and_details_show_labels_auth_and_a_buffered_occurrence(
+    api: ApiProcess, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    tenant = make_tenant(api.database_url)
+    client = httpx.Client(base_url=api.url, headers=tenant.headers, timeout=10)
+    made: dict[str, str] = {}
+    for body in (
+        {
+            "name": "hook",
+            "target": {"type": "http", "ref": "https://example.com/hook", "auth": {"type": "oidc"}},
+            "schedule": {"delaySeconds": 3600},
+            "labels": {"team": "growth", "env": "prod"},
+        },
+        {
+            "name": "signed",
+            "target": {
+                "type": "http",
+                "ref": "https://example.com/signed",
+                "auth": {"type": "oidc", "audience": "https://hooks.example"},
+            },
+            "schedule": {"delaySeconds": 3600},
+            "labels": {"team": "billing"},
+        },
+        {
+            "name": "nightly",
+            "target": {"type": "queue", "ref": "reports"},
+            "schedule": {"every": "1d", "tz": "Europe/London"},
+            "concurrency": "buffer_one",
+            "labels": {"team": "ops"},
+        },
+    ):
+        answer = client.post("/v1/jobs", json=body)
+        assert answer.status_code == 201, answer.text
+        made[body["name"]] = answer.json()["jobId"]
+    # An occurrence waiting for the running one (the scheduler would write it; no scheduler runs here).
+    waiting = "UPDATE jobs SET buffered_at = '2030-01-01T09:00:00Z' WHERE job_id = %s"
+    query(api.database_url, waiting, (made["nightly"],))
+    browser.get(f"{api.url}/dashboard")
+    browser.find_element(By.ID, "token").send_keys(tenant.key)
+    browser.find_element(By.ID, "sign-in").click()
+    wait = WebDriverWait(browser, 20)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr")) == 3)
+
+    def shown() -> set[str | None]:
+        return {r.get_attribute("data-job-id") for r in browser.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr")}
+
+    def listed(selector: str, *names: str) -> None:
+        box = browser.find_element(By.ID, "filter-label")
+        box.clear()
+        box.send_keys(selector)
+        browser.find_element(By.CSS_SELECTOR, "#job-filters button[type=submit]").click()
+        wanted = {made[n] for n in names}
+        wait.until(lambda _: shown() == wanted)
+
+    def details(name: str, needle: str) -> str:
+        browser.find_element(By.CSS_SELECTOR, f'#jobs-table tbody tr[data-job-id="{made[name]}"]').click()
+        wait.until(lambda d: needle in d.find_element(By.ID, "job-facts").text)
+        return str(browser.find_element(By.ID, "job-facts").text)
+
+    listed("env!=prod", "signed", "nightly")  # a job without env is not env=prod
+    listed("team:ops", "nightly")
+    listed("!env", "signed", "nightly")
+    nightly = details("nightly", "waits")
+    assert "The occurrence due 2030-01-01 " in nightly and "buffer_one" in nightly
+    assert "Labels team=ops" in nightly and "identity token" not in nightly
+    browser.save_screenshot(str(tmp_path / "buffered.png"))
+
+    listed("team in (growth,billing)", "hook", "signed")
+    hook = details("hook", "identity token")
+    assert "OIDC identity token, audience https://example.com/hook (the URL)" in hook
+    assert "Labels env=prod team=growth" in hook and "waits" not in hook
+    signed = details("signed", "hooks.example")
+    assert "OIDC identity token, audience https://hooks.example" in signed and "(the URL)" not in signed
+    browser.save_screenshot(str(tmp_path / "details.png"))
+
+    # A selector the API cannot read is said where the jobs would be, with the API's reason.
+    box = browser.find_element(By.ID, "filter-label")
+    box.clear()
+    box.send_keys("team in growth")
+    browser.find_element(By.CSS_SELECTOR, "#job-filters button[type=submit]").click()
+    wait.until(lambda d: d.find_element(By.ID, "jobs-empty").is_displayed())
+    assert browser.find_element(By.ID, "jobs-empty").text.startswith("Could not list jobs:")
+    assert browser.find_elements(By.CSS_SELECTOR, "#jobs-table tbody tr") == []

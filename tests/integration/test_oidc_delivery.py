@@ -1,6 +1,7 @@
 """Identity tokens end to end: the executor's HTTP pool delivers to a real receiver that verifies each
 ``Authorization: Bearer`` token against the key set a real ``kairos api`` process publishes, before and
-after a key rotation (the retired key stays published, so its tokens still verify)."""
+after a key rotation (the retired key stays published, so its tokens still verify). The token comes
+beside the ``Kairos-Signature`` HMAC, never instead of it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from app.executor.batching import Outcomes
 from app.executor.http_pool import HTTP_QUEUE, HttpPool, HttpPoolConfig
 from app.store import sealing
 from app.store.db import Database, create_engine
+from kairos_sdk.signature import verify
 from tests import factories as tf
 from tests.api.conftest import ApiProcess, running_api
 from tests.integration.test_http_delivery_path import run_pool
@@ -42,13 +45,14 @@ async def _passed(instant: datetime) -> bool:
 @dataclass
 class Verifier:
     """A webhook receiver that answers 200 only to a token the API's key set verifies for ``audience``, and
-    records what it saw (the token's kid and claims, or why it refused)."""
+    records what it saw (each request's headers and body; the token's kid and claims, or why it refused)."""
 
     jwks_url: str
     issuer: str
     audience: str = ""
     seen: list[dict[str, Any]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    requests: list[tuple[Message, bytes]] = field(default_factory=list)
     port: int = 0
     refresh: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -76,7 +80,9 @@ def verifier(api: ApiProcess) -> Iterator[Verifier]:
         protocol_version = "HTTP/1.1"
 
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            with state.lock:
+                state.requests.append((self.headers, body))
             status = 200
             try:
                 scheme, _, token = self.headers.get("Authorization", "").partition(" ")
@@ -207,6 +213,24 @@ async def test_a_token_for_another_audience_is_refused_by_the_receiver(api: ApiP
         assert verifier.seen == [] and "InvalidAudienceError" in verifier.refused[0]
     finally:
         await db.close()
+
+
+async def test_a_delivery_with_an_identity_token_is_still_signed(api: ApiProcess, verifier: Verifier) -> None:
+    db = Database(create_engine(api.database_url, pool_size=2))
+    try:
+        await db.transaction(lambda tx: tx.oidc_keys.ensure("ES256", sealing.current()))
+        t = await tf.tenant(db)
+        job_id = await oidc_job(db, t.tenant_id, verifier.url, {"type": "oidc"})
+        assert await deliver(db, job_id) == ["succeeded"], verifier.refused
+    finally:
+        await db.close()
+    [(headers, body)] = verifier.requests
+    # One Authorization, the token the receiver verified, and the tenant's HMAC over the same body beside it.
+    [bearer] = headers.get_all("Authorization") or []
+    assert bearer.startswith("Bearer ") and verifier.seen[0]["sub"] == f"tenants/{t.tenant_id}/jobs/{job_id}"
+    signature = headers["Kairos-Signature"]
+    assert verify(t.signing_secret, signature, body)
+    assert not verify(t.signing_secret, signature, body + b" ")
 
 
 def docs_example() -> str:

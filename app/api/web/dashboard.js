@@ -180,8 +180,11 @@ function clearBoard() {
   $("jobs-empty").hidden = true;
   $("filter-state").value = "";
   $("filter-name").value = "";
+  $("filter-label").value = "";
   $("history-title").textContent = "History";
   $("history-hint").textContent = "pick a job to see its executions";
+  $("job-facts").replaceChildren();
+  $("job-facts").hidden = true;
   for (const id of ["tile-p50", "tile-p99", "tile-queued", "tile-dead", "tile-shards"]) $(id).textContent = "–";
   state.jobsCursor = null;
   state.selectedJob = null;
@@ -407,7 +410,10 @@ async function loadJobs(reset) {
     state.jobsCursor = null;
     $("jobs-table").tBodies[0].replaceChildren();
   }
-  const params = { state: $("filter-state").value, name: $("filter-name").value.trim(), limit: 50 };
+  // label: a Kubernetes-style selector, passed as typed (the API says what it cannot read).
+  const params = {
+    state: $("filter-state").value, name: $("filter-name").value.trim(), label: $("filter-label").value.trim(), limit: 50,
+  };
   if (state.jobsCursor) params.cursor = state.jobsCursor;
   let page;
   try {
@@ -415,13 +421,16 @@ async function loadJobs(reset) {
   } catch (err) {
     $("jobs-empty").hidden = false;
     $("jobs-empty").textContent = `Could not list jobs: ${err.message}`;
+    $("jobs-more").hidden = true;
     return;
   }
   const body = $("jobs-table").tBodies[0];
   for (const job of page.jobs) {
+    const labels = labelPairs(job).join(", ");
     const row = el("tr", { "data-job-id": job.jobId },
-      el("td", { title: job.name }, job.name), el("td", {}, pill(job.state)), el("td", {}, scheduleText(job)),
-      el("td", { title: job.target.ref }, targetText(job.target)), el("td", {}, clock(job.nextRunAt)));
+      el("td", { title: labels ? `${job.name} · ${labels}` : job.name }, job.name), el("td", {}, pill(job.state)),
+      el("td", {}, scheduleText(job)), el("td", { title: job.target.ref }, targetText(job.target)),
+      el("td", {}, clock(job.nextRunAt)));
     row.addEventListener("click", () => selectJob(job, row));
     body.append(row);
   }
@@ -452,16 +461,44 @@ function lifecycleFacts(job) {
   return facts.join(" · ");
 }
 
+function labelPairs(job) {
+  return Object.entries(job.labels || {}).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}=${v}`);
+}
+
+// The job's details beyond its row, a line each: how it ends, a buffer_one occurrence waiting, the
+// identity token an HTTP target is sent, its labels.
+function jobFacts(job) {
+  const lines = [];
+  const lifecycle = lifecycleFacts(job);
+  if (lifecycle) lines.push(lifecycle);
+  if (job.bufferedAt) {
+    lines.push(`The occurrence due ${clock(job.bufferedAt)} waits (buffer_one): it starts when the running one settles`);
+  }
+  const auth = job.target.auth;
+  if (auth) {
+    const audience = auth.audience || `${job.target.ref} (the URL)`;
+    lines.push(`Each delivery carries an ${auth.type.toUpperCase()} identity token, audience ${audience}`);
+  }
+  const labels = labelPairs(job);
+  if (labels.length) lines.push(el("span", {}, "Labels", ...labels.flatMap((l) => [" ", el("code", {}, l)])));
+  return lines.map((line) => el("div", {}, line));
+}
+
 async function selectJob(job, row) {
   for (const r of $("jobs-table").tBodies[0].rows) r.classList.toggle("selected", r === row);
   state.selectedJob = job;
   $("history-title").textContent = `History of ${job.name}`;
-  const facts = lifecycleFacts(job);
-  $("job-facts").textContent = facts;
-  $("job-facts").hidden = !facts;
   $("history-hint").textContent = "newest first; pick one to see its attempts";
   $("attempts").hidden = true;
-  const executions = await api(`/v1/jobs/${job.jobId}/executions`, { limit: 50 });
+  // The job is read again: the listed row may be minutes old, and a buffered occurrence comes and goes.
+  const [current, executions] = await Promise.all([
+    api(`/v1/jobs/${job.jobId}`).catch(() => job),
+    api(`/v1/jobs/${job.jobId}/executions`, { limit: 50 }),
+  ]);
+  if (state.selectedJob !== job) return;  // another job was picked while these were read
+  const facts = jobFacts(current);
+  $("job-facts").replaceChildren(...facts);
+  $("job-facts").hidden = !facts.length;
   const table = $("executions-table");
   table.hidden = false;
   const body = table.tBodies[0];
