@@ -90,7 +90,8 @@ WITH input AS (
     SELECT i.execution_id, i.attempt, i.result, i.sent_at, x.tenant_id, x.lease_owner, x.started_at, x.lease_until,
            x.scheduled_for, x.state = 'leased' AND x.attempt = i.attempt AS current
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:results AS TEXT[]),
-                CAST(:scopes AS TEXT[]), CAST(:sent_ats AS TIMESTAMPTZ[])) AS i (execution_id, attempt, result, scope, sent_at)
+                CAST(:scopes AS TEXT[]), CAST(:sent_ats AS TIMESTAMPTZ[]), CAST(:scheduled_fors AS TIMESTAMPTZ[]))
+        AS i (execution_id, attempt, result, scope, sent_at, scheduled_for)  -- scheduled_for: one table here, nothing to prune
     JOIN executions AS x ON x.execution_id = i.execution_id
     WHERE (i.scope IS NULL OR x.queue = i.scope OR (right(i.scope, 1) = ':' AND left(x.queue, length(i.scope)) = i.scope))
 ), clock AS (
@@ -138,8 +139,8 @@ WITH input AS (
            x.started_at, x.lease_until, x.scheduled_for, x.state = 'leased' AND x.attempt = i.attempt AS current
     FROM unnest(CAST(:execution_ids AS UUID[]), CAST(:attempts AS INT[]), CAST(:errors AS TEXT[]),
                 CAST(:retryable AS BOOL[]), CAST(:delays_s AS FLOAT8[]), CAST(:scopes AS TEXT[]),
-                CAST(:sent_ats AS TIMESTAMPTZ[]))
-        AS i (execution_id, attempt, error, retryable, delay_s, scope, sent_at)
+                CAST(:sent_ats AS TIMESTAMPTZ[]), CAST(:scheduled_fors AS TIMESTAMPTZ[]))
+        AS i (execution_id, attempt, error, retryable, delay_s, scope, sent_at, scheduled_for)  -- as above: unused here
     JOIN executions AS x ON x.execution_id = i.execution_id
     WHERE (i.scope IS NULL OR x.queue = i.scope OR (right(i.scope, 1) = ':' AND left(x.queue, length(i.scope)) = i.scope))
 ), clock AS (
