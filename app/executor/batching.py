@@ -219,14 +219,11 @@ class Outcomes:
         return lease.scheduled_for if lease is not None else None
 
     def _scheduled_fors(self, items: Sequence[ex.Success] | Sequence[ex.Failure]) -> list[datetime | None]:
-        """Each item's occurrence time, from the lease this process handed out (None: leased elsewhere)."""
-        leases = self._leases
-        out: list[datetime | None] = []
-        for item in items:
-            key = item.execution_id if type(item.execution_id) is str else str(item.execution_id)
-            lease = leases.get(key)
-            out.append(lease.scheduled_for if lease is not None else None)
-        return out
+        """Each item's occurrence time, from the lease this process handed out (None: leased elsewhere).
+        The leases are keyed by text, as the worker calls carry ids; a caller holding a UUID pays one str()."""
+        return [
+            self.scheduled_for(i.execution_id if type(i.execution_id) is str else str(i.execution_id)) for i in items
+        ]
 
     async def _complete(self, items: Sequence[ex.Success]) -> list[bool]:
         times = self._scheduled_fors(items)

@@ -63,7 +63,7 @@ class Leased:
 
 def _times(values: Sequence[datetime | None] | None, n: int) -> str:
     """The occurrence times of a batch as an array literal (all NULL when the caller knows none)."""
-    return plain(values) if values else "{" + ",".join(["NULL"] * n) + "}"
+    return plain([None] * n if values is None else values)
 
 
 def idempotency_time(scheduled_for: datetime) -> str:

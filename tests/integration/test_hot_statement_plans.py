@@ -275,6 +275,22 @@ def _partitions_read(nodes: list[dict[str, Any]], index: str) -> set[str]:
     return {n["Partition"] for n in nodes if n.get("Index Name") == index and n.get("Actual Loops", 0) > 0}
 
 
+async def _weeks_of_history(db: Database, ready: int, elsewhere: int) -> str:
+    """History in weekly partitions from three weeks back: a queue with ``ready`` executions due now, and
+    another queue's ``elsewhere`` two weeks back (a partition that holds rows, none of the first queue's).
+    Answers the first queue."""
+    await db.transaction(
+        lambda tx: tx.schema._conn.execute(
+            text("SELECT kairos_history_recut(kairos_history_week(now() - interval '21 days'))")
+        )
+    )
+    queue, _ = await _ready_queue(db, ready)
+    other = await tf.tenant(db, "other")
+    old_job = await tf.job(db, other.tenant_id, queue=tf.tenant_queue(other.tenant_id, "pool"))
+    await tf.ready_executions(db, old_job, elsewhere, first=datetime.now(timezone.utc) - timedelta(days=15))
+    return queue
+
+
 @pytest.mark.parametrize("name", ["ExecutionCompleteMany", "ExecutionFailMany"])
 async def test_the_lease_and_an_outcome_read_one_weekly_partition_per_row(db: Database, name: str) -> None:
     # On a database that has lived, history holds a partition per week: a row found by its id alone was
@@ -282,16 +298,7 @@ async def test_the_lease_and_an_outcome_read_one_weekly_partition_per_row(db: Da
     # lease, completion and failure: the herd on two million jobs drained at half the empty speed).
     # The lease joins its picked rows on (id, scheduled_for); an outcome's caller passes the time the
     # lease answered, and without it the statement still finds the row, in every week.
-    await db.transaction(
-        lambda tx: tx.schema._conn.execute(
-            text("SELECT kairos_history_recut(kairos_history_week(now() - interval '21 days'))")
-        )
-    )
-    queue, _ = await _ready_queue(db, 5_000)
-    # Another queue's history two weeks back: a partition that holds rows, none of them this lease's.
-    other = await tf.tenant(db, "other")
-    old_job = await tf.job(db, other.tenant_id, queue=tf.tenant_queue(other.tenant_id, "pool"))
-    await tf.ready_executions(db, old_job, 5_000, first=datetime.now(timezone.utc) - timedelta(days=15))
+    queue = await _weeks_of_history(db, ready=5_000, elsewhere=5_000)
     lease_params = {
         "queue": queue,
         "worker_id": "w",
@@ -325,15 +332,7 @@ async def test_the_lease_and_an_outcome_read_one_weekly_partition_per_row(db: Da
 async def test_a_heartbeat_reads_one_weekly_partition_when_the_time_is_known(db: Database) -> None:
     # The servicer passes the time of the lease it handed out; a worker heartbeating through another
     # executor passes none and is still found, in every week.
-    await db.transaction(
-        lambda tx: tx.schema._conn.execute(
-            text("SELECT kairos_history_recut(kairos_history_week(now() - interval '21 days'))")
-        )
-    )
-    queue, _ = await _ready_queue(db, 2)
-    other = await tf.tenant(db, "other")
-    old_job = await tf.job(db, other.tenant_id, queue=tf.tenant_queue(other.tenant_id, "pool"))
-    await tf.ready_executions(db, old_job, 50, first=datetime.now(timezone.utc) - timedelta(days=15))
+    queue = await _weeks_of_history(db, ready=2, elsewhere=50)
     [known, unknown] = await db.statement(lambda tx: tx.executions.lease(queue, "w", 2, 60.0))
 
     def params(e: Any, scheduled_for: str | None) -> dict[str, Any]:
