@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 import warnings
@@ -631,6 +632,7 @@ class Server:
     def __init__(self, args: argparse.Namespace, tmp: Path) -> None:
         self.args = args
         self.pg: Any = None
+        self._postmaster: int | None = None
         self.created: list[str] = []
         if args.database_url:
             self.url = args.database_url
@@ -643,9 +645,18 @@ class Server:
             self.url = embedded.to_sqlalchemy_url(self.pg.get_uri())
 
     def postmaster_pid(self) -> int | None:
+        """The server's postmaster: the embedded one's, or a --database-url server's on this machine (its
+        data directory's postmaster.pid readable), so PostgreSQL's CPU is a figure of either."""
         try:
-            return int(self.pg.get_pid()) if self.pg is not None else None
-        except Exception:  # noqa: BLE001 - a figure we can go without
+            if self.pg is not None:
+                return int(self.pg.get_pid())
+            if self._postmaster is None:
+                with self.admin() as conn:
+                    where = Path(str(conn.execute("SHOW data_directory").fetchone()[0]))  # type: ignore[index]
+                self._postmaster = int((where / "postmaster.pid").read_text().split()[0])
+            return self._postmaster or None
+        except Exception:  # noqa: BLE001 - a figure we can go without (another machine's server, no rights)
+            self._postmaster = 0
             return None
 
     def admin(self) -> psycopg.Connection:
@@ -1157,6 +1168,39 @@ PENDING_SQL = (
 )
 
 
+class MaintenanceSampler:
+    """Once a second, the database's autovacuum workers (and any other VACUUM or ANALYZE) and the table
+    each works on: ``seconds`` maps "vacuum jobs" and the like to the seconds seen, so a drain that
+    shared the machine with a vacuum of a large table says so beside its figures."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.seconds: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="maintenance-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        with psycopg.connect(libpq(self.url), autocommit=True) as conn:
+            while not self._stop.wait(1.0):
+                rows = conn.execute(
+                    "SELECT query FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND (backend_type = 'autovacuum worker' OR query ~* '^\\s*(vacuum|analyze)') "
+                    "AND pid <> pg_backend_pid()"
+                ).fetchall()
+                for (query,) in rows:
+                    found = re.search(r"(VACUUM ANALYZE|VACUUM|ANALYZE)\s+(\S+)", query or "", re.IGNORECASE)
+                    if found:
+                        what = f"{found.group(1).lower()} {found.group(2).removeprefix('public.')}"
+                        self.seconds[what] = self.seconds.get(what, 0) + 1
+
+
 async def wait_drain(
     run: Run,
     stack: Stack,
@@ -1277,7 +1321,12 @@ async def herd(
         late = stack.sql1("SELECT count(*) FROM jobs WHERE name = 'herd' AND created_at >= run_at")
         await asyncio.sleep(max(0.0, t_due - 1 - time.time()))
         cpu0, counters0 = stack.cpu(), stack.db_counters()
-        drain = await wait_drain(run, stack, accepted, t_due + drain_timeout(run, total), t0=t_due, since=t_due - 1)
+        maintenance = MaintenanceSampler(stack.url)
+        maintenance.start()
+        try:
+            drain = await wait_drain(run, stack, accepted, t_due + drain_timeout(run, total), t0=t_due, since=t_due - 1)
+        finally:
+            maintenance.stop()
         cpu1, counters1 = stack.cpu(), stack.db_counters()
         occ, per_job = occurrences(stack, "herd")
         c = correctness(occ, per_job)
@@ -1297,6 +1346,7 @@ async def herd(
             "cpuSecondsDuringDrain": {k: round(cpu1[k] - cpu0.get(k, 0), 2) for k in cpu1},
             "drainWallS": time.time() - (t_due - 1),
             "database": {k: counters1[k] - counters0[k] for k in counters1},
+            "maintenanceDuringDrainS": maintenance.seconds,
             "apiProcesses": stack.api_processes,
         }
         return res | {"_occ": occ}
@@ -1348,6 +1398,10 @@ def herd_rows(
             " / ".join(f"{per[k]:.0f}" for k in tiers) + f" = {total:.0f}",
             total <= 60 if targeted else None,
         )
+    busy = res.get("maintenanceDuringDrainS") or {}
+    if busy:
+        seen = ", ".join(f"{what} {s} s" for what, s in sorted(busy.items(), key=lambda kv: -kv[1]))
+        run.row(name, "vacuum and analyze seen during the drain (sampled each second)", "-", seen, None)
     correctness_rows(run, name, res["correctness"])
 
 

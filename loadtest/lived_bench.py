@@ -100,6 +100,23 @@ def scale_of(run: Any) -> float:
     return float(getattr(run.args, "lived_scale", None) or os.environ.get("KAIROS_LIVED_SCALE", "1"))
 
 
+def clone(url: str) -> str:
+    """A copy of the database at ``url`` (CREATE DATABASE ... TEMPLATE: its files copied), so every run on
+    a database loaded once starts from the same rows, statistics and visibility maps."""
+    source = url.partition("?")[0].rsplit("/", 1)[-1]
+    copy = f"{source}_run_{int(time.time())}"
+    t0 = time.monotonic()
+    with bench.psycopg.connect(bench.libpq(bench.with_database(url, "postgres")), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{copy}" TEMPLATE "{source}"')
+    print(f"  [lived] copied {source} to {copy} in {time.monotonic() - t0:.0f} s (no load in this run)", flush=True)
+    return bench.with_database(url, copy)
+
+
+def lived_size(url: str) -> int:
+    with bench.psycopg.connect(bench.libpq(url), autocommit=True) as conn:
+        return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])  # type: ignore[index]
+
+
 def parts_of(run: Any) -> list[str]:
     given = getattr(run.args, "lived_parts", None) or os.environ.get("KAIROS_LIVED_PARTS", ",".join(PARTS))
     return [p for p in given.split(",") if p]
@@ -397,8 +414,12 @@ async def scenario_lived(run: Any) -> None:
     proxy = LivedServer(run.server)
     run.server = proxy
     run.results["lived"] = {"scale": scale, "parts": parts}
+    reuse = os.environ.get("KAIROS_LIVED_URL")
+    if reuse and "reads" in parts:
+        raise bench.ScenarioFailed("the reads part needs this run's load (its tenants' keys): drop it with --lived-url")
+    url = ""
     try:
-        url = proxy.server.create("lived")
+        url = clone(reuse) if reuse else proxy.server.create("lived")
         args = argparse.Namespace(
             scale=scale,
             attempts="all",
@@ -406,19 +427,26 @@ async def scenario_lived(run: Any) -> None:
             calls=max(100, int(os.environ.get("KAIROS_LIVED_CALLS", "100"))),
             cli_calls=5,
         )
-        print(f"  [lived] loading scale {scale}", flush=True)
-        loaded = await lived.load(url, args)
-        run.results["lived"].update(
-            {"loadSeconds": loaded.seconds, "rows": loaded.rows, "sizeBytes": loaded.size_bytes}
-        )
-        rows = ", ".join(f"{n:,} {t}" for t, n in loaded.rows.items())
-        run.row(
-            "lived",
-            f"load at scale {scale:g}: {rows}",
-            "-",
-            f"{loaded.seconds['total']:.0f} s, {loaded.size_bytes / 1e9:.2f} GB",
-            None,
-        )
+        if reuse:
+            size = lived_size(url)
+            run.results["lived"].update({"copiedFrom": reuse.partition("?")[0].rsplit("/", 1)[-1], "sizeBytes": size})
+            run.row(
+                "lived", "a copy of a database loaded before this run (--lived-url)", "-", f"{size / 1e9:.2f} GB", None
+            )
+        else:
+            print(f"  [lived] loading scale {scale}", flush=True)
+            loaded = await lived.load(url, args)
+            run.results["lived"].update(
+                {"loadSeconds": loaded.seconds, "rows": loaded.rows, "sizeBytes": loaded.size_bytes}
+            )
+            rows = ", ".join(f"{n:,} {t}" for t, n in loaded.rows.items())
+            run.row(
+                "lived",
+                f"load at scale {scale:g}: {rows}",
+                "-",
+                f"{loaded.seconds['total']:.0f} s, {loaded.size_bytes / 1e9:.2f} GB",
+                None,
+            )
         if "reads" in parts:
             blank = await lived.empty(proxy.server.create("lived_empty"), len(loaded.tenants))
             await reads(run, loaded, blank, args)
@@ -456,6 +484,8 @@ async def scenario_lived(run: Any) -> None:
             await scheduler_start(run, url)
     finally:
         run.server = proxy.server
+        if reuse and url:
+            proxy.server.drop(url)  # the copy (kept with --keep); the database it was copied from stays
 
 
 SCENARIOS = {"lived": scenario_lived}
@@ -466,7 +496,14 @@ def entry() -> int:
     own = argparse.ArgumentParser(add_help=False)
     own.add_argument("--scale", type=float, default=1.0, help="the lived database's scale (1: 2,000,000 jobs)")
     own.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated of {', '.join(PARTS)}")
+    own.add_argument(
+        "--lived-url",
+        help="a database already loaded (lived.py --keep, or an earlier run's --keep): its parts run on it as it is "
+        "now, without a load (every part but reads; the herd and steady parts add their jobs to it)",
+    )
     mine, rest = own.parse_known_args()
+    if mine.lived_url:
+        os.environ["KAIROS_LIVED_URL"] = mine.lived_url
     _machinery()
     os.environ["KAIROS_LIVED_SCALE"] = str(mine.scale)
     os.environ["KAIROS_LIVED_PARTS"] = mine.parts
