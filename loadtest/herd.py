@@ -642,6 +642,7 @@ class Server:
                 import pgserver
 
                 self.pg = pgserver.get_server(str(tmp / "pgdata"), cleanup_mode="stop" if args.keep else "delete")
+            embedded.configure(self.pg)  # the settings docs/operations.md recommends, as `kairos up` gives them
             self.url = embedded.to_sqlalchemy_url(self.pg.get_uri())
 
     def postmaster_pid(self) -> int | None:
@@ -658,6 +659,15 @@ class Server:
         except Exception:  # noqa: BLE001 - a figure we can go without (another machine's server, no rights)
             self._postmaster = 0
             return None
+
+    def settings(self) -> dict[str, str]:
+        """The server's version and the settings a lived database's figures depend on."""
+        names = ["server_version", "shared_buffers", "max_wal_size", "checkpoint_timeout", "wal_compression"]
+        try:
+            with self.admin() as conn:
+                return {n: str(conn.execute("SELECT current_setting(%s)", (n,)).fetchone()[0]) for n in names}  # type: ignore[index]
+        except psycopg.Error:
+            return {}
 
     def admin(self) -> psycopg.Connection:
         return psycopg.connect(libpq(with_database(self.url, "postgres")), autocommit=True)
@@ -1171,11 +1181,16 @@ PENDING_SQL = (
 class MaintenanceSampler:
     """Once a second, the database's autovacuum workers (and any other VACUUM or ANALYZE) and the table
     each works on: ``seconds`` maps "vacuum jobs" and the like to the seconds seen, so a drain that
-    shared the machine with a vacuum of a large table says so beside its figures."""
+    shared the machine with a vacuum of a large table says so beside its figures; four times a second,
+    what the active statements wait on (``waits``)."""
+
+    EVERY_S = 0.25
+    MAINTENANCE = re.compile(r"^(?:autovacuum: )?(VACUUM ANALYZE|VACUUM|ANALYZE)\s+(\S+)", re.IGNORECASE)
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.seconds: dict[str, int] = {}
+        self.waits: dict[str, int] = {}  # what the active statements waited on ("running": on CPU), per sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="maintenance-sampler", daemon=True)
 
@@ -1188,15 +1203,19 @@ class MaintenanceSampler:
 
     def _run(self) -> None:
         with psycopg.connect(libpq(self.url), autocommit=True) as conn:
-            while not self._stop.wait(1.0):
+            tick = 0
+            while not self._stop.wait(self.EVERY_S):
+                tick += 1
                 rows = conn.execute(
-                    "SELECT query FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND (backend_type = 'autovacuum worker' OR query ~* '^\\s*(vacuum|analyze)') "
-                    "AND pid <> pg_backend_pid()"
+                    "SELECT backend_type, query, coalesce(wait_event_type || ':' || wait_event, 'running') "
+                    "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND (backend_type = 'autovacuum worker' OR (backend_type = 'client backend' AND state = 'active'))"
                 ).fetchall()
-                for (query,) in rows:
-                    found = re.search(r"(VACUUM ANALYZE|VACUUM|ANALYZE)\s+(\S+)", query or "", re.IGNORECASE)
-                    if found:
+                for kind, query, event in rows:
+                    if kind == "client backend":
+                        self.waits[event] = self.waits.get(event, 0) + 1
+                    found = self.MAINTENANCE.search(query or "")
+                    if found and tick % round(1 / self.EVERY_S) == 0:
                         what = f"{found.group(1).lower()} {found.group(2).removeprefix('public.')}"
                         self.seconds[what] = self.seconds.get(what, 0) + 1
 
@@ -1347,6 +1366,7 @@ async def herd(
             "drainWallS": time.time() - (t_due - 1),
             "database": {k: counters1[k] - counters0[k] for k in counters1},
             "maintenanceDuringDrainS": maintenance.seconds,
+            "waitEventsDuringDrain": maintenance.waits,
             "apiProcesses": stack.api_processes,
         }
         return res | {"_occ": occ}
@@ -1402,6 +1422,10 @@ def herd_rows(
     if busy:
         seen = ", ".join(f"{what} {s} s" for what, s in sorted(busy.items(), key=lambda kv: -kv[1]))
         run.row(name, "vacuum and analyze seen during the drain (sampled each second)", "-", seen, None)
+    waits = res.get("waitEventsDuringDrain") or {}
+    if waits:
+        top = ", ".join(f"{what} {n}" for what, n in sorted(waits.items(), key=lambda kv: -kv[1])[:4])
+        run.row(name, "active statements' wait events during the drain (samples)", "-", top, None)
     correctness_rows(run, name, res["correctness"])
 
 
@@ -2026,6 +2050,9 @@ async def main(run: Run) -> None:
         f"{run.loop_ms['start']} / {run.loop_ms['end']}",
         None,
     )
+    settings = run.server.settings()
+    if settings:
+        run.row("machine", "PostgreSQL server", "-", ", ".join(f"{k} {v}" for k, v in settings.items()), None)
     run.save()
 
 
