@@ -80,28 +80,38 @@ def to_change(conn: Any) -> dict[str, str]:
 
 def tune(uri: str) -> bool:
     """Give the server at ``uri`` the settings above (ALTER SYSTEM, then a reload); True when one of them
-    waits for a restart (shared_buffers, the first time). A server that has them already is left alone."""
+    waits for a restart (shared_buffers, until the server's first restart). A server that has them
+    already is left alone."""
     import psycopg
 
     with psycopg.connect(uri, autocommit=True) as conn:
         changed = to_change(conn)
-        if not changed:
-            return False
         for name, value in changed.items():
             conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
-        conn.execute("SELECT pg_reload_conf()")
-        log.info("embedded postgres tuned", extra={"settings": changed})
-        return "shared_buffers" in changed
+        if changed:
+            conn.execute("SELECT pg_reload_conf()")
+            log.info("embedded postgres tuned", extra={"settings": changed})
+        return _waits_for_restart(conn)
+
+
+def _waits_for_restart(conn: Any) -> bool:
+    row = conn.execute("SELECT count(*) FROM pg_settings WHERE pending_restart").fetchone()
+    return bool(row and row[0])
 
 
 def configure(server: Any) -> None:
-    """tune() a pgserver server, and restart it when a setting waits for that (only on its first start:
-    the settings stay in its data directory's postgresql.auto.conf)."""
+    """tune() a pgserver server, and restart it when a setting waits for that (on its first start only:
+    the settings stay in its data directory's postgresql.auto.conf). Under pgserver's lock, and only
+    when the server still waits: processes starting at once restart it once."""
     if not tune(server.get_uri()):
         return
     import pgserver
+    import psycopg
 
     with server._lock:  # pgserver's inter-process lock around starting its server
+        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+            if not _waits_for_restart(conn):
+                return  # another process restarted it meanwhile
         pgserver.pg_ctl(  # type: ignore[attr-defined]  # pgserver makes its command functions at import
             ["-w", "-m", "fast", "-l", str(server.log), "restart"],
             pgdata=server.pgdata,
