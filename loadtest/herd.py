@@ -642,7 +642,6 @@ class Server:
                 import pgserver
 
                 self.pg = pgserver.get_server(str(tmp / "pgdata"), cleanup_mode="stop" if args.keep else "delete")
-            embedded.configure(self.pg)  # the settings docs/operations.md recommends, as `kairos up` gives them
             self.url = embedded.to_sqlalchemy_url(self.pg.get_uri())
 
     def postmaster_pid(self) -> int | None:

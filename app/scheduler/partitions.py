@@ -32,7 +32,9 @@ from uuid import UUID
 from app import observability
 from app.config import Settings
 from app.duties import run_every
+from app.errors import StoreFailure
 from app.store import Database, Store, archive
+from app.store.db import LOCK_NOT_AVAILABLE
 from app.store.objects import ObjectStore, open_store
 from app.store.partitions import WEEK, Held, Week
 
@@ -53,6 +55,10 @@ class PartitionerConfig:
     retention_days: float = 30.0
     # Executions per archive object.
     batch: int = PartitionsBatchDefault
+    # The drop waits for its locks a few times 200 ms at most (kairos_ddl_briefly), and gives up while a
+    # long reader of history (a report, a dump) stands in the way; its archives written, it tries again
+    # after these pauses (seconds) before the pass gives up and the next one archives the week again.
+    drop_pauses_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0 or self.weeks_ahead < 1 or self.retention_days < 0 or self.batch < 1:
@@ -93,6 +99,7 @@ class HistoryPartitioner:
     objects: ObjectStore
     config: PartitionerConfig = PartitionerConfig()
     total: dict[str, int] = field(default_factory=lambda: {"created": 0, "dropped": 0, "executions": 0})
+    drop_waits: int = 0  # drops that could not have their locks and were tried again
 
     @property
     def enabled(self) -> bool:
@@ -141,7 +148,7 @@ class HistoryPartitioner:
             executions += len(rows)
             attempts += len(their_attempts)
             after = rows[-1]["execution_id"]
-        outcome = await self.db.transaction(lambda tx: tx.partitions.drop(week, cutoff), isolation="READ COMMITTED")
+        outcome = await self.drop(week, cutoff)
         took = time.monotonic() - started
         if outcome == "dropped":
             self.total["dropped"] += 1
@@ -161,6 +168,26 @@ class HistoryPartitioner:
             },
         )
         return WeekOut(week, outcome, executions, attempts, tuple(keys), took)
+
+    async def drop(self, week: Week, cutoff: datetime) -> str:
+        """The week's partitions detached and dropped (kairos_history_partition_drop), tried again after
+        each of config.drop_pauses_s while its locks cannot be had."""
+        for pause in (*self.config.drop_pauses_s, None):
+            try:
+                outcome: str = await self.db.transaction(
+                    lambda tx: tx.partitions.drop(week, cutoff), isolation="READ COMMITTED"
+                )
+                return outcome
+            except StoreFailure as exc:
+                if exc.sqlstate != LOCK_NOT_AVAILABLE or pause is None:
+                    raise
+                self.drop_waits += 1
+                log.warning(
+                    "history week drop waits for its locks",
+                    extra={"week": week.lo.isoformat(), "retry_in_s": pause},
+                )
+                await asyncio.sleep(pause)
+        raise AssertionError("unreachable: the last pause is None")
 
     async def run(self, stop: asyncio.Event) -> None:
         if self.enabled:

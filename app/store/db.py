@@ -72,6 +72,8 @@ set_json_loads(json_loads)
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
 # idle_in_transaction_session_timeout ended the session: the database was fine, this client was not.
 IDLE_IN_TRANSACTION_TIMEOUT = "25P03"
+# lock_timeout ran out (DDL that waits for its locks briefly: migrations, the history partitions' drop).
+LOCK_NOT_AVAILABLE = "55P03"
 # A connection attempt that has not succeeded in this long counts as a failure (libpq connect_timeout).
 CONNECT_TIMEOUT_S = 5
 # ``statement``'s pool keeps this many connections open (at most the engine's pool size), idle or not:

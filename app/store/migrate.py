@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 
 from app import errors
-from app.store.db import Database
+from app.store.db import LOCK_NOT_AVAILABLE, Database
 from app.store.queries import COCKROACH, sql_files
 from app.store.seam import Store
 
@@ -28,7 +28,6 @@ _CATALOGUE_RACES = frozenset({"23505", "42P07", "42710"})
 UNDEFINED_TABLE = "42P01"  # schema_migrations itself is missing: nothing applied yet
 # A statement's lock waited for briefly and not granted (0021's kairos_ddl_briefly): run it again, in a
 # new transaction, so that whatever this one held (a CREATE INDEX CONCURRENTLY elsewhere waits for it) is let go.
-LOCK_NOT_AVAILABLE = "55P03"
 LOCK_TRIES = 60
 # A deadlock between processes migrating at once (0022's conversion steps take locks in different orders
 # under load) outlasts the database's own few retries: the statement is idempotent, so it runs again too.

@@ -10,6 +10,7 @@ from the cutover on, and move the duty's clock with ``now``.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -22,6 +23,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
+from app.errors import StoreFailure
 from app.executor.retention import restore
 from app.scheduler.partitions import HistoryPartitioner, PartitionerConfig
 from app.store import archive, embedded, migrate
@@ -30,6 +32,7 @@ from app.store.objects import LocalObjectStore
 from app.store.partitions import WEEK, Week
 from app.store.seam import Store
 from tests import factories as tf
+from tests.support.polling import poll
 
 SEEDED_ROWS = 300_000
 
@@ -209,6 +212,56 @@ async def test_the_drop_looks_again_once_detached_and_keeps_a_week_that_changed(
     await rows(db, "DELETE FROM executions WHERE execution_id = :e", e=late)
     assert await db.transaction(lambda tx: tx.partitions.drop(Week(first, first + WEEK), cutoff)) == "dropped"
     assert await db.transaction(lambda tx: tx.partitions.drop(Week(first, first + WEEK), cutoff)) == "absent"
+
+
+async def test_a_reader_in_the_way_of_the_drop_never_holds_up_executions_for_long(db: Database) -> None:
+    """Retiring a week takes its four locks at once or none: while a reader of attempts stands in the way,
+    the drop gives up (lock_not_available, after its tries) and statements on executions wait at most
+    one try's 200 ms meanwhile, not for the whole of it behind a lock already taken on executions."""
+    first = await cutover(db)
+    job, tenant, queue = await a_job(db)
+    await finished_in(db, job, tenant, queue, first + timedelta(hours=1), 5)
+    week, cutoff = Week(first, first + WEEK), first + 40 * timedelta(days=1)
+    async with db.engine.connect() as reader:
+        await reader.execute(text("SELECT count(*) FROM attempts"))  # its transaction stays open
+        drop = asyncio.create_task(db.transaction(lambda tx: tx.partitions.drop(week, cutoff)))
+        worst, reads = 0.0, 0
+        while not drop.done():
+            t0 = time.monotonic()
+            await rows(db, "SELECT count(*) AS n FROM executions WHERE job_id = :j", j=job)
+            worst, reads = max(worst, time.monotonic() - t0), reads + 1
+            await asyncio.sleep(0.02)
+        with pytest.raises(StoreFailure) as failed:
+            await drop
+        assert failed.value.sqlstate == "55P03"
+        await reader.rollback()
+    assert reads >= 10 and worst < 1.0, (reads, worst)
+    assert f"executions_p{first.strftime('%Y%m%d')}" in await partitions(db, "executions")  # nothing changed
+    assert await db.transaction(lambda tx: tx.partitions.drop(week, cutoff)) == "dropped"
+
+
+async def test_the_duty_tries_the_drop_again_once_the_reader_is_gone(db: Database, tmp_path: Path) -> None:
+    """Its archives written, the history-partitions duty does not give the week up at the first drop that
+    cannot have its locks: it pauses and tries again, and drops the week once the reader has gone."""
+    first = await cutover(db)
+    job, tenant, queue = await a_job(db)
+    await finished_in(db, job, tenant, queue, first + timedelta(hours=1), 5)
+    duty = HistoryPartitioner(
+        db, LocalObjectStore(tmp_path / "objects"), PartitionerConfig(batch=100, drop_pauses_s=(0.2, 0.5, 1.0, 2.0))
+    )
+    async with db.engine.connect() as reader:
+        await reader.execute(text("SELECT count(*) FROM attempts"))
+        retire = asyncio.create_task(duty.retire(Week(first, first + WEEK), first + 40 * timedelta(days=1)))
+
+        async def gave_up_once() -> bool:
+            return duty.drop_waits > 0
+
+        await poll(gave_up_once, timeout_s=30, interval_s=0.05, what="the first drop to give up on its locks")
+        assert not retire.done()
+        await reader.rollback()
+    out = await retire
+    assert (out.outcome, out.executions) == ("dropped", 5)
+    assert f"executions_p{first.strftime('%Y%m%d')}" not in await partitions(db, "executions")
 
 
 async def test_rows_for_a_week_without_a_partition_get_one(db: Database) -> None:

@@ -110,19 +110,3 @@ async def test_database_errors_leave_the_seam_as_kairos_errors(db: Database) -> 
 
 async def _undefined_table(tx: Store) -> None:
     await tx.schema.run_script("SELECT * FROM no_such_table")
-
-
-def test_the_embedded_server_runs_with_the_recommended_settings(pg_base_url: str) -> None:
-    """embedded.start gave the session's server the settings docs/operations.md recommends (shared_buffers
-    by a restart on its first start), and a second tune finds nothing to change."""
-    import psycopg
-
-    from app.store import embedded
-
-    admin = pg_base_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        assert embedded.to_change(conn) == {}
-        assert "shared_buffers" in embedded.wanted_settings([])
-        waiting = conn.execute("SELECT name FROM pg_settings WHERE pending_restart").fetchall()
-        assert waiting == []
-    assert embedded.tune(admin) is False
