@@ -1,12 +1,11 @@
 -- kairos: postgresql-only
--- Kairos schema, version 38: retiring a week takes all its locks at once. Version 21's
+-- Kairos schema, version 38: retiring a week takes its locks together. Version 21's
 -- kairos_history_partition_drop detached the week's executions partition (ACCESS EXCLUSIVE on
 -- executions, held to the end of its transaction) and only then waited, up to ten times 200 ms, for
 -- the lock that detaching the attempts partition needs: while a reader of attempts held that one up,
 -- every statement on executions (every dispatch, lease and outcome) waited behind the first lock, for
--- seconds, and the pass could still fail. Now one LOCK statement asks for the four locks (both
--- parents, ONLY, and the week's two partitions) under the 200 ms bound, all or none, and the detaches,
--- the look and the drops run under them without waiting.
+-- seconds, and the pass could still fail. Now both detaches are one try under the 200 ms bound, all or
+-- none, and the look and the drops run after them without waiting.
 CREATE OR REPLACE FUNCTION kairos_history_partition_drop(p_lo TIMESTAMPTZ, p_cutoff TIMESTAMPTZ) RETURNS TEXT
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -20,14 +19,12 @@ BEGIN
         RETURN 'absent';
     END IF;
     BEGIN
-        -- A reader locks a parent before its partitions, so holding both parents (and the two
-        -- partitions, which nothing else names) leaves nobody inside the week's tables.
-        PERFORM kairos_ddl_briefly('LOCK TABLE ONLY executions, ONLY attempts'
-                                   || CASE WHEN v_has_executions THEN ', ' || quote_ident(v_executions) ELSE '' END
-                                   || CASE WHEN v_has_attempts THEN ', ' || quote_ident(v_attempts) ELSE '' END
-                                   || ' IN ACCESS EXCLUSIVE MODE');
+        -- Both detaches in one try of kairos_ddl_briefly: when the second's lock is not granted within
+        -- 200 ms, the try is undone, the first's lock let go with it, and the pair is tried again.
+        PERFORM kairos_ddl_briefly(concat_ws('; ',
+            CASE WHEN v_has_executions THEN 'ALTER TABLE executions DETACH PARTITION ' || quote_ident(v_executions) END,
+            CASE WHEN v_has_attempts THEN 'ALTER TABLE attempts DETACH PARTITION ' || quote_ident(v_attempts) END));
         IF v_has_executions THEN
-            EXECUTE 'ALTER TABLE executions DETACH PARTITION ' || quote_ident(v_executions);
             EXECUTE 'SELECT EXISTS (SELECT 1 FROM ' || quote_ident(v_executions) || ' WHERE state = ''ready'')'
                     || ' OR EXISTS (SELECT 1 FROM ' || quote_ident(v_executions) || ' WHERE lease_until IS NOT NULL)'
                     || ' OR EXISTS (SELECT 1 FROM ' || quote_ident(v_executions)
@@ -41,7 +38,6 @@ BEGIN
             EXECUTE 'DROP TABLE ' || quote_ident(v_executions);
         END IF;
         IF v_has_attempts THEN
-            EXECUTE 'ALTER TABLE attempts DETACH PARTITION ' || quote_ident(v_attempts);
             EXECUTE 'DROP TABLE ' || quote_ident(v_attempts);
         END IF;
     EXCEPTION WHEN object_in_use THEN
