@@ -597,6 +597,11 @@ def libpq(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://")
 
 
+def database_of(url: str) -> str:
+    """The database a URL names (its path's last part)."""
+    return url.partition("?")[0].rsplit("/", 1)[-1]
+
+
 def with_database(url: str, name: str) -> str:
     base, _, query = url.partition("?")
     return f"{base.rsplit('/', 1)[0]}/{name}" + (f"?{query}" if query else "")
@@ -664,9 +669,10 @@ class Server:
         names = ["server_version", "shared_buffers", "max_wal_size", "checkpoint_timeout", "wal_compression"]
         try:
             with self.admin() as conn:
-                return {n: str(conn.execute("SELECT current_setting(%s)", (n,)).fetchone()[0]) for n in names}  # type: ignore[index]
+                rows = conn.execute("SELECT n, current_setting(n) FROM unnest(%s::text[]) AS n", (names,)).fetchall()
         except psycopg.Error:
             return {}
+        return {str(n): str(v) for n, v in rows}
 
     def admin(self) -> psycopg.Connection:
         return psycopg.connect(libpq(with_database(self.url, "postgres")), autocommit=True)
@@ -681,7 +687,7 @@ class Server:
     def drop(self, url: str) -> None:
         if self.args.keep:
             return
-        name = url.partition("?")[0].rsplit("/", 1)[1]
+        name = database_of(url)
         with self.admin() as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 

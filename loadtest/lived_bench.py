@@ -103,7 +103,7 @@ def scale_of(run: Any) -> float:
 def clone(url: str) -> str:
     """A copy of the database at ``url`` (CREATE DATABASE ... TEMPLATE: its files copied), so every run on
     a database loaded once starts from the same rows, statistics and visibility maps."""
-    source = url.partition("?")[0].rsplit("/", 1)[-1]
+    source = bench.database_of(url)
     copy = f"{source}_run_{int(time.time())}"
     t0 = time.monotonic()
     with bench.psycopg.connect(bench.libpq(bench.with_database(url, "postgres")), autocommit=True) as conn:
@@ -448,7 +448,7 @@ async def scenario_lived(run: Any) -> None:
         )
         if reuse:
             size = lived_size(url)
-            run.results["lived"].update({"copiedFrom": reuse.partition("?")[0].rsplit("/", 1)[-1], "sizeBytes": size})
+            run.results["lived"].update({"copiedFrom": bench.database_of(reuse), "sizeBytes": size})
             run.row(
                 "lived", "a copy of a database loaded before this run (--lived-url)", "-", f"{size / 1e9:.2f} GB", None
             )
@@ -517,8 +517,8 @@ def entry() -> int:
     own.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated of {', '.join(PARTS)}")
     own.add_argument(
         "--lived-url",
-        help="a database already loaded (lived.py --keep, or an earlier run's --keep): its parts run on it as it is "
-        "now, without a load (every part but reads; the herd and steady parts add their jobs to it)",
+        help="a database already loaded (lived.py --keep, or an earlier run's --keep): the parts run on a copy of it "
+        "(CREATE DATABASE ... TEMPLATE), without a load; every part but reads",
     )
     mine, rest = own.parse_known_args()
     if mine.lived_url:

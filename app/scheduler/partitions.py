@@ -172,22 +172,24 @@ class HistoryPartitioner:
     async def drop(self, week: Week, cutoff: datetime) -> str:
         """The week's partitions detached and dropped (kairos_history_partition_drop), tried again after
         each of config.drop_pauses_s while its locks cannot be had."""
-        for pause in (*self.config.drop_pauses_s, None):
+        for pause in self.config.drop_pauses_s:
             try:
-                outcome: str = await self.db.transaction(
-                    lambda tx: tx.partitions.drop(week, cutoff), isolation="READ COMMITTED"
-                )
-                return outcome
+                return await self._drop_once(week, cutoff)
             except StoreFailure as exc:
-                if exc.sqlstate != LOCK_NOT_AVAILABLE or pause is None:
+                if exc.sqlstate != LOCK_NOT_AVAILABLE:
                     raise
-                self.drop_waits += 1
-                log.warning(
-                    "history week drop waits for its locks",
-                    extra={"week": week.lo.isoformat(), "retry_in_s": pause},
-                )
-                await asyncio.sleep(pause)
-        raise AssertionError("unreachable: the last pause is None")
+            self.drop_waits += 1
+            log.warning(
+                "history week drop waits for its locks", extra={"week": week.lo.isoformat(), "retry_in_s": pause}
+            )
+            await asyncio.sleep(pause)
+        return await self._drop_once(week, cutoff)
+
+    async def _drop_once(self, week: Week, cutoff: datetime) -> str:
+        outcome: str = await self.db.transaction(
+            lambda tx: tx.partitions.drop(week, cutoff), isolation="READ COMMITTED"
+        )
+        return outcome
 
     async def run(self, stop: asyncio.Event) -> None:
         if self.enabled:
