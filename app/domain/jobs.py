@@ -15,6 +15,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 from uuid import UUID
 
+import msgspec
+
 from app.domain import queues
 from app.domain import schedule as schedule_rules
 from app.domain.egress import EgressPolicy
@@ -59,14 +61,12 @@ MAX_RUNS = 1_000_000_000
 MAX_DELETE_AFTER_S = 366 * 86400
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(msgspec.Struct, frozen=True):
     type: Literal["http", "queue"]
     ref: str
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
+class RetryPolicy(msgspec.Struct, frozen=True):
     max_attempts: int = 5
     backoff_s: float = 10.0
     max_backoff_s: float | None = None
@@ -76,8 +76,7 @@ class RetryPolicy:
         return self.max_backoff_s if self.max_backoff_s is not None else max(self.backoff_s, 3600.0)
 
 
-@dataclass(frozen=True)
-class OnceSchedule:
+class OnceSchedule(msgspec.Struct, frozen=True):
     run_at: datetime
 
 
@@ -214,17 +213,16 @@ def every_schedule(
     return replace(grid, first=first)
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(msgspec.Struct, frozen=True):
     """What a job carries besides its schedule: labels, bounds, dry run, retry deadline, HTTP shape."""
 
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
     start_at: datetime | None = None
     end_at: datetime | None = None
     dry_run: bool = False
     max_retry_duration_s: float | None = None
     http_method: HttpMethod = "POST"
-    http_headers: dict[str, str] = field(default_factory=dict)
+    http_headers: dict[str, str] = msgspec.field(default_factory=dict)
     http_auth: dict[str, str] | None = None  # http_target.validate_auth's: {"type": "oidc"[, "audience": ...]}
     # How the job ends (docs/states.md, "Lifecycle options"): a dead-lettered scheduled occurrence
     # pauses it; the schedule completes after max_runs occurrences it started; a completed or
@@ -234,8 +232,7 @@ class Options:
     delete_after_s: int | None = None
 
 
-@dataclass(frozen=True)
-class JobSpec:
+class JobSpec(msgspec.Struct, frozen=True):
     """A validated job, ready to be stored."""
 
     job_id: UUID
@@ -248,8 +245,8 @@ class JobSpec:
     concurrency: Concurrency = "allow"
     misfire: Misfire = "run_once"
     cron_resolved: str | None = None
-    options: Options = field(default_factory=Options)
-    first: schedule_rules.Occurrence | None = field(default=None)
+    options: Options = msgspec.field(default_factory=Options)
+    first: schedule_rules.Occurrence | None = None
     # Occurrences before the first that a DST rule dropped (gap: skip): history records them.
     skipped_before_first: tuple[schedule_rules.Occurrence, ...] = ()
     # The payload's compact JSON, as validation wrote it: the object store's size check and the insert

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter
 from typing import Any, get_args, get_origin, get_type_hints
 from uuid import UUID
 
+import msgspec
 from sqlalchemy import Row
 
 from app.domain.jsontext import compact_json
@@ -24,13 +25,13 @@ from app.store.table import Table
 JOB_LIST_SCAN_ALL = 2_147_483_647
 
 
-@dataclass(slots=True)
-class NewJob:
+class NewJob(msgspec.Struct, kw_only=True):
     """A validated job as the API inserts it.
 
-    Not frozen, though nothing changes one after it is built (``dataclasses.replace`` makes a new one):
-    a frozen dataclass sets each of these 38 fields through ``object.__setattr__``, which doubled the
-    cost of building a row on the submit path (12 us against 5 us per job)."""
+    A msgspec Struct: it is built once per submitted job with some 40 fields, and a Struct's
+    constructor (C) costs a fraction of a dataclass's (a frozen dataclass sets each field through
+    ``object.__setattr__``). Nothing changes one after it is built (``msgspec.structs.replace``
+    makes a new one)."""
 
     job_id: UUID
     tenant_id: UUID
@@ -70,18 +71,17 @@ class NewJob:
     # Set when the payload is kept in the object store (app.store.payloads); payload is then None.
     payload_ref: str | None
     # The inline payload's compact JSON when the submit has it (validation wrote it); else encoded here.
-    payload_json: str | None = field(default=None, kw_only=True)
+    payload_json: str | None = None
     # An HTTP target's auth object ({"type": "oidc", "audience": ...}, docs/http-delivery.md); None: none.
-    http_auth: dict[str, Any] | None = field(default=None, kw_only=True)
+    http_auth: dict[str, Any] | None = None
     # How the job ends (app.domain.jobs.Options): pause on a dead-lettered scheduled occurrence, complete
     # after max_runs scheduled occurrences, removed delete_after_s after it finished.
-    pause_on_failure: bool = field(default=False, kw_only=True)
-    max_runs: int | None = field(default=None, kw_only=True)
-    delete_after_s: int | None = field(default=None, kw_only=True)
+    pause_on_failure: bool = False
+    max_runs: int | None = None
+    delete_after_s: int | None = None
 
 
-@dataclass(slots=True)
-class Job(NewJob):
+class Job(NewJob, kw_only=True):
     """A stored job: what was submitted plus its lifecycle columns.
 
     next_nominal_at/next_run_at are NULL once the schedule has ended."""
@@ -152,7 +152,7 @@ def _payload_json(job: NewJob) -> str | None:
 
 # The columns a NewJob fills, in the order of its fields; JobInsertMany binds each (an array named
 # after its column), JobUpdate all but those a job keeps for life.
-NEW_JOB_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(NewJob) if f.name != "payload_json")
+NEW_JOB_COLUMNS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(NewJob) if f.name != "payload_json")
 UPDATE_KEEPS = frozenset({"job_id", "tenant_id", "idempotency_key", "request_hash", "traceparent"})
 UPDATED_COLUMNS: tuple[str, ...] = tuple(c for c in NEW_JOB_COLUMNS if c not in UPDATE_KEEPS)
 _NEW_JOB_TYPES = get_type_hints(NewJob)

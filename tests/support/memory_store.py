@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 from uuid import UUID
+
+import msgspec
 
 from app import errors
 from app.domain.shards import SHARD_COUNT, due_minute, shard_of
@@ -52,7 +53,7 @@ from app.store.shard_leases import HeldShard, ShardLease
 
 T = TypeVar("T")
 _OPEN = (ExecutionState.READY, ExecutionState.LEASED)
-_NEW_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(NewJob) if f.name != "payload_json")
+_NEW_JOB_FIELDS = tuple(f.name for f in msgspec.structs.fields(NewJob) if f.name != "payload_json")
 
 
 @dataclass
@@ -189,7 +190,7 @@ class MemoryJobs(_Table):
         mine = [e for e in self._t.executions.values() if e.job_id == job_id]
         finished = [e for e in mine if e.state not in _OPEN]
         last = max(finished, key=lambda e: e.scheduled_for, default=None)
-        return dataclasses.replace(
+        return msgspec.structs.replace(
             job,
             last_outcome=last.state if last else None,
             last_finished_at=last.finished_at if last else None,
@@ -674,7 +675,7 @@ def _ms(seconds: float) -> timedelta:
 
 def _plain(job: Job) -> Job:
     """The row as ``SELECT *`` or ``RETURNING *`` reads it: no execution-derived columns."""
-    return dataclasses.replace(job, last_outcome=None, last_finished_at=None, has_open=False)
+    return msgspec.structs.replace(job, last_outcome=None, last_finished_at=None, has_open=False)
 
 
 def _insert_execution(tables: Tables, row: _Execution) -> bool:

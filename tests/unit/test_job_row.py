@@ -25,8 +25,9 @@ def test_the_json_columns_are_the_fields_declared_as_dicts() -> None:
 
 def test_every_option_of_a_job_is_a_column_of_its_row() -> None:
     """new_job_row copies a job's Options by name: each needs the NewJob field (and column) of its name."""
-    from dataclasses import fields
+    import msgspec
 
-    from app.api.jobs.submit import OPTION_COLUMNS
+    from app.domain.jobs import Options
 
-    assert OPTION_COLUMNS and set(OPTION_COLUMNS) <= {f.name for f in fields(jobs.NewJob)}
+    options = {f.name for f in msgspec.structs.fields(Options)}
+    assert options and options <= {f.name for f in msgspec.structs.fields(jobs.NewJob)}

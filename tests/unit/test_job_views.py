@@ -3,7 +3,6 @@ wire names, and its submit body builds the same job again."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
 from datetime import datetime, timezone
 from uuid import uuid4
 
@@ -52,7 +51,7 @@ def stored(kind: str, target: dict[str, object]) -> jobs_store.Job:
     spec = service.build_spec(body, load(), NOW)
     row = new_job_row(Submission(spec, TENANT, None, None), job_rules.queue_for(spec.target, TENANT))
     return jobs_store.Job(
-        **{f.name: getattr(row, f.name) for f in fields(row)},
+        **{f.name: getattr(row, f.name) for f in msgspec.structs.fields(row)},
         state=JobState.ACTIVE,
         first_run_at=row.next_run_at,
         paused_at=None,
@@ -80,7 +79,7 @@ def test_a_stored_jobs_body_builds_the_same_job(kind: str, target: dict[str, obj
         every_anchor=job.anchor_at,
     )
     row = new_job_row(Submission(again, TENANT, None, None), job.queue)
-    changed = {k for k, v in asdict(row).items() if k != "payload_json" and getattr(job, k) != v}
+    changed = {k for k, v in msgspec.structs.asdict(row).items() if k != "payload_json" and getattr(job, k) != v}
     assert changed == set()
 
 

@@ -12,6 +12,8 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 
+import msgspec
+
 from app.api.jobs.submit import Submission
 from app.store.jobs import Job
 from app.store.payloads import PayloadStore
@@ -29,7 +31,8 @@ async def keep_large(payloads: PayloadStore, subs: Sequence[Submission]) -> list
     refs = await asyncio.gather(*(payloads.put(subs[i].tenant_id, data) for i, data in large))
     out = list(subs)
     for (i, _), ref in zip(large, refs, strict=True):
-        out[i] = replace(out[i], job=replace(out[i].job, payload=None, payload_json=None), payload_ref=ref)
+        job = msgspec.structs.replace(out[i].job, payload=None, payload_json=None)
+        out[i] = replace(out[i], job=job, payload_ref=ref)
     return out
 
 
@@ -37,4 +40,4 @@ async def whole(payloads: PayloadStore, job: Job) -> Job:
     """``job`` with its payload read back from the object store when the row holds a reference."""
     if job.payload_ref is None:
         return job
-    return replace(job, payload=await payloads.load(job.payload_ref))
+    return msgspec.structs.replace(job, payload=await payloads.load(job.payload_ref))

@@ -7,7 +7,6 @@ occurrences asked for outside the schedule (``_manual_runs``); their public name
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -426,7 +425,7 @@ async def update(
             raise not_granted(new.target.ref)
         row = new_job_row(Submission(new, tenant_id, None, None), job_rules.queue_for(new.target, tenant_id))
         if (ref := kept or await payloads.keep(tenant_id, row.payload)) is not None:
-            row = replace(row, payload=None, payload_ref=ref)
+            row = msgspec.structs.replace(row, payload=None, payload_ref=ref)
         active = job.state == JobState.ACTIVE
         if active:
             # The old schedule's next occurrence goes, and so does one dispatched ahead of its time.
@@ -454,4 +453,4 @@ async def update(
 
 def _paused_row(row: jobs_store.NewJob) -> jobs_store.NewJob:
     """A paused job keeps no next run; resume computes it (from next_nominal_at, the first it may miss)."""
-    return replace(row, next_run_at=None)  # type: ignore[arg-type]
+    return msgspec.structs.replace(row, next_run_at=None)

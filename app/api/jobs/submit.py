@@ -19,7 +19,6 @@ refusals, the manual-run quota and the critical tenants' cache are app.api.jobs.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import math
 import time
@@ -27,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID
+
+import msgspec
 
 from app import errors, observability
 from app.api.jobs._quotas import CriticalTenants, ManualRunQuota, active_jobs_exceeded, submit_rate_exceeded
@@ -72,10 +73,6 @@ class Created:
 Outcome = Created | errors.KairosError
 
 
-# The fields of a job's Options, each stored in the jobs column of its name.
-OPTION_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(job_rules.Options))
-
-
 def new_job_row(s: Submission, queue: str) -> jobs_store.NewJob:
     job = s.job
     once = isinstance(job.schedule, job_rules.OnceSchedule)
@@ -113,7 +110,7 @@ def new_job_row(s: Submission, queue: str) -> jobs_store.NewJob:
         payload_ref=s.payload_ref,
         payload_json=job.payload_json,
         # A job's options are columns of the same names: a new option needs no line here.
-        **{name: getattr(job.options, name) for name in OPTION_COLUMNS},
+        **msgspec.structs.asdict(job.options),
     )
 
 
