@@ -20,9 +20,16 @@ def plain(values: Iterable[Any]) -> str:
     items = list(values)
     if not items:
         return "{}"
-    kind = type(items[0])
-    if kind is not type(None) and all(type(v) is kind for v in items):
-        return "{" + ",".join(map(kind.isoformat if kind is datetime else str, items)) + "}"
+    kinds = set(map(type, items))  # in C: a generator testing each item's type cost as much as the join
+    if len(kinds) == 1:
+        kind = kinds.pop()
+        if kind is type(None):  # an optional column nobody set: common on the submit path
+            return "{" + ",".join([_NULL] * len(items)) + "}"
+        if kind is datetime:  # a herd's jobs share their instants: each distinct one printed once (equal
+            # instants in other zones print as the first of them: the same instant to the database)
+            text = {v: v.isoformat() for v in set(items)}
+            return "{" + ",".join(map(text.__getitem__, items)) + "}"
+        return "{" + ",".join(map(str, items)) + "}"
     return (
         "{"
         + ",".join(_NULL if v is None else v.isoformat() if isinstance(v, datetime) else str(v) for v in items)

@@ -53,6 +53,8 @@ def test_the_common_columns() -> None:
     at = datetime(2026, 12, 4, tzinfo=timezone.utc)
     assert plain(ids) == "{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}"
     assert plain([at, at + timedelta(seconds=1)]) == "{2026-12-04T00:00:00+00:00,2026-12-04T00:00:01+00:00}"
+    assert plain([at, at, at]) == "{" + ",".join([at.isoformat()] * 3) + "}"  # a herd's shared instant
+    assert plain([None, None]) == "{NULL,NULL}" and plain([True, False]) == "{True,False}"
     assert plain([1, None]) == "{1,NULL}" and plain([]) == "{}" and texts([]) == "{}"
     assert texts([None, None]) == "{NULL,NULL}" and texts(["queue", "queue"]) == '{"queue","queue"}'
     assert texts(['a","b', None]) == '{"a\\",\\"b",NULL}'
