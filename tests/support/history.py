@@ -1,10 +1,11 @@
 """The history layout of a database converted while it held history, given to a fresh test database.
 
-A database that 0022 converted while it held history keeps writing to the legacy partitions until
-its cutover, the Monday after next, and the executors' batched ``RetentionPruner`` (which takes
-from the legacy partitions only) empties them. Tests of that pruner, and of plans on that layout,
-move their empty database's cutover there rather than count on a fresh database's;
-``kairos_history_recut`` (0021) refuses once executions or attempts hold a row.
+A fresh database starts its weekly partitions this week (migration 0039): its recent rows go to
+them. A database that 0022 converted while it held history keeps writing to the legacy partitions
+until its cutover, the Monday after next, and the executors' batched ``RetentionPruner`` (which
+takes from the legacy partitions only) empties them. Tests of that pruner, and of plans on that
+layout, move their empty database's cutover there; ``kairos_history_recut`` (0021) refuses once
+executions or attempts hold a row.
 """
 
 from __future__ import annotations
