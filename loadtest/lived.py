@@ -291,8 +291,8 @@ WHERE %(all)s OR e.attempt > 1
 
 def weekly_history(conn: psycopg.Connection, now: datetime) -> None:
     """On PostgreSQL's partitioned history: an installation partitioned for longer than the history
-    kept holds every loaded week in its weekly partition. The fresh database's cutover (two weeks
-    ahead) moves back before the history (kairos_history_recut, migration 0021)."""
+    kept holds every loaded week in its weekly partition. The fresh database's cutover (this week's
+    Monday) moves back before the history (kairos_history_recut, migration 0021)."""
     row = conn.execute("SELECT to_regproc('kairos_history_recut') IS NOT NULL").fetchone()
     if row and row[0]:
         conn.execute(

@@ -1,9 +1,16 @@
-"""`kairos history archive --now | list | restore` on the folder's database and a local object store."""
+"""`kairos history archive --now | list | restore` on a database of this module's own and a local object store.
+
+The archive command runs the executors' batched pruner, which takes from the legacy partitions only
+(weekly partitions leave whole, by the scheduler's duty). The module's database keeps its recent
+history there, as a database converted while it held history does (tests/support/history.py): the
+folder's shared database holds other tests' rows, so its layout can no longer be set.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from uuid import UUID
 
@@ -12,8 +19,10 @@ import pytest
 from app.store import executions as ex
 from app.store.db import Database, create_engine
 from tests import factories
-from tests.api.conftest import ApiProcess, TenantKey, query
+from tests.api.conftest import TenantKey, make_tenant, query
 from tests.cli.conftest import Kairos
+from tests.conftest import fresh_database
+from tests.support.history import RECUT_AS_CONVERTED
 
 
 def finished_long_ago(database_url: str, tenant: TenantKey, count: int) -> list[UUID]:
@@ -46,10 +55,23 @@ def present(database_url: str, ids: list[UUID]) -> int:
     return query(database_url, "SELECT count(*) FROM executions WHERE execution_id = ANY(%s)", (ids,))[0][0]
 
 
+@pytest.fixture(scope="module")
+def history_database_url(pg_base_url: str, pg_template: str) -> Iterator[str]:
+    with fresh_database(pg_base_url, pg_template) as url:
+        query(url, RECUT_AS_CONVERTED)
+        yield url
+
+
 @pytest.fixture
-def operator_env(cli_api: ApiProcess, tmp_path: Path) -> dict[str, str | None]:
+def tenant(history_database_url: str) -> TenantKey:
+    """A tenant of the module's database (the history commands read no API)."""
+    return make_tenant(history_database_url)
+
+
+@pytest.fixture
+def operator_env(history_database_url: str, tmp_path: Path) -> dict[str, str | None]:
     return {
-        "KAIROS_DATABASE_URL": cli_api.database_url,
+        "KAIROS_DATABASE_URL": history_database_url,
         "KAIROS_HOME": str(tmp_path / "home"),
         "KAIROS_ARCHIVE_URL": None,
         "KAIROS_LOG_LEVEL": "WARNING",
@@ -57,15 +79,15 @@ def operator_env(cli_api: ApiProcess, tmp_path: Path) -> dict[str, str | None]:
 
 
 def test_archive_list_and_restore(
-    kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey, operator_env: dict[str, str | None], tmp_path: Path
+    kairos: Kairos, history_database_url: str, tenant: TenantKey, operator_env: dict[str, str | None], tmp_path: Path
 ) -> None:
-    ids = finished_long_ago(cli_api.database_url, tenant, 3)
+    ids = finished_long_ago(history_database_url, tenant, 3)
 
     archived = kairos("history", "archive", "--now", "--json", env=operator_env)
     assert archived.code == 0, archived.err
     lines = [json.loads(line) for line in archived.out.splitlines()]
     assert sum(line["executions"] for line in lines) >= 3
-    assert present(cli_api.database_url, ids) == 0
+    assert present(history_database_url, ids) == 0
     keys = [line["archive"] for line in lines]
     assert all((tmp_path / "home" / "objects" / key).is_file() for key in keys)
 
@@ -75,12 +97,12 @@ def test_archive_list_and_restore(
     for key in keys:
         restored = kairos("history", "restore", key, "--json", env=operator_env)
         assert restored.code == 0, restored.err
-    assert present(cli_api.database_url, ids) == 3
+    assert present(history_database_url, ids) == 3
     again = kairos("history", "restore", keys[0], env=operator_env)
     assert again.code == 0 and again.out.startswith("restored 0 of ")
 
     summary = kairos("history", "archive", "--now", env=operator_env)  # restored rows are held
-    assert summary.code == 0 and present(cli_api.database_url, ids) == 3
+    assert summary.code == 0 and present(history_database_url, ids) == 3
 
 
 @pytest.mark.parametrize(
@@ -96,13 +118,13 @@ def test_archive_list_and_restore(
 )
 def test_bad_input_exits_2_with_one_line_and_changes_nothing(
     kairos: Kairos,
-    cli_api: ApiProcess,
+    history_database_url: str,
     tenant: TenantKey,
     operator_env: dict[str, str | None],
     tmp_path: Path,
     args: tuple[str, ...],
 ) -> None:
-    ids = finished_long_ago(cli_api.database_url, tenant, 1)
+    ids = finished_long_ago(history_database_url, tenant, 1)
     not_gzip = tmp_path / "plain.jsonl"
     not_gzip.write_text('{"v": 1}\n')
     args = tuple(str(not_gzip) if a == "NOT_AN_ARCHIVE" else a for a in args)
@@ -111,20 +133,20 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(
 
     assert result.code == 2, (result.out, result.err)
     assert result.error_line
-    assert present(cli_api.database_url, ids) == 1
+    assert present(history_database_url, ids) == 1
     assert not (tmp_path / "home" / "objects" / "history").exists()
 
 
 def test_restore_of_a_hand_edited_archive_exits_2_and_restores_nothing(
-    kairos: Kairos, cli_api: ApiProcess, tenant: TenantKey, operator_env: dict[str, str | None], tmp_path: Path
+    kairos: Kairos, history_database_url: str, tenant: TenantKey, operator_env: dict[str, str | None], tmp_path: Path
 ) -> None:
     import gzip
 
-    ids = finished_long_ago(cli_api.database_url, tenant, 2)
+    ids = finished_long_ago(history_database_url, tenant, 2)
     archived = kairos("history", "archive", "--now", "--json", env=operator_env)
     assert archived.code == 0, archived.err
     keys = [json.loads(line)["archive"] for line in archived.out.splitlines()]
-    assert present(cli_api.database_url, ids) == 0
+    assert present(history_database_url, ids) == 0
     original = (tmp_path / "home" / "objects" / keys[0]).read_bytes()
     # A ready execution with a payload of the editor's choosing, in an otherwise untouched archive.
     lines = []
@@ -141,10 +163,10 @@ def test_restore_of_a_hand_edited_archive_exits_2_and_restores_nothing(
     assert "MAC" in result.error_line
     assert (
         query(
-            cli_api.database_url,
+            history_database_url,
             "SELECT count(*) FROM executions WHERE tenant_id = %s AND state = 'ready'",
             (tenant.tenant_id,),
         )[0][0]
         == 0
     )
-    assert present(cli_api.database_url, ids) == 0
+    assert present(history_database_url, ids) == 0

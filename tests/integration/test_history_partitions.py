@@ -2,9 +2,10 @@
 and retires weeks past the retention (archive, detach, drop), and the conversion of a database that
 holds history. Against the embedded PostgreSQL.
 
-A fresh database's first weekly partition starts at its cutover (the Monday after next, when 0022
-ran); rows before it live in the legacy partitions. These tests write rows in the weeks from the
-cutover on, and move the duty's clock with ``now``.
+A fresh database's first weekly partition starts at its cutover: this week's Monday (0039 moves an
+empty database's cutover back from the Monday after next, where 0022 puts it and where a database
+that held history keeps it); rows before it live in the legacy partitions. These tests write rows
+in the weeks from the cutover on, and move the duty's clock with ``now``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import StoreFailure
-from app.executor.retention import restore
+from app.executor.retention import RetentionConfig, RetentionPruner, restore
 from app.scheduler.partitions import HistoryPartitioner, PartitionerConfig
 from app.store import archive, embedded, migrate
 from app.store.db import Database, create_engine
@@ -31,6 +32,7 @@ from app.store.objects import LocalObjectStore
 from app.store.partitions import WEEK, Week
 from app.store.seam import Store
 from tests import factories as tf
+from tests.support.history import recut_as_converted
 from tests.support.polling import poll
 
 SEEDED_ROWS = 300_000
@@ -101,6 +103,8 @@ async def a_job(db: Database) -> tuple[UUID, UUID, str]:
 async def test_history_is_partitioned_by_week_and_an_occurrence_is_unique_in_it(db: Database) -> None:
     first = await cutover(db)
     assert first.weekday() == 0 and (first.hour, first.minute) == (0, 0)
+    [week_now] = await rows(db, "SELECT kairos_history_week(now()) AS w")
+    assert first == week_now["w"]  # a database with no history starts its weeks at once
     week = first.strftime("%Y%m%d")
     for table in ("executions", "attempts"):
         assert {f"{table}_legacy", f"{table}_p{week}"} <= set(await partitions(db, table))
@@ -274,6 +278,74 @@ async def test_rows_for_a_week_without_a_partition_get_one(db: Database) -> None
     ]
 
 
+async def test_the_batched_pruner_leaves_weekly_partitions_to_the_duty(db: Database, tmp_path: Path) -> None:
+    """The executors' RetentionPruner (and `kairos history archive --now`) takes from the legacy partitions
+    only: a week of a fresh database, however old its rows, leaves whole, by the history-partitions duty."""
+    first = await cutover(db)
+    job, tenant, queue = await a_job(db)
+    ids = await finished_in(db, job, tenant, queue, first + timedelta(hours=1), 5)
+    pruner = RetentionPruner(db, LocalObjectStore(tmp_path / "objects"), RetentionConfig())
+    assert (await pruner.run_once(now=first + 40 * timedelta(days=1))).key is None
+    found = await rows(db, "SELECT execution_id FROM executions WHERE job_id = :j", j=job)
+    assert sorted(r["execution_id"] for r in found) == sorted(ids)
+
+
+# -- a database without history starts its weeks at once (0039) -----------------------------------
+
+
+def weeks_from_the_start() -> migrate.Migration:
+    [m] = [m for m in migrate.available() if m.version == "0039_history_weeks_from_the_start"]
+    return m
+
+
+async def test_history_written_while_the_weeks_move_back_keeps_the_cutover(db: Database) -> None:
+    """0039 on an empty database whose cutover is the Monday after next: an execution written before the
+    recut could take executions, and committed while it waits, stays where it was written, and so does
+    the cutover (the recut's work undone, the migration itself not failed)."""
+    await recut_as_converted(db)
+    converted = await cutover(db)
+    job, tenant, queue = await a_job(db)
+    async with db.engine.connect() as writer:
+        await writer.execute(  # its transaction stays open: it holds executions against the recut's detach
+            text(
+                "INSERT INTO executions (job_id, tenant_id, queue, scheduled_for, max_attempts, state, ready_at) "
+                "VALUES (:j, :t, :q, now(), 1, 'ready', now())"
+            ),
+            {"j": job, "t": tenant, "q": queue},
+        )
+        recut = asyncio.create_task(apply(db, weeks_from_the_start(), record=False))
+
+        async def waiting() -> bool:
+            [n] = await rows(
+                db, "SELECT count(*) AS n FROM pg_locks WHERE NOT granted AND relation = CAST('executions' AS regclass)"
+            )
+            return bool(n["n"])
+
+        await poll(waiting, timeout_s=30, interval_s=0.005, what="the recut to wait for executions")
+        await writer.commit()
+    await asyncio.wait_for(recut, timeout=30)
+    assert await cutover(db) == converted
+    placed = await rows(db, "SELECT CAST(tableoid AS regclass) AS p FROM executions WHERE job_id = :j", j=job)
+    assert [str(r["p"]) for r in placed] == ["executions_legacy"]
+
+
+async def test_a_reader_in_the_way_of_the_weeks_moving_back_leaves_the_cutover(db: Database) -> None:
+    """The recut's locks are waited for at most 200 ms at a time: while a reader holds executions through
+    all its tries, 0039 gives up and the cutover stays where 0022 put it. With the tables free it moves."""
+    await recut_as_converted(db)
+    converted = await cutover(db)
+    async with db.engine.connect() as reader:
+        await reader.execute(text("SELECT count(*) FROM executions"))  # its transaction stays open
+        await asyncio.wait_for(apply(db, weeks_from_the_start(), record=False), timeout=30)
+        assert await cutover(db) == converted
+        await reader.rollback()
+    await apply(db, weeks_from_the_start(), record=False)
+    [week_now] = await rows(db, "SELECT kairos_history_week(now()) AS w")
+    assert await cutover(db) == week_now["w"] == converted - 2 * WEEK
+    names = set(await partitions(db, "executions"))
+    assert {f"executions_p{(week_now['w'] + n * WEEK).strftime('%Y%m%d')}" for n in range(3)} <= names
+
+
 # -- converting a database that holds history ------------------------------------------------------
 
 
@@ -378,6 +450,8 @@ async def test_converting_a_database_that_holds_history_keeps_every_row(seeded_b
     assert await migrate.upgrade(db) == []  # idempotent
     # A new occurrence after the cutover goes to its week; the old history stays where it was.
     first = await cutover(db)
+    [week_now] = await rows(db, "SELECT kairos_history_week(now()) AS w")
+    assert first == week_now["w"] + 2 * WEEK  # history held rows: 0039 left 0022's cutover where it was
     [row] = await rows(db, "SELECT job_id, tenant_id, queue FROM jobs LIMIT 1")
     [eid] = await tf.insert_ready(db, [row["job_id"]], [first + timedelta(minutes=1)])
     [where] = await rows(db, "SELECT CAST(tableoid AS regclass) AS p FROM executions WHERE execution_id = :e", e=eid)

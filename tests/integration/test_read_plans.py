@@ -120,7 +120,7 @@ async def _seed(db: Database) -> tuple[UUID, UUID]:
 
 async def weekly_history(conn: Any) -> None:
     """History in its weekly partitions, as on an installation partitioned for longer than the history
-    kept: the fresh database's cutover (two weeks ahead) moves back before the seeded history."""
+    kept: the fresh database's cutover (this week's Monday) moves back before the seeded history."""
     await conn.execute(text("SELECT kairos_history_recut(kairos_history_week(now() - interval '62 days'))"))
 
 

@@ -1,7 +1,10 @@
 """Execution-history retention: archive old final executions to the object store, delete them, restore them.
 
 The pruner's ``run_once`` is called directly (app.executor.retention); what is old is decided by
-the database clock, moved here by passing ``now`` or by ageing rows' finished_at in SQL.
+the database clock, moved here by passing ``now`` or by ageing rows' finished_at in SQL. On
+PostgreSQL the pruner takes from the legacy partitions only, so each test's database keeps its
+recent history there, as a database converted while it held history does (tests/support/history.py;
+weekly partitions leave whole, test_history_partitions.py).
 """
 
 from __future__ import annotations
@@ -23,8 +26,15 @@ from app.store import executions as ex
 from app.store.db import Database
 from app.store.objects import LocalObjectStore, ObjectStore, RemoteObjectStore
 from tests import factories
+from tests.support.history import recut_as_converted
 
 LATER = timedelta(days=40)  # past the 30-day retention
+
+
+@pytest.fixture
+async def db(db: Database) -> Database:
+    await recut_as_converted(db)
+    return db
 
 
 async def finished_executions(
