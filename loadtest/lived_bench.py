@@ -166,6 +166,9 @@ async def beside(
     out: dict[str, dict[str, Any]] = {}
     for where in ("empty", "lived"):
         proxy.lived_url = lived_url if where == "lived" else None
+        # Each arm starts with no dirty pages left by what came before it (the load, its index builds and
+        # VACUUM, the other arm): otherwise the checkpointer writes them back while the arm is measured.
+        settled_s = checkpoint(lived_url)
         first = len(run.rows)
         try:
             if during is not None and where == "lived":
@@ -176,8 +179,22 @@ async def beside(
             proxy.lived_url = None
         for row in run.rows[first:]:
             row.scenario = f"{name} ({where})"
-        out[where] = run.results.pop(name, {})
+        out[where] = run.results.pop(name, {}) | {"checkpointBeforeS": settled_s}
     return out
+
+
+def checkpoint(url: str) -> float | None:
+    """Seconds a CHECKPOINT took on the server of ``url``; None when this role may not run one."""
+    t0 = time.monotonic()
+    try:
+        with bench.psycopg.connect(bench.libpq(url), autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+    except bench.psycopg.errors.InsufficientPrivilege:
+        print("  [lived] no CHECKPOINT before the arm (the role may not run one)", flush=True)
+        return None
+    took = time.monotonic() - t0
+    print(f"  [lived] CHECKPOINT before the arm: {took:.1f} s", flush=True)
+    return took
 
 
 async def retire_oldest_week(run: Any, url: str, started: dict[str, float]) -> None:
