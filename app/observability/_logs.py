@@ -34,6 +34,7 @@ def _redacted(fields: Iterable[tuple[str, Any]]) -> dict[str, Any]:
 # Field names that need no redaction, whatever their case: a row of only these is written as it is.
 _SAFE_FIELDS = frozenset(
     {"execution_id", "job_id", "tenant_id", "attempt", "outcome", "lag_ms", "delay_s", "error", "queue", "pool"}
+    | {"method", "path", "status", "duration_ms"}  # the API's request line
 )
 
 
