@@ -45,8 +45,7 @@ from app._config_fields import (
 )
 from app._config_worker import WorkerSettings
 
-# Named here for their users (app.config_docs, the tests): the sections of the settings tables, the largest
-# payload by default, and what ``kairos worker`` reads.
+# Named here for their users (app.config_docs, the tests), with what ``kairos worker`` reads.
 __all__ = [
     "PAYLOAD_MAX_BYTES_DEFAULT",
     "SECTIONS",
